@@ -1,0 +1,106 @@
+"""`MemoryConfig`: every setting of a `ReflectiveMemory`, documented and validated."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .errors import ConfigError
+from .types import GRANULARITIES
+
+__all__ = ["MemoryConfig"]
+
+_BASE_UNITS = ("turn", "session", "segment")
+_MODES = ("hybrid", "dense", "lexical")
+
+
+@dataclass
+class MemoryConfig:
+    """Settings of a `ReflectiveMemory`. Every field has a safe default.
+
+    Attributes:
+        granularities: Which memory units `end_session` builds from a session's turns, any of
+            `turn` (one unit per utterance), `session` (the whole session) and `segment`
+            (topical segments from the segmenter). Several may be given; all are searched.
+        segment_window: Turns per segment for the default fixed-window segmenter.
+        retrieval_mode: `hybrid` (dense cosine fused with BM25), `dense` or `lexical`.
+        dense_weight: Weight of the dense ranking in reciprocal-rank fusion.
+        lexical_weight: Weight of the BM25 ranking in reciprocal-rank fusion.
+        rrf_k: The constant of reciprocal-rank fusion, `score = sum(w / (rrf_k + rank))`.
+        default_k: Hits returned when neither `k` nor `budget_tokens` is given.
+        candidate_k: Candidates each ranker contributes before fusion (at least `k`).
+        max_session_turns: A session is ended automatically once it has this many turns
+            (`None`: never).
+        session_idle_seconds: Open sessions of a user whose last turn is older than this (by
+            turn timestamps) are ended when that user adds a turn to another session
+            (`None`: never).
+        date_prefix: Start each memory's text with its session date when known.
+        max_text_chars: Longest accepted turn text (longer raises `InvalidInputError`).
+        embed_max_chars: Texts are cut to this many characters before embedding; the stored
+            text stays whole.
+        embed_batch_size: Texts per embedding call when indexing.
+    """
+
+    granularities: tuple[str, ...] = ("segment",)
+    segment_window: int = 6
+    retrieval_mode: str = "hybrid"
+    dense_weight: float = 1.0
+    lexical_weight: float = 1.0
+    rrf_k: int = 60
+    default_k: int = 5
+    candidate_k: int = 50
+    max_session_turns: int | None = None
+    session_idle_seconds: float | None = None
+    date_prefix: bool = True
+    max_text_chars: int = 2_000_000
+    embed_max_chars: int = 4000
+    embed_batch_size: int = 64
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> MemoryConfig:
+        """Check every field; raise `ConfigError` naming the first bad one."""
+        if isinstance(self.granularities, str):
+            self.granularities = (self.granularities,)
+        self.granularities = tuple(self.granularities)
+        if not self.granularities:
+            raise ConfigError("granularities must name at least one unit kind")
+        for g in self.granularities:
+            if g not in _BASE_UNITS:
+                raise ConfigError(
+                    f"granularities: {g!r} is not built from turns; choose from {_BASE_UNITS} "
+                    f"(all kinds: {GRANULARITIES})"
+                )
+        if self.retrieval_mode not in _MODES:
+            raise ConfigError(f"retrieval_mode must be one of {_MODES}, got {self.retrieval_mode!r}")
+        for name in ("segment_window", "rrf_k", "default_k", "candidate_k", "max_text_chars",
+                     "embed_max_chars", "embed_batch_size"):
+            val = getattr(self, name)
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {val!r}")
+        for name in ("dense_weight", "lexical_weight"):
+            val = getattr(self, name)
+            if not isinstance(val, (int, float)) or val < 0:
+                raise ConfigError(f"{name} must be a non-negative number, got {val!r}")
+        if self.max_session_turns is not None and self.max_session_turns < 1:
+            raise ConfigError("max_session_turns must be None or >= 1")
+        if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:
+            raise ConfigError("session_idle_seconds must be None or > 0")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (JSON-serialisable)."""
+        d = asdict(self)
+        d["granularities"] = list(self.granularities)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryConfig:
+        """Build from `to_dict` output; unknown keys raise `ConfigError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(f"unknown MemoryConfig fields: {sorted(unknown)}")
+        return cls(**data)
