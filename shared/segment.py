@@ -6,13 +6,61 @@ every turn. Spans are half-open `(start, end)` turn positions.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import InvalidInputError
 from .types import Turn
 
-__all__ = ["Segmenter", "FixedWindowSegmenter", "check_spans"]
+if TYPE_CHECKING:  # the implementations are imported lazily by `__getattr__` below
+    from .segment_embedding import EmbeddingSegmenter, TextTilingSegmenter, make_segmenter
+    from .segment_llm import LLMSegmenter, SegmentationOutcome, parse_segmentation
+    from .segment_rubric import LabeledDialogue, Rubric, learn_rubric
+
+__all__ = [
+    "Segmenter",
+    "FixedWindowSegmenter",
+    "check_spans",
+    "unit_spans",
+    "units_to_turn_spans",
+    "boundaries_to_spans",
+    "UNITS",
+    # Re-exported lazily from the implementation modules (see `__getattr__`):
+    "TextTilingSegmenter",
+    "EmbeddingSegmenter",
+    "LLMSegmenter",
+    "SegmentationOutcome",
+    "parse_segmentation",
+    "Rubric",
+    "LabeledDialogue",
+    "learn_rubric",
+    "make_segmenter",
+]
+
+#: How a session is cut into the units a segmenter places boundaries between: `turn` (every
+#: utterance) or `exchange` (a user turn together with the replies that follow it).
+UNITS = ("turn", "exchange")
+
+_LAZY = {
+    "TextTilingSegmenter": "shared.segment_embedding",
+    "EmbeddingSegmenter": "shared.segment_embedding",
+    "LLMSegmenter": "shared.segment_llm",
+    "SegmentationOutcome": "shared.segment_llm",
+    "parse_segmentation": "shared.segment_llm",
+    "Rubric": "shared.segment_rubric",
+    "LabeledDialogue": "shared.segment_rubric",
+    "learn_rubric": "shared.segment_rubric",
+    "make_segmenter": "shared.segment_embedding",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the segmenter implementations on first use (keeps this module cycle-free)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shared.segment' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 @runtime_checkable
@@ -72,3 +120,68 @@ class FixedWindowSegmenter:
     def segment(self, turns: Sequence[Turn]) -> list[tuple[int, int]]:
         """See `Segmenter.segment`."""
         return self.segment_count(len(turns))
+
+
+def unit_spans(turns: Sequence[Turn], unit: str = "exchange") -> list[tuple[int, int]]:
+    """Group turns into the units a segmenter cuts between.
+
+    With `unit="exchange"`, a new unit starts at every `user` turn that follows a turn of
+    another role, so a question and the answers after it stay together; turns before the first
+    user turn form their own unit. If no turn has the role `user`, every turn is a unit. With
+    `unit="turn"`, every turn is a unit.
+
+    Args:
+        turns: The session's turns in order.
+        unit: `"exchange"` or `"turn"`.
+
+    Returns:
+        Half-open turn spans of the units, tiling the session.
+
+    Example:
+        >>> from shared.types import Turn
+        >>> roles = ["user", "assistant", "user", "user", "assistant", "assistant"]
+        >>> ts = [Turn("u", "s", r, "x", f"s:{i}", i) for i, r in enumerate(roles)]
+        >>> unit_spans(ts)
+        [(0, 2), (2, 6)]
+    """
+    if unit not in UNITS:
+        raise InvalidInputError(f"unit must be one of {UNITS}, got {unit!r}")
+    n = len(turns)
+    if unit == "turn" or not any(t.role == "user" for t in turns):
+        return [(i, i + 1) for i in range(n)]
+    starts = [0] + [
+        i for i in range(1, n) if turns[i].role == "user" and turns[i - 1].role != "user"
+    ]
+    return [(a, b) for a, b in zip(starts, starts[1:] + [n], strict=False) if b > a]
+
+
+def boundaries_to_spans(starts: Sequence[int], n: int) -> list[tuple[int, int]]:
+    """Spans over `n` items from the set of indices where a segment starts.
+
+    Out-of-range and duplicate starts are ignored; 0 is always a start.
+
+    Example:
+        >>> boundaries_to_spans([3, 1, 3, 9], 5)
+        [(0, 1), (1, 3), (3, 5)]
+    """
+    if n <= 0:
+        return []
+    cuts = sorted({int(s) for s in starts if 0 < int(s) < n})
+    edges = [0, *cuts, n]
+    return list(zip(edges[:-1], edges[1:], strict=False))
+
+
+def units_to_turn_spans(
+    unit_segments: Sequence[tuple[int, int]], units: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Map segments over units back to spans over turns.
+
+    Args:
+        unit_segments: Half-open spans over unit positions, tiling `range(len(units))`.
+        units: The units' turn spans (from `unit_spans`).
+
+    Returns:
+        Half-open turn spans, tiling the session.
+    """
+    check_spans(unit_segments, len(units))
+    return [(units[a][0], units[b - 1][1]) for a, b in unit_segments]
