@@ -20,6 +20,9 @@ from .errors import (
 )
 from .llm import LLM, LLMClient, as_llm, count_tokens
 from .segment import FixedWindowSegmenter, Segmenter
+from .segment_embedding import EmbeddingSegmenter, TextTilingSegmenter
+from .segment_llm import LLMSegmenter
+from .segment_rubric import LabeledDialogue, Rubric, learn_rubric
 from .types import Hit, Memory, Retrieval, Turn, Usage
 
 __version__ = "0.1.0"
@@ -37,6 +40,12 @@ __all__ = [
     "count_tokens",
     "Segmenter",
     "FixedWindowSegmenter",
+    "EmbeddingSegmenter",
+    "TextTilingSegmenter",
+    "LLMSegmenter",
+    "Rubric",
+    "LabeledDialogue",
+    "learn_rubric",
     "Turn",
     "Memory",
     "Hit",

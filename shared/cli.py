@@ -24,7 +24,7 @@ __all__ = ["main", "build_parser", "ingest_conversations", "BENCH_MODULES"]
 logger = logging.getLogger(__name__)
 
 #: Modules that add `bench` sub-commands through a `register(bench_subparsers)` function.
-BENCH_MODULES = ["shared.bench"]
+BENCH_MODULES = ["shared.bench", "shared.bench_segmentation"]
 
 
 def _out(text: str = "") -> None:
@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=5, help="number of hits")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_search)
+
+    importlib.import_module("shared.bench_segmentation").register_segment_command(sub)
 
     p = sub.add_parser("bench", help="benchmarks")
     bench = p.add_subparsers(dest="bench", required=True)

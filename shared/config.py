@@ -12,6 +12,8 @@ __all__ = ["MemoryConfig"]
 
 _BASE_UNITS = ("turn", "session", "segment")
 _MODES = ("hybrid", "dense", "lexical")
+_SEGMENTERS = ("auto", "embedding", "llm", "texttiling", "fixed")
+_SEGMENT_UNITS = ("exchange", "turn")
 
 
 @dataclass
@@ -22,7 +24,19 @@ class MemoryConfig:
         granularities: Which memory units `end_session` builds from a session's turns, any of
             `turn` (one unit per utterance), `session` (the whole session) and `segment`
             (topical segments from the segmenter). Several may be given; all are searched.
-        segment_window: Turns per segment for the default fixed-window segmenter.
+        segmenter: How `segment` units are cut: `auto` (the LLM segmenter when an LLM is
+            configured, else the offline `embedding` one), `embedding` (learned offline
+            segmenter over MiniLM features), `llm` (SeCom's LLM segmenter; needs an LLM; falls
+            back to `embedding` per window when the answer is unusable), `texttiling` (embedding
+            TextTiling) or `fixed` (windows of `segment_window` turns).
+        segment_unit: What segments are made of: `exchange` (a user turn with the replies that
+            follow; a question is never split from its answer) or `turn`.
+        segment_window: Turns per segment for the `fixed` segmenter.
+        segment_llm_window: Most exchanges per LLM segmentation call; longer sessions are cut
+            into overlapping windows.
+        segment_llm_overlap: Exchanges shared by consecutive LLM windows.
+        segment_rubric: Path of a rubric JSON learned by `learn_rubric`, put in front of LLM
+            segmentation prompts (`None`: zero-shot).
         retrieval_mode: `hybrid` (dense cosine fused with BM25), `dense` or `lexical`.
         dense_weight: Weight of the dense ranking in reciprocal-rank fusion.
         lexical_weight: Weight of the BM25 ranking in reciprocal-rank fusion.
@@ -42,7 +56,12 @@ class MemoryConfig:
     """
 
     granularities: tuple[str, ...] = ("segment",)
+    segmenter: str = "auto"
+    segment_unit: str = "exchange"
     segment_window: int = 6
+    segment_llm_window: int = 40
+    segment_llm_overlap: int = 6
+    segment_rubric: str | None = None
     retrieval_mode: str = "hybrid"
     dense_weight: float = 1.0
     lexical_weight: float = 1.0
@@ -77,8 +96,19 @@ class MemoryConfig:
             raise ConfigError(
                 f"retrieval_mode must be one of {_MODES}, got {self.retrieval_mode!r}"
             )
+        if self.segmenter not in _SEGMENTERS:
+            raise ConfigError(f"segmenter must be one of {_SEGMENTERS}, got {self.segmenter!r}")
+        if self.segment_unit not in _SEGMENT_UNITS:
+            raise ConfigError(
+                f"segment_unit must be one of {_SEGMENT_UNITS}, got {self.segment_unit!r}"
+            )
+        if not isinstance(self.segment_llm_overlap, int) or not (
+            0 <= 2 * self.segment_llm_overlap < self.segment_llm_window
+        ):
+            raise ConfigError("segment_llm_overlap must be >= 0 and < segment_llm_window / 2")
         for name in (
             "segment_window",
+            "segment_llm_window",
             "rrf_k",
             "default_k",
             "candidate_k",

@@ -28,7 +28,8 @@ from .errors import (
 )
 from .index import IndexCache, UserIndex
 from .llm import LLMClient, as_llm, count_tokens
-from .segment import FixedWindowSegmenter, Segmenter, check_spans
+from .segment import Segmenter, check_spans
+from .segment_llm import segmenter_from_config
 from .store import MemoryDraft, SQLiteStore
 from .text import format_date, parse_timestamp
 from .types import Hit, Memory, Retrieval, Turn
@@ -74,8 +75,9 @@ class ReflectiveMemory:
         llm: Optional LLM (a callable `prompt -> str` or an object with `complete`). Every
             LLM-backed step falls back to its offline counterpart without it.
         config: Settings; see `MemoryConfig`.
-        segmenter: Cuts sessions into segments for the `segment` granularity (default: fixed
-            windows of `config.segment_window` turns).
+        segmenter: Cuts sessions into segments for the `segment` granularity (default: chosen by
+            `config.segmenter`; `auto` is the LLM segmenter when `llm` is given, else the offline
+            embedding segmenter).
 
     Example:
         >>> from shared import ReflectiveMemory, HashingEmbedder
@@ -105,7 +107,9 @@ class ReflectiveMemory:
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.llm: LLMClient | None = as_llm(llm)
         self.segmenter: Segmenter = (
-            segmenter if segmenter is not None else FixedWindowSegmenter(self.config.segment_window)
+            segmenter
+            if segmenter is not None
+            else segmenter_from_config(self.config, self.embedder, self.llm)
         )
         self.indexes = IndexCache(
             self.store,

@@ -15,7 +15,12 @@ from .types import Turn
 
 if TYPE_CHECKING:  # the implementations are imported lazily by `__getattr__` below
     from .segment_embedding import EmbeddingSegmenter, TextTilingSegmenter, make_segmenter
-    from .segment_llm import LLMSegmenter, SegmentationOutcome, parse_segmentation
+    from .segment_llm import (
+        LLMSegmenter,
+        SegmentationOutcome,
+        parse_segmentation,
+        segmenter_from_config,
+    )
     from .segment_rubric import LabeledDialogue, Rubric, learn_rubric
 
 __all__ = [
@@ -36,6 +41,7 @@ __all__ = [
     "LabeledDialogue",
     "learn_rubric",
     "make_segmenter",
+    "segmenter_from_config",
 ]
 
 #: How a session is cut into the units a segmenter places boundaries between: `turn` (every
@@ -52,6 +58,7 @@ _LAZY = {
     "LabeledDialogue": "shared.segment_rubric",
     "learn_rubric": "shared.segment_rubric",
     "make_segmenter": "shared.segment_embedding",
+    "segmenter_from_config": "shared.segment_llm",
 }
 
 

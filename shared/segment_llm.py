@@ -37,6 +37,8 @@ from .segment import (
 from .types import Turn, Usage
 
 if TYPE_CHECKING:
+    from .config import MemoryConfig
+    from .embed import Embedder
     from .segment_rubric import Rubric
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "parse_segmentation",
     "build_segmentation_prompt",
     "format_exchanges",
+    "segmenter_from_config",
 ]
 
 logger = logging.getLogger(__name__)
@@ -328,7 +331,7 @@ class LLMSegmenter:
         overlap: int = 6,
         max_chars: int = 2000,
     ) -> None:
-        client = as_llm(llm)
+        client = llm if isinstance(llm, LLMClient) else as_llm(llm)
         if client is None:
             raise ConfigError("LLMSegmenter needs an llm; use EmbeddingSegmenter offline")
         if unit not in UNITS:
@@ -468,3 +471,49 @@ class LLMSegmenter:
             f"LLMSegmenter(unit={self.unit!r}, window={self.window}, overlap={self.overlap}, "
             f"rubric={'yes' if self.rubric is not None and not self.rubric.is_empty() else 'no'})"
         )
+
+
+def segmenter_from_config(
+    config: MemoryConfig, embedder: Embedder | None = None, llm: Any | None = None
+) -> Segmenter:
+    """The segmenter a `MemoryConfig` asks for.
+
+    `auto` gives an `LLMSegmenter` (with the offline `EmbeddingSegmenter` as its fallback) when
+    `llm` is given, else the `EmbeddingSegmenter`.
+
+    Args:
+        config: Settings (`segmenter`, `segment_unit`, `segment_window`, `segment_llm_window`,
+            `segment_llm_overlap`, `segment_rubric`).
+        embedder: Embedder for the embedding-based segmenters.
+        llm: The configured LLM, if any.
+
+    Raises:
+        ConfigError: `segmenter="llm"` without an LLM, or an unreadable rubric file.
+    """
+    from .errors import InvalidInputError
+    from .segment_embedding import EmbeddingSegmenter, make_segmenter
+    from .segment_rubric import Rubric
+
+    kind = config.segmenter
+    if kind == "auto":
+        kind = "llm" if llm is not None else "embedding"
+    if kind != "llm":
+        return make_segmenter(
+            kind, embedder=embedder, unit=config.segment_unit, window=config.segment_window
+        )
+    if llm is None:
+        raise ConfigError("segmenter='llm' needs an llm; pass llm=... or use 'auto'/'embedding'")
+    rubric = None
+    if config.segment_rubric is not None:
+        try:
+            rubric = Rubric.load(config.segment_rubric)
+        except InvalidInputError as exc:
+            raise ConfigError(f"segment_rubric: {exc}") from exc
+    return LLMSegmenter(
+        llm,
+        fallback=EmbeddingSegmenter(embedder, unit=config.segment_unit),
+        rubric=rubric,
+        unit=config.segment_unit,
+        window=config.segment_llm_window,
+        overlap=config.segment_llm_overlap,
+    )
