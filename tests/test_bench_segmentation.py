@@ -99,6 +99,7 @@ def test_cli_bench_segmentation_and_segment(tmp_path, capsys):
         tmp_path,
         "c.json",
         {
+            "format": "reflective-memory/v1",
             "sessions": [
                 {
                     "user_id": "u",
