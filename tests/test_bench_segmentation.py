@@ -109,7 +109,7 @@ def test_cli_bench_segmentation_and_segment(tmp_path, capsys):
                         {"role": "assistant", "text": "yes"},
                     ],
                 }
-            ]
+            ],
         },
     )
     assert main(["segment", str(conv), "--embedder", "hashing", "--json"]) == 0
