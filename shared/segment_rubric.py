@@ -231,9 +231,8 @@ def parse_reflection(text: str, max_items: int = 10) -> tuple[list[str] | None, 
     r"""Rules and example from a reflection answer; `None` where a part is missing.
 
     Example:
-        >>> parse_reflection("<rubric>\\n- Cut when the subject changes.\\n* Keep Q and A.\\n"
-        ...                  "</rubric><example>x</example>")
-        (['Cut when the subject changes.', 'Keep Q and A.'], 'x')
+        >>> parse_reflection("<rubric>- Cut when the subject changes.</rubric><example>x</example>")
+        (['Cut when the subject changes.'], 'x')
     """
     if not isinstance(text, str):
         return None, None
