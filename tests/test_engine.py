@@ -107,9 +107,7 @@ def test_memory_fields_text_key_dates(embedder) -> None:
 
 def test_segments_and_several_granularities(embedder) -> None:
     cfg = MemoryConfig(granularities=("turn", "session", "segment"))
-    with ReflectiveMemory(
-        embedder=embedder, config=cfg, segmenter=FixedWindowSegmenter(3)
-    ) as m:
+    with ReflectiveMemory(embedder=embedder, config=cfg, segmenter=FixedWindowSegmenter(3)) as m:
         add_session(m, "u", "s", PETS + WORK)
         counts = m.stats("u")["memories_by_granularity"]
     assert counts == {"turn": 8, "session": 1, "segment": 3}
