@@ -175,6 +175,8 @@ class IndexCache:
         """Drop a user's cached index (and its persisted file)."""
         with self._guard:
             self._cache.pop(user_id, None)
+        if self.directory is None:  # in-memory store: nothing persisted
+            return
         for f in self._files(user_id):
             f.unlink(missing_ok=True)
 
