@@ -207,6 +207,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         self.record = record
         self._tracker = SessionTracker(memory, user_id, session_id, idle_timeout_seconds)
         self._retrievals = RetrievalCache()
+        self._last: Retrieval | None = None
         self.tools = (
             [create_memory_tool(memory=memory, user_id=user_id, k=5 if k is None else k)]
             if expose_tool
@@ -222,9 +223,10 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         """End the current session (its turns become memories) and start the next one."""
         return self._tracker.end(next_session_id)
 
-    def last_retrieval(self, state: dict[str, Any]) -> Retrieval | None:
-        """The retrieval of a run, from the run's final state (while still cached)."""
-        return self._retrievals.get(state.get(_STATE_KEY))
+    @property
+    def last_retrieval(self) -> Retrieval | None:
+        """The most recent retrieval this middleware made (any run), for inspection."""
+        return self._last
 
     # -- hooks ------------------------------------------------------------------------------
     def before_agent(self, state: ReflectiveMemoryState, runtime: Any) -> dict[str, Any] | None:
@@ -238,6 +240,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         retrieval = self.memory.retrieve(
             self.user_id, question, k=self.k, budget_tokens=self.budget_tokens
         )
+        self._last = retrieval
         return {_STATE_KEY: self._retrievals.put(retrieval)}
 
     async def abefore_agent(
@@ -283,8 +286,10 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
             ]
             if turns:
                 self.memory.add_turns(turns)
-        if answer is not None and retrieval is not None and retrieval.query == question:
-            send_feedback(self.memory, retrieval, answer)
+        if retrieval is not None:
+            self._retrievals.pop(retrieval.retrieval_id)
+            if answer is not None and retrieval.query == question:
+                send_feedback(self.memory, retrieval, answer)
         return None
 
     async def aafter_agent(
