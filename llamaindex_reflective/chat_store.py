@@ -8,7 +8,8 @@
 (`ChatMemoryBuffer.chat_store_key`, `Memory.session_id`). Each message is one core turn, committed
 before the call returns; `role` is the message role and the text is its content. Messages the
 text cannot carry whole (tool calls, extra kwargs, images) keep their full LlamaIndex form in the
-turn's extra data, so they come back unchanged.
+turn's extra data, so they come back unchanged. A `timestamp` in a message's `additional_kwargs`
+(datetime, Unix seconds or a date string) becomes the turn's time.
 
 **Deleting.** Removing single messages (`delete_message`, `delete_last_message`, the replaced
 tail in `set_messages`, `delete_oldest_messages`) deletes those turns from the core. Clearing a
@@ -134,6 +135,7 @@ class _Conversations:
                     "session_id": key,
                     "role": _role(m),
                     "text": message_text(m),
+                    "timestamp": m.additional_kwargs.get("timestamp"),
                 }
                 for m in messages
             ]

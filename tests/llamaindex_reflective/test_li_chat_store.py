@@ -186,3 +186,13 @@ def test_db_store_methods(mem):
 
     assert asyncio.run(run()) == ["k", "j"]
     assert ReflectiveDBChatStore.class_name() == "ReflectiveDBChatStore"
+
+
+def test_timestamp_kwarg_becomes_turn_time(mem):
+    store = ReflectiveChatStore(memory=mem, user_id="ana")
+    msg = ChatMessage(role="user", content="hi", additional_kwargs={"timestamp": "2025-03-01"})
+    store.add_message("s", msg)
+    assert mem.turns("ana", "s")[0].timestamp.year == 2025
+    assert store.get_messages("s")[0].additional_kwargs == {"timestamp": "2025-03-01"}
+    mem.end_session("ana", "s")
+    assert mem.memories("ana")[0].text.startswith("[2025-03-01")
