@@ -554,6 +554,29 @@ class ReflectiveMemory:
         self.indexes.invalidate(user_id)
         return n
 
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """Delete some turns of a session (all of them when `turn_ids` is None).
+
+        The session's memories stay as they are until the session is ended again, which
+        rebuilds them from the turns that remain. Unknown turn ids are ignored.
+
+        Returns:
+            The deleted turns, in order.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("session_id", session_id)
+        if turn_ids is not None:
+            if isinstance(turn_ids, str):
+                raise InvalidInputError("turn_ids must be a list of turn ids, not a str")
+            turn_ids = [_check_id("turn_id", t) for t in turn_ids]
+        return self.store.delete_turns(user_id, session_id, turn_ids)
+
     def users(self) -> list[str]:
         """Every user with stored turns or memories."""
         self._open()
