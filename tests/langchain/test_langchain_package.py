@@ -21,6 +21,7 @@ def test_all_names_exist_and_are_unique():
         "create_memory_tool",
         "ReflectiveCompressor",
         "CitationReranker",
+        "ReflectiveStore",
     ):
         assert expected in names
 
