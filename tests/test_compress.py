@@ -1,0 +1,342 @@
+"""Tests of `shared.compress`: the offline denoiser and the real llmlingua path on a tiny model."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.compress import (
+    DENOISER_KINDS,
+    Denoiser,
+    FittableDenoiser,
+    LLMLinguaDenoiser,
+    OfflineDenoiser,
+    denoiser_name,
+    ensure_tiktoken_cache,
+    fitted_on,
+    make_denoiser,
+)
+from shared.errors import ConfigError, InvalidInputError, ModelLoadError
+
+
+def is_subsequence(small: list[str], big: list[str]) -> bool:
+    it = iter(big)
+    return all(any(tok == b for b in it) for tok in small)
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline denoiser
+# ---------------------------------------------------------------------------------------------
+
+
+def test_protocols():
+    d = OfflineDenoiser()
+    assert isinstance(d, Denoiser)
+    assert isinstance(d, FittableDenoiser)
+    lingua = LLMLinguaDenoiser(model="x/bert-base-multilingual-cased")
+    assert isinstance(lingua, Denoiser)
+    assert not isinstance(lingua, FittableDenoiser)
+
+
+def test_offline_keeps_rate_and_order():
+    text = (
+        "um so yeah I think my sister Maria finally moved to Lisbon in March 2021 , "
+        "and honestly the new apartment is really close to the ocean"
+    )
+    tokens = text.split()
+    for rate in (0.5, 0.75, 0.9):
+        out = OfflineDenoiser(rate=rate).denoise(text)
+        kept = out.split()
+        assert len(kept) == math.ceil(rate * len(tokens))
+        assert is_subsequence(kept, tokens)
+    out = OfflineDenoiser(rate=0.5).denoise(text)
+    # Content words and numbers survive, fillers and punctuation go first.
+    for word in ("Maria", "Lisbon", "March", "2021", "apartment", "ocean"):
+        assert word in out.split()
+    for word in ("um", "yeah", ",", "honestly", "really"):
+        assert word not in out.split()
+
+
+def test_offline_shape_and_empty_texts():
+    d = OfflineDenoiser(rate=0.5)
+    assert isinstance(d.denoise("a b c d"), str)
+    out = d.denoise(["first text here now", "", "   ", "second one"])
+    assert isinstance(out, list) and len(out) == 4
+    assert out[1] == "" and out[2] == "   "
+    assert d.denoise([]) == []
+    assert OfflineDenoiser(rate=1.0).denoise("keep  me\nwhole") == "keep  me\nwhole"
+
+
+def test_offline_uses_fitted_statistics():
+    corpus = ["the recipe needs flour"] * 20 + ["we visited Oslo once"]
+    d = OfflineDenoiser(rate=0.5).fit(corpus)
+    # 'recipe' and 'flour' are frequent in this user's corpus, 'Oslo' and 'visited' are rare.
+    out = d.denoise("recipe flour Oslo visited")
+    assert out == "Oslo visited"
+    # Unfitted, the statistics of the batch itself are used: the same text alone keeps the
+    # first two words (all equally rare, ties go to the earlier word).
+    assert OfflineDenoiser(rate=0.5).denoise("recipe flour Oslo visited") == "recipe flour"
+
+
+def test_offline_keep_numbers_switch():
+    text = "the bill was 42 dollars"
+    assert "42" in OfflineDenoiser(rate=0.25).denoise(text).split()
+    assert OfflineDenoiser(rate=0.2, keep_numbers=False).denoise(text) == "bill"
+
+
+def test_offline_custom_stopwords():
+    text = "assistant says banana split recipe"
+    d = OfflineDenoiser(rate=0.6, stopwords=["Assistant", "says"])
+    assert d.denoise(text) == "banana split recipe"
+    assert "stopwords=2" in d.name
+
+
+def test_fitted_on_leaves_original_untouched():
+    base = OfflineDenoiser(rate=0.5)
+    user_a = fitted_on(base, ["alpha beta"] * 5)
+    user_b = fitted_on(base, ["gamma delta"] * 5)
+    assert base.counts_ is None
+    assert user_a is not base and user_b is not base
+    assert user_a.counts_["alpha"] == 5 and "alpha" not in user_b.counts_
+    # Denoisers without fit come back as they are.
+    lingua = LLMLinguaDenoiser(model="x/bert-base-multilingual-cased")
+    assert fitted_on(lingua, ["x"]) is lingua
+
+
+def test_partial_fit_accumulates():
+    d = OfflineDenoiser().fit(["a cat"])
+    d.partial_fit(["cat dog"])
+    assert d.counts_["cat"] == 2 and d.counts_["dog"] == 1 and d.total_ == 4
+    d.fit(["dog"])
+    assert d.counts_ == {"dog": 1}
+
+
+def test_offline_is_deterministic_and_fast():
+    rng = random.Random(0)
+    vocab = [f"w{i}" for i in range(3000)] + ["the", "and", "um", "really", "42"]
+    texts = [" ".join(rng.choice(vocab) for _ in range(100)) for _ in range(500)]
+    d = OfflineDenoiser(rate=0.75).fit(texts)
+    start = time.perf_counter()
+    first = d.denoise(texts)
+    elapsed = time.perf_counter() - start
+    assert first == OfflineDenoiser(rate=0.75).fit(texts).denoise(texts)
+    assert elapsed < 5.0, f"50k words took {elapsed:.2f}s"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet="ab c,.!1\n", min_size=0, max_size=60),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from([0.1, 0.5, 0.75, 0.9]),
+)
+def test_offline_properties(texts, rate):
+    out = OfflineDenoiser(rate=rate).denoise(texts)
+    assert len(out) == len(texts)
+    for src, key in zip(texts, out, strict=True):
+        tokens = src.split()
+        if not tokens:
+            assert key == src
+            continue
+        kept = key.split()
+        assert len(kept) == max(1, math.ceil(rate * len(tokens) - 1e-9))
+        assert is_subsequence(kept, tokens)
+
+
+def test_bad_inputs():
+    d = OfflineDenoiser()
+    with pytest.raises(InvalidInputError):
+        d.denoise(42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        d.denoise(["ok", None])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError):
+        d.fit([1, 2])  # type: ignore[list-item]
+    for rate in (0, -0.1, 1.5, True, "0.5"):
+        with pytest.raises(ConfigError):
+            OfflineDenoiser(rate=rate)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError):
+            LLMLinguaDenoiser(model="m/xlm-roberta-large", rate=rate)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        LLMLinguaDenoiser(model="")
+    with pytest.raises(ConfigError):
+        LLMLinguaDenoiser(model="m/xlm-roberta-large", max_chunk_tokens=600)
+
+
+def test_serialisation_round_trip():
+    d = OfflineDenoiser(rate=0.6, keep_numbers=False, stopwords=["foo"])
+    back = OfflineDenoiser.from_dict(d.to_dict())
+    assert back.to_dict() == d.to_dict()
+    assert d.to_dict()["type"] == "shared.compress.OfflineDenoiser"
+    lingua = LLMLinguaDenoiser(model="m/xlm-roberta-large", rate=0.5, force_tokens=["\n"])
+    assert LLMLinguaDenoiser.from_dict(lingua.to_dict()).to_dict() == lingua.to_dict()
+
+
+def test_make_denoiser():
+    assert make_denoiser(None) is None
+    assert make_denoiser("none") is None
+    off = make_denoiser("offline", rate=0.5)
+    assert isinstance(off, OfflineDenoiser) and off.rate == 0.5
+    lingua = make_denoiser("llmlingua", model="m/xlm-roberta-large", rate=0.6)
+    assert isinstance(lingua, LLMLinguaDenoiser) and lingua.rate == 0.6
+    assert lingua._compressor is None  # lazy
+
+    class Upper:
+        def denoise(self, texts):
+            return texts.upper() if isinstance(texts, str) else [t.upper() for t in texts]
+
+    custom = Upper()
+    assert make_denoiser(custom) is custom
+    assert denoiser_name(custom) == "Upper"
+    assert denoiser_name(None) == "none"
+    assert set(DENOISER_KINDS) == {"none", "offline", "llmlingua"}
+    with pytest.raises(ConfigError):
+        make_denoiser("gzip")
+    with pytest.raises(ConfigError):
+        make_denoiser(object())  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# LLMLingua-2 through the real llmlingua package, on a tiny random model built here
+# ---------------------------------------------------------------------------------------------
+
+UNITS = [
+    "I adopted a beagle named Rex last week . He loves the park near our flat .",
+    "My sister Maria moved to Lisbon in March ; she teaches chemistry at a school there .",
+    "Could you suggest a vegetarian recipe with lentils , spinach and coconut milk ?",
+    "We booked a cabin by the lake for the summer holiday and rented two kayaks .",
+]
+LONG = " ".join(
+    f"Sentence {i} talks about gardens , tomatoes and rainy weekends in the valley ."
+    for i in range(12)
+)
+
+
+def _basic_tokens(text: str) -> list[str]:
+    return re.findall(r"\w+|[^\w\s]", text)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("llmlingua")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    for text in [*UNITS, LONG]:
+        for tok in _basic_tokens(text):
+            if tok not in vocab:
+                vocab.append(tok)
+    folder = tmp_path_factory.mktemp("models") / "tiny-bert-base-multilingual-cased"
+    folder.mkdir()
+    tokenizer = transformers.BertTokenizerFast(
+        vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=False
+    )
+    tokenizer.save_pretrained(str(folder))
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=512,
+        num_labels=2,
+        architectures=["BertForTokenClassification"],
+    )
+    torch.manual_seed(0)
+    transformers.BertForTokenClassification(config).save_pretrained(str(folder))
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def lingua(tiny_model):
+    return LLMLinguaDenoiser(model=tiny_model, rate=0.5, device="cpu").warm_up()
+
+
+def _oai_len(text: str) -> int:
+    import tiktoken
+
+    return len(tiktoken.get_encoding("cl100k_base").encode(text))
+
+
+def test_llmlingua_keeps_ids_and_order(lingua):
+    ids = [f"mem-{i}" for i in range(len(UNITS))]
+    keys = dict(zip(ids, lingua.denoise(UNITS), strict=True))
+    assert list(keys) == ids
+    for mem_id, src in zip(ids, UNITS, strict=True):
+        key = keys[mem_id]
+        assert key != src
+        # Each key is an ordered selection of its own unit's tokens (units share few words,
+        # so a key attached to the wrong id would fail this).
+        assert is_subsequence(_basic_tokens(key), _basic_tokens(src)), (key, src)
+        assert 0 < len(_basic_tokens(key)) < len(_basic_tokens(src))
+
+
+@pytest.mark.parametrize("rate", [0.5, 0.75])
+def test_llmlingua_rate_within_tolerance(tiny_model, rate):
+    d = LLMLinguaDenoiser(model=tiny_model, rate=rate)
+    texts = [*UNITS, LONG]
+    out = d.denoise(texts)
+    achieved = sum(_oai_len(k) for k in out) / sum(_oai_len(t) for t in texts)
+    assert abs(achieved - rate) <= 0.15, achieved
+
+
+def test_llmlingua_chunks_long_units_without_gluing_words(tiny_model):
+    d = LLMLinguaDenoiser(model=tiny_model, rate=0.6, max_chunk_tokens=20)
+    key = d.denoise(LONG)
+    assert isinstance(key, str)
+    vocab = set(_basic_tokens(LONG))
+    assert all(tok in vocab for tok in _basic_tokens(key)), key
+    assert is_subsequence(_basic_tokens(key), _basic_tokens(LONG))
+    assert len(d._chunks(d._compressor.tokenizer, LONG)) >= 6
+
+
+def test_llmlingua_shape_blank_and_single_word(lingua):
+    assert lingua.denoise(["", "  "]) == ["", "  "]
+    out = lingua.denoise(["park", UNITS[0], ""])
+    # A unit that would compress to nothing keeps its text as key.
+    assert out[0] == "park" and out[2] == ""
+    assert isinstance(lingua.denoise(UNITS[1]), str)
+    assert lingua.denoise(UNITS) == lingua.denoise(UNITS)  # deterministic
+
+
+def test_llmlingua_load_keeps_global_rng(tiny_model):
+    random.seed(123)
+    np.random.seed(123)
+    expected = (random.random(), np.random.rand())
+    random.seed(123)
+    np.random.seed(123)
+    LLMLinguaDenoiser(model=tiny_model).warm_up()  # llmlingua seeds every RNG with 42 inside
+    assert (random.random(), np.random.rand()) == expected
+
+
+def test_llmlingua_missing_model_gives_instructions(tmp_path):
+    missing = tmp_path / "no-such-xlm-roberta-large"
+    d = LLMLinguaDenoiser(model=str(missing), model_config={"local_files_only": True})
+    with pytest.raises(ModelLoadError) as err:
+        d.denoise("some text to compress")
+    msg = str(err.value)
+    assert "model=" in msg and "TIKTOKEN_CACHE_DIR" in msg and "offline" in msg
+
+
+def test_llmlingua_unrecognised_model_name():
+    with pytest.raises(ModelLoadError, match="bert-base-multilingual-cased"):
+        LLMLinguaDenoiser(model="some/other-model").warm_up()
+
+
+def test_tiktoken_cache_from_llama_index(monkeypatch):
+    pytest.importorskip("llama_index.core")
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    folder = ensure_tiktoken_cache()
+    assert folder is not None and os.path.isdir(folder)
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == folder
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "/somewhere/else")
+    assert ensure_tiktoken_cache() == "/somewhere/else"
