@@ -3,6 +3,7 @@
 Importing this package imports no LangChain and no LlamaIndex.
 """
 
+from .compress import Denoiser, LLMLinguaDenoiser, OfflineDenoiser
 from .config import MemoryConfig
 from .embed import Embedder, HashingEmbedder, SentenceTransformerEmbedder, default_embedder
 from .engine import ReflectiveMemory
@@ -27,6 +28,9 @@ __version__ = "0.1.0"
 __all__ = [
     "ReflectiveMemory",
     "MemoryConfig",
+    "Denoiser",
+    "OfflineDenoiser",
+    "LLMLinguaDenoiser",
     "Embedder",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",

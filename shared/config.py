@@ -12,6 +12,7 @@ __all__ = ["MemoryConfig"]
 
 _BASE_UNITS = ("turn", "session", "segment")
 _MODES = ("hybrid", "dense", "lexical")
+_DENOISERS = ("none", "offline", "llmlingua")
 
 
 @dataclass
@@ -39,6 +40,15 @@ class MemoryConfig:
         embed_max_chars: Texts are cut to this many characters before embedding; the stored
             text stays whole.
         embed_batch_size: Texts per embedding call when indexing.
+        denoiser: How memory keys are denoised before indexing (SeCom compression; the stored
+            `text` always stays raw): `none`, `offline` (`shared.compress.OfflineDenoiser`, no
+            download) or `llmlingua` (`shared.compress.LLMLinguaDenoiser` with
+            `denoiser_model`). A denoiser object may be passed to `ReflectiveMemory` instead.
+            After changing it, call `ReflectiveMemory.redenoise(user_id)` to re-key old memories.
+        denoise_rate: Fraction of each key kept by the denoiser, in (0, 1].
+        denoiser_model: LLMLingua-2 model name or folder for `denoiser="llmlingua"` (`None`:
+            `shared.compress.DEFAULT_LLMLINGUA_MODEL`).
+        denoiser_device: Torch device for the LLMLingua-2 model.
     """
 
     granularities: tuple[str, ...] = ("segment",)
@@ -55,6 +65,10 @@ class MemoryConfig:
     max_text_chars: int = 2_000_000
     embed_max_chars: int = 4000
     embed_batch_size: int = 64
+    denoiser: str = "none"
+    denoise_rate: float = 0.75
+    denoiser_model: str | None = None
+    denoiser_device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -93,6 +107,17 @@ class MemoryConfig:
             val = getattr(self, name)
             if not isinstance(val, (int, float)) or val < 0:
                 raise ConfigError(f"{name} must be a non-negative number, got {val!r}")
+        if self.denoiser not in _DENOISERS:
+            raise ConfigError(f"denoiser must be one of {_DENOISERS}, got {self.denoiser!r}")
+        rate = self.denoise_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= 1:
+            raise ConfigError(f"denoise_rate must be in (0, 1], got {rate!r}")
+        if self.denoiser_model is not None and (
+            not isinstance(self.denoiser_model, str) or not self.denoiser_model.strip()
+        ):
+            raise ConfigError("denoiser_model must be None or a model name or folder")
+        if not isinstance(self.denoiser_device, str) or not self.denoiser_device:
+            raise ConfigError("denoiser_device must be a torch device string such as 'cpu'")
         if self.max_session_turns is not None and self.max_session_turns < 1:
             raise ConfigError("max_session_turns must be None or >= 1")
         if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .compress import Denoiser, denoiser_name, fitted_on, make_denoiser
 from .config import MemoryConfig
 from .embed import Embedder, default_embedder
 from .errors import (
@@ -63,6 +64,29 @@ def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
 
 
+def _raw_key(turns: Sequence[Turn]) -> str:
+    """The undenoised key of a unit: its turns' texts, one per line."""
+    return "\n".join(t.text for t in turns)
+
+
+def _source_turns(mem: Memory, turns: Sequence[Turn]) -> list[Turn] | None:
+    """The session turns a memory was built from (by stored positions, else by turn ids)."""
+    pos = mem.metadata.get("positions")
+    if (
+        isinstance(pos, (list, tuple))
+        and len(pos) == 2
+        and all(isinstance(p, int) for p in pos)
+        and 0 <= pos[0] < pos[1] <= len(turns)
+    ):
+        span = list(turns[pos[0] : pos[1]])
+        if tuple(t.turn_id for t in span) == tuple(mem.turn_ids):
+            return span
+    by_id = {t.turn_id: t for t in turns}
+    if mem.turn_ids and all(tid in by_id for tid in mem.turn_ids):
+        return [by_id[tid] for tid in mem.turn_ids]
+    return None
+
+
 class ReflectiveMemory:
     """Long-term memory for many users, in one durable store.
 
@@ -76,6 +100,11 @@ class ReflectiveMemory:
         config: Settings; see `MemoryConfig`.
         segmenter: Cuts sessions into segments for the `segment` granularity (default: fixed
             windows of `config.segment_window` turns).
+        denoiser: Denoises memory keys before indexing (SeCom compression): `"none"`,
+            `"offline"`, `"llmlingua"` or any object with `denoise(texts)` (see
+            `shared.compress.Denoiser`). `None` uses `config.denoiser`. Only keys are denoised;
+            the LLM always gets the raw text. After changing it, `redenoise(user_id)` re-keys
+            a user's existing memories.
 
     Example:
         >>> from shared import ReflectiveMemory, HashingEmbedder
@@ -94,6 +123,7 @@ class ReflectiveMemory:
         llm: Any | None = None,
         config: MemoryConfig | None = None,
         segmenter: Segmenter | None = None,
+        denoiser: Denoiser | str | None = None,
     ) -> None:
         self.config = (config if config is not None else MemoryConfig()).validate()
         self.path = None if path is None else Path(path)
@@ -106,6 +136,13 @@ class ReflectiveMemory:
         self.llm: LLMClient | None = as_llm(llm)
         self.segmenter: Segmenter = (
             segmenter if segmenter is not None else FixedWindowSegmenter(self.config.segment_window)
+        )
+        cfg = self.config
+        self.denoiser: Denoiser | None = make_denoiser(
+            cfg.denoiser if denoiser is None else denoiser,
+            rate=cfg.denoise_rate,
+            model=cfg.denoiser_model,
+            device=cfg.denoiser_device,
         )
         self.indexes = IndexCache(
             self.store,
@@ -284,6 +321,7 @@ class ReflectiveMemory:
             raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
         turns = self.store.turns(user_id, session_id)
         drafts = self.build_units(turns)
+        self.denoise_keys(user_id, drafts)
         vectors = self._embed_keys([d.key for d in drafts])
         memories = self.store.replace_session_memories(
             user_id, session_id, _BASE_UNITS, drafts, vectors, self.embedder.name
@@ -335,7 +373,7 @@ class ReflectiveMemory:
         body = "\n".join(f"{t.role}: {t.text}" for t in turns)
         date = format_date(session_time) if self.config.date_prefix else ""
         text = f"[{date}]\n{body}" if date else body
-        key = "\n".join(t.text for t in turns)
+        key = _raw_key(turns)
         times = [t.timestamp for t in turns if t.timestamp is not None]
         return MemoryDraft(
             session_id=turns[0].session_id,
@@ -347,6 +385,110 @@ class ReflectiveMemory:
             end_time=times[-1] if times else None,
             metadata={"positions": [turns[0].position, turns[-1].position + 1]},
         )
+
+    # -- key denoising (SeCom compression) -------------------------------------------------
+    def denoise_keys(self, user_id: str, drafts: Sequence[MemoryDraft]) -> None:
+        """Replace each draft's key by its denoised form, in place (texts stay raw).
+
+        The denoiser is fitted (on a copy) to all stored turns of `user_id`, so corpus
+        statistics are the user's own. Each draft's metadata records the denoiser under
+        `key_denoiser`. If the denoiser fails, the raw keys are kept (and recorded as `none`);
+        a blank denoised key is replaced by the raw one.
+
+        Args:
+            user_id: Owner of the drafts.
+            drafts: Memory drafts of that user.
+        """
+        if not drafts:
+            return
+        keys = self._denoised([d.key for d in drafts], user_id)
+        name = denoiser_name(self.denoiser) if keys is not None else "none"
+        for i, draft in enumerate(drafts):
+            meta = dict(draft.metadata) if draft.metadata is not None else {}
+            meta["key_denoiser"] = name
+            draft.metadata = meta
+            if keys is not None and keys[i].strip():
+                draft.key = keys[i]
+
+    def _denoised(self, sources: list[str], user_id: str) -> list[str] | None:
+        """Denoised keys, or `None` when no denoiser is set or it failed."""
+        if self.denoiser is None:
+            return None
+        try:
+            fitted = fitted_on(self.denoiser, (t.text for t in self.store.turns(user_id)))
+            keys = fitted.denoise(list(sources))
+            if not isinstance(keys, list) or len(keys) != len(sources):
+                raise TypeError(f"denoise returned {type(keys).__name__} for {len(sources)} texts")
+            if not all(isinstance(k, str) for k in keys):
+                raise TypeError("denoise returned a non-str key")
+        except Exception:  # keys fall back to raw text; nothing is lost
+            logger.warning(
+                "denoiser %s failed for user %s; indexing raw keys",
+                denoiser_name(self.denoiser),
+                user_id,
+                exc_info=True,
+            )
+            return None
+        return keys
+
+    def redenoise(self, user_id: str, *, only_stale: bool = False) -> int:
+        """Re-key and re-embed a user's turn, session and segment units with the current denoiser.
+
+        Call this after changing the denoiser (or to refresh keys with statistics of the
+        user's whole history): each key is rebuilt from the stored raw turns, denoised, embedded
+        and written back in one transaction; ids, texts, times and provenance are unchanged.
+        Memories of other kinds (e.g. summaries) keep their keys.
+
+        Args:
+            user_id: Whose memories to re-key.
+            only_stale: Only memories whose recorded `key_denoiser` differs from the current one.
+
+        Returns:
+            The number of memories re-keyed.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        current = denoiser_name(self.denoiser)
+        by_session: dict[str, list[Memory]] = {}
+        for mem in self.store.memories(user_id):
+            if mem.granularity not in _BASE_UNITS:
+                continue
+            if only_stale and mem.metadata.get("key_denoiser", "none") == current:
+                continue
+            by_session.setdefault(mem.session_id, []).append(mem)
+        todo: list[Memory] = []
+        sources: list[str] = []
+        for session_id, mems in by_session.items():
+            turns = self.store.turns(user_id, session_id)
+            for mem in mems:
+                src = _source_turns(mem, turns)
+                if src is None:
+                    logger.warning("cannot rebuild the key of memory %s; left as is", mem.id)
+                    continue
+                todo.append(mem)
+                sources.append(_raw_key(src))
+        if not todo:
+            return 0
+        drafts = [
+            MemoryDraft(
+                session_id=m.session_id,
+                granularity=m.granularity,
+                text=m.text,
+                key=src,
+                turn_ids=m.turn_ids,
+                start_time=m.start_time,
+                end_time=m.end_time,
+                metadata=dict(m.metadata),
+                id=m.id,
+            )
+            for m, src in zip(todo, sources, strict=True)
+        ]
+        self.denoise_keys(user_id, drafts)
+        vectors = self._embed_keys([d.key for d in drafts])
+        self.store.upsert_memories(user_id, drafts, vectors, self.embedder.name)
+        self.indexes.invalidate(user_id)
+        logger.info("re-keyed %d memories of user %s with %s", len(drafts), user_id, current)
+        return len(drafts)
 
     # -- read path ------------------------------------------------------------------------
     def retrieve(

@@ -340,3 +340,161 @@ def test_tiktoken_cache_from_llama_index(monkeypatch):
     assert os.environ["TIKTOKEN_CACHE_DIR"] == folder
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "/somewhere/else")
     assert ensure_tiktoken_cache() == "/somewhere/else"
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine wiring
+# ---------------------------------------------------------------------------------------------
+
+from shared.config import MemoryConfig  # noqa: E402
+from shared.embed import HashingEmbedder  # noqa: E402
+from shared.engine import ReflectiveMemory  # noqa: E402
+
+SESSION = [
+    ("user", "um so yeah I finally adopted a beagle named Rex last week"),
+    ("assistant", "That is wonderful news! Beagles are really friendly and curious dogs."),
+    ("user", "honestly my sister Maria moved to Lisbon in March 2021 , she teaches chemistry"),
+    ("assistant", "Lisbon is a lovely city. I hope she enjoys teaching there."),
+]
+
+
+def _fill(mem: ReflectiveMemory, user: str = "ana", session: str = "s1", turns=SESSION):
+    for role, text in turns:
+        mem.add_turn(user, session, role, text, timestamp="2023/05/21 (Sun) 11:54")
+    return mem.end_session(user, session)
+
+
+def _engine(tmp_path=None, **cfg):
+    return ReflectiveMemory(
+        tmp_path,
+        embedder=HashingEmbedder(),
+        config=MemoryConfig(granularities=("turn", "segment"), segment_window=2, **cfg),
+    )
+
+
+def test_engine_offline_denoises_keys_only():
+    with _engine(denoiser="offline", denoise_rate=0.5) as mem:
+        mems = _fill(mem)
+        turns = mem.turns("ana", "s1")
+        assert len(mems) == 6
+        for m in mems:
+            src = [t for t in turns if t.turn_id in m.turn_ids]
+            raw_key = "\n".join(t.text for t in src)
+            assert m.key != raw_key
+            assert is_subsequence(m.key.split(), raw_key.split())
+            assert len(m.key.split()) == math.ceil(0.5 * len(raw_key.split()))
+            for t in src:  # the text stays raw
+                assert f"{t.role}: {t.text}" in m.text
+            assert m.metadata["key_denoiser"] == "offline(rate=0.5)"
+        hits = mem.retrieve("ana", "Where did Maria move?", k=2).hits
+        assert hits and "Lisbon" in hits[0].memory.text
+
+
+def test_engine_constructor_object_is_fitted_per_user():
+    seen: list[list[str]] = []
+
+    class Recording(OfflineDenoiser):
+        def fit(self, corpus):
+            seen.append(list(corpus))
+            return super().fit(corpus)
+
+    shared_denoiser = Recording(rate=0.75)
+    mem = ReflectiveMemory(
+        embedder=HashingEmbedder(),
+        config=MemoryConfig(granularities=("turn",)),
+        denoiser=shared_denoiser,
+    )
+    _fill(mem, "ana")
+    _fill(mem, "bob", turns=[("user", "I collect vintage cameras from Tokyo flea markets")])
+    assert shared_denoiser.counts_ is None  # the object itself never holds a user's stats
+    assert len(seen) == 2
+    assert "Rex" in " ".join(seen[0]) and "cameras" not in " ".join(seen[0])
+    assert "Rex" not in " ".join(seen[1])
+    assert mem.memories("bob")[0].metadata["key_denoiser"] == "offline(rate=0.75)"
+    mem.close()
+
+
+def test_engine_failing_denoiser_keeps_raw_keys(caplog):
+    class Broken:
+        name = "broken"
+
+        def denoise(self, texts):
+            raise RuntimeError("boom")
+
+    class Short:
+        def denoise(self, texts):
+            return ["x"]  # wrong length
+
+    for bad in (Broken(), Short()):
+        mem = ReflectiveMemory(
+            embedder=HashingEmbedder(), config=MemoryConfig(granularities=("turn",)), denoiser=bad
+        )
+        mems = _fill(mem)
+        assert [m.key for m in mems] == [t for _, t in SESSION]
+        assert all(m.metadata["key_denoiser"] == "none" for m in mems)
+        assert mem.retrieve("ana", "beagle", k=1).hits
+        mem.close()
+
+
+def test_engine_redenoise_rekeys_and_reembeds(tmp_path):
+    with _engine(tmp_path) as mem:
+        before = {m.id: m for m in _fill(mem)}
+        assert all(m.metadata["key_denoiser"] == "none" for m in before.values())
+    # Reopen with a new denoiser: old memories keep their raw keys until redenoise.
+    with _engine(tmp_path, denoiser="offline", denoise_rate=0.5) as mem:
+        assert {m.id: m.key for m in mem.memories("ana")} == {i: m.key for i, m in before.items()}
+        assert mem.redenoise("ana") == len(before)
+        after = {m.id: m for m in mem.memories("ana")}
+        assert set(after) == set(before)
+        for mid, m in after.items():
+            old = before[mid]
+            assert m.text == old.text and m.turn_ids == old.turn_ids
+            assert m.created_at == old.created_at
+            assert m.key != old.key and is_subsequence(m.key.split(), old.key.split())
+            assert m.metadata["key_denoiser"] == "offline(rate=0.5)"
+            assert m.metadata["positions"] == old.metadata["positions"]
+        ids, keys, blobs, models = mem.store.embeddings("ana")
+        emb = HashingEmbedder()
+        for mid, key, blob in zip(ids, keys, blobs, strict=True):
+            assert key == after[mid].key
+            assert np.allclose(np.frombuffer(blob, dtype=np.float32), emb.encode(key))
+        index = mem.indexes.get("ana")
+        assert sorted(index.keys) == sorted(m.key for m in after.values())
+        assert mem.redenoise("ana", only_stale=True) == 0
+        assert mem.redenoise("nobody") == 0
+    # Switching back to no denoising restores the raw keys exactly.
+    with _engine(tmp_path) as mem:
+        assert mem.redenoise("ana", only_stale=True) == len(before)
+        assert {m.id: m.key for m in mem.memories("ana")} == {i: m.key for i, m in before.items()}
+
+
+def test_engine_llmlingua_end_to_end(tiny_model):
+    turns = [("user", UNITS[0]), ("assistant", UNITS[2]), ("user", UNITS[1])]
+    cfg = MemoryConfig(
+        granularities=("turn",), denoiser="llmlingua", denoiser_model=tiny_model, denoise_rate=0.5
+    )
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
+        assert isinstance(mem.denoiser, LLMLinguaDenoiser)
+        mems = _fill(mem, turns=turns)
+        for m, (_, text) in zip(mems, turns, strict=True):
+            assert m.key != text
+            assert is_subsequence(_basic_tokens(m.key), _basic_tokens(text))
+            assert m.text.endswith(text)
+            assert m.metadata["key_denoiser"].startswith("llmlingua(")
+        assert mem.retrieve("ana", "sister Lisbon", k=1).hits
+
+
+def test_config_denoiser_validation():
+    for bad in (
+        {"denoiser": "zip"},
+        {"denoise_rate": 0},
+        {"denoise_rate": 2},
+        {"denoiser_model": ""},
+        {"denoiser_device": ""},
+    ):
+        with pytest.raises(ConfigError):
+            MemoryConfig(**bad)
+    cfg = MemoryConfig(denoiser="offline", denoise_rate=0.9)
+    assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError):
+        ReflectiveMemory(embedder=HashingEmbedder(), denoiser=object())  # type: ignore[arg-type]
