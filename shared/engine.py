@@ -24,6 +24,7 @@ from .config import MemoryConfig
 from .embed import Embedder, default_embedder
 from .errors import (
     InvalidInputError,
+    ModelLoadError,
     StoreClosedError,
     UnknownSessionError,
 )
@@ -415,17 +416,21 @@ class ReflectiveMemory:
         if self.denoiser is None:
             return None
         try:
-            fitted = fitted_on(self.denoiser, (t.text for t in self.store.turns(user_id)))
+            fitted = self.denoiser
+            if callable(getattr(fitted, "fit", None)):
+                fitted = fitted_on(fitted, [t.text for t in self.store.turns(user_id)])
             keys = fitted.denoise(list(sources))
             if not isinstance(keys, list) or len(keys) != len(sources):
                 raise TypeError(f"denoise returned {type(keys).__name__} for {len(sources)} texts")
             if not all(isinstance(k, str) for k in keys):
                 raise TypeError("denoise returned a non-str key")
-        except Exception:  # keys fall back to raw text; nothing is lost
-            logger.warning(
-                "denoiser %s failed for user %s; indexing raw keys",
+        except Exception as exc:  # keys fall back to raw text; nothing is lost
+            logger.log(
+                logging.ERROR if isinstance(exc, ModelLoadError) else logging.WARNING,
+                "denoiser %s failed for user %s; indexing raw keys (redenoise later): %s",
                 denoiser_name(self.denoiser),
                 user_id,
+                exc,
                 exc_info=True,
             )
             return None

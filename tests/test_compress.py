@@ -498,3 +498,17 @@ def test_config_denoiser_validation():
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ConfigError):
         ReflectiveMemory(embedder=HashingEmbedder(), denoiser=object())  # type: ignore[arg-type]
+
+
+def test_engine_unloadable_llmlingua_falls_back_and_logs(tmp_path, caplog):
+    cfg = MemoryConfig(
+        granularities=("turn",),
+        denoiser="llmlingua",
+        denoiser_model=str(tmp_path / "absent-bert-base-multilingual-cased"),
+    )
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
+        with caplog.at_level("ERROR", logger="shared.engine"):
+            mems = _fill(mem)
+        assert [m.key for m in mems] == [t for _, t in SESSION]
+        assert any("indexing raw keys" in r.getMessage() for r in caplog.records)
+        assert len(mem.turns("ana", "s1")) == len(SESSION)
