@@ -512,3 +512,21 @@ def test_engine_unloadable_llmlingua_falls_back_and_logs(tmp_path, caplog):
         assert [m.key for m in mems] == [t for _, t in SESSION]
         assert any("indexing raw keys" in r.getMessage() for r in caplog.records)
         assert len(mem.turns("ana", "s1")) == len(SESSION)
+
+
+def test_cli_redenoise(tmp_path, capsys, monkeypatch):
+    import shared.engine as engine_mod
+    from shared.cli import main
+
+    db = tmp_path / "db"
+    with ReflectiveMemory(db, embedder=HashingEmbedder()) as mem:
+        raw = {m.id: m.key for m in _fill(mem)}
+    # The CLI opens the store with the default embedder; keep the test offline and fast.
+    monkeypatch.setattr(engine_mod, "default_embedder", HashingEmbedder)
+    code = main(["redenoise", "--db", str(db), "--user", "ana", "--rate", "0.5"])
+    assert code == 0 and "re-keyed" in capsys.readouterr().out
+    with ReflectiveMemory(db, embedder=HashingEmbedder()) as mem:
+        after = {m.id: m.key for m in mem.memories("ana")}
+    assert set(after) == set(raw)
+    assert all(after[i] != raw[i] for i in raw)
+    assert main(["redenoise", "--db", str(db), "--user", "ana", "--rate", "2"]) == 2
