@@ -140,19 +140,21 @@ def _default_factory(
 
 
 def parse_denoiser(spec: str, model: str | None = None) -> Any:
-    """`none`, `offline[:rate]` or `llmlingua[:rate]` -> a value for `ReflectiveMemory(denoiser=)`.
+    """`default`, `none`, `offline[:rate]` or `llmlingua[:rate]` -> `ReflectiveMemory(denoiser=)`.
 
     Args:
         spec: Denoiser name, optionally with `:rate` (fraction kept, default 0.75).
         model: LLMLingua-2 model name or folder for `llmlingua`.
 
     Returns:
-        `"none"` or a denoiser object.
+        `None` (the config's default denoiser), `"none"` or a denoiser object.
 
     Raises:
         ConfigError: Unknown name or bad rate.
     """
     name, _, rate = spec.partition(":")
+    if name.strip() == "default":
+        return None
     if name.strip() == "none":
         return "none"
     try:
@@ -334,8 +336,9 @@ def register(bench: Any) -> None:
     )
     p.add_argument(
         "--denoiser",
-        default="none",
-        help="key denoiser: none, offline[:rate] or llmlingua[:rate] (rate = fraction kept)",
+        default="default",
+        help="key denoiser: default (MemoryConfig's), none, offline[:rate] or llmlingua[:rate] "
+        "(rate = fraction of each key kept)",
     )
     p.add_argument("--denoiser-model", default=None, help="LLMLingua-2 model name or folder")
     p.add_argument("--json", default=None, help="also write the summary as JSON here")

@@ -45,7 +45,10 @@ class MemoryConfig:
             download) or `llmlingua` (`shared.compress.LLMLinguaDenoiser` with
             `denoiser_model`). A denoiser object may be passed to `ReflectiveMemory` instead.
             After changing it, call `ReflectiveMemory.redenoise(user_id)` to re-key old memories.
-        denoise_rate: Fraction of each key kept by the denoiser, in (0, 1].
+            Default `offline` at rate 0.5: best setting of the ablation in BENCHMARKS.md
+            (`## Denoising`; a small sample, so the margin over `none` is modest).
+        denoise_rate: Fraction of each key kept by the denoiser, in (0, 1] (the SeCom paper
+            uses 0.75 with LLMLingua-2).
         denoiser_model: LLMLingua-2 model name or folder for `denoiser="llmlingua"` (`None`:
             `shared.compress.DEFAULT_LLMLINGUA_MODEL`).
         denoiser_device: Torch device for the LLMLingua-2 model.
@@ -65,8 +68,8 @@ class MemoryConfig:
     max_text_chars: int = 2_000_000
     embed_max_chars: int = 4000
     embed_batch_size: int = 64
-    denoiser: str = "none"
-    denoise_rate: float = 0.75
+    denoiser: str = "offline"
+    denoise_rate: float = 0.5
     denoiser_model: str | None = None
     denoiser_device: str = "cpu"
     extra: dict[str, Any] = field(default_factory=dict)

@@ -368,7 +368,9 @@ def _engine(tmp_path=None, **cfg):
     return ReflectiveMemory(
         tmp_path,
         embedder=HashingEmbedder(),
-        config=MemoryConfig(granularities=("turn", "segment"), segment_window=2, **cfg),
+        config=MemoryConfig(
+            granularities=("turn", "segment"), segment_window=2, **{"denoiser": "none", **cfg}
+        ),
     )
 
 
@@ -519,7 +521,7 @@ def test_cli_redenoise(tmp_path, capsys, monkeypatch):
     from shared.cli import main
 
     db = tmp_path / "db"
-    with ReflectiveMemory(db, embedder=HashingEmbedder()) as mem:
+    with ReflectiveMemory(db, embedder=HashingEmbedder(), denoiser="none") as mem:
         raw = {m.id: m.key for m in _fill(mem)}
     # The CLI opens the store with the default embedder; keep the test offline and fast.
     monkeypatch.setattr(engine_mod, "default_embedder", HashingEmbedder)
