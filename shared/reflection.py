@@ -123,8 +123,9 @@ def clean_keywords(
 
     Splits on commas, semicolons, slashes between spaces and new lines; strips bullets,
     numbering, quotes, brackets and trailing punctuation; drops empty and overlong items,
-    placeholders (`none`, `...`), items made only of stopwords, items whose every word is
-    already in the query, and duplicates (case-insensitive). Keeps at most `max_keywords`.
+    placeholders (`none`, `...`), single characters, items made only of stopwords, items
+    whose every word is already in the query, and duplicates (case-insensitive). Keeps at most
+    `max_keywords`.
 
     Example:
         >>> clean_keywords('1. "dog\'s name", , none, ..., Dog\'s Name; adoption date', "my dog")
@@ -144,7 +145,7 @@ def clean_keywords(
         text = " ".join(text.strip().strip("\"'`[](){}<>").strip(" .:!?").split())
         text = text.strip("\"'`")
         low = text.lower()
-        if not text or low in _JUNK or set(low) <= set(".-_ "):
+        if low in _JUNK or len(re.sub(r"\W", "", text)) < 2:
             continue
         if len(text) > _MAX_KEYWORD_CHARS or len(text.split()) > _MAX_KEYWORD_WORDS:
             continue
