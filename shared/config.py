@@ -39,6 +39,16 @@ class MemoryConfig:
         embed_max_chars: Texts are cut to this many characters before embedding; the stored
             text stays whole.
         embed_batch_size: Texts per embedding call when indexing.
+        conditional_memory: `end_session` also builds conditional `note` memories (context +
+            knowledge of the user utterances worth remembering; see `shared.conditional`).
+            With an LLM: one call per session (per `note_prompt_chars` of conversation);
+            without: an offline heuristic, no call.
+        note_prompt_chars: Conversation characters per note-making LLM call.
+        retrieval_views: Memory kinds `retrieve` searches (e.g. `("note", "segment")`), all in
+            one ranking that shares `k` / the budget; `None` searches every stored kind.
+        self_reflection: `retrieve` lets the LLM judge the memories and retrieve again with its
+            keywords when they do not suffice (see `shared.reflection`); needs an LLM.
+        self_reflection_rounds: Most judging rounds (LLM calls) per reflective retrieval.
     """
 
     granularities: tuple[str, ...] = ("segment",)
@@ -55,6 +65,11 @@ class MemoryConfig:
     max_text_chars: int = 2_000_000
     embed_max_chars: int = 4000
     embed_batch_size: int = 64
+    conditional_memory: bool = False
+    note_prompt_chars: int = 12_000
+    retrieval_views: tuple[str, ...] | None = None
+    self_reflection: bool = False
+    self_reflection_rounds: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -93,6 +108,23 @@ class MemoryConfig:
             val = getattr(self, name)
             if not isinstance(val, (int, float)) or val < 0:
                 raise ConfigError(f"{name} must be a non-negative number, got {val!r}")
+        if self.retrieval_views is not None:
+            if isinstance(self.retrieval_views, str):
+                self.retrieval_views = (self.retrieval_views,)
+            self.retrieval_views = tuple(self.retrieval_views)
+            bad = [v for v in self.retrieval_views if v not in GRANULARITIES]
+            if bad or not self.retrieval_views:
+                raise ConfigError(
+                    f"retrieval_views must name memory kinds from {GRANULARITIES}, "
+                    f"got {self.retrieval_views!r}"
+                )
+        for name in ("conditional_memory", "self_reflection"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False")
+        for name, low in (("note_prompt_chars", 500), ("self_reflection_rounds", 1)):
+            val = getattr(self, name)
+            if not isinstance(val, int) or isinstance(val, bool) or val < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {val!r}")
         if self.max_session_turns is not None and self.max_session_turns < 1:
             raise ConfigError("max_session_turns must be None or >= 1")
         if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:
@@ -103,6 +135,8 @@ class MemoryConfig:
         """Plain-dict form (JSON-serialisable)."""
         d = asdict(self)
         d["granularities"] = list(self.granularities)
+        if self.retrieval_views is not None:
+            d["retrieval_views"] = list(self.retrieval_views)
         return d
 
     @classmethod

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .conditional import store_session_notes
 from .config import MemoryConfig
 from .embed import Embedder, default_embedder
 from .errors import (
@@ -28,10 +29,11 @@ from .errors import (
 )
 from .index import IndexCache, UserIndex
 from .llm import LLMClient, as_llm, count_tokens
+from .reflection import engine_reflective_retrieve
 from .segment import FixedWindowSegmenter, Segmenter, check_spans
 from .store import MemoryDraft, SQLiteStore
 from .text import format_date, parse_timestamp
-from .types import Hit, Memory, Retrieval, Turn
+from .types import GRANULARITIES, Hit, Memory, Retrieval, Turn
 
 __all__ = ["ReflectiveMemory"]
 
@@ -288,6 +290,8 @@ class ReflectiveMemory:
         memories = self.store.replace_session_memories(
             user_id, session_id, _BASE_UNITS, drafts, vectors, self.embedder.name
         )
+        if self.config.conditional_memory:
+            memories = memories + store_session_notes(self, user_id, session_id, turns)
         logger.info(
             "session %s of user %s: %d turns -> %d memories",
             session_id,
@@ -357,6 +361,8 @@ class ReflectiveMemory:
         k: int | None = None,
         budget_tokens: int | None = None,
         mode: str | None = None,
+        views: Sequence[str] | None = None,
+        reflect: bool | None = None,
     ) -> Retrieval:
         """Rank a user's memories for a query.
 
@@ -370,6 +376,10 @@ class ReflectiveMemory:
                 hit that does not fit is skipped and smaller later hits may still fill the
                 budget. With `k` too, at most `k` hits.
             mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
+            views: Memory kinds to search (override `config.retrieval_views`), e.g.
+                `("note", "segment")`; one ranking across them shares `k` / the budget.
+            reflect: Override `config.self_reflection`: let the LLM judge the hits and retrieve
+                again with its keywords (`diagnostics["reflection"]` shows every round).
 
         Returns:
             The ranked `Retrieval` with diagnostics (timings in ms, candidate counts, path).
@@ -388,8 +398,16 @@ class ReflectiveMemory:
             raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
         if k is None and budget_tokens is None:
             k = self.config.default_k
+        views = self.config.retrieval_views if views is None else tuple(views)
+        if views is not None and (not views or any(v not in GRANULARITIES for v in views)):
+            raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
+        if self.config.self_reflection if reflect is None else reflect:
+            kw = {"k": k, "budget_tokens": budget_tokens, "mode": mode, "views": views}
+            return engine_reflective_retrieve(self, user_id, query, kw, t_start)
         timings: dict[str, float] = {}
         diagnostics: dict[str, Any] = {"path": mode, "timings_ms": timings}
+        if views is not None:
+            diagnostics["views"] = list(views)
         rid = uuid.uuid4().hex
         if self.store.version(user_id) == 0:
             diagnostics["index_size"] = 0
@@ -414,7 +432,9 @@ class ReflectiveMemory:
         n = min(len(index), max(want, self.config.candidate_k))
         while True:
             order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics)
-            hits, filled = self._cut(user_id, index, order, scores, k, budget_tokens, timings)
+            hits, filled = self._cut(
+                user_id, index, order, scores, k, budget_tokens, timings, views
+            )
             if filled or n >= len(index):
                 break
             n = min(len(index), n * 4)
@@ -476,6 +496,7 @@ class ReflectiveMemory:
         k: int | None,
         budget: int | None,
         timings: dict[str, float],
+        views: Sequence[str] | None = None,
     ) -> tuple[list[Hit], bool]:
         """Fetch memories in rank order until `k` hits or the budget is full.
 
@@ -492,6 +513,8 @@ class ReflectiveMemory:
             for j, p in enumerate(chunk):
                 mem = mems.get(index.ids[p])
                 if mem is None:  # deleted after the index was taken
+                    continue
+                if views is not None and mem.granularity not in views:
                     continue
                 sc = scores[s + j]
                 if budget is not None:

@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInputError, LLMError, LLMOutputError
 from .llm import LLMClient, count_tokens
 from .text import lexical_tokens
 from .types import Hit, Retrieval, Usage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import ReflectiveMemory
 
 __all__ = [
     "Reflection",
@@ -37,6 +41,7 @@ __all__ = [
     "clean_keywords",
     "reflective_retrieve",
     "SearchFn",
+    "engine_reflective_retrieve",
 ]
 
 logger = logging.getLogger(__name__)
@@ -393,6 +398,42 @@ def reflective_retrieve(
     rid = first.retrieval_id if isinstance(first, Retrieval) else ""
     uid = first.user_id if isinstance(first, Retrieval) and not user_id else user_id
     return Retrieval(uid, query, final, diagnostics, usage, rid)
+
+
+def engine_reflective_retrieve(
+    engine: ReflectiveMemory,
+    user_id: str,
+    query: str,
+    retrieve_kwargs: dict[str, Any],
+    t_start: float | None = None,
+) -> Retrieval:
+    """`reflective_retrieve` over a `ReflectiveMemory`, with its LLM and config.
+
+    This is what `ReflectiveMemory.retrieve(..., reflect=True)` runs.
+
+    Args:
+        engine: The memory engine.
+        user_id: Whose memories to search.
+        query: The query.
+        retrieve_kwargs: `k`, `budget_tokens`, `mode`, `views` for every round's retrieval.
+        t_start: `time.perf_counter()` at the start of the call, for the total timing.
+
+    Returns:
+        The merged `Retrieval`; `diagnostics["timings_ms"]["total"]` covers every round.
+    """
+    start = time.perf_counter() if t_start is None else t_start
+    out = reflective_retrieve(
+        lambda q: engine.retrieve(user_id, q, reflect=False, **retrieve_kwargs),
+        query,
+        engine.llm,
+        rounds=engine.config.self_reflection_rounds,
+        k=retrieve_kwargs.get("k"),
+        budget_tokens=retrieve_kwargs.get("budget_tokens"),
+        user_id=user_id,
+    )
+    out.diagnostics["timings_ms"] = dict(out.diagnostics.get("timings_ms", {}))
+    out.diagnostics["timings_ms"]["total"] = (time.perf_counter() - start) * 1000
+    return out
 
 
 def _ids(hits: Sequence[Hit]) -> list[str]:
