@@ -26,6 +26,7 @@ from .text import lexical_tokens
 __all__ = ["DenseIndex", "LexicalIndex", "UserIndex", "IndexCache"]
 
 logger = logging.getLogger(__name__)
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 class DenseIndex:
