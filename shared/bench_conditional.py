@@ -29,9 +29,10 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .bench import make_embedder
 from .conditional import build_note_drafts, heuristic_decisions
 from .config import MemoryConfig
-from .embed import Embedder, HashingEmbedder, default_embedder
+from .embed import Embedder
 from .engine import ReflectiveMemory
 from .errors import InvalidInputError
 from .llm import LLMClient
@@ -242,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"data": str(args.data)}
     result["memorize"] = memorize_stats(data, args.note_prompt_chars)
     if not args.skip_coverage:
-        embedder = HashingEmbedder() if args.embedder == "hashing" else default_embedder()
+        embedder = make_embedder(args.embedder, args.cache)
         result["coverage"] = coverage(
             data, embedder, segment_window=args.segment_window, candidates=args.candidates
         )
@@ -269,7 +270,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--segment-window", type=int, default=6)
     p.add_argument("--candidates", type=int, default=300, help="ranked units per view")
     p.add_argument("--note-prompt-chars", type=int, default=12_000)
-    p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
+    p.add_argument("--embedder", default="default", help="'default', 'hashing' or a model path")
+    p.add_argument(
+        "--cache",
+        default="~/.cache/reflective-memory/bench-embeddings.sqlite",
+        help="SQLite file caching embeddings across runs ('none' to disable)",
+    )
     p.add_argument("--skip-coverage", action="store_true", help="memorize statistics only")
     p.add_argument("--json", default=None, help="also write the results here")
 

@@ -57,7 +57,10 @@ def test_bench_runs_end_to_end_on_tiny_data(tmp_path, capsys):
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         json.dump([_question("q1"), _question("q2")], fh)
     out = tmp_path / "res.json"
-    assert main(["--data", str(path), "--embedder", "hashing", "--json", str(out)]) == 0
+    assert (
+        main(["--data", str(path), "--embedder", "hashing", "--cache", "none", "--json", str(out)])
+        == 0
+    )
     res = json.loads(out.read_text())
     m = res["memorize"]
     assert m["turns"] == 8 and m["user_turns"] == 4 and m["notes"] == 2
