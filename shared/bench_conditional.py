@@ -245,7 +245,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_coverage:
         embedder = make_embedder(args.embedder, args.cache)
         result["coverage"] = coverage(
-            data, embedder, segment_window=args.segment_window, candidates=args.candidates
+            data[:: max(args.coverage_every, 1)],
+            embedder,
+            segment_window=args.segment_window,
+            candidates=args.candidates,
         )
     text = _table(result)
     print(text)  # noqa: T201 - command output
@@ -267,6 +270,12 @@ def register(bench_subparsers: Any) -> None:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="longmemeval_s_dev100.json(.gz)")
     p.add_argument("--limit", type=int, default=None, help="first N questions only")
+    p.add_argument(
+        "--coverage-every",
+        type=int,
+        default=1,
+        help="coverage on every Nth question only (the memorize statistics use all)",
+    )
     p.add_argument("--segment-window", type=int, default=6)
     p.add_argument("--candidates", type=int, default=300, help="ranked units per view")
     p.add_argument("--note-prompt-chars", type=int, default=12_000)
