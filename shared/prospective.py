@@ -47,6 +47,7 @@ __all__ = [
     "ReflectionReport",
     "TopicBank",
     "InMemoryTopicBank",
+    "StoreTopicBank",
     "ProspectiveReflector",
     "build_extraction_prompt",
     "build_update_prompt",
@@ -212,6 +213,81 @@ class InMemoryTopicBank:
         """Store or replace `memory`, embedding its key."""
         self.memories[memory.id] = memory
         self._vecs[memory.id] = self.embedder.encode(memory.key).reshape(-1)
+
+
+class StoreTopicBank:
+    """The engine's `TopicBank`, over its store and index cache.
+
+    Topics are written to the store at once (durable) and searched in the user's dense index,
+    overlaid with the topics saved since the bank was made (so one session's topics see each
+    other without an index rebuild per topic).
+
+    Args:
+        store: The engine's store (`upsert_memories`, `memories`).
+        indexes: The engine's `IndexCache`.
+        embed: Embeds a list of keys into `(n, dim)` normalised vectors.
+        model: The embedder name recorded with the vectors.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        indexes: Any,
+        embed: Callable[[list[str]], np.ndarray],
+        model: str,
+    ) -> None:
+        self.store = store
+        self.indexes = indexes
+        self.embed = embed
+        self.model = model
+        self._overlay: dict[str, tuple[Memory, np.ndarray]] = {}
+        self._snapshots: dict[str, Any] = {}
+        self.saved: list[Memory] = []
+
+    def similar_topics(self, user_id: str, text: str, k: int) -> list[Memory]:
+        """The user's `k` topic memories with keys most similar to `text`."""
+        q = np.asarray(self.embed([text]), dtype=np.float32).reshape(-1)
+        scored: dict[str, tuple[float, Memory | None]] = {}
+        if user_id not in self._snapshots:
+            self._snapshots[user_id] = self.indexes.get(user_id)
+        index = self._snapshots[user_id]
+        topic_pos = [p for p, mid in enumerate(index.ids) if mid.startswith("topic-")]
+        if topic_pos:
+            sims = index.dense.vectors[topic_pos] @ q
+            for p, s in zip(topic_pos, sims.tolist(), strict=True):
+                scored[index.ids[p]] = (float(s), None)
+        for mid, (mem, vec) in self._overlay.items():
+            if mem.user_id == user_id:
+                scored[mid] = (float(vec @ q), mem)
+        best = sorted(scored, key=lambda m: -scored[m][0])[: max(k, 0)]
+        need = [m for m in best if scored[m][1] is None]
+        fetched = {m.id: m for m in self.store.memories(user_id, need)} if need else {}
+        out = []
+        for mid in best:
+            mem = scored[mid][1] or fetched.get(mid)
+            if mem is not None and mem.granularity == "topic" and mem.user_id == user_id:
+                out.append(mem)
+        return out
+
+    def save_topic(self, memory: Memory) -> None:
+        """Write the topic to the store (insert or replace by id) with its key embedding."""
+        from .store import MemoryDraft
+
+        vec = np.asarray(self.embed([memory.key]), dtype=np.float32)
+        draft = MemoryDraft(
+            session_id=memory.session_id,
+            granularity="topic",
+            text=memory.text,
+            key=memory.key,
+            turn_ids=memory.turn_ids,
+            start_time=memory.start_time,
+            end_time=memory.end_time,
+            metadata=memory.metadata,
+            id=memory.id,
+        )
+        (stored,) = self.store.upsert_memories(memory.user_id, [draft], vec, self.model)
+        self._overlay[stored.id] = (stored, vec.reshape(-1))
+        self.saved = [m for m in self.saved if m.id != stored.id] + [stored]
 
 
 # ---------------------------------------------------------------- prompts
