@@ -324,7 +324,10 @@ class RerankStage:
             rr = self.reranker(retrieval.user_id)
             rr.partial_fit(ep)
             rep = rr.last_fit_
-            self.save(retrieval.user_id)
+            if rep is not None and rep.updates:
+                # Saved after each update; episodes still buffered (< one batch) are saved with
+                # the next update, or by `save()` (e.g. on close).
+                self.save(retrieval.user_id)
         out.rewards = {
             retrieval.hits[h].memory.id: float(r) for h, r in zip(shown_hits, rewards, strict=True)
         }
