@@ -9,6 +9,7 @@ the ranking to `k` hits or a token budget.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -25,6 +26,7 @@ from .errors import (
     ConfigError,
     InvalidInputError,
     StoreClosedError,
+    UnknownMemoryError,
     UnknownSessionError,
 )
 from .index import IndexCache, UserIndex
@@ -34,7 +36,7 @@ from .retrospective import FeedbackResult, RerankStage
 from .segment import FixedWindowSegmenter, Segmenter, check_spans
 from .store import MemoryDraft, SQLiteStore
 from .text import format_date, parse_timestamp
-from .types import Hit, Memory, Retrieval, Turn
+from .types import GRANULARITIES, Hit, Memory, Retrieval, Turn
 
 __all__ = ["ReflectiveMemory"]
 
@@ -659,6 +661,112 @@ class ReflectiveMemory:
         n = self.store.delete_session(user_id, session_id)
         self.indexes.invalidate(user_id)
         return n
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """Delete some turns of a session (all of them when `turn_ids` is None).
+
+        The session's memories stay as they are until the session is ended again, which
+        rebuilds them from the turns that remain. Unknown turn ids are ignored.
+
+        Returns:
+            The deleted turns, in order.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("session_id", session_id)
+        if turn_ids is not None:
+            if isinstance(turn_ids, str):
+                raise InvalidInputError("turn_ids must be a list of turn ids, not a str")
+            turn_ids = [_check_id("turn_id", t) for t in turn_ids]
+        return self.store.delete_turns(user_id, session_id, turn_ids)
+
+    def put_memory(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        memory_id: str | None = None,
+        key: str | None = None,
+        granularity: str = "item",
+        session_id: str = "",
+        turn_ids: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> Memory:
+        """Store (or replace, by id) one memory written directly rather than built from turns.
+
+        Framework stores (a LangGraph `BaseStore`, say) keep their items this way. The memory is
+        indexed like any other and found by `retrieve`.
+
+        Args:
+            user_id: Owner.
+            text: What an LLM should read.
+            memory_id: Replace the memory with this id if it exists (else a new id is made).
+            key: Text to index (default: `text`).
+            granularity: Unit kind; `item` unless it is a `topic` or `note` written elsewhere.
+            session_id: Session it came from, if any.
+            turn_ids: Source turn ids, if any.
+            metadata: JSON-serialisable extra fields.
+
+        Returns:
+            The stored memory.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("text must be a non-empty str")
+        if key is not None and (not isinstance(key, str) or not key.strip()):
+            raise InvalidInputError("key must be None or a non-empty str")
+        if granularity not in GRANULARITIES:
+            raise InvalidInputError(f"granularity must be one of {GRANULARITIES}")
+        if memory_id is not None:
+            _check_id("memory_id", memory_id)
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise InvalidInputError("metadata must be a dict")
+            try:
+                json.dumps(metadata)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"metadata is not JSON-serialisable: {exc}") from exc
+        key = text if key is None else key
+        draft = MemoryDraft(
+            session_id=session_id,
+            granularity=granularity,
+            text=text,
+            key=key,
+            turn_ids=tuple(turn_ids),
+            metadata=dict(metadata) if metadata is not None else {},
+            id=memory_id,
+        )
+        (stored,) = self.store.upsert_memories(
+            user_id, [draft], self._embed_keys([key]), self.embedder.name
+        )
+        return stored
+
+    def get_memory(self, user_id: str, memory_id: str) -> Memory:
+        """One memory of a user by id.
+
+        Raises:
+            UnknownMemoryError: The user has no memory with that id.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("memory_id", memory_id)
+        found = self.store.memories(user_id, [memory_id])
+        if not found:
+            raise UnknownMemoryError(f"user {user_id!r} has no memory {memory_id!r}")
+        return found[0]
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        """Delete one memory of a user; return whether it existed."""
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("memory_id", memory_id)
+        return self.store.delete_memories(user_id, [memory_id]) > 0
 
     def users(self) -> list[str]:
         """Every user with stored turns or memories."""
