@@ -112,7 +112,9 @@ def _ingest(
     for q in tqdm(data, desc="ingest", unit="question"):
         user = q["question_id"]
         for sid, date, sess in _sessions(q, distractors, seed):
-            if mem.store.session(user, sid) is not None and sid not in mem.open_sessions(user):
+            if mem.store.session(user, sid) is not None:  # resumed run
+                if sid in mem.open_sessions(user):
+                    mem.end_session(user, sid)
                 continue
             turns = [
                 {
