@@ -406,8 +406,10 @@ class SQLiteStore:
             mid = d.id if d.id is not None else f"{d.granularity}-{uuid.uuid4().hex[:16]}"
             meta = d.metadata if d.metadata is not None else {}
             old = self.conn.execute(
-                "SELECT created_at FROM memories WHERE id=? AND user_id=?", (mid, user_id)
+                "SELECT created_at, user_id FROM memories WHERE id=?", (mid,)
             ).fetchone()
+            if old is not None and old[1] != user_id:
+                raise InvalidInputError(f"memory id {mid!r} belongs to another user")
             created = now if old is None else _dt(old[0])
             self.conn.execute(
                 "INSERT OR REPLACE INTO memories (id, user_id, session_id, granularity, text, key,"

@@ -80,8 +80,24 @@ def test_bench_command_accepts_a_locomo_file(tmp_path, capsys) -> None:
     f = tmp_path / "locomo.json"
     f.write_text(json.dumps(LOCOMO))
     out_json = tmp_path / "summary.json"
-    rc = main(["bench", "retrieval", "--data", str(f), "--embedder", "hashing", "--cache", "none",
-               "--units", "turn", "--budgets", "5,50", "--json", str(out_json)])
+    rc = main(
+        [
+            "bench",
+            "retrieval",
+            "--data",
+            str(f),
+            "--embedder",
+            "hashing",
+            "--cache",
+            "none",
+            "--units",
+            "turn",
+            "--budgets",
+            "5,50",
+            "--json",
+            str(out_json),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "| turn | hybrid |" in printed and "(1 conversations)" in printed

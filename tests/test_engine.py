@@ -233,3 +233,13 @@ def test_put_get_delete_memory_items(mem: ReflectiveMemory) -> None:
     assert mem.delete_memory("u", m.id) is True
     assert mem.delete_memory("u", m.id) is False
     assert mem.retrieve("u", "aisle seats", k=5).hits == []
+
+
+def test_memory_ids_cannot_cross_users(mem: ReflectiveMemory) -> None:
+    from shared import InvalidInputError
+
+    mem.put_memory("a", "Alice's secret note.", memory_id="m1")
+    with pytest.raises(InvalidInputError, match="belongs to another user"):
+        mem.put_memory("b", "Bob tries to take it.", memory_id="m1")
+    assert [m.text for m in mem.memories("a")] == ["Alice's secret note."]
+    assert mem.memories("b") == []
