@@ -3,6 +3,7 @@
 Importing this package imports no LangChain and no LlamaIndex.
 """
 
+from .compress import Denoiser, LLMLinguaDenoiser, OfflineDenoiser
 from .config import MemoryConfig
 from .embed import Embedder, HashingEmbedder, SentenceTransformerEmbedder, default_embedder
 from .engine import ReflectiveMemory
@@ -19,6 +20,8 @@ from .errors import (
     UnknownUserError,
 )
 from .llm import LLM, LLMClient, as_llm, count_tokens
+from .rerank import Reranker
+from .retrospective import FeedbackResult
 from .segment import FixedWindowSegmenter, Segmenter
 from .segment_embedding import EmbeddingSegmenter, TextTilingSegmenter
 from .segment_llm import LLMSegmenter
@@ -29,7 +32,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ReflectiveMemory",
+    "Reranker",
+    "FeedbackResult",
     "MemoryConfig",
+    "Denoiser",
+    "OfflineDenoiser",
+    "LLMLinguaDenoiser",
     "Embedder",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",

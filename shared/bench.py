@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from .compress import make_denoiser
 from .config import MemoryConfig
 from .embed import CachedEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .engine import ReflectiveMemory
+from .errors import ConfigError
 from .formats import Conversation, load_conversations
 from .segment import FixedWindowSegmenter
 from .types import Retrieval
@@ -120,13 +122,46 @@ class BenchResult:
         return out
 
 
-def _default_factory(unit: str, embedder: Embedder) -> ReflectiveMemory:
+def _default_factory(
+    unit: str, embedder: Embedder, denoiser: Any | None = None
+) -> ReflectiveMemory:
     if unit == "window":
         cfg = MemoryConfig(granularities=("segment",))
         return ReflectiveMemory(
-            None, embedder=embedder, config=cfg, segmenter=FixedWindowSegmenter(cfg.segment_window)
+            None,
+            embedder=embedder,
+            config=cfg,
+            segmenter=FixedWindowSegmenter(cfg.segment_window),
+            denoiser=denoiser,
         )
-    return ReflectiveMemory(None, embedder=embedder, config=MemoryConfig(granularities=(unit,)))
+    return ReflectiveMemory(
+        None, embedder=embedder, config=MemoryConfig(granularities=(unit,)), denoiser=denoiser
+    )
+
+
+def parse_denoiser(spec: str, model: str | None = None) -> Any:
+    """`default`, `none`, `offline[:rate]` or `llmlingua[:rate]` -> `ReflectiveMemory(denoiser=)`.
+
+    Args:
+        spec: Denoiser name, optionally with `:rate` (fraction kept, default 0.75).
+        model: LLMLingua-2 model name or folder for `llmlingua`.
+
+    Returns:
+        `None` (the config's default denoiser), `"none"` or a denoiser object.
+
+    Raises:
+        ConfigError: Unknown name or bad rate.
+    """
+    name, _, rate = spec.partition(":")
+    if name.strip() == "default":
+        return None
+    if name.strip() == "none":
+        return "none"
+    try:
+        value = float(rate) if rate else 0.75
+    except ValueError as exc:
+        raise ConfigError(f"bad denoiser rate in {spec!r}") from exc
+    return make_denoiser(name.strip(), rate=value, model=model)
 
 
 def run_retrieval_bench(
@@ -262,15 +297,17 @@ def _run(args: argparse.Namespace) -> int:
     if args.limit is not None:
         convs = convs[: args.limit]
     budgets = [int(b) for b in _split(args.budgets)]
+    denoiser = parse_denoiser(args.denoiser, args.denoiser_model)
     res = run_retrieval_bench(
         convs,
         embedder=make_embedder(args.embedder, args.cache),
         units=_split(args.units),
         modes=_split(args.modes),
         budgets=budgets,
+        memory_factory=lambda unit, emb: _default_factory(unit, emb, denoiser),
     )
     logger.info("bench retrieval done")
-    print(f"data: {args.data} ({len(convs)} conversations)")  # noqa: T201
+    print(f"data: {args.data} ({len(convs)} conversations), denoiser: {args.denoiser}")  # noqa: T201
     print(format_table(res, budgets))  # noqa: T201
     if args.json is not None:
         with open(args.json, "w") as fh:
@@ -297,5 +334,12 @@ def register(bench: Any) -> None:
         default="~/.cache/reflective-memory/bench-embeddings.sqlite",
         help="SQLite file caching embeddings across runs ('none' to disable)",
     )
+    p.add_argument(
+        "--denoiser",
+        default="default",
+        help="key denoiser: default (MemoryConfig's), none, offline[:rate] or llmlingua[:rate] "
+        "(rate = fraction of each key kept)",
+    )
+    p.add_argument("--denoiser-model", default=None, help="LLMLingua-2 model name or folder")
     p.add_argument("--json", default=None, help="also write the summary as JSON here")
     p.set_defaults(func=_run)

@@ -1,4 +1,4 @@
-"""The `reflective-memory` command: demo, ingest, search and benchmarks."""
+"""The `reflective-memory` command: demo, ingest, search, redenoise and benchmarks."""
 
 from __future__ import annotations
 
@@ -24,7 +24,12 @@ __all__ = ["main", "build_parser", "ingest_conversations", "BENCH_MODULES"]
 logger = logging.getLogger(__name__)
 
 #: Modules that add `bench` sub-commands through a `register(bench_subparsers)` function.
-BENCH_MODULES = ["shared.bench", "shared.bench_segmentation"]
+BENCH_MODULES = [
+    "shared.bench",
+    "shared.bench_conditional",
+    "shared.bench_feedback",
+    "shared.bench_segmentation",
+]
 
 
 def _out(text: str = "") -> None:
@@ -126,6 +131,14 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _redenoise(args: argparse.Namespace) -> int:
+    cfg = MemoryConfig(denoiser=args.denoiser, denoise_rate=args.rate, denoiser_model=args.model)
+    with ReflectiveMemory(args.db, config=cfg) as mem:
+        n = mem.redenoise(args.user, only_stale=args.only_stale)
+    _out(f"{args.user}: re-keyed and re-embedded {n} memories with {args.denoiser}")
+    return 0
+
+
 def _search(args: argparse.Namespace) -> int:
     with ReflectiveMemory(args.db) as mem:
         r = mem.retrieve(args.user, args.query, k=args.k)
@@ -198,6 +211,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_search)
 
     importlib.import_module("shared.bench_segmentation").register_segment_command(sub)
+
+    p = sub.add_parser(
+        "redenoise",
+        help="re-key and re-embed a user's memories with another key denoiser",
+        description="Rebuilds each turn/session/segment memory's key from its stored raw turns, "
+        "denoises it (SeCom compression) and re-embeds it. Texts and ids do not change.",
+    )
+    p.add_argument("--user", required=True, help="user id")
+    p.add_argument("--db", required=True, help="store directory")
+    p.add_argument("--denoiser", default="offline", choices=["none", "offline", "llmlingua"])
+    p.add_argument("--rate", type=float, default=0.75, help="fraction of each key kept")
+    p.add_argument("--model", default=None, help="LLMLingua-2 model name or folder")
+    p.add_argument("--only-stale", action="store_true", help="only keys made by another denoiser")
+    p.set_defaults(func=_redenoise)
 
     p = sub.add_parser("bench", help="benchmarks")
     bench = p.add_subparsers(dest="bench", required=True)

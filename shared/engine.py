@@ -20,16 +20,23 @@ from typing import Any
 
 import numpy as np
 
+from .compress import Denoiser, denoiser_name, fitted_on, make_denoiser
+from .conditional import store_session_notes
 from .config import MemoryConfig
 from .embed import Embedder, default_embedder
 from .errors import (
+    ConfigError,
     InvalidInputError,
+    ModelLoadError,
     StoreClosedError,
     UnknownMemoryError,
     UnknownSessionError,
 )
 from .index import IndexCache, UserIndex
 from .llm import LLMClient, as_llm, count_tokens
+from .prospective import ProspectiveReflector, ReflectionReport, StoreTopicBank
+from .reflection import engine_reflective_retrieve
+from .retrospective import FeedbackResult, RerankStage
 from .segment import Segmenter, check_spans
 from .segment_llm import segmenter_from_config
 from .store import MemoryDraft, SQLiteStore
@@ -66,6 +73,29 @@ def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
 
 
+def _raw_key(turns: Sequence[Turn]) -> str:
+    """The undenoised key of a unit: its turns' texts, one per line."""
+    return "\n".join(t.text for t in turns)
+
+
+def _source_turns(mem: Memory, turns: Sequence[Turn]) -> list[Turn] | None:
+    """The session turns a memory was built from (by stored positions, else by turn ids)."""
+    pos = mem.metadata.get("positions")
+    if (
+        isinstance(pos, (list, tuple))
+        and len(pos) == 2
+        and all(isinstance(p, int) for p in pos)
+        and 0 <= pos[0] < pos[1] <= len(turns)
+    ):
+        span = list(turns[pos[0] : pos[1]])
+        if tuple(t.turn_id for t in span) == tuple(mem.turn_ids):
+            return span
+    by_id = {t.turn_id: t for t in turns}
+    if mem.turn_ids and all(tid in by_id for tid in mem.turn_ids):
+        return [by_id[tid] for tid in mem.turn_ids]
+    return None
+
+
 class ReflectiveMemory:
     """Long-term memory for many users, in one durable store.
 
@@ -80,6 +110,11 @@ class ReflectiveMemory:
         segmenter: Cuts sessions into segments for the `segment` granularity (default: chosen by
             `config.segmenter`; `auto` is the LLM segmenter when `llm` is given, else the offline
             embedding segmenter).
+        denoiser: Denoises memory keys before indexing (SeCom compression): `"none"`,
+            `"offline"`, `"llmlingua"` or any object with `denoise(texts)` (see
+            `shared.compress.Denoiser`). `None` uses `config.denoiser`. Only keys are denoised;
+            the LLM always gets the raw text. After changing it, `redenoise(user_id)` re-keys
+            a user's existing memories.
 
     Example:
         >>> from shared import ReflectiveMemory, HashingEmbedder
@@ -98,6 +133,7 @@ class ReflectiveMemory:
         llm: Any | None = None,
         config: MemoryConfig | None = None,
         segmenter: Segmenter | None = None,
+        denoiser: Denoiser | str | None = None,
     ) -> None:
         self.config = (config if config is not None else MemoryConfig()).validate()
         self.path = None if path is None else Path(path)
@@ -113,11 +149,30 @@ class ReflectiveMemory:
             if segmenter is not None
             else segmenter_from_config(self.config, self.embedder, self.llm)
         )
+        cfg = self.config
+        self.denoiser: Denoiser | None = make_denoiser(
+            cfg.denoiser if denoiser is None else denoiser,
+            rate=cfg.denoise_rate,
+            model=cfg.denoiser_model,
+            device=cfg.denoiser_device,
+        )
         self.indexes = IndexCache(
             self.store,
             self.embedder,
             None if self.path is None else self.path / "index",
             batch_size=self.config.embed_batch_size,
+        )
+        # RMM: prospective reflection needs an LLM and the option; the reranker stage is local.
+        self.reflector: ProspectiveReflector | None = None
+        if self.llm is not None and self.config.prospective_reflection:
+            self.reflector = ProspectiveReflector(
+                self.llm,
+                merge_k=self.config.topic_merge_k,
+                speakers=self.config.topic_speakers,
+                date_prefix=self.config.date_prefix,
+            )
+        self.rerank_stage = RerankStage(
+            self.config, self.embedder, None if self.path is None else self.path / "rerankers"
         )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -290,10 +345,15 @@ class ReflectiveMemory:
             raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
         turns = self.store.turns(user_id, session_id)
         drafts = self.build_units(turns)
+        self.denoise_keys(user_id, drafts)
         vectors = self._embed_keys([d.key for d in drafts])
         memories = self.store.replace_session_memories(
             user_id, session_id, _BASE_UNITS, drafts, vectors, self.embedder.name
         )
+        if self.config.conditional_memory:
+            memories = memories + store_session_notes(self, user_id, session_id, turns)
+        if self.reflector is not None:
+            memories = memories + self._reflect(user_id, session_id, turns)
         logger.info(
             "session %s of user %s: %d turns -> %d memories",
             session_id,
@@ -302,6 +362,30 @@ class ReflectiveMemory:
             len(memories),
         )
         return memories
+
+    def _reflect(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> list[Memory]:
+        """RMM prospective reflection of a finished session; never fails `end_session`.
+
+        Returns the topic memories added or updated. The report (counts and LLM usage) is kept
+        in the store under `rmm.reflection/<user>/<session>`.
+        """
+        assert self.reflector is not None
+        bank = StoreTopicBank(self.store, self.indexes, self._embed_keys, self.embedder.name)
+        try:
+            report = self.reflector.reflect(user_id, session_id, turns, bank)
+        except Exception:  # session units are committed; topics can be rebuilt later
+            logger.exception("prospective reflection failed for session %s", session_id)
+            report = ReflectionReport()
+        try:
+            self.store.set_value(f"rmm.reflection/{user_id}/{session_id}", report.as_dict())
+        except Exception:
+            logger.exception("could not record the reflection report")
+        return list(bank.saved)
+
+    def reflection_report(self, user_id: str, session_id: str) -> dict[str, Any] | None:
+        """The last prospective-reflection report of a session (counts and LLM usage)."""
+        self._open()
+        return self.store.get_value(f"rmm.reflection/{user_id}/{session_id}")
 
     def _embed_keys(self, keys: list[str]) -> np.ndarray:
         cut = [k[: self.config.embed_max_chars] for k in keys]
@@ -341,7 +425,7 @@ class ReflectiveMemory:
         body = "\n".join(f"{t.role}: {t.text}" for t in turns)
         date = format_date(session_time) if self.config.date_prefix else ""
         text = f"[{date}]\n{body}" if date else body
-        key = "\n".join(t.text for t in turns)
+        key = _raw_key(turns)
         times = [t.timestamp for t in turns if t.timestamp is not None]
         return MemoryDraft(
             session_id=turns[0].session_id,
@@ -354,6 +438,114 @@ class ReflectiveMemory:
             metadata={"positions": [turns[0].position, turns[-1].position + 1]},
         )
 
+    # -- key denoising (SeCom compression) -------------------------------------------------
+    def denoise_keys(self, user_id: str, drafts: Sequence[MemoryDraft]) -> None:
+        """Replace each draft's key by its denoised form, in place (texts stay raw).
+
+        The denoiser is fitted (on a copy) to all stored turns of `user_id`, so corpus
+        statistics are the user's own. Each draft's metadata records the denoiser under
+        `key_denoiser`. If the denoiser fails, the raw keys are kept (and recorded as `none`);
+        a blank denoised key is replaced by the raw one.
+
+        Args:
+            user_id: Owner of the drafts.
+            drafts: Memory drafts of that user.
+        """
+        if not drafts:
+            return
+        keys = self._denoised([d.key for d in drafts], user_id)
+        name = denoiser_name(self.denoiser) if keys is not None else "none"
+        for i, draft in enumerate(drafts):
+            meta = dict(draft.metadata) if draft.metadata is not None else {}
+            meta["key_denoiser"] = name
+            draft.metadata = meta
+            if keys is not None and keys[i].strip():
+                draft.key = keys[i]
+
+    def _denoised(self, sources: list[str], user_id: str) -> list[str] | None:
+        """Denoised keys, or `None` when no denoiser is set or it failed."""
+        if self.denoiser is None:
+            return None
+        try:
+            fitted = self.denoiser
+            if callable(getattr(fitted, "fit", None)):
+                fitted = fitted_on(fitted, [t.text for t in self.store.turns(user_id)])
+            keys = fitted.denoise(list(sources))
+            if not isinstance(keys, list) or len(keys) != len(sources):
+                raise TypeError(f"denoise returned {type(keys).__name__} for {len(sources)} texts")
+            if not all(isinstance(k, str) for k in keys):
+                raise TypeError("denoise returned a non-str key")
+        except Exception as exc:  # keys fall back to raw text; nothing is lost
+            logger.log(
+                logging.ERROR if isinstance(exc, ModelLoadError) else logging.WARNING,
+                "denoiser %s failed for user %s; indexing raw keys (redenoise later): %s",
+                denoiser_name(self.denoiser),
+                user_id,
+                exc,
+                exc_info=True,
+            )
+            return None
+        return keys
+
+    def redenoise(self, user_id: str, *, only_stale: bool = False) -> int:
+        """Re-key and re-embed a user's turn, session and segment units with the current denoiser.
+
+        Call this after changing the denoiser (or to refresh keys with statistics of the
+        user's whole history): each key is rebuilt from the stored raw turns, denoised, embedded
+        and written back in one transaction; ids, texts, times and provenance are unchanged.
+        Memories of other kinds (e.g. summaries) keep their keys.
+
+        Args:
+            user_id: Whose memories to re-key.
+            only_stale: Only memories whose recorded `key_denoiser` differs from the current one.
+
+        Returns:
+            The number of memories re-keyed.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        current = denoiser_name(self.denoiser)
+        by_session: dict[str, list[Memory]] = {}
+        for mem in self.store.memories(user_id):
+            if mem.granularity not in _BASE_UNITS:
+                continue
+            if only_stale and mem.metadata.get("key_denoiser", "none") == current:
+                continue
+            by_session.setdefault(mem.session_id, []).append(mem)
+        todo: list[Memory] = []
+        sources: list[str] = []
+        for session_id, mems in by_session.items():
+            turns = self.store.turns(user_id, session_id)
+            for mem in mems:
+                src = _source_turns(mem, turns)
+                if src is None:
+                    logger.warning("cannot rebuild the key of memory %s; left as is", mem.id)
+                    continue
+                todo.append(mem)
+                sources.append(_raw_key(src))
+        if not todo:
+            return 0
+        drafts = [
+            MemoryDraft(
+                session_id=m.session_id,
+                granularity=m.granularity,
+                text=m.text,
+                key=src,
+                turn_ids=m.turn_ids,
+                start_time=m.start_time,
+                end_time=m.end_time,
+                metadata=dict(m.metadata),
+                id=m.id,
+            )
+            for m, src in zip(todo, sources, strict=True)
+        ]
+        self.denoise_keys(user_id, drafts)
+        vectors = self._embed_keys([d.key for d in drafts])
+        self.store.upsert_memories(user_id, drafts, vectors, self.embedder.name)
+        self.indexes.invalidate(user_id)
+        logger.info("re-keyed %d memories of user %s with %s", len(drafts), user_id, current)
+        return len(drafts)
+
     # -- read path ------------------------------------------------------------------------
     def retrieve(
         self,
@@ -363,6 +555,9 @@ class ReflectiveMemory:
         k: int | None = None,
         budget_tokens: int | None = None,
         mode: str | None = None,
+        views: Sequence[str] | None = None,
+        reflect: bool | None = None,
+        explore: bool | None = None,
     ) -> Retrieval:
         """Rank a user's memories for a query.
 
@@ -376,6 +571,12 @@ class ReflectiveMemory:
                 hit that does not fit is skipped and smaller later hits may still fill the
                 budget. With `k` too, at most `k` hits.
             mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
+            views: Memory kinds to search (override `config.retrieval_views`), e.g.
+                `("note", "segment")`; one ranking across them shares `k` / the budget.
+            reflect: Override `config.self_reflection`: let the LLM judge the hits and retrieve
+                again with its keywords (`diagnostics["reflection"]` shows every round).
+            explore: Sample the reranked top-M with Gumbel noise (for learning from feedback);
+                defaults to `config.rerank_explore`.
 
         Returns:
             The ranked `Retrieval` with diagnostics (timings in ms, candidate counts, path).
@@ -394,8 +595,17 @@ class ReflectiveMemory:
             raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
         if k is None and budget_tokens is None:
             k = self.config.default_k
+        views = self.config.retrieval_views if views is None else tuple(views)
+        if views is not None and (not views or any(v not in GRANULARITIES for v in views)):
+            raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
+        if self.config.self_reflection if reflect is None else reflect:
+            kw = {"k": k, "budget_tokens": budget_tokens, "mode": mode, "views": views}
+            kw["explore"] = explore
+            return engine_reflective_retrieve(self, user_id, query, kw, t_start)
         timings: dict[str, float] = {}
         diagnostics: dict[str, Any] = {"path": mode, "timings_ms": timings}
+        if views is not None:
+            diagnostics["views"] = list(views)
         rid = uuid.uuid4().hex
         if self.store.version(user_id) == 0:
             diagnostics["index_size"] = 0
@@ -417,10 +627,28 @@ class ReflectiveMemory:
             timings["embed"] = (time.perf_counter() - t0) * 1000
 
         want = k if k is not None else max(1, budget_tokens // 50)  # type: ignore[operator]
-        n = min(len(index), max(want, self.config.candidate_k))
+        n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
+        explore = self.config.rerank_explore if explore is None else bool(explore)
         while True:
             order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics)
-            hits, filled = self._cut(user_id, index, order, scores, k, budget_tokens, timings)
+            if self.config.rerank:
+                t0 = time.perf_counter()
+                if qvec is None:
+                    qvec = self.embedder.encode(query[: self.config.embed_max_chars])
+                order, scores = self.rerank_stage.apply(
+                    user_id,
+                    index,
+                    qvec,
+                    order,
+                    scores,
+                    explore=explore,
+                    retrieval_id=rid,
+                    diagnostics=diagnostics,
+                )
+                timings["rerank"] = (time.perf_counter() - t0) * 1000
+            hits, filled = self._cut(
+                user_id, index, order, scores, k, budget_tokens, timings, views
+            )
             if filled or n >= len(index):
                 break
             n = min(len(index), n * 4)
@@ -482,6 +710,7 @@ class ReflectiveMemory:
         k: int | None,
         budget: int | None,
         timings: dict[str, float],
+        views: Sequence[str] | None = None,
     ) -> tuple[list[Hit], bool]:
         """Fetch memories in rank order until `k` hits or the budget is full.
 
@@ -498,6 +727,8 @@ class ReflectiveMemory:
             for j, p in enumerate(chunk):
                 mem = mems.get(index.ids[p])
                 if mem is None:  # deleted after the index was taken
+                    continue
+                if views is not None and mem.granularity not in views:
                     continue
                 sc = scores[s + j]
                 if budget is not None:
@@ -517,6 +748,51 @@ class ReflectiveMemory:
                 break
         timings["fetch"] = (time.perf_counter() - t0) * 1000
         return hits, filled
+
+    # -- feedback (RMM retrospective reflection) -------------------------------------------
+    def feedback(
+        self,
+        retrieval: Retrieval,
+        answer: str | None = None,
+        *,
+        cited: Sequence[int] | None = None,
+    ) -> FeedbackResult:
+        """Learn from which retrieved memories an answer used.
+
+        Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
+        numbered by `shared.citations.build_answer_prompt(query, retrieval.hits)`. Each hit that
+        came from the reranked candidates gets reward +1 if cited and -1 if not; the episode
+        trains the reranker serving the retrieval's user (one update per `rerank_batch_size`
+        episodes), which is then saved under the store directory.
+
+        Args:
+            retrieval: The `Retrieval` the answer was generated from.
+            answer: The LLM's answer text; if it has no citation marker and
+                `config.attribution_fallback` is on, used memories are inferred by embedding
+                similarity (`config.attribution_threshold`) and the result is marked `inferred`.
+            cited: The cited hit positions, given directly instead of an answer.
+
+        Returns:
+            A `FeedbackResult` saying what was learned (or why nothing was).
+
+        Raises:
+            InvalidInputError: Neither `answer` nor `cited` given, or a cited position is no hit.
+            ConfigError: The reranker is disabled (`config.rerank` is False).
+        """
+        self._open()
+        if not self.config.rerank:
+            raise ConfigError("feedback trains the reranker; enable config.rerank")
+        return self.rerank_stage.feedback(retrieval, answer, cited, self.indexes.get)
+
+    async def afeedback(
+        self,
+        retrieval: Retrieval,
+        answer: str | None = None,
+        *,
+        cited: Sequence[int] | None = None,
+    ) -> FeedbackResult:
+        """Async twin of `feedback`."""
+        return await asyncio.to_thread(self.feedback, retrieval, answer, cited=cited)
 
     # -- listing and deletion -------------------------------------------------------------
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
@@ -545,6 +821,7 @@ class ReflectiveMemory:
         _check_id("user_id", user_id)
         n = self.store.delete_user(user_id)
         self.indexes.invalidate(user_id)
+        self.rerank_stage.forget(user_id)
         return n
 
     def delete_session(self, user_id: str, session_id: str) -> int:

@@ -91,7 +91,7 @@ def test_unknown_user_gets_an_empty_result(mem: ReflectiveMemory) -> None:
 
 
 def test_memory_fields_text_key_dates(embedder) -> None:
-    cfg = MemoryConfig(granularities=("session",))
+    cfg = MemoryConfig(granularities=("session",), denoiser="none")  # raw keys
     with ReflectiveMemory(embedder=embedder, config=cfg) as m:
         m.add_turn("u", "s", "user", "I moved to Berlin.", timestamp="2023/05/21 (Sun) 11:54")
         m.add_turn("u", "s", "assistant", "How is Berlin?", timestamp="2023/05/21 (Sun) 11:55")

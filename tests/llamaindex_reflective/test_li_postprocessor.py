@@ -145,6 +145,7 @@ def test_denoised_keys_score_but_text_stays(mem):
     out = noisy.postprocess_nodes(_nodes(), query_str="Pixel dog")
     assert out[0].node.node_id not in {"n1", "n3"}
     assert out[0].node.get_content() in TEXTS
+    mem.denoiser = None  # neither the postprocessor nor the memory has a denoiser
     with pytest.raises(ConfigError):
         ReflectiveNodePostprocessor(memory=mem, user_id="ana", denoise=True)
 
