@@ -138,3 +138,22 @@ def test_explicit_segmenter_wins():
     with ReflectiveMemory(embedder=HashingEmbedder(64), segmenter=FixedWindowSegmenter(3)) as mem:
         memories = fill(mem)
         assert [len(m.turn_ids) for m in memories] == [3, 3, 3, 1]
+
+
+@pytest.mark.integration
+def test_minilm_segmenter_splits_clear_topic_changes():
+    from shared.embed import default_embedder
+
+    seg = EmbeddingSegmenter(default_embedder(), unit="turn")
+    texts = [
+        "I adopted a puppy last week.",
+        "What breed is it?",
+        "A beagle, she loves chewing shoes.",
+        "Beagles are very energetic dogs.",
+        "Do you know a good recipe for lasagna?",
+        "Layer pasta sheets with ragu and bechamel.",
+        "Should I use fresh or dried pasta?",
+        "Fresh pasta sheets cook faster in the oven.",
+    ]
+    spans = seg.segment_texts(texts)
+    assert (0, 4) in spans or 4 in {a for a, _ in spans}
