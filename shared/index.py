@@ -26,7 +26,6 @@ from .text import lexical_tokens
 __all__ = ["DenseIndex", "LexicalIndex", "UserIndex", "IndexCache"]
 
 logger = logging.getLogger(__name__)
-logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 class DenseIndex:
@@ -87,6 +86,8 @@ class LexicalIndex:
 
     def __init__(self, keys: list[str]) -> None:
         import bm25s
+
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it sets DEBUG on import
 
         self.size = len(keys)
         self._bm25: Any | None = None
