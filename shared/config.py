@@ -74,9 +74,18 @@ class MemoryConfig:
                     f"(all kinds: {GRANULARITIES})"
                 )
         if self.retrieval_mode not in _MODES:
-            raise ConfigError(f"retrieval_mode must be one of {_MODES}, got {self.retrieval_mode!r}")
-        for name in ("segment_window", "rrf_k", "default_k", "candidate_k", "max_text_chars",
-                     "embed_max_chars", "embed_batch_size"):
+            raise ConfigError(
+                f"retrieval_mode must be one of {_MODES}, got {self.retrieval_mode!r}"
+            )
+        for name in (
+            "segment_window",
+            "rrf_k",
+            "default_k",
+            "candidate_k",
+            "max_text_chars",
+            "embed_max_chars",
+            "embed_batch_size",
+        ):
             val = getattr(self, name)
             if not isinstance(val, int) or isinstance(val, bool) or val < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {val!r}")

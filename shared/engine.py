@@ -1,0 +1,581 @@
+"""`ReflectiveMemory`: the orchestrator every adapter calls.
+
+Write path: `add_turn` commits a turn at once; `end_session` turns a session into memory units
+(turns, whole sessions or topical segments), embeds their keys and indexes them.
+Read path: `retrieve` ranks a user's memories for a query (dense cosine fused with BM25) and cuts
+the ranking to `k` hits or a token budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import MemoryConfig
+from .embed import Embedder, default_embedder
+from .errors import (
+    InvalidInputError,
+    StoreClosedError,
+    UnknownSessionError,
+)
+from .index import IndexCache, UserIndex
+from .llm import LLMClient, as_llm, count_tokens
+from .segment import FixedWindowSegmenter, Segmenter, check_spans
+from .store import MemoryDraft, SQLiteStore
+from .text import format_date, parse_timestamp
+from .types import Hit, Memory, Retrieval, Turn
+
+__all__ = ["ReflectiveMemory"]
+
+logger = logging.getLogger(__name__)
+
+_BASE_UNITS = ("turn", "session", "segment")
+_MAX_ID_CHARS = 512
+
+
+def _check_id(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInputError(f"{name} must not be empty")
+    if len(value) > _MAX_ID_CHARS:
+        raise InvalidInputError(f"{name} is longer than {_MAX_ID_CHARS} characters")
+    return value
+
+
+def _check_positive(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidInputError(f"{name} must be a positive integer or None, got {value!r}")
+    return value
+
+
+def _comparable(a: datetime, b: datetime) -> bool:
+    return (a.tzinfo is None) == (b.tzinfo is None)
+
+
+class ReflectiveMemory:
+    """Long-term memory for many users, in one durable store.
+
+    Args:
+        path: `None` keeps everything in memory; a directory holds the SQLite database
+            (`memory.sqlite3`) and the index cache files (`index/`). Reopening the directory
+            restores everything.
+        embedder: Any `Embedder`; defaults to the bundled offline all-MiniLM-L6-v2.
+        llm: Optional LLM (a callable `prompt -> str` or an object with `complete`). Every
+            LLM-backed step falls back to its offline counterpart without it.
+        config: Settings; see `MemoryConfig`.
+        segmenter: Cuts sessions into segments for the `segment` granularity (default: fixed
+            windows of `config.segment_window` turns).
+
+    Example:
+        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        ...     _ = mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")
+        ...     _ = mem.end_session("ana", "s1")
+        ...     mem.retrieve("ana", "What is my dog called?").hits[0].memory.turn_ids
+        ('s1:0',)
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        embedder: Embedder | None = None,
+        llm: Any | None = None,
+        config: MemoryConfig | None = None,
+        segmenter: Segmenter | None = None,
+    ) -> None:
+        self.config = (config if config is not None else MemoryConfig()).validate()
+        self.path = None if path is None else Path(path)
+        if self.path is not None:
+            if self.path.exists() and not self.path.is_dir():
+                raise InvalidInputError(f"path {str(self.path)!r} exists and is not a directory")
+            self.path.mkdir(parents=True, exist_ok=True)
+        self.store = SQLiteStore(None if self.path is None else self.path / "memory.sqlite3")
+        self.embedder: Embedder = embedder if embedder is not None else default_embedder()
+        self.llm: LLMClient | None = as_llm(llm)
+        self.segmenter: Segmenter = (
+            segmenter if segmenter is not None else FixedWindowSegmenter(self.config.segment_window)
+        )
+        self.indexes = IndexCache(
+            self.store,
+            self.embedder,
+            None if self.path is None else self.path / "index",
+            batch_size=self.config.embed_batch_size,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the store; later calls raise `StoreClosedError`. Idempotent."""
+        self.store.close()
+
+    def __enter__(self) -> ReflectiveMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        if self.store.closed:
+            raise StoreClosedError("this ReflectiveMemory is closed; open a new one")
+
+    # -- write path -----------------------------------------------------------------------
+    def _turn_record(
+        self,
+        user_id: Any,
+        session_id: Any,
+        role: Any,
+        text: Any,
+        timestamp: Any,
+        turn_id: Any,
+    ) -> dict[str, Any]:
+        _check_id("user_id", user_id)
+        _check_id("session_id", session_id)
+        _check_id("role", role)
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
+        if not text.strip():
+            raise InvalidInputError("text must not be empty or whitespace")
+        if len(text) > self.config.max_text_chars:
+            raise InvalidInputError(
+                f"text has {len(text)} characters, more than max_text_chars="
+                f"{self.config.max_text_chars}"
+            )
+        if turn_id is not None:
+            _check_id("turn_id", turn_id)
+        return {
+            "user_id": user_id,
+            "session_id": session_id,
+            "role": role,
+            "text": text,
+            "timestamp": parse_timestamp(timestamp),
+            "turn_id": turn_id,
+        }
+
+    def add_turn(
+        self,
+        user_id: str,
+        session_id: str,
+        role: str,
+        text: str,
+        *,
+        timestamp: datetime | str | float | None = None,
+        turn_id: str | None = None,
+    ) -> Turn:
+        """Store one utterance durably (committed before this returns).
+
+        Args:
+            user_id: Owner of the conversation.
+            session_id: The session; a new id opens a new session.
+            role: `user`, `assistant`, `system` or any speaker label.
+            text: The utterance (stored whole, however long).
+            timestamp: When it was said (datetime, Unix seconds, or a date string).
+            turn_id: Your own id for the turn, kept in every memory's provenance.
+
+        Returns:
+            The stored `Turn`.
+
+        Raises:
+            InvalidInputError: An argument is empty, of the wrong type, or a duplicate turn id.
+        """
+        return self.add_turns(
+            [
+                {
+                    "user_id": user_id,
+                    "session_id": session_id,
+                    "role": role,
+                    "text": text,
+                    "timestamp": timestamp,
+                    "turn_id": turn_id,
+                }
+            ]
+        )[0]
+
+    def add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
+        """Store many turns in one transaction (all or none).
+
+        Args:
+            turns: Dicts with the keyword arguments of `add_turn` (`user_id`, `session_id`,
+                `role`, `text`, optional `timestamp`, `turn_id`).
+
+        Returns:
+            The stored turns, in order.
+        """
+        self._open()
+        records = []
+        for t in turns:
+            if not isinstance(t, dict):
+                raise InvalidInputError(f"each turn must be a dict, got {type(t).__name__}")
+            unknown = set(t) - {"user_id", "session_id", "role", "text", "timestamp", "turn_id"}
+            if unknown:
+                raise InvalidInputError(f"unknown turn fields: {sorted(unknown)}")
+            records.append(
+                self._turn_record(
+                    t.get("user_id"),
+                    t.get("session_id"),
+                    t.get("role"),
+                    t.get("text"),
+                    t.get("timestamp"),
+                    t.get("turn_id"),
+                )
+            )
+        stored = self.store.add_turns(records)
+        self._auto_end(stored)
+        return stored
+
+    def _auto_end(self, stored: Sequence[Turn]) -> None:
+        """End sessions that hit the turn cap or went idle (never fails the write)."""
+        cfg = self.config
+        if cfg.max_session_turns is None and cfg.session_idle_seconds is None:
+            return
+        done: set[tuple[str, str]] = set()
+        for turn in stored:
+            key = (turn.user_id, turn.session_id)
+            try:
+                if cfg.max_session_turns is not None and key not in done:
+                    info = self.store.session(*key)
+                    if info is not None and info.n_turns >= cfg.max_session_turns:
+                        self.end_session(*key)
+                        done.add(key)
+                if cfg.session_idle_seconds is not None and turn.timestamp is not None:
+                    for info in self.store.sessions(turn.user_id, status="open"):
+                        other = (info.user_id, info.session_id)
+                        last = info.last_time
+                        if other == key or other in done or last is None:
+                            continue
+                        if not _comparable(last, turn.timestamp):
+                            continue
+                        idle = (turn.timestamp - last).total_seconds()
+                        if idle > cfg.session_idle_seconds:
+                            self.end_session(*other)
+                            done.add(other)
+            except Exception:  # the turns are committed; memory building can be retried
+                logger.exception("automatic end of session failed for %s", key)
+
+    def end_session(self, user_id: str, session_id: str) -> list[Memory]:
+        """Turn a session's turns into memories and index them.
+
+        Ending a session again (for instance after more turns arrived) rebuilds its units.
+
+        Args:
+            user_id: Owner.
+            session_id: The session.
+
+        Returns:
+            The memories built from the session.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("session_id", session_id)
+        if self.store.session(user_id, session_id) is None:
+            raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+        turns = self.store.turns(user_id, session_id)
+        drafts = self.build_units(turns)
+        vectors = self._embed_keys([d.key for d in drafts])
+        memories = self.store.replace_session_memories(
+            user_id, session_id, _BASE_UNITS, drafts, vectors, self.embedder.name
+        )
+        logger.info(
+            "session %s of user %s: %d turns -> %d memories",
+            session_id,
+            user_id,
+            len(turns),
+            len(memories),
+        )
+        return memories
+
+    def _embed_keys(self, keys: list[str]) -> np.ndarray:
+        cut = [k[: self.config.embed_max_chars] for k in keys]
+        if not cut:
+            return np.zeros((0, self.embedder.dim), np.float32)
+        bs = max(self.config.embed_batch_size, 1) * 16
+        parts = [self.embedder.encode(cut[i : i + bs]) for i in range(0, len(cut), bs)]
+        return np.vstack(parts).astype(np.float32)
+
+    def build_units(self, turns: Sequence[Turn]) -> list[MemoryDraft]:
+        """Memory units of one session for every configured granularity (not yet stored).
+
+        Args:
+            turns: The session's turns, in order.
+
+        Returns:
+            Drafts whose `text` is the raw turns (with the session date first when known) and
+            whose `key` is the text that gets indexed.
+        """
+        if not turns:
+            return []
+        drafts: list[MemoryDraft] = []
+        for granularity in self.config.granularities:
+            if granularity == "turn":
+                spans = [(i, i + 1) for i in range(len(turns))]
+            elif granularity == "session":
+                spans = [(0, len(turns))]
+            else:
+                spans = check_spans(self.segmenter.segment(turns), len(turns))
+            for start, end in spans:
+                drafts.append(self._draft(granularity, turns[start:end], turns[0].timestamp))
+        return drafts
+
+    def _draft(
+        self, granularity: str, turns: Sequence[Turn], session_time: datetime | None
+    ) -> MemoryDraft:
+        body = "\n".join(f"{t.role}: {t.text}" for t in turns)
+        date = format_date(session_time) if self.config.date_prefix else ""
+        text = f"[{date}]\n{body}" if date else body
+        key = "\n".join(t.text for t in turns)
+        times = [t.timestamp for t in turns if t.timestamp is not None]
+        return MemoryDraft(
+            session_id=turns[0].session_id,
+            granularity=granularity,
+            text=text,
+            key=key,
+            turn_ids=tuple(t.turn_id for t in turns),
+            start_time=times[0] if times else None,
+            end_time=times[-1] if times else None,
+            metadata={"positions": [turns[0].position, turns[-1].position + 1]},
+        )
+
+    # -- read path ------------------------------------------------------------------------
+    def retrieve(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        k: int | None = None,
+        budget_tokens: int | None = None,
+        mode: str | None = None,
+    ) -> Retrieval:
+        """Rank a user's memories for a query.
+
+        Args:
+            user_id: Whose memories to search (an unknown user gets an empty result).
+            query: The query text.
+            k: Number of hits (may be as large as the user's memory count). Defaults to
+                `config.default_k` when `budget_tokens` is not given either.
+            budget_tokens: Pack hits in rank order while their texts fit this many tokens
+                (counted by `shared.llm.count_tokens`: one per word or punctuation mark); a
+                hit that does not fit is skipped and smaller later hits may still fill the
+                budget. With `k` too, at most `k` hits.
+            mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
+
+        Returns:
+            The ranked `Retrieval` with diagnostics (timings in ms, candidate counts, path).
+        """
+        self._open()
+        t_start = time.perf_counter()
+        _check_id("user_id", user_id)
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
+        if not query.strip():
+            raise InvalidInputError("query must not be empty or whitespace")
+        k = _check_positive("k", k)
+        budget_tokens = _check_positive("budget_tokens", budget_tokens)
+        mode = self.config.retrieval_mode if mode is None else mode
+        if mode not in ("hybrid", "dense", "lexical"):
+            raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
+        if k is None and budget_tokens is None:
+            k = self.config.default_k
+        timings: dict[str, float] = {}
+        diagnostics: dict[str, Any] = {"path": mode, "timings_ms": timings}
+        rid = uuid.uuid4().hex
+        if self.store.version(user_id) == 0:
+            diagnostics["index_size"] = 0
+            timings["total"] = (time.perf_counter() - t_start) * 1000
+            return Retrieval(user_id, query, [], diagnostics, retrieval_id=rid)
+
+        t0 = time.perf_counter()
+        index = self.indexes.get(user_id)
+        timings["index"] = (time.perf_counter() - t0) * 1000
+        diagnostics["index_size"] = len(index)
+        if len(index) == 0:
+            timings["total"] = (time.perf_counter() - t_start) * 1000
+            return Retrieval(user_id, query, [], diagnostics, retrieval_id=rid)
+
+        qvec = None
+        if mode != "lexical":
+            t0 = time.perf_counter()
+            qvec = self.embedder.encode(query[: self.config.embed_max_chars])
+            timings["embed"] = (time.perf_counter() - t0) * 1000
+
+        want = k if k is not None else max(1, budget_tokens // 50)  # type: ignore[operator]
+        n = min(len(index), max(want, self.config.candidate_k))
+        while True:
+            order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics)
+            hits, filled = self._cut(user_id, index, order, scores, k, budget_tokens, timings)
+            if filled or n >= len(index):
+                break
+            n = min(len(index), n * 4)
+        timings["total"] = (time.perf_counter() - t_start) * 1000
+        return Retrieval(user_id, query, hits, diagnostics, retrieval_id=rid)
+
+    def _rank(
+        self,
+        index: UserIndex,
+        query: str,
+        qvec: np.ndarray | None,
+        n: int,
+        mode: str,
+        timings: dict[str, float],
+        diagnostics: dict[str, Any],
+    ) -> tuple[list[int], list[dict[str, float]]]:
+        """Rank positions of `index`: dense, lexical, or their reciprocal-rank fusion."""
+        cfg = self.config
+        dense_pos: np.ndarray = np.zeros(0, np.int64)
+        dense_sc: np.ndarray = np.zeros(0, np.float32)
+        lex_pos: np.ndarray = np.zeros(0, np.int64)
+        lex_sc: np.ndarray = np.zeros(0, np.float32)
+        if mode != "lexical":
+            t0 = time.perf_counter()
+            s, p = index.dense.search(qvec, n)  # type: ignore[arg-type]
+            keep = p[0] >= 0
+            dense_pos, dense_sc = p[0][keep], s[0][keep]
+            timings["dense"] = (time.perf_counter() - t0) * 1000
+        if mode != "dense":
+            t0 = time.perf_counter()
+            lex_sc, lex_pos = index.lexical.search(query, n)
+            timings["lexical"] = (time.perf_counter() - t0) * 1000
+        diagnostics["candidates"] = {"dense": int(len(dense_pos)), "lexical": int(len(lex_pos))}
+        if mode == "dense":
+            return dense_pos.tolist(), [{"dense": float(x)} for x in dense_sc]
+        if mode == "lexical":
+            return lex_pos.tolist(), [{"lexical": float(x)} for x in lex_sc]
+        t0 = time.perf_counter()
+        fused: dict[int, dict[str, float]] = {}
+        for weight, name, pos, sc in (
+            (cfg.dense_weight, "dense", dense_pos, dense_sc),
+            (cfg.lexical_weight, "lexical", lex_pos, lex_sc),
+        ):
+            for rank, (p, s) in enumerate(zip(pos.tolist(), sc.tolist(), strict=True)):
+                entry = fused.setdefault(p, {"fused": 0.0})
+                entry[name] = float(s)
+                entry["fused"] += weight / (cfg.rrf_k + rank + 1)
+        order = sorted(fused, key=lambda p: (-fused[p]["fused"], -fused[p].get("dense", -1.0)))
+        diagnostics["candidates"]["fused"] = len(order)
+        timings["fuse"] = (time.perf_counter() - t0) * 1000
+        return order, [fused[p] for p in order]
+
+    def _cut(
+        self,
+        user_id: str,
+        index: UserIndex,
+        order: list[int],
+        scores: list[dict[str, float]],
+        k: int | None,
+        budget: int | None,
+        timings: dict[str, float],
+    ) -> tuple[list[Hit], bool]:
+        """Fetch memories in rank order until `k` hits or the budget is full.
+
+        Returns the hits and whether the cut was reached (False: ran out of candidates).
+        """
+        t0 = time.perf_counter()
+        hits: list[Hit] = []
+        used = 0
+        filled = False
+        step = 64
+        for s in range(0, len(order), step):
+            chunk = order[s : s + step]
+            mems = {m.id: m for m in self.store.memories(user_id, [index.ids[p] for p in chunk])}
+            for j, p in enumerate(chunk):
+                mem = mems.get(index.ids[p])
+                if mem is None:  # deleted after the index was taken
+                    continue
+                sc = scores[s + j]
+                if budget is not None:
+                    cost = count_tokens(mem.text)
+                    if used + cost > budget:
+                        if budget - used < 10:
+                            filled = True
+                            break
+                        continue
+                    used += cost
+                main = sc.get("fused", sc.get("dense", sc.get("lexical", 0.0)))
+                hits.append(Hit(mem, float(main), len(hits), dict(sc)))
+                if k is not None and len(hits) >= k:
+                    filled = True
+                    break
+            if filled:
+                break
+        timings["fetch"] = (time.perf_counter() - t0) * 1000
+        return hits, filled
+
+    # -- listing and deletion -------------------------------------------------------------
+    def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
+        """Stored turns of a user, or of one session, in order (unknown ids give `[]`)."""
+        self._open()
+        _check_id("user_id", user_id)
+        if session_id is not None:
+            _check_id("session_id", session_id)
+        return self.store.turns(user_id, session_id)
+
+    def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
+        """A user's memories (all of them, or the given ids in that order)."""
+        self._open()
+        _check_id("user_id", user_id)
+        return self.store.memories(user_id, ids)
+
+    def open_sessions(self, user_id: str) -> list[str]:
+        """Ids of the user's sessions that have turns not yet turned into memories."""
+        self._open()
+        _check_id("user_id", user_id)
+        return [s.session_id for s in self.store.sessions(user_id, status="open")]
+
+    def delete_user(self, user_id: str) -> int:
+        """Delete every turn and memory of a user; return the number of turns deleted."""
+        self._open()
+        _check_id("user_id", user_id)
+        n = self.store.delete_user(user_id)
+        self.indexes.invalidate(user_id)
+        return n
+
+    def delete_session(self, user_id: str, session_id: str) -> int:
+        """Delete a session's turns and memories; return the number of turns deleted.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("session_id", session_id)
+        n = self.store.delete_session(user_id, session_id)
+        self.indexes.invalidate(user_id)
+        return n
+
+    def users(self) -> list[str]:
+        """Every user with stored turns or memories."""
+        self._open()
+        return self.store.users()
+
+    def stats(self, user_id: str) -> dict[str, Any]:
+        """Counts of a user's turns, sessions (open ones too) and memories by granularity."""
+        self._open()
+        _check_id("user_id", user_id)
+        return self.store.count(user_id)
+
+    # -- async twins ----------------------------------------------------------------------
+    async def aadd_turn(
+        self, user_id: str, session_id: str, role: str, text: str, **kw: Any
+    ) -> Turn:
+        """Async twin of `add_turn`."""
+        return await asyncio.to_thread(self.add_turn, user_id, session_id, role, text, **kw)
+
+    async def aend_session(self, user_id: str, session_id: str) -> list[Memory]:
+        """Async twin of `end_session`."""
+        return await asyncio.to_thread(self.end_session, user_id, session_id)
+
+    async def aretrieve(self, user_id: str, query: str, **kw: Any) -> Retrieval:
+        """Async twin of `retrieve`."""
+        return await asyncio.to_thread(self.retrieve, user_id, query, **kw)
