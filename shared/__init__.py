@@ -19,6 +19,7 @@ from .errors import (
     UnknownUserError,
 )
 from .llm import LLM, LLMClient, as_llm, count_tokens
+from .recall import RecallConfig, calibrate_gate
 from .segment import FixedWindowSegmenter, Segmenter
 from .types import Hit, Memory, Retrieval, Turn, Usage
 
@@ -27,6 +28,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ReflectiveMemory",
     "MemoryConfig",
+    "RecallConfig",
+    "calibrate_gate",
     "Embedder",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
+from .index import ANN_KINDS, AnnSettings
+from .recall import RecallConfig
 from .types import GRANULARITIES
 
 __all__ = ["MemoryConfig"]
@@ -39,6 +41,13 @@ class MemoryConfig:
         embed_max_chars: Texts are cut to this many characters before embedding; the stored
             text stays whole.
         embed_batch_size: Texts per embedding call when indexing.
+        recall: RF-Mem parameters of the dense stage (`shared.recall.RecallConfig`: mode
+            `rfmem` / `familiarity` / `recollection`, λ, θ_high, θ_low, τ, B, F, R, α, ...); a
+            dict of its fields is accepted. Override per call with `retrieve(..., recall=...)`.
+        ann_threshold: Users with more memories than this are searched with an approximate
+            index (`None`: always exact).
+        ann_index: `ivf` or `hnsw`.
+        ann_probe: IVF lists visited per query (`ivf`) or HNSW search breadth (`hnsw`).
     """
 
     granularities: tuple[str, ...] = ("segment",)
@@ -55,6 +64,10 @@ class MemoryConfig:
     max_text_chars: int = 2_000_000
     embed_max_chars: int = 4000
     embed_batch_size: int = 64
+    recall: RecallConfig = field(default_factory=RecallConfig)
+    ann_threshold: int | None = 50_000
+    ann_index: str = "ivf"
+    ann_probe: int = 32
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -93,11 +106,27 @@ class MemoryConfig:
             val = getattr(self, name)
             if not isinstance(val, (int, float)) or val < 0:
                 raise ConfigError(f"{name} must be a non-negative number, got {val!r}")
+        if isinstance(self.recall, dict):
+            self.recall = RecallConfig.from_dict(self.recall)
+        if not isinstance(self.recall, RecallConfig):
+            raise ConfigError(f"recall must be a RecallConfig or a dict, got {self.recall!r}")
+        if self.ann_index not in ANN_KINDS:
+            raise ConfigError(f"ann_index must be one of {ANN_KINDS}, got {self.ann_index!r}")
+        self.ann_settings()
         if self.max_session_turns is not None and self.max_session_turns < 1:
             raise ConfigError("max_session_turns must be None or >= 1")
         if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:
             raise ConfigError("session_idle_seconds must be None or > 0")
         return self
+
+    def ann_settings(self) -> AnnSettings:
+        """The exact/approximate switch as `shared.index.AnnSettings`."""
+        return AnnSettings(
+            threshold=self.ann_threshold,
+            kind=self.ann_index,
+            nprobe=self.ann_probe,
+            ef_search=self.ann_probe if self.ann_index == "hnsw" else 64,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-serialisable)."""

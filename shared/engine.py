@@ -2,8 +2,8 @@
 
 Write path: `add_turn` commits a turn at once; `end_session` turns a session into memory units
 (turns, whole sessions or topical segments), embeds their keys and indexes them.
-Read path: `retrieve` ranks a user's memories for a query (dense cosine fused with BM25) and cuts
-the ranking to `k` hits or a token budget.
+Read path: `retrieve` ranks a user's memories for a query (RF-Mem adaptive dense retrieval, fused
+with BM25 by reciprocal rank) and cuts the ranking to `k` hits or a token budget.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from .errors import (
 )
 from .index import IndexCache, UserIndex
 from .llm import LLMClient, as_llm, count_tokens
+from .recall import RecallConfig
+from .recall import recall as rf_recall
 from .segment import FixedWindowSegmenter, Segmenter, check_spans
 from .store import MemoryDraft, SQLiteStore
 from .text import format_date, parse_timestamp
@@ -112,6 +114,7 @@ class ReflectiveMemory:
             self.embedder,
             None if self.path is None else self.path / "index",
             batch_size=self.config.embed_batch_size,
+            ann=self.config.ann_settings(),
         )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -357,6 +360,7 @@ class ReflectiveMemory:
         k: int | None = None,
         budget_tokens: int | None = None,
         mode: str | None = None,
+        recall: RecallConfig | dict[str, Any] | None = None,
     ) -> Retrieval:
         """Rank a user's memories for a query.
 
@@ -370,9 +374,14 @@ class ReflectiveMemory:
                 hit that does not fit is skipped and smaller later hits may still fill the
                 budget. With `k` too, at most `k` hits.
             mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
+            recall: RF-Mem settings for this call: a `RecallConfig`, or a dict of fields that
+                override `config.recall` (e.g. `{"mode": "familiarity"}` or `{"alpha": 0.3}`).
 
         Returns:
-            The ranked `Retrieval` with diagnostics (timings in ms, candidate counts, path).
+            The ranked `Retrieval`. Its diagnostics hold `mode`, the dense `path` taken
+            (`familiarity` / `recollection`; `lexical` in lexical mode), the gate's
+            `mean_score` and `entropy`, recollection `rounds` and `hits_per_round`, the full
+            RF-Mem record under `recall`, candidate counts and timings in ms.
         """
         self._open()
         t_start = time.perf_counter()
@@ -386,10 +395,24 @@ class ReflectiveMemory:
         mode = self.config.retrieval_mode if mode is None else mode
         if mode not in ("hybrid", "dense", "lexical"):
             raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
+        if recall is None:
+            rcfg = self.config.recall
+        elif isinstance(recall, RecallConfig):
+            rcfg = recall
+        elif isinstance(recall, dict):
+            rcfg = self.config.recall.replace(**recall)
+        else:
+            raise InvalidInputError(
+                f"recall must be a RecallConfig, a dict or None, got {type(recall).__name__}"
+            )
         if k is None and budget_tokens is None:
             k = self.config.default_k
         timings: dict[str, float] = {}
-        diagnostics: dict[str, Any] = {"path": mode, "timings_ms": timings}
+        diagnostics: dict[str, Any] = {
+            "mode": mode,
+            "path": "lexical" if mode == "lexical" else "empty",
+            "timings_ms": timings,
+        }
         rid = uuid.uuid4().hex
         if self.store.version(user_id) == 0:
             diagnostics["index_size"] = 0
@@ -413,7 +436,7 @@ class ReflectiveMemory:
         want = k if k is not None else max(1, budget_tokens // 50)  # type: ignore[operator]
         n = min(len(index), max(want, self.config.candidate_k))
         while True:
-            order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics)
+            order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics, rcfg)
             hits, filled = self._cut(user_id, index, order, scores, k, budget_tokens, timings)
             if filled or n >= len(index):
                 break
@@ -430,8 +453,9 @@ class ReflectiveMemory:
         mode: str,
         timings: dict[str, float],
         diagnostics: dict[str, Any],
+        rcfg: RecallConfig,
     ) -> tuple[list[int], list[dict[str, float]]]:
-        """Rank positions of `index`: dense, lexical, or their reciprocal-rank fusion."""
+        """Rank positions of `index`: dense (RF-Mem), lexical, or their reciprocal-rank fusion."""
         cfg = self.config
         dense_pos: np.ndarray = np.zeros(0, np.int64)
         dense_sc: np.ndarray = np.zeros(0, np.float32)
@@ -439,9 +463,13 @@ class ReflectiveMemory:
         lex_sc: np.ndarray = np.zeros(0, np.float32)
         if mode != "lexical":
             t0 = time.perf_counter()
-            s, p = index.dense.search(qvec, n)  # type: ignore[arg-type]
-            keep = p[0] >= 0
-            dense_pos, dense_sc = p[0][keep], s[0][keep]
+            res = rf_recall(index.dense, qvec, n, rcfg)  # type: ignore[arg-type]
+            dense_pos, dense_sc = res.positions, res.cosine
+            rd = res.diagnostics()
+            diagnostics["recall"] = rd
+            diagnostics["ann"] = index.dense.kind
+            for key in ("path", "mean_score", "entropy", "rounds", "hits_per_round"):
+                diagnostics[key] = rd[key]
             timings["dense"] = (time.perf_counter() - t0) * 1000
         if mode != "dense":
             t0 = time.perf_counter()

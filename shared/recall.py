@@ -165,8 +165,9 @@ class _VectorsAdapter:
 def as_vector_index(index: Any) -> VectorIndex:
     """Return `index` as a `VectorIndex`.
 
-    Accepts an object that already has `vectors(positions)`, one with `reconstruct_batch`
-    (a faiss index), or one with an `embeddings` / `matrix` array attribute.
+    Accepts an object that already has `vectors(positions)`, one with a `vectors` /
+    `embeddings` / `matrix` array attribute (like `shared.index.DenseIndex`), or one with
+    `reconstruct_batch` (a faiss index).
 
     Raises:
         InvalidInputError: If the object cannot search or its vectors cannot be read.
@@ -176,8 +177,11 @@ def as_vector_index(index: Any) -> VectorIndex:
             f"{type(index).__name__} is not a vector index: it needs `search(queries, n)` "
             "and `ntotal`"
         )
-    if callable(getattr(index, "vectors", None)):
+    vecs = getattr(index, "vectors", None)
+    if callable(vecs):
         return index
+    if isinstance(vecs, np.ndarray):  # e.g. `shared.index.DenseIndex`
+        return _VectorsAdapter(index, lambda p, m=vecs: m[p])
     if callable(getattr(index, "reconstruct_batch", None)):
         return _VectorsAdapter(index, index.reconstruct_batch)
     for attr in ("embeddings", "matrix"):
