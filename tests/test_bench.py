@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from shared import HashingEmbedder
+from shared.bench import coverage_at_budget, format_table, run_retrieval_bench, session_recall
+from shared.formats import Conversation, Question, SessionData
+from shared.types import Hit, Memory, Retrieval
+
+NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def _hit(i: int, text: str, turn_ids: tuple[str, ...], session: str) -> Hit:
+    m = Memory(f"m{i}", "u", session, "turn", text, text, turn_ids, NOW, NOW)
+    return Hit(m, 1.0 - i / 10, i)
+
+
+def test_coverage_packs_in_rank_order_and_skips_what_does_not_fit() -> None:
+    r = Retrieval(
+        "u",
+        "q",
+        [
+            _hit(0, "one two three", ("a",), "s1"),
+            _hit(1, "w " * 10, ("b",), "s2"),
+            _hit(2, "four five", ("c",), "s1"),
+        ],
+    )
+    assert coverage_at_budget(r, {"a", "c"}, 5) == (1.0, 5)
+    assert coverage_at_budget(r, {"b"}, 5) == (0.0, 5)
+    assert coverage_at_budget(r, {"a", "b"}, 13) == (1.0, 13)
+    assert coverage_at_budget(r, {"a", "b", "c"}, 3) == (1 / 3, 3)
+    assert session_recall(r, {"s2"}, 1) == (0.0, 0.0)
+    assert session_recall(r, {"s1", "s2"}, 2) == (1.0, 1.0)
+
+
+def test_bench_runs_end_to_end_on_a_small_conversation() -> None:
+    sessions = [
+        SessionData(
+            "s1",
+            [
+                {"role": "user", "text": "I play the cello in an orchestra.", "turn_id": "t1"},
+                {"role": "assistant", "text": "Nice, which pieces?", "turn_id": "t2"},
+            ],
+        ),
+        SessionData(
+            "s2", [{"role": "user", "text": "My flat in Porto has a balcony.", "turn_id": "t3"}]
+        ),
+    ]
+    conv = Conversation(
+        "u",
+        sessions,
+        [
+            Question(
+                "Which instrument do I play, the cello?", evidence=["t1"], evidence_sessions=["s1"]
+            )
+        ],
+    )
+    res = run_retrieval_bench(
+        [conv],
+        embedder=HashingEmbedder(64),
+        units=("turn", "session"),
+        budgets=(10, 100),
+        progress=False,
+    )
+    s = res.summary()
+    assert s["coverage"]["turn/hybrid/10"] == 1.0
+    assert s["coverage"]["session/dense/100"] == 1.0
+    assert s["coverage"]["session/dense/10"] == 0.0  # the session unit is longer than 10 words
+    assert s["session_recall"]["turn/dense/any@5"] == 1.0
+    table = format_table(res, (10, 100))
+    assert "| turn | hybrid | 1.000 |" in table

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shared.cli import build_parser, main
+
+
+def test_every_command_has_help(capsys) -> None:
+    for argv in (
+        ["--help"],
+        ["demo", "--help"],
+        ["ingest", "--help"],
+        ["search", "--help"],
+        ["bench", "--help"],
+        ["bench", "retrieval", "--help"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(argv)
+        assert exc.value.code == 0
+        assert "usage: reflective-memory" in capsys.readouterr().out
+
+
+def test_errors_are_reported_not_raised(tmp_path, capsys) -> None:
+    rc = main(["ingest", str(tmp_path / "missing.json"), "--user", "u", "--db", str(tmp_path)])
+    assert rc == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_ingest_then_search_json(tmp_path, capsys) -> None:
+    data = {
+        "format": "reflective-memory/v1",
+        "sessions": [
+            {
+                "session_id": "s1",
+                "date": "2024-02-01T10:00:00",
+                "turns": [
+                    {"role": "user", "text": "I adopted a grey cat called Miso.", "turn_id": "a"},
+                    {"role": "assistant", "text": "Miso is a lovely name!", "turn_id": "b"},
+                ],
+            },
+            {
+                "session_id": "s2",
+                "turns": [{"role": "user", "text": "My brother lives in Toronto.", "turn_id": "c"}],
+            },
+        ],
+    }
+    f = tmp_path / "conv.json"
+    f.write_text(json.dumps(data))
+    db = str(tmp_path / "db")
+    assert main(["ingest", str(f), "--user", "kim", "--db", db, "--quiet"]) == 0
+    assert "kim: 3 turns" in capsys.readouterr().out
+    assert main(["search", "what is my cat called?", "--user", "kim", "--db", db, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hits"][0]["turn_ids"][0] == "a"
+    assert out["hits"][0]["session_id"] == "s1"
+
+
+@pytest.mark.integration
+def test_demo_runs_offline_and_finds_evidence(capsys) -> None:
+    assert main(["demo", "--quiet", "--questions", "6"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("Q: ") == 6
+    assert "session=" in out and "turns=" in out and " ms]" in out
+    found = int(out.strip().splitlines()[-1].split("/")[0])
+    assert found >= 4
