@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import json
 import logging
+import os
 import resource
 import sys
 import time
@@ -225,6 +226,7 @@ def run_latency_bench(
             "vectors_mb": corpus.nbytes / 2**20,
             "rss_mb": rss1,
             "rss_delta_mb": rss1 - rss0,
+            "load_avg_1m": os.getloadavg()[0],
             "methods": {},
         }
         if index.kind != "exact":
@@ -275,8 +277,8 @@ def format_latency_table(rows: Sequence[dict[str, Any]]) -> str:
     lines += [
         "",
         "| memories | index | build s | vectors MiB | RSS after build MiB | RSS growth MiB "
-        "| ANN recall@k vs exact |",
-        "|---|---|---|---|---|---|---|",
+        "| ANN recall@k vs exact | load avg (1 min) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         rec = r.get("ann_recall_at_k")
@@ -284,7 +286,7 @@ def format_latency_table(rows: Sequence[dict[str, Any]]) -> str:
             f"| {r['size']:,} | {r['index']} | {r['build_s']:.1f} | {r['vectors_mb']:.0f} "
             f"| {r['rss_mb']:.0f} | {r['rss_delta_mb']:.0f} | "
             + ("-" if rec is None else f"{rec:.3f}")
-            + " |"
+            + f" | {r['load_avg_1m']:.1f} |"
         )
     return "\n".join(lines)
 
