@@ -96,6 +96,9 @@ class BenchResult:
         default_factory=lambda: defaultdict(list)
     )
     paths: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    signals: dict[tuple[str, str], list[tuple[float, float]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     ingest: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     units: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     questions: int = 0
@@ -116,6 +119,10 @@ class BenchResult:
         }
         out["recollection_share"] = {
             f"{u}/{m}": v.count("recollection") / len(v) for (u, m), v in sorted(self.paths.items())
+        }
+        out["gate_signals"] = {
+            f"{u}/{m}": {"mean_score": [a for a, _ in v], "entropy": [b for _, b in v]}
+            for (u, m), v in sorted(self.signals.items())
         }
         out["ingest_turns_per_s"] = {
             u: float(sum(v[1::2]) / max(sum(v[0::2]), 1e-9)) for u, v in self.ingest.items()
@@ -203,6 +210,10 @@ def run_retrieval_bench(
                     top = mem.retrieve(conv.user_id, q.question, k=10, mode=base_mode, **kw)
                     res.latency_ms[(unit, mode)].append((time.perf_counter() - t1) * 1000)
                     res.paths[(unit, mode)].append(str(top.diagnostics.get("path")))
+                    if top.diagnostics.get("mean_score") is not None:
+                        res.signals[(unit, mode)].append(
+                            (top.diagnostics["mean_score"], top.diagnostics["entropy"])
+                        )
                     ranking = mem.retrieve(
                         conv.user_id, q.question, k=n_units, mode=base_mode, **kw
                     )
