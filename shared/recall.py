@@ -461,6 +461,7 @@ def recollect(
     query: np.ndarray,
     k: int,
     config: RecallConfig | None = None,
+    probe: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, RecollectionTrace]:
     """Algorithm 3: retrieve → cluster → α-mix → iterate.
 
@@ -476,6 +477,9 @@ def recollect(
         query: Query vector `(d,)` (normalised here).
         k: Items wanted.
         config: Parameters (`beam`, `fanout`, `rounds`, `alpha`, `rescore`, `kmeans`, `seed`).
+        probe: Positions of an exact-same-index top-n search for `query` already made (the
+            gate's probe); round 0 reuses its first `B · F` instead of searching again when
+            it holds that many (or the whole index).
 
     Returns:
         `(positions, scores, cosine, trace)`: positions best first, their ranking scores (see
@@ -493,9 +497,12 @@ def recollect(
     bag: dict[int, float] = {}  # insertion-ordered: position -> branch score
     for r in range(cfg.rounds):
         n = (cfg.beam + r) * cfg.fanout
-        queries = np.stack(beam).astype(np.float32)
-        _, pos = idx.search(queries, n)
-        trace.searches += len(beam)
+        if r == 0 and probe is not None and (len(probe) >= n or len(probe) == idx.ntotal):
+            pos = np.asarray(probe[:n], dtype=np.int64)[None, :]
+        else:
+            queries = np.stack(beam).astype(np.float32)
+            _, pos = idx.search(queries, n)
+            trace.searches += len(beam)
         flat = np.unique(pos[pos >= 0])
         if flat.size == 0:
             break
@@ -585,7 +592,7 @@ def recall(
     trace = RecollectionTrace()
     filled = 0
     if path == "recollection":
-        pos, scores, cos, trace = recollect(idx, x_t, k, cfg)
+        pos, scores, cos, trace = recollect(idx, x_t, k, cfg, probe=probe_p)
         if cfg.fill and len(pos) < k:
             have = set(pos.tolist())
             extra = [i for i, q in enumerate(probe_p.tolist()) if q not in have][: k - len(pos)]

@@ -316,3 +316,16 @@ def test_calibrate_gate_from_index_and_from_queries():
     assert real.n == 50
     with pytest.raises(InvalidInputError):
         calibrate_gate(ArrayIndex(np.zeros((0, 16), np.float32)))
+
+
+def test_probe_reuse_in_round_zero_changes_nothing_but_the_search_count():
+    mat = _corpus(400, 16, seed=8)
+    q = mat[2] + 0.3 * mat[9]
+    cfg = RecallConfig(mode="recollection", fill=False)
+    spy = SpyIndex(mat)
+    res = recall(spy, q, 12, cfg)
+    plain = recollect(ArrayIndex(mat), q, 12, cfg)
+    assert res.positions.tolist() == plain[0].tolist()
+    # probe + rounds after the first; round 0 took its candidates from the probe.
+    assert len(spy.calls) == 1 + (res.trace.rounds - 1)
+    assert res.trace.searches == plain[3].searches - 1
