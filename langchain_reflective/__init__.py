@@ -11,9 +11,11 @@ try:
     import langchain.agents  # noqa: F401
     import langchain_classic.base_memory  # noqa: F401
     import langchain_core  # noqa: F401
+    import langgraph.store.base  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
-        "langchain_reflective needs LangChain (langchain-core, langchain-classic, langchain); "
+        "langchain_reflective needs LangChain (langchain-core, langchain-classic, langchain "
+        "with langgraph); "
         "install them with: pip install reflective-memory[langchain]"
         f" (missing: {exc.name})"
     ) from exc
@@ -30,6 +32,7 @@ from .compressor import CitationReranker, ReflectiveCompressor
 from .history import ReflectiveChatMessageHistory
 from .llm import LangChainLLM
 from .retriever import ReflectiveRetriever, hit_to_document
+from .store import ReflectiveStore, StoreNamespaceError, render_value
 
 __all__ = [
     "LangChainLLM",
@@ -43,6 +46,9 @@ __all__ = [
     "create_memory_tool",
     "ReflectiveCompressor",
     "CitationReranker",
+    "ReflectiveStore",
+    "StoreNamespaceError",
+    "render_value",
     "CITATION_INSTRUCTION",
     "format_memories",
 ]

@@ -20,6 +20,8 @@ from .errors import (
 )
 from .llm import LLM, LLMClient, as_llm, count_tokens
 from .recall import RecallConfig, calibrate_gate
+from .rerank import Reranker
+from .retrospective import FeedbackResult
 from .segment import FixedWindowSegmenter, Segmenter
 from .types import Hit, Memory, Retrieval, Turn, Usage
 
@@ -27,6 +29,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ReflectiveMemory",
+    "Reranker",
+    "FeedbackResult",
     "MemoryConfig",
     "RecallConfig",
     "calibrate_gate",

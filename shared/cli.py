@@ -24,7 +24,12 @@ __all__ = ["main", "build_parser", "ingest_conversations", "BENCH_MODULES"]
 logger = logging.getLogger(__name__)
 
 #: Modules that add `bench` sub-commands through a `register(bench_subparsers)` function.
-BENCH_MODULES = ["shared.bench", "shared.bench_latency"]
+BENCH_MODULES = [
+    "shared.bench",
+    "shared.bench_conditional",
+    "shared.bench_feedback",
+    "shared.bench_latency",
+]
 
 
 def _out(text: str = "") -> None:

@@ -48,6 +48,38 @@ class MemoryConfig:
             index (`None`: always exact).
         ann_index: `ivf` or `hnsw`.
         ann_probe: IVF lists visited per query (`ivf`) or HNSW search breadth (`hnsw`).
+        conditional_memory: `end_session` also builds conditional `note` memories (context +
+            knowledge of the user utterances worth remembering; see `shared.conditional`).
+            With an LLM: one call per session (per `note_prompt_chars` of conversation);
+            without: an offline heuristic, no call.
+        note_prompt_chars: Conversation characters per note-making LLM call.
+        retrieval_views: Memory kinds `retrieve` searches (e.g. `("note", "segment")`), all in
+            one ranking that shares `k` / the budget; `None` searches every stored kind.
+        self_reflection: `retrieve` lets the LLM judge the memories and retrieve again with its
+            keywords when they do not suffice (see `shared.reflection`); needs an LLM.
+        self_reflection_rounds: Most judging rounds (LLM calls) per reflective retrieval.
+        prospective_reflection: RMM prospective reflection: when a session ends and an LLM is
+            configured, extract topic memories (granularity `topic`) and Add/Merge them into
+            the user's existing topics. Off without an LLM.
+        topic_merge_k: Similar existing topics shown to each Add/Merge decision (top-K).
+        topic_speakers: Roles to extract topics for (`None`: every role except `system`).
+        rerank: RMM retrospective reflection: rerank the head of every ranking with the
+            citation-trained reranker (untrained, it keeps the retriever's order).
+        rerank_top_k: Retriever candidates the reranker reorders (paper: K = 20).
+        rerank_top_m: Memories the reranker selects, sampled while exploring (paper: M = 5).
+        rerank_scope: `user` (one reranker per user) or `shared` (one for all users).
+        rerank_explore: Sample the top-M with Gumbel noise at retrieval (for learning); off,
+            the reranked order is deterministic. `retrieve(explore=...)` overrides it per call.
+        rerank_tau: Gumbel-softmax temperature (paper: 0.5).
+        rerank_learning_rate: REINFORCE learning rate (paper: 1e-3).
+        rerank_baseline: REINFORCE baseline (paper: 0.5).
+        rerank_batch_size: Feedback episodes per reranker update (paper: 4).
+        rerank_optimizer: `adam` or `sgd`.
+        rerank_seed: Seed of the exploration noise (`None`: random).
+        attribution_fallback: When an answer carries no citation marker, infer the used
+            memories from answer-sentence / memory embedding similarity.
+        attribution_threshold: Cosine an answer sentence must reach with a memory key for the
+            fallback to count it as used (0.55 suits all-MiniLM-L6-v2).
     """
 
     granularities: tuple[str, ...] = ("segment",)
@@ -68,6 +100,27 @@ class MemoryConfig:
     ann_threshold: int | None = 50_000
     ann_index: str = "ivf"
     ann_probe: int = 32
+    conditional_memory: bool = False
+    note_prompt_chars: int = 12_000
+    retrieval_views: tuple[str, ...] | None = None
+    self_reflection: bool = False
+    self_reflection_rounds: int = 1
+    prospective_reflection: bool = False
+    topic_merge_k: int = 5
+    topic_speakers: tuple[str, ...] | None = None
+    rerank: bool = True
+    rerank_top_k: int = 20
+    rerank_top_m: int = 5
+    rerank_scope: str = "user"
+    rerank_explore: bool = False
+    rerank_tau: float = 0.5
+    rerank_learning_rate: float = 1e-3
+    rerank_baseline: float = 0.5
+    rerank_batch_size: int = 4
+    rerank_optimizer: str = "adam"
+    rerank_seed: int | None = None
+    attribution_fallback: bool = True
+    attribution_threshold: float = 0.55
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -113,6 +166,24 @@ class MemoryConfig:
         if self.ann_index not in ANN_KINDS:
             raise ConfigError(f"ann_index must be one of {ANN_KINDS}, got {self.ann_index!r}")
         self.ann_settings()
+        if self.retrieval_views is not None:
+            if isinstance(self.retrieval_views, str):
+                self.retrieval_views = (self.retrieval_views,)
+            self.retrieval_views = tuple(self.retrieval_views)
+            bad = [v for v in self.retrieval_views if v not in GRANULARITIES]
+            if bad or not self.retrieval_views:
+                raise ConfigError(
+                    f"retrieval_views must name memory kinds from {GRANULARITIES}, "
+                    f"got {self.retrieval_views!r}"
+                )
+        for name in ("conditional_memory", "self_reflection"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False")
+        for name, low in (("note_prompt_chars", 500), ("self_reflection_rounds", 1)):
+            val = getattr(self, name)
+            if not isinstance(val, int) or isinstance(val, bool) or val < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {val!r}")
+        self._validate_rmm()
         if self.max_session_turns is not None and self.max_session_turns < 1:
             raise ConfigError("max_session_turns must be None or >= 1")
         if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:
@@ -128,10 +199,42 @@ class MemoryConfig:
             ef_search=self.ann_probe if self.ann_index == "hnsw" else 64,
         )
 
+    def _validate_rmm(self) -> None:
+        for name in ("topic_merge_k", "rerank_top_k", "rerank_top_m", "rerank_batch_size"):
+            val = getattr(self, name)
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {val!r}")
+        for name in ("rerank_tau", "rerank_learning_rate"):
+            val = getattr(self, name)
+            if not isinstance(val, (int, float)) or isinstance(val, bool) or not val > 0:
+                raise ConfigError(f"{name} must be a positive number, got {val!r}")
+        if self.rerank_scope not in ("user", "shared"):
+            raise ConfigError(f"rerank_scope must be 'user' or 'shared', got {self.rerank_scope!r}")
+        if self.rerank_optimizer not in ("adam", "sgd"):
+            raise ConfigError(
+                f"rerank_optimizer must be 'adam' or 'sgd', got {self.rerank_optimizer!r}"
+            )
+        if not isinstance(self.attribution_threshold, (int, float)) or not (
+            -1.0 <= self.attribution_threshold <= 1.0
+        ):
+            raise ConfigError("attribution_threshold must be a cosine in [-1, 1]")
+        if isinstance(self.topic_speakers, str):
+            self.topic_speakers = (self.topic_speakers,)
+        if self.topic_speakers is not None:
+            self.topic_speakers = tuple(self.topic_speakers)
+            if not self.topic_speakers or not all(
+                isinstance(r, str) and r for r in self.topic_speakers
+            ):
+                raise ConfigError("topic_speakers must be None or non-empty role names")
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-serialisable)."""
         d = asdict(self)
         d["granularities"] = list(self.granularities)
+        if self.retrieval_views is not None:
+            d["retrieval_views"] = list(self.retrieval_views)
+        if self.topic_speakers is not None:
+            d["topic_speakers"] = list(self.topic_speakers)
         return d
 
     @classmethod

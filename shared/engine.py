@@ -9,6 +9,7 @@ with BM25 by reciprocal rank) and cuts the ranking to `k` hits or a token budget
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -19,21 +20,27 @@ from typing import Any
 
 import numpy as np
 
+from .conditional import store_session_notes
 from .config import MemoryConfig
 from .embed import Embedder, default_embedder
 from .errors import (
+    ConfigError,
     InvalidInputError,
     StoreClosedError,
+    UnknownMemoryError,
     UnknownSessionError,
 )
 from .index import IndexCache, UserIndex
 from .llm import LLMClient, as_llm, count_tokens
+from .prospective import ProspectiveReflector, ReflectionReport, StoreTopicBank
 from .recall import RecallConfig
 from .recall import recall as rf_recall
+from .reflection import engine_reflective_retrieve
+from .retrospective import FeedbackResult, RerankStage
 from .segment import FixedWindowSegmenter, Segmenter, check_spans
 from .store import MemoryDraft, SQLiteStore
 from .text import format_date, parse_timestamp
-from .types import Hit, Memory, Retrieval, Turn
+from .types import GRANULARITIES, Hit, Memory, Retrieval, Turn
 
 __all__ = ["ReflectiveMemory"]
 
@@ -115,6 +122,18 @@ class ReflectiveMemory:
             None if self.path is None else self.path / "index",
             batch_size=self.config.embed_batch_size,
             ann=self.config.ann_settings(),
+        )
+        # RMM: prospective reflection needs an LLM and the option; the reranker stage is local.
+        self.reflector: ProspectiveReflector | None = None
+        if self.llm is not None and self.config.prospective_reflection:
+            self.reflector = ProspectiveReflector(
+                self.llm,
+                merge_k=self.config.topic_merge_k,
+                speakers=self.config.topic_speakers,
+                date_prefix=self.config.date_prefix,
+            )
+        self.rerank_stage = RerankStage(
+            self.config, self.embedder, None if self.path is None else self.path / "rerankers"
         )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -291,6 +310,10 @@ class ReflectiveMemory:
         memories = self.store.replace_session_memories(
             user_id, session_id, _BASE_UNITS, drafts, vectors, self.embedder.name
         )
+        if self.config.conditional_memory:
+            memories = memories + store_session_notes(self, user_id, session_id, turns)
+        if self.reflector is not None:
+            memories = memories + self._reflect(user_id, session_id, turns)
         logger.info(
             "session %s of user %s: %d turns -> %d memories",
             session_id,
@@ -299,6 +322,30 @@ class ReflectiveMemory:
             len(memories),
         )
         return memories
+
+    def _reflect(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> list[Memory]:
+        """RMM prospective reflection of a finished session; never fails `end_session`.
+
+        Returns the topic memories added or updated. The report (counts and LLM usage) is kept
+        in the store under `rmm.reflection/<user>/<session>`.
+        """
+        assert self.reflector is not None
+        bank = StoreTopicBank(self.store, self.indexes, self._embed_keys, self.embedder.name)
+        try:
+            report = self.reflector.reflect(user_id, session_id, turns, bank)
+        except Exception:  # session units are committed; topics can be rebuilt later
+            logger.exception("prospective reflection failed for session %s", session_id)
+            report = ReflectionReport()
+        try:
+            self.store.set_value(f"rmm.reflection/{user_id}/{session_id}", report.as_dict())
+        except Exception:
+            logger.exception("could not record the reflection report")
+        return list(bank.saved)
+
+    def reflection_report(self, user_id: str, session_id: str) -> dict[str, Any] | None:
+        """The last prospective-reflection report of a session (counts and LLM usage)."""
+        self._open()
+        return self.store.get_value(f"rmm.reflection/{user_id}/{session_id}")
 
     def _embed_keys(self, keys: list[str]) -> np.ndarray:
         cut = [k[: self.config.embed_max_chars] for k in keys]
@@ -361,6 +408,9 @@ class ReflectiveMemory:
         budget_tokens: int | None = None,
         mode: str | None = None,
         recall: RecallConfig | dict[str, Any] | None = None,
+        views: Sequence[str] | None = None,
+        reflect: bool | None = None,
+        explore: bool | None = None,
     ) -> Retrieval:
         """Rank a user's memories for a query.
 
@@ -376,6 +426,12 @@ class ReflectiveMemory:
             mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
             recall: RF-Mem settings for this call: a `RecallConfig`, or a dict of fields that
                 override `config.recall` (e.g. `{"mode": "familiarity"}` or `{"alpha": 0.3}`).
+            views: Memory kinds to search (override `config.retrieval_views`), e.g.
+                `("note", "segment")`; one ranking across them shares `k` / the budget.
+            reflect: Override `config.self_reflection`: let the LLM judge the hits and retrieve
+                again with its keywords (`diagnostics["reflection"]` shows every round).
+            explore: Sample the reranked top-M with Gumbel noise (for learning from feedback);
+                defaults to `config.rerank_explore`.
 
         Returns:
             The ranked `Retrieval`. Its diagnostics hold `mode`, the dense `path` taken
@@ -407,12 +463,22 @@ class ReflectiveMemory:
             )
         if k is None and budget_tokens is None:
             k = self.config.default_k
+        views = self.config.retrieval_views if views is None else tuple(views)
+        if views is not None and (not views or any(v not in GRANULARITIES for v in views)):
+            raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
+        if self.config.self_reflection if reflect is None else reflect:
+            kw = {"k": k, "budget_tokens": budget_tokens, "mode": mode, "views": views}
+            kw["explore"] = explore
+            kw["recall"] = rcfg
+            return engine_reflective_retrieve(self, user_id, query, kw, t_start)
         timings: dict[str, float] = {}
         diagnostics: dict[str, Any] = {
             "mode": mode,
             "path": "lexical" if mode == "lexical" else "empty",
             "timings_ms": timings,
         }
+        if views is not None:
+            diagnostics["views"] = list(views)
         rid = uuid.uuid4().hex
         if self.store.version(user_id) == 0:
             diagnostics["index_size"] = 0
@@ -434,10 +500,28 @@ class ReflectiveMemory:
             timings["embed"] = (time.perf_counter() - t0) * 1000
 
         want = k if k is not None else max(1, budget_tokens // 50)  # type: ignore[operator]
-        n = min(len(index), max(want, self.config.candidate_k))
+        n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
+        explore = self.config.rerank_explore if explore is None else bool(explore)
         while True:
             order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics, rcfg)
-            hits, filled = self._cut(user_id, index, order, scores, k, budget_tokens, timings)
+            if self.config.rerank:
+                t0 = time.perf_counter()
+                if qvec is None:
+                    qvec = self.embedder.encode(query[: self.config.embed_max_chars])
+                order, scores = self.rerank_stage.apply(
+                    user_id,
+                    index,
+                    qvec,
+                    order,
+                    scores,
+                    explore=explore,
+                    retrieval_id=rid,
+                    diagnostics=diagnostics,
+                )
+                timings["rerank"] = (time.perf_counter() - t0) * 1000
+            hits, filled = self._cut(
+                user_id, index, order, scores, k, budget_tokens, timings, views
+            )
             if filled or n >= len(index):
                 break
             n = min(len(index), n * 4)
@@ -504,6 +588,7 @@ class ReflectiveMemory:
         k: int | None,
         budget: int | None,
         timings: dict[str, float],
+        views: Sequence[str] | None = None,
     ) -> tuple[list[Hit], bool]:
         """Fetch memories in rank order until `k` hits or the budget is full.
 
@@ -520,6 +605,8 @@ class ReflectiveMemory:
             for j, p in enumerate(chunk):
                 mem = mems.get(index.ids[p])
                 if mem is None:  # deleted after the index was taken
+                    continue
+                if views is not None and mem.granularity not in views:
                     continue
                 sc = scores[s + j]
                 if budget is not None:
@@ -539,6 +626,51 @@ class ReflectiveMemory:
                 break
         timings["fetch"] = (time.perf_counter() - t0) * 1000
         return hits, filled
+
+    # -- feedback (RMM retrospective reflection) -------------------------------------------
+    def feedback(
+        self,
+        retrieval: Retrieval,
+        answer: str | None = None,
+        *,
+        cited: Sequence[int] | None = None,
+    ) -> FeedbackResult:
+        """Learn from which retrieved memories an answer used.
+
+        Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
+        numbered by `shared.citations.build_answer_prompt(query, retrieval.hits)`. Each hit that
+        came from the reranked candidates gets reward +1 if cited and -1 if not; the episode
+        trains the reranker serving the retrieval's user (one update per `rerank_batch_size`
+        episodes), which is then saved under the store directory.
+
+        Args:
+            retrieval: The `Retrieval` the answer was generated from.
+            answer: The LLM's answer text; if it has no citation marker and
+                `config.attribution_fallback` is on, used memories are inferred by embedding
+                similarity (`config.attribution_threshold`) and the result is marked `inferred`.
+            cited: The cited hit positions, given directly instead of an answer.
+
+        Returns:
+            A `FeedbackResult` saying what was learned (or why nothing was).
+
+        Raises:
+            InvalidInputError: Neither `answer` nor `cited` given, or a cited position is no hit.
+            ConfigError: The reranker is disabled (`config.rerank` is False).
+        """
+        self._open()
+        if not self.config.rerank:
+            raise ConfigError("feedback trains the reranker; enable config.rerank")
+        return self.rerank_stage.feedback(retrieval, answer, cited, self.indexes.get)
+
+    async def afeedback(
+        self,
+        retrieval: Retrieval,
+        answer: str | None = None,
+        *,
+        cited: Sequence[int] | None = None,
+    ) -> FeedbackResult:
+        """Async twin of `feedback`."""
+        return await asyncio.to_thread(self.feedback, retrieval, answer, cited=cited)
 
     # -- listing and deletion -------------------------------------------------------------
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
@@ -567,6 +699,7 @@ class ReflectiveMemory:
         _check_id("user_id", user_id)
         n = self.store.delete_user(user_id)
         self.indexes.invalidate(user_id)
+        self.rerank_stage.forget(user_id)
         return n
 
     def delete_session(self, user_id: str, session_id: str) -> int:
@@ -581,6 +714,112 @@ class ReflectiveMemory:
         n = self.store.delete_session(user_id, session_id)
         self.indexes.invalidate(user_id)
         return n
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """Delete some turns of a session (all of them when `turn_ids` is None).
+
+        The session's memories stay as they are until the session is ended again, which
+        rebuilds them from the turns that remain. Unknown turn ids are ignored.
+
+        Returns:
+            The deleted turns, in order.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("session_id", session_id)
+        if turn_ids is not None:
+            if isinstance(turn_ids, str):
+                raise InvalidInputError("turn_ids must be a list of turn ids, not a str")
+            turn_ids = [_check_id("turn_id", t) for t in turn_ids]
+        return self.store.delete_turns(user_id, session_id, turn_ids)
+
+    def put_memory(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        memory_id: str | None = None,
+        key: str | None = None,
+        granularity: str = "item",
+        session_id: str = "",
+        turn_ids: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> Memory:
+        """Store (or replace, by id) one memory written directly rather than built from turns.
+
+        Framework stores (a LangGraph `BaseStore`, say) keep their items this way. The memory is
+        indexed like any other and found by `retrieve`.
+
+        Args:
+            user_id: Owner.
+            text: What an LLM should read.
+            memory_id: Replace the memory with this id if it exists (else a new id is made).
+            key: Text to index (default: `text`).
+            granularity: Unit kind; `item` unless it is a `topic` or `note` written elsewhere.
+            session_id: Session it came from, if any.
+            turn_ids: Source turn ids, if any.
+            metadata: JSON-serialisable extra fields.
+
+        Returns:
+            The stored memory.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("text must be a non-empty str")
+        if key is not None and (not isinstance(key, str) or not key.strip()):
+            raise InvalidInputError("key must be None or a non-empty str")
+        if granularity not in GRANULARITIES:
+            raise InvalidInputError(f"granularity must be one of {GRANULARITIES}")
+        if memory_id is not None:
+            _check_id("memory_id", memory_id)
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise InvalidInputError("metadata must be a dict")
+            try:
+                json.dumps(metadata)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"metadata is not JSON-serialisable: {exc}") from exc
+        key = text if key is None else key
+        draft = MemoryDraft(
+            session_id=session_id,
+            granularity=granularity,
+            text=text,
+            key=key,
+            turn_ids=tuple(turn_ids),
+            metadata=dict(metadata) if metadata is not None else {},
+            id=memory_id,
+        )
+        (stored,) = self.store.upsert_memories(
+            user_id, [draft], self._embed_keys([key]), self.embedder.name
+        )
+        return stored
+
+    def get_memory(self, user_id: str, memory_id: str) -> Memory:
+        """One memory of a user by id.
+
+        Raises:
+            UnknownMemoryError: The user has no memory with that id.
+        """
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("memory_id", memory_id)
+        found = self.store.memories(user_id, [memory_id])
+        if not found:
+            raise UnknownMemoryError(f"user {user_id!r} has no memory {memory_id!r}")
+        return found[0]
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        """Delete one memory of a user; return whether it existed."""
+        self._open()
+        _check_id("user_id", user_id)
+        _check_id("memory_id", memory_id)
+        return self.store.delete_memories(user_id, [memory_id]) > 0
 
     def users(self) -> list[str]:
         """Every user with stored turns or memories."""

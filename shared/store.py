@@ -72,11 +72,21 @@ CREATE TABLE IF NOT EXISTS user_state (
     user_id TEXT PRIMARY KEY,
     version INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS turn_extra (
+    user_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (user_id, session_id, turn_id)
+);
 CREATE TABLE IF NOT EXISTS kv (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 """
+
+
+_EDGE_TS = "SELECT ts FROM turns WHERE user_id=? AND session_id=? AND ts IS NOT NULL"
 
 
 def _now() -> datetime:
@@ -195,6 +205,12 @@ class MemoryStore(Protocol):
         """Delete a session's turns and memories; return the number of turns deleted."""
         ...
 
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """Delete some (or all) turns of a session, keeping its memories; return them."""
+        ...
+
     def users(self) -> list[str]:
         """Every user with stored turns or memories."""
         ...
@@ -279,7 +295,13 @@ class SQLiteStore:
                     "SELECT n_turns, status FROM sessions WHERE user_id=? AND session_id=?",
                     (user_id, session_id),
                 ).fetchone()
-                position = 0 if row is None else int(row[0])
+                # Next position is one past the largest stored one (positions are not reused
+                # after a turn is deleted, so default turn ids never collide).
+                top = conn.execute(
+                    "SELECT MAX(position) FROM turns WHERE user_id=? AND session_id=?",
+                    (user_id, session_id),
+                ).fetchone()[0]
+                position = 0 if top is None else int(top) + 1
                 turn_id = t.get("turn_id")
                 if turn_id is None:
                     turn_id = f"{session_id}:{position}"
@@ -384,8 +406,10 @@ class SQLiteStore:
             mid = d.id if d.id is not None else f"{d.granularity}-{uuid.uuid4().hex[:16]}"
             meta = d.metadata if d.metadata is not None else {}
             old = self.conn.execute(
-                "SELECT created_at FROM memories WHERE id=? AND user_id=?", (mid, user_id)
+                "SELECT created_at, user_id FROM memories WHERE id=?", (mid,)
             ).fetchone()
+            if old is not None and old[1] != user_id:
+                raise InvalidInputError(f"memory id {mid!r} belongs to another user")
             created = now if old is None else _dt(old[0])
             self.conn.execute(
                 "INSERT OR REPLACE INTO memories (id, user_id, session_id, granularity, text, key,"
@@ -596,6 +620,7 @@ class SQLiteStore:
         """See `MemoryStore.delete_user`."""
         with self._lock, self._tx():
             n = self.conn.execute("DELETE FROM turns WHERE user_id=?", (user_id,)).rowcount
+            self.conn.execute("DELETE FROM turn_extra WHERE user_id=?", (user_id,))
             self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
             self.conn.execute("DELETE FROM memories WHERE user_id=?", (user_id,))
             self._bump(user_id)
@@ -613,10 +638,76 @@ class SQLiteStore:
                 "DELETE FROM sessions WHERE user_id=? AND session_id=?", (user_id, session_id)
             )
             self.conn.execute(
+                "DELETE FROM turn_extra WHERE user_id=? AND session_id=?", (user_id, session_id)
+            )
+            self.conn.execute(
                 "DELETE FROM memories WHERE user_id=? AND session_id=?", (user_id, session_id)
             )
             self._bump(user_id)
         return int(n)
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """See `MemoryStore.delete_turns`.
+
+        Unknown turn ids are ignored. The session keeps its other turns (their positions do not
+        change), its memories and its row; if turns remain it is marked open, so the next
+        `end_session` rebuilds its memories without the deleted turns.
+        """
+        with self._lock, self._tx():
+            if self.session(user_id, session_id) is None:
+                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            stored = self.turns(user_id, session_id)
+            wanted = None if turn_ids is None else set(turn_ids)
+            gone = [t for t in stored if wanted is None or t.turn_id in wanted]
+            if not gone:
+                return []
+            for i in range(0, len(gone), 500):
+                chunk = [t.turn_id for t in gone[i : i + 500]]
+                marks = ",".join("?" * len(chunk))
+                for table in ("turns", "turn_extra"):
+                    self.conn.execute(
+                        f"DELETE FROM {table} WHERE user_id=? AND session_id=? "
+                        f"AND turn_id IN ({marks})",
+                        (user_id, session_id, *chunk),
+                    )
+            left = len(stored) - len(gone)
+            self.conn.execute(
+                "UPDATE sessions SET n_turns=?, "
+                "status = CASE WHEN ? > 0 THEN 'open' ELSE status END, "
+                f"first_ts=({_EDGE_TS} ORDER BY position LIMIT 1), "
+                f"last_ts=({_EDGE_TS} ORDER BY position DESC LIMIT 1) "
+                "WHERE user_id=? AND session_id=?",
+                (left, left, user_id, session_id, user_id, session_id, user_id, session_id),
+            )
+        return gone
+
+    # -- per-turn extra data (adapters keep framework message fields here) ----------------
+    def set_turn_extra(
+        self, user_id: str, session_id: str, extras: dict[str, dict[str, Any]]
+    ) -> None:
+        """Attach JSON data to stored turns (by turn id); deleted together with the turns."""
+        if not extras:
+            return
+        with self._lock, self._tx():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO turn_extra (user_id, session_id, turn_id, data) "
+                "VALUES (?, ?, ?, ?)",
+                [
+                    (user_id, session_id, tid, json.dumps(data, default=str))
+                    for tid, data in extras.items()
+                ],
+            )
+
+    def turn_extra(self, user_id: str, session_id: str) -> dict[str, dict[str, Any]]:
+        """The extra data of a session's turns, by turn id."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT turn_id, data FROM turn_extra WHERE user_id=? AND session_id=?",
+                (user_id, session_id),
+            ).fetchall()
+        return {r[0]: json.loads(r[1]) for r in rows}
 
     def users(self) -> list[str]:
         """See `MemoryStore.users`."""

@@ -15,8 +15,9 @@ from typing import Any
 __all__ = ["Turn", "Memory", "Hit", "Retrieval", "Usage", "GRANULARITIES"]
 
 #: Memory unit kinds. `turn`, `session` and `segment` are built from a session's turns;
-#: `topic` (RMM topic memories) and `note` (conditional memory records) come from LLM reflection.
-GRANULARITIES = ("turn", "session", "segment", "topic", "note")
+#: `topic` (RMM topic memories) and `note` (conditional memory records) come from reflection;
+#: `item` is a memory written directly through `ReflectiveMemory.put_memory`.
+GRANULARITIES = ("turn", "session", "segment", "topic", "note", "item")
 
 
 @dataclass(frozen=True)

@@ -69,3 +69,38 @@ def test_bench_runs_end_to_end_on_a_small_conversation() -> None:
     assert s["session_recall"]["turn/dense/any@5"] == 1.0
     table = format_table(res, (10, 100))
     assert "| turn | hybrid | 1.000 |" in table
+
+
+def test_bench_command_accepts_a_locomo_file(tmp_path, capsys) -> None:
+    import json
+
+    from shared.cli import main
+    from tests.test_formats import LOCOMO
+
+    f = tmp_path / "locomo.json"
+    f.write_text(json.dumps(LOCOMO))
+    out_json = tmp_path / "summary.json"
+    rc = main(
+        [
+            "bench",
+            "retrieval",
+            "--data",
+            str(f),
+            "--embedder",
+            "hashing",
+            "--cache",
+            "none",
+            "--units",
+            "turn",
+            "--budgets",
+            "5,50",
+            "--json",
+            str(out_json),
+        ]
+    )
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "| turn | hybrid |" in printed and "(1 conversations)" in printed
+    summary = json.loads(out_json.read_text())
+    assert summary["questions"] == 2 and summary["skipped_no_evidence"] == 1
+    assert summary["coverage"]["turn/hybrid/50"] == 1.0

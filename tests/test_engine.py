@@ -212,3 +212,34 @@ def test_docstring_example_runs() -> None:
 
     for module in (shared.engine, shared.llm, shared.segment, shared.text):
         assert doctest.testmod(module).failed == 0
+
+
+def test_put_get_delete_memory_items(mem: ReflectiveMemory) -> None:
+    from shared import InvalidInputError, UnknownMemoryError
+
+    m = mem.put_memory("u", "Prefers window seats on long flights.", metadata={"ns": ["prefs"]})
+    assert m.granularity == "item" and m.metadata == {"ns": ["prefs"]}
+    assert mem.retrieve("u", "window seat flights", k=1).hits[0].memory.id == m.id
+    m2 = mem.put_memory("u", "Prefers aisle seats now.", memory_id=m.id)
+    assert m2.id == m.id and m2.created_at == m.created_at
+    assert mem.get_memory("u", m.id).text == "Prefers aisle seats now."
+    assert mem.retrieve("u", "aisle seats", k=5).hits[0].memory.text == "Prefers aisle seats now."
+    with pytest.raises(UnknownMemoryError, match="no memory"):
+        mem.get_memory("other-user", m.id)
+    with pytest.raises(InvalidInputError, match="granularity"):
+        mem.put_memory("u", "x", granularity="blob")
+    with pytest.raises(InvalidInputError, match="JSON"):
+        mem.put_memory("u", "x", metadata={"f": object()})
+    assert mem.delete_memory("u", m.id) is True
+    assert mem.delete_memory("u", m.id) is False
+    assert mem.retrieve("u", "aisle seats", k=5).hits == []
+
+
+def test_memory_ids_cannot_cross_users(mem: ReflectiveMemory) -> None:
+    from shared import InvalidInputError
+
+    mem.put_memory("a", "Alice's secret note.", memory_id="m1")
+    with pytest.raises(InvalidInputError, match="belongs to another user"):
+        mem.put_memory("b", "Bob tries to take it.", memory_id="m1")
+    assert [m.text for m in mem.memories("a")] == ["Alice's secret note."]
+    assert mem.memories("b") == []

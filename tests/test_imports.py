@@ -23,6 +23,10 @@ CORE_MODULES = [
     "shared.formats",
     "shared.bench",
     "shared.cli",
+    "shared.conditional",
+    "shared.memorize",
+    "shared.reflection",
+    "shared.bench_conditional",
 ]
 
 

@@ -21,6 +21,7 @@ def test_all_names_exist_and_are_unique():
         "create_memory_tool",
         "ReflectiveCompressor",
         "CitationReranker",
+        "ReflectiveStore",
     ):
         assert expected in names
 
@@ -79,3 +80,13 @@ def test_missing_langchain_gives_install_message():
     )
     assert out.returncode == 0, out.stderr
     assert "pip install reflective-memory[langchain]" in out.stdout
+
+
+def test_docstring_examples_run():
+    import doctest
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(langchain_reflective.__path__):
+        mod = importlib.import_module(f"langchain_reflective.{info.name}")
+        assert doctest.testmod(mod).failed == 0, info.name

@@ -1,0 +1,10 @@
+import pytest
+
+from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+
+
+@pytest.fixture
+def mem():
+    cfg = MemoryConfig(granularities=("turn",), retrieval_mode="dense")
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as m:
+        yield m

@@ -1,0 +1,118 @@
+import asyncio
+
+import pytest
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.memory import Memory
+from llama_index.core.memory.memory_blocks import StaticMemoryBlock
+
+from llamaindex_reflective import ReflectiveMemoryBlock
+from llamaindex_reflective.memory_block import CITATION_INSTRUCTION, format_hits
+from shared import InvalidInputError
+
+
+def U(t):
+    return ChatMessage(role="user", content=t)
+
+
+def A(t):
+    return ChatMessage(role="assistant", content=t)
+
+
+def _seed(mem):
+    mem.add_turn("ana", "old", "user", "My dog Pixel loves the beach.")
+    mem.add_turn("ana", "old", "user", "I work as a nurse in Lisbon.")
+    mem.add_turn("ana", "old", "user", "My favourite food is ramen.")
+    mem.end_session("ana", "old")
+    mem.add_turn("bob", "old", "user", "My dog Rex hates the beach.")
+    mem.end_session("bob", "old")
+
+
+def test_get_formats_for_citation_and_isolates_users(mem):
+    _seed(mem)
+    block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=2)
+    text = asyncio.run(block.aget([A("hi"), U("where does my dog like to go?")]))
+    assert text.startswith(CITATION_INSTRUCTION)
+    assert "[0] " in text and "Pixel" in text.split("[1]")[0]
+    assert "Rex" not in text
+    assert block.last_retrieval.user_id == "ana" and len(block.last_retrieval.hits) == 2
+    assert asyncio.run(block.aget([])) == "" and block.last_retrieval is None
+    assert asyncio.run(block.aget([ChatMessage(role="system", content="be nice")])) == ""
+
+
+def test_budget_tokens_respected(mem):
+    _seed(mem)
+    block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=None, budget_tokens=12)
+    asyncio.run(block.aget([U("dog beach nurse ramen")]))
+    assert 1 <= len(block.last_retrieval.hits) < 3
+    with pytest.raises(InvalidInputError):
+        ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=None)
+    with pytest.raises(InvalidInputError):
+        ReflectiveMemoryBlock(memory=mem, user_id="")
+
+
+def test_put_ingests_and_builds(mem):
+    block = ReflectiveMemoryBlock(memory=mem, user_id="ana", session_id="s9")
+    asyncio.run(block.aput([ChatMessage(role="system", content="sys"), U("I play the cello.")]))
+    assert [t.text for t in mem.turns("ana", "s9")] == ["I play the cello."]
+    assert "cello" in asyncio.run(block.aget([U("what instrument do I play")]))
+    no_session = ReflectiveMemoryBlock(memory=mem, user_id="ana")
+    with pytest.raises(InvalidInputError):
+        asyncio.run(no_session.aput([U("x")]))
+    # Memory passes its session id with flushed messages
+    asyncio.run(no_session.aput([U("from memory")], session_id="conv-7"))
+    assert [t.text for t in mem.turns("ana", "conv-7")] == ["from memory"]
+
+
+def test_truncation_drops_lowest_ranked(mem):
+    _seed(mem)
+    block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=3)
+    text = asyncio.run(block.aget([U("dog beach nurse ramen")]))
+    cut = asyncio.run(block.atruncate(text, 3))
+    assert cut.startswith(CITATION_INSTRUCTION) and "[2]" not in cut and "[1]" in cut
+    assert asyncio.run(block.atruncate(text, 10_000)) is None
+    assert asyncio.run(block.atruncate(text, 0)) == text
+    assert format_hits([]) == ""
+
+
+def test_inside_memory_flush_and_recall(mem):
+    block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=3, priority=1)
+    memory = Memory.from_defaults(
+        session_id="conv",
+        token_limit=80,
+        token_flush_size=30,
+        chat_history_token_ratio=0.5,
+        memory_blocks=[block],
+    )
+    memory.put(U("My sister Marta lives in Porto and teaches chemistry."))
+    memory.put(A("Nice, Porto is lovely."))
+    for i in range(6):
+        memory.put(U(f"filler message {i} about nothing much at all really"))
+    stored = [t.text for t in mem.turns("ana", "conv")]
+    assert stored and stored[0].startswith("My sister Marta")
+    msgs = asyncio.run(memory.aget(input="Where does my sister live?"))
+    system = msgs[0]
+    assert system.role.value == "system" and "Marta" in system.content and "[0]" in system.content
+
+
+def test_priority_truncation_in_memory(mem):
+    _seed(mem)
+    block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=3, priority=1)
+    static = StaticMemoryBlock(name="core", static_content="STATIC INFO", priority=0)
+    memory = Memory.from_defaults(
+        session_id="c", token_limit=60, chat_history_token_ratio=0.3, memory_blocks=[static, block]
+    )
+    msgs = memory.get(input="dog beach nurse ramen " * 3)
+    system = msgs[0].content
+    assert "STATIC INFO" in system  # priority 0 is never truncated
+    assert "[2]" not in system  # the reflective block was cut
+
+
+def test_feedback_delegates(mem):
+    _seed(mem)
+    block = ReflectiveMemoryBlock(memory=mem, user_id="ana")
+    assert block.feedback("[0]") is None  # nothing retrieved yet
+    asyncio.run(block.aget([U("dog")]))
+    calls = []
+    object.__setattr__(mem, "feedback", lambda r, a: calls.append((r, a)) or "learned")
+    assert block.feedback("Pixel [0]") == "learned"
+    assert calls[0][0] is block.last_retrieval and calls[0][1] == "Pixel [0]"

@@ -1,0 +1,151 @@
+import numpy as np
+import pytest
+
+import shared.rerank as rerank
+from shared.errors import ConfigError, InvalidInputError, ModelLoadError
+from shared.rerank import Episode, Reranker, citation_rewards, rank_prior
+
+
+def _unit(rng, *shape):
+    x = rng.normal(size=shape).astype(np.float32)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(1)
+    return _unit(rng, 16), _unit(rng, 20, 16)
+
+
+def test_zero_init_keeps_retriever_order(data):
+    q, m = data
+    r = Reranker(16)
+    assert r.is_identity
+    np.testing.assert_allclose(r.score(q, m), m @ q, atol=1e-6)
+    assert r.rerank(q, m).order == [int(i) for i in np.argsort(-(m @ q), kind="stable")]
+    # with a prior (another retriever's order) the untrained reranker keeps that order
+    retr_order = list(range(20))
+    prior = rank_prior((m @ q)[retr_order])
+    assert r.rerank(q, m, prior).order == retr_order
+
+
+def test_rank_prior_equals_dense_for_dense_order(data):
+    q, m = data
+    order = np.argsort(-(m @ q))
+    np.testing.assert_allclose(rank_prior((m @ q)[order]), (m @ q)[order])
+
+
+def test_exploration_samples_head_and_keeps_all(data):
+    q, m = data
+    r = Reranker(16, top_m=5, seed=3)
+    heads = {tuple(r.rerank(q, m, explore=True).order[:5]) for _ in range(30)}
+    assert len(heads) > 1
+    res = r.rerank(q, m, explore=True)
+    assert sorted(res.order) == list(range(20)) and res.sampled
+    assert not r.rerank(q, m).sampled
+
+
+def test_gumbel_sampling_matches_softmax(data):
+    q, m = data
+    r = Reranker(16, top_m=1, seed=0)
+    p = r.probabilities(q, m)
+    counts = np.bincount([r.rerank(q, m, explore=True).order[0] for _ in range(3000)], minlength=20)
+    np.testing.assert_allclose(counts / 3000, p, atol=0.04)
+
+
+def test_gradient_step_moves_cited_memory_up(data):
+    q, m = data
+    r = Reranker(16, top_m=5, batch_size=1, seed=0)
+    base = r.rerank(q, m).order
+    target = base[4]  # shown but last
+    before = r.score(q, m)
+    shown = base[:5]
+    r.partial_fit(Episode(q, m, shown, citation_rewards(5, [4])))
+    assert r.n_updates_ == 1 and not r.is_identity
+    after = r.score(q, m)
+    rel_before = before[target] - np.max(np.delete(before, target))
+    rel_after = after[target] - np.max(np.delete(after, target))
+    assert rel_after > rel_before
+
+
+def test_on_policy_learning_brings_cited_memory_to_top(data):
+    q, m = data
+    r = Reranker(16, top_m=5, seed=0)
+    target = r.rerank(q, m).order[8]  # not even in the untrained top-5
+    for _ in range(200):
+        shown = r.rerank(q, m, explore=True).order[:5]
+        cited = [j for j, p in enumerate(shown) if p == target]
+        r.partial_fit(Episode(q, m, shown, citation_rewards(5, cited)))
+    assert r.n_updates_ == 50
+    assert r.rerank(q, m).order.index(target) <= 1
+
+
+def test_sgd_step_matches_reinforce_direction(data):
+    q, m = data
+    r = Reranker(16, optimizer="sgd", learning_rate=0.5, batch_size=1)
+    shown = list(range(5))
+    r.partial_fit(Episode(q, m, shown, citation_rewards(5, [3])))
+    s = r.score(q, m)
+    assert s[3] - (m @ q)[3] > s[0] - (m @ q)[0]
+
+
+def test_batching_waits_for_full_batch(data):
+    q, m = data
+    r = Reranker(16, batch_size=4)
+    ep = Episode(q, m, [0, 1], np.array([1.0, -1.0]))
+    r.partial_fit([ep, ep, ep])
+    assert r.n_updates_ == 0 and len(r.pending_) == 3 and r.is_identity
+    r.partial_fit(ep)
+    assert r.n_updates_ == 1 and r.pending_ == [] and r.last_fit_.updates == 1
+    r.partial_fit(ep, flush=True)
+    assert r.n_updates_ == 2 and r.last_fit_.loss is not None
+
+
+def test_save_load_round_trip(tmp_path, data):
+    q, m = data
+    r = Reranker(16, batch_size=2, seed=0)
+    ep = Episode(q, m, [2, 0, 1], citation_rewards(3, [0]), prior=rank_prior(m @ q))
+    r.partial_fit([ep, ep, ep])  # one step + one pending
+    path = r.save(tmp_path / "user.a.b")
+    assert path.name == "user.a.b.json" and (tmp_path / "user.a.b.safetensors").exists()
+    r2 = Reranker.load(tmp_path / "user.a.b")
+    np.testing.assert_allclose(r2.score(q, m), r.score(q, m), atol=1e-7)
+    assert r2.n_updates_ == 1 and len(r2.pending_) == 1 and r2.get_params() == r.get_params()
+    np.testing.assert_allclose(r2.pending_[0].prior, ep.prior)
+    # optimizer state restored: the next step is identical
+    r.partial_fit(ep)
+    r2.partial_fit(ep)
+    np.testing.assert_allclose(r2.score(q, m), r.score(q, m), atol=1e-6)
+    assert not list(tmp_path.glob(".*"))  # no temp files left
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(ModelLoadError):
+        Reranker.load(tmp_path / "missing")
+    (tmp_path / "bad.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ModelLoadError):
+        Reranker.load(tmp_path / "bad")
+
+
+def test_bad_config_and_inputs(data):
+    q, m = data
+    for kw in (
+        {"dim": 0},
+        {"dim": 4, "tau": 0},
+        {"dim": 4, "optimizer": "rmsprop"},
+        {"dim": 4, "batch_size": 0},
+    ):
+        with pytest.raises(ConfigError):
+            Reranker(**kw)
+    r = Reranker(16)
+    with pytest.raises(InvalidInputError):
+        r.score(q[:8], m)
+    with pytest.raises(InvalidInputError):
+        r.partial_fit(Episode(q, m, [0, 0], np.array([1.0, 1.0])))
+    with pytest.raises(InvalidInputError):
+        r.partial_fit(Episode(q, m, [0, 1], np.array([1.0])))
+
+
+def test_all_exports():
+    for name in rerank.__all__:
+        assert hasattr(rerank, name)

@@ -1,0 +1,235 @@
+import numpy as np
+import pytest
+
+from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from shared.citations import build_answer_prompt
+from shared.errors import ConfigError, InvalidInputError
+
+FACTS = [
+    "I adopted a beagle called Rex last week",
+    "My sister lives in Porto and teaches piano",
+    "I am allergic to peanuts and shellfish",
+    "I run every Tuesday along the river",
+    "My favourite film is Spirited Away",
+    "I work night shifts as a nurse",
+    "We repainted the kitchen a pale green",
+    "I am learning Japanese on weekends",
+]
+
+
+def _fill(mem, user="u1"):
+    for i, fact in enumerate(FACTS):
+        mem.add_turn(user, f"s{i}", "user", fact, timestamp=f"2024-03-0{i % 9 + 1}")
+        mem.add_turn(user, f"s{i}", "assistant", "Thanks for telling me.")
+        mem.end_session(user, f"s{i}")
+
+
+def _cfg(**kw):
+    base = dict(granularities=("turn",), retrieval_mode="dense", rerank_top_k=8, rerank_top_m=3)
+    base.update(kw)
+    return MemoryConfig(**base)
+
+
+class ScriptedLLM:
+    def __init__(self, extraction, update=()):
+        self.extraction, self.update, self.prompts = list(extraction), list(update), []
+
+    def __call__(self, prompt):
+        self.prompts.append(prompt)
+        queue = self.update if "Add()" in prompt else self.extraction
+        if not queue:
+            raise RuntimeError("script exhausted")
+        return queue.pop(0)
+
+
+def test_prospective_reflection_through_engine():
+    llm = ScriptedLLM(
+        extraction=[
+            '```json\n{"extracted_memories": [{"summary": "The user has a beagle named Rex.",'
+            ' "reference": [0]},]}\n```',
+            "NO_TRAIT",
+            '{"extracted_memories": [{"summary": "The user\'s beagle Rex is one year old.",'
+            ' "reference": ["[0]"]}]}',
+            "NO_TRAIT",
+        ],
+        update=["Merge(0, The user has a one-year-old beagle named Rex.)"],
+    )
+    cfg = _cfg(prospective_reflection=True, granularities=("segment",))
+    with ReflectiveMemory(embedder=HashingEmbedder(), llm=llm, config=cfg) as mem:
+        mem.add_turn("u1", "a", "user", "I adopted a beagle called Rex", timestamp="2024-01-02")
+        mem.add_turn("u1", "a", "assistant", "Lovely!")
+        out = mem.end_session("u1", "a")
+        topics = [m for m in out if m.granularity == "topic"]
+        assert len(topics) == 1 and topics[0].key == "The user has a beagle named Rex."
+        assert "user: I adopted a beagle called Rex" in topics[0].text
+        assert any(m.granularity == "segment" for m in out)  # segments are kept
+        mem.add_turn("u1", "b", "user", "Rex turned one today", timestamp="2024-06-02")
+        mem.add_turn("u1", "b", "assistant", "Happy birthday Rex!")
+        out2 = mem.end_session("u1", "b")
+        merged = [m for m in out2 if m.granularity == "topic"]
+        assert len(merged) == 1 and merged[0].id == topics[0].id
+        assert merged[0].turn_ids == ("a:0", "b:0")
+        assert mem.stats("u1")["memories_by_granularity"]["topic"] == 1
+        hit = mem.retrieve("u1", "How old is my beagle Rex?", k=1).hits[0]
+        assert hit.memory.granularity in ("topic", "segment")
+        rep = mem.reflection_report("u1", "b")
+        assert rep["merged"] == [topics[0].id] and rep["usage"]["llm_calls"] == 3
+
+
+def test_reflection_failure_never_loses_the_session():
+    def broken(prompt):
+        return "total nonsense"
+
+    cfg = _cfg(prospective_reflection=True)
+    with ReflectiveMemory(embedder=HashingEmbedder(), llm=broken, config=cfg) as mem:
+        mem.add_turn("u1", "a", "user", "I adopted a beagle called Rex")
+        out = mem.end_session("u1", "a")
+        assert [m.granularity for m in out] == ["turn"]
+        rep = mem.reflection_report("u1", "a")
+        assert rep["unusable_outputs"] == 1 and rep["usage"]["failures"] == 1
+
+
+def test_reflection_off_without_llm_or_option():
+    assert (
+        ReflectiveMemory(
+            embedder=HashingEmbedder(), config=_cfg(prospective_reflection=True)
+        ).reflector
+        is None
+    )
+    assert (
+        ReflectiveMemory(embedder=HashingEmbedder(), llm=lambda p: "", config=_cfg()).reflector
+        is None
+    )
+
+
+def test_untrained_reranker_keeps_retriever_order_and_reports_it():
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg(retrieval_mode="hybrid")) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "what dog did I adopt", k=6)
+        with ReflectiveMemory(
+            embedder=HashingEmbedder(), config=_cfg(retrieval_mode="hybrid", rerank=False)
+        ) as plain:
+            _fill(plain)
+            base = plain.retrieve("u1", "what dog did I adopt", k=6)
+        assert [h.memory.text for h in r] == [h.memory.text for h in base]
+        info = r.diagnostics["rerank"]
+        assert info["retriever_order"] == info["reranked_order"] and not info["explored"]
+        assert "rerank" in r.diagnostics["timings_ms"]
+
+
+def test_ranking_continues_past_the_reranked_head():
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg(rerank_top_k=4)) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "nurse", k=12)
+        assert len(r.hits) == 12 and len(r.diagnostics["rerank"]["retriever_order"]) == 4
+
+
+def test_feedback_learns_and_persists_per_user(tmp_path):
+    cfg = _cfg(rerank_batch_size=2, rerank_seed=0, rerank_explore=True)
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem, "u1")
+        _fill(mem, "u2")
+        r = mem.retrieve("u1", "what pet do I have")
+        target = next(i for i, h in enumerate(r.hits) if "beagle" in h.memory.text)
+        f1 = mem.feedback(r, f"You have a beagle named Rex. [{target}]")
+        assert f1.learned and f1.cited == (target,) and not f1.inferred
+        assert f1.updates == 0 and f1.pending == 1
+        assert f1.rewards[r.hits[target].memory.id] == 1.0
+        assert sorted(f1.rewards.values()).count(-1.0) == len(r.hits) - 1
+        r2 = mem.retrieve("u1", "what pet do I have")
+        f2 = mem.feedback(r2, cited=[0])
+        assert f2.updates == 1 and f2.loss is not None
+        assert not mem.rerank_stage.reranker("u1").is_identity
+        assert mem.rerank_stage.reranker("u2").is_identity  # isolation
+        files = sorted(p.name for p in (tmp_path / "rerankers").iterdir())
+        assert len(files) == 2 and files[0].startswith("user-")
+        w = mem.rerank_stage.reranker("u1").w_m_.detach().clone()
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        rr = again.rerank_stage.reranker("u1")
+        assert rr.n_updates_ == 1 and np.allclose(rr.w_m_.detach().numpy(), w.numpy())
+        assert again.rerank_stage.reranker("u2").is_identity
+        again.delete_user("u1")
+        assert not (tmp_path / "rerankers").exists() or not list((tmp_path / "rerankers").iterdir())
+
+
+def test_shared_scope_uses_one_reranker(tmp_path):
+    cfg = _cfg(rerank_scope="shared", rerank_batch_size=1)
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem, "u1")
+        _fill(mem, "u2")
+        mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
+        assert mem.rerank_stage.reranker("u2") is mem.rerank_stage.reranker("u1")
+        assert [p.name for p in (tmp_path / "rerankers").iterdir() if p.suffix == ".json"] == [
+            "shared.json"
+        ]
+
+
+def test_feedback_no_cite_and_attribution_fallback():
+    cfg = _cfg(rerank_batch_size=100, attribution_threshold=0.3)
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "what do I do on weekends")
+        f = mem.feedback(r, "Sorry, I can't tell. [NO_CITE]")
+        assert f.no_cite and f.cited == () and set(f.rewards.values()) == {-1.0}
+        f = mem.feedback(r, "You are learning Japanese on weekends.")
+        assert f.inferred and f.learned
+        cited_texts = [r.hits[i].memory.text for i in f.cited]
+        assert any("Japanese" in t for t in cited_texts)
+        assert f.similarities is not None and len(f.similarities) == len(r.hits)
+        f = mem.feedback(r, "Memory [1] and [1] and [42].")
+        assert f.cited == (1,) and f.repeated == 1 and f.out_of_range == 1
+    off = _cfg(attribution_fallback=False)
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=off) as mem:
+        _fill(mem)
+        f = mem.feedback(mem.retrieve("u1", "weekends"), "You study Japanese.")
+        assert not f.learned and "fallback" in f.reason
+
+
+def test_feedback_from_a_rebuilt_context(tmp_path):
+    cfg = _cfg(rerank_batch_size=1)
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "nurse")
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        f = again.feedback(r, cited=[0])  # vectors come from the index, query re-embedded
+        assert f.learned and f.updates == 1
+
+
+def test_feedback_errors():
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg()) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "nurse")
+        with pytest.raises(InvalidInputError):
+            mem.feedback(r)
+        with pytest.raises(InvalidInputError):
+            mem.feedback(r, cited=[99])
+        with pytest.raises(InvalidInputError):
+            mem.feedback("not a retrieval", cited=[0])  # type: ignore[arg-type]
+        empty = mem.retrieve("nobody", "nurse")
+        assert not mem.feedback(empty, cited=[]).learned
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg(rerank=False)) as mem:
+        _fill(mem)
+        with pytest.raises(ConfigError):
+            mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
+
+
+def test_citation_loop_end_to_end_moves_cited_memory_up():
+    cfg = _cfg(
+        rerank_explore=True, rerank_seed=1, rerank_batch_size=4, rerank_top_m=3, rerank_top_k=16
+    )
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        query = "tell me about my evenings"
+
+        def pos():
+            r = mem.retrieve("u1", query, k=16, explore=False)
+            return next(i for i, h in enumerate(r.hits) if "Spirited" in h.memory.text)
+
+        start = pos()
+        for _ in range(120):
+            r = mem.retrieve("u1", query, k=3)
+            prompt = build_answer_prompt(query, r.hits)
+            assert "=== Memory [2] ===" in prompt
+            cited = [i for i, h in enumerate(r.hits) if "Spirited" in h.memory.text]
+            mem.feedback(r, cited=cited)
+        assert pos() < start and pos() == 0
