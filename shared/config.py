@@ -44,6 +44,10 @@ class MemoryConfig:
         recall: RF-Mem parameters of the dense stage (`shared.recall.RecallConfig`: mode
             `rfmem` / `familiarity` / `recollection`, λ, θ_high, θ_low, τ, B, F, R, α, ...); a
             dict of its fields is accepted. Override per call with `retrieve(..., recall=...)`.
+            Default: the familiarity path (one top-K search). RF-Mem (`{"mode": "rfmem"}`)
+            was never worse and slightly better on the 20-question dev run in BENCHMARKS.md,
+            within noise; with MiniLM its gate needs calibrated thresholds
+            (`shared.recall.calibrate_gate`), the paper's route ~90% of queries to recollection.
         ann_threshold: Users with more memories than this are searched with an approximate
             index (`None`: always exact).
         ann_index: `ivf` or `hnsw`.
@@ -96,7 +100,7 @@ class MemoryConfig:
     max_text_chars: int = 2_000_000
     embed_max_chars: int = 4000
     embed_batch_size: int = 64
-    recall: RecallConfig = field(default_factory=RecallConfig)
+    recall: RecallConfig = field(default_factory=lambda: RecallConfig(mode="familiarity"))
     ann_threshold: int | None = 50_000
     ann_index: str = "ivf"
     ann_probe: int = 32

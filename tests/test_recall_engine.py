@@ -53,14 +53,15 @@ def test_retrieve_runs_rfmem_and_reports_diagnostics(path, mode):
 def test_rfmem_gate_switches_on_thresholds():
     with _memory() as mem:
         q = "which instrument am I learning"
-        assert mem.retrieve("ana", q, recall={"theta_high": -1.0, "theta_low": -1.0}).diagnostics[
-            "path"
-        ] == ("familiarity")
-        lo = mem.retrieve("ana", q, recall={"theta_low": 1.0, "theta_high": 1.0})
+        assert mem.retrieve(
+            "ana", q, recall={"mode": "rfmem", "theta_high": -1.0, "theta_low": -1.0}
+        ).diagnostics["path"] == ("familiarity")
+        lo = mem.retrieve("ana", q, recall={"mode": "rfmem", "theta_low": 1.0, "theta_high": 1.0})
         assert lo.diagnostics["path"] == "recollection"
 
 
 def test_recall_config_on_memory_config_and_per_call():
+    assert MemoryConfig().recall.mode == "familiarity"
     cfg = MemoryConfig(recall={"mode": "recollection", "alpha": 0.3})
     assert isinstance(cfg.recall, RecallConfig) and cfg.recall.alpha == 0.3
     assert MemoryConfig.from_dict(cfg.to_dict()).recall == cfg.recall
