@@ -20,6 +20,7 @@ from .errors import (
     UnknownUserError,
 )
 from .llm import LLM, LLMClient, as_llm, count_tokens
+from .recall import RecallConfig, calibrate_gate
 from .rerank import Reranker
 from .retrospective import FeedbackResult
 from .segment import FixedWindowSegmenter, Segmenter
@@ -38,6 +39,8 @@ __all__ = [
     "Denoiser",
     "OfflineDenoiser",
     "LLMLinguaDenoiser",
+    "RecallConfig",
+    "calibrate_gate",
     "Embedder",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",

@@ -97,6 +97,10 @@ class BenchResult:
     latency_ms: dict[tuple[str, str], list[float]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    paths: dict[tuple[str, str], list[str]] = field(default_factory=lambda: defaultdict(list))
+    signals: dict[tuple[str, str], list[tuple[float, float]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     ingest: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     units: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     questions: int = 0
@@ -114,6 +118,13 @@ class BenchResult:
         out["latency_ms"] = {
             f"{u}/{m}": {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95))}
             for (u, m), v in sorted(self.latency_ms.items())
+        }
+        out["recollection_share"] = {
+            f"{u}/{m}": v.count("recollection") / len(v) for (u, m), v in sorted(self.paths.items())
+        }
+        out["gate_signals"] = {
+            f"{u}/{m}": {"mean_score": [a for a, _ in v], "entropy": [b for _, b in v]}
+            for (u, m), v in sorted(self.signals.items())
         }
         out["ingest_turns_per_s"] = {
             u: float(sum(v[1::2]) / max(sum(v[0::2]), 1e-9)) for u, v in self.ingest.items()
@@ -164,6 +175,20 @@ def parse_denoiser(spec: str, model: str | None = None) -> Any:
     return make_denoiser(name.strip(), rate=value, model=model)
 
 
+def _mode_kwargs(mode: str, extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Split `dense:recollection` into the engine mode and `retrieve` kwargs with the RF-Mem path.
+
+    The part after the colon (`familiarity`, `recollection` or `rfmem`) is merged into the
+    `recall` overrides of `extra`; a plain mode uses the memory's configured RF-Mem mode.
+    """
+    base, _, path = mode.partition(":")
+    if not path:
+        return base, extra
+    recall = dict(extra.get("recall") or {})
+    recall["mode"] = path
+    return base, {**extra, "recall": recall}
+
+
 def run_retrieval_bench(
     conversations: Sequence[Conversation],
     *,
@@ -183,7 +208,8 @@ def run_retrieval_bench(
         embedder: Embedder shared by every memory built.
         units: Unit kinds: `turn`, `session`, `window` (fixed windows) and `segment` (the
             engine's default segmenter).
-        modes: Retrieval modes (`dense`, `hybrid`, `lexical`).
+        modes: Retrieval modes (`dense`, `hybrid`, `lexical`), optionally with a forced RF-Mem
+            path after a colon: `dense:familiarity`, `hybrid:recollection`, `dense:rfmem`.
         budgets: Word budgets.
         recall_ks: Session-level recall cut-offs.
         memory_factory: Builds the `ReflectiveMemory` for a unit kind (to test other settings).
@@ -214,10 +240,18 @@ def run_retrieval_bench(
                     res.questions += 1
                     res.skipped += int(not evidence)
                 for mode in modes:
+                    base_mode, kw = _mode_kwargs(mode, extra)
                     t1 = time.perf_counter()
-                    mem.retrieve(conv.user_id, q.question, k=10, mode=mode, **extra)
+                    top = mem.retrieve(conv.user_id, q.question, k=10, mode=base_mode, **kw)
                     res.latency_ms[(unit, mode)].append((time.perf_counter() - t1) * 1000)
-                    ranking = mem.retrieve(conv.user_id, q.question, k=n_units, mode=mode, **extra)
+                    res.paths[(unit, mode)].append(str(top.diagnostics.get("path")))
+                    if top.diagnostics.get("mean_score") is not None:
+                        res.signals[(unit, mode)].append(
+                            (top.diagnostics["mean_score"], top.diagnostics["entropy"])
+                        )
+                    ranking = mem.retrieve(
+                        conv.user_id, q.question, k=n_units, mode=base_mode, **kw
+                    )
                     if evidence:
                         for b in budgets:
                             cov, _ = coverage_at_budget(ranking, evidence, b)
@@ -261,6 +295,11 @@ def format_table(res: BenchResult, budgets: Sequence[int] = DEFAULT_BUDGETS) -> 
         for unit, mode in sorted(res.latency_ms):
             vals = [f"{np.mean(res.recall[(unit, mode, n)]):.3f}" for n in names]
             lines.append(f"| {unit} | {mode} | " + " | ".join(vals) + " |")
+    if any(p in ("familiarity", "recollection") for v in res.paths.values() for p in v):
+        lines += ["", "| unit | mode | RF-Mem path → recollection |", "|---|---|---|"]
+        for key, share in s["recollection_share"].items():
+            unit, mode = key.split("/", 1)
+            lines.append(f"| {unit} | {mode} | {share:.0%} |")
     lines += [
         "",
         "| unit | memories indexed | ingest turns/s (embedding included) |",
@@ -305,6 +344,7 @@ def _run(args: argparse.Namespace) -> int:
         modes=_split(args.modes),
         budgets=budgets,
         memory_factory=lambda unit, emb: _default_factory(unit, emb, denoiser),
+        retrieve_kwargs=None if args.recall is None else {"recall": json.loads(args.recall)},
     )
     logger.info("bench retrieval done")
     print(f"data: {args.data} ({len(convs)} conversations), denoiser: {args.denoiser}")  # noqa: T201
@@ -325,7 +365,15 @@ def register(bench: Any) -> None:
     )
     p.add_argument("--data", required=True, help="conversation file (.json or .json.gz)")
     p.add_argument("--units", default="turn,session,window", help=f"comma list of {UNITS}")
-    p.add_argument("--modes", default="dense,hybrid", help="comma list of dense,hybrid,lexical")
+    p.add_argument(
+        "--modes",
+        default="dense,hybrid",
+        help="comma list of dense,hybrid,lexical; add ':familiarity', ':recollection' or "
+        "':rfmem' to force the RF-Mem path (e.g. dense:recollection)",
+    )
+    p.add_argument(
+        "--recall", default=None, help='RF-Mem overrides as JSON, e.g. {"theta_low": 0.0}'
+    )
     p.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="word budgets")
     p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     p.add_argument("--embedder", default="default", help="'default', 'hashing' or a model path")

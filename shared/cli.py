@@ -29,6 +29,7 @@ BENCH_MODULES = [
     "shared.bench_conditional",
     "shared.bench_feedback",
     "shared.bench_segmentation",
+    "shared.bench_latency",
 ]
 
 

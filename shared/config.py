@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
+from .index import ANN_KINDS, AnnSettings
+from .recall import RecallConfig
 from .types import GRANULARITIES
 
 __all__ = ["MemoryConfig"]
@@ -66,6 +68,17 @@ class MemoryConfig:
         denoiser_model: LLMLingua-2 model name or folder for `denoiser="llmlingua"` (`None`:
             `shared.compress.DEFAULT_LLMLINGUA_MODEL`).
         denoiser_device: Torch device for the LLMLingua-2 model.
+        recall: RF-Mem parameters of the dense stage (`shared.recall.RecallConfig`: mode
+            `rfmem` / `familiarity` / `recollection`, λ, θ_high, θ_low, τ, B, F, R, α, ...); a
+            dict of its fields is accepted. Override per call with `retrieve(..., recall=...)`.
+            Default: the familiarity path (one top-K search). RF-Mem (`{"mode": "rfmem"}`)
+            was never worse and slightly better on the 20-question dev run in BENCHMARKS.md,
+            within noise; with MiniLM its gate needs calibrated thresholds
+            (`shared.recall.calibrate_gate`), the paper's route ~90% of queries to recollection.
+        ann_threshold: Users with more memories than this are searched with an approximate
+            index (`None`: always exact).
+        ann_index: `ivf` or `hnsw`.
+        ann_probe: IVF lists visited per query (`ivf`) or HNSW search breadth (`hnsw`).
         conditional_memory: `end_session` also builds conditional `note` memories (context +
             knowledge of the user utterances worth remembering; see `shared.conditional`).
             With an LLM: one call per session (per `note_prompt_chars` of conversation);
@@ -123,6 +136,10 @@ class MemoryConfig:
     denoise_rate: float = 0.5
     denoiser_model: str | None = None
     denoiser_device: str = "cpu"
+    recall: RecallConfig = field(default_factory=lambda: RecallConfig(mode="familiarity"))
+    ann_threshold: int | None = 50_000
+    ann_index: str = "ivf"
+    ann_probe: int = 32
     conditional_memory: bool = False
     note_prompt_chars: int = 12_000
     retrieval_views: tuple[str, ...] | None = None
@@ -204,6 +221,13 @@ class MemoryConfig:
             raise ConfigError("denoiser_model must be None or a model name or folder")
         if not isinstance(self.denoiser_device, str) or not self.denoiser_device:
             raise ConfigError("denoiser_device must be a torch device string such as 'cpu'")
+        if isinstance(self.recall, dict):
+            self.recall = RecallConfig.from_dict(self.recall)
+        if not isinstance(self.recall, RecallConfig):
+            raise ConfigError(f"recall must be a RecallConfig or a dict, got {self.recall!r}")
+        if self.ann_index not in ANN_KINDS:
+            raise ConfigError(f"ann_index must be one of {ANN_KINDS}, got {self.ann_index!r}")
+        self.ann_settings()
         if self.retrieval_views is not None:
             if isinstance(self.retrieval_views, str):
                 self.retrieval_views = (self.retrieval_views,)
@@ -227,6 +251,15 @@ class MemoryConfig:
         if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:
             raise ConfigError("session_idle_seconds must be None or > 0")
         return self
+
+    def ann_settings(self) -> AnnSettings:
+        """The exact/approximate switch as `shared.index.AnnSettings`."""
+        return AnnSettings(
+            threshold=self.ann_threshold,
+            kind=self.ann_index,
+            nprobe=self.ann_probe,
+            ef_search=self.ann_probe if self.ann_index == "hnsw" else 64,
+        )
 
     def _validate_rmm(self) -> None:
         for name in ("topic_merge_k", "rerank_top_k", "rerank_top_m", "rerank_batch_size"):

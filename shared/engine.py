@@ -2,8 +2,8 @@
 
 Write path: `add_turn` commits a turn at once; `end_session` turns a session into memory units
 (turns, whole sessions or topical segments), embeds their keys and indexes them.
-Read path: `retrieve` ranks a user's memories for a query (dense cosine fused with BM25) and cuts
-the ranking to `k` hits or a token budget.
+Read path: `retrieve` ranks a user's memories for a query (RF-Mem adaptive dense retrieval, fused
+with BM25 by reciprocal rank) and cuts the ranking to `k` hits or a token budget.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from .errors import (
 from .index import IndexCache, UserIndex
 from .llm import LLMClient, as_llm, count_tokens
 from .prospective import ProspectiveReflector, ReflectionReport, StoreTopicBank
+from .recall import RecallConfig
+from .recall import recall as rf_recall
 from .reflection import engine_reflective_retrieve
 from .retrospective import FeedbackResult, RerankStage
 from .segment import Segmenter, check_spans
@@ -161,6 +163,7 @@ class ReflectiveMemory:
             self.embedder,
             None if self.path is None else self.path / "index",
             batch_size=self.config.embed_batch_size,
+            ann=self.config.ann_settings(),
         )
         # RMM: prospective reflection needs an LLM and the option; the reranker stage is local.
         self.reflector: ProspectiveReflector | None = None
@@ -555,6 +558,7 @@ class ReflectiveMemory:
         k: int | None = None,
         budget_tokens: int | None = None,
         mode: str | None = None,
+        recall: RecallConfig | dict[str, Any] | None = None,
         views: Sequence[str] | None = None,
         reflect: bool | None = None,
         explore: bool | None = None,
@@ -571,6 +575,8 @@ class ReflectiveMemory:
                 hit that does not fit is skipped and smaller later hits may still fill the
                 budget. With `k` too, at most `k` hits.
             mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
+            recall: RF-Mem settings for this call: a `RecallConfig`, or a dict of fields that
+                override `config.recall` (e.g. `{"mode": "familiarity"}` or `{"alpha": 0.3}`).
             views: Memory kinds to search (override `config.retrieval_views`), e.g.
                 `("note", "segment")`; one ranking across them shares `k` / the budget.
             reflect: Override `config.self_reflection`: let the LLM judge the hits and retrieve
@@ -579,7 +585,10 @@ class ReflectiveMemory:
                 defaults to `config.rerank_explore`.
 
         Returns:
-            The ranked `Retrieval` with diagnostics (timings in ms, candidate counts, path).
+            The ranked `Retrieval`. Its diagnostics hold `mode`, the dense `path` taken
+            (`familiarity` / `recollection`; `lexical` in lexical mode), the gate's
+            `mean_score` and `entropy`, recollection `rounds` and `hits_per_round`, the full
+            RF-Mem record under `recall`, candidate counts and timings in ms.
         """
         self._open()
         t_start = time.perf_counter()
@@ -593,6 +602,16 @@ class ReflectiveMemory:
         mode = self.config.retrieval_mode if mode is None else mode
         if mode not in ("hybrid", "dense", "lexical"):
             raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
+        if recall is None:
+            rcfg = self.config.recall
+        elif isinstance(recall, RecallConfig):
+            rcfg = recall
+        elif isinstance(recall, dict):
+            rcfg = self.config.recall.replace(**recall)
+        else:
+            raise InvalidInputError(
+                f"recall must be a RecallConfig, a dict or None, got {type(recall).__name__}"
+            )
         if k is None and budget_tokens is None:
             k = self.config.default_k
         views = self.config.retrieval_views if views is None else tuple(views)
@@ -601,9 +620,14 @@ class ReflectiveMemory:
         if self.config.self_reflection if reflect is None else reflect:
             kw = {"k": k, "budget_tokens": budget_tokens, "mode": mode, "views": views}
             kw["explore"] = explore
+            kw["recall"] = rcfg
             return engine_reflective_retrieve(self, user_id, query, kw, t_start)
         timings: dict[str, float] = {}
-        diagnostics: dict[str, Any] = {"path": mode, "timings_ms": timings}
+        diagnostics: dict[str, Any] = {
+            "mode": mode,
+            "path": "lexical" if mode == "lexical" else "empty",
+            "timings_ms": timings,
+        }
         if views is not None:
             diagnostics["views"] = list(views)
         rid = uuid.uuid4().hex
@@ -630,7 +654,7 @@ class ReflectiveMemory:
         n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
         explore = self.config.rerank_explore if explore is None else bool(explore)
         while True:
-            order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics)
+            order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics, rcfg)
             if self.config.rerank:
                 t0 = time.perf_counter()
                 if qvec is None:
@@ -664,8 +688,9 @@ class ReflectiveMemory:
         mode: str,
         timings: dict[str, float],
         diagnostics: dict[str, Any],
+        rcfg: RecallConfig,
     ) -> tuple[list[int], list[dict[str, float]]]:
-        """Rank positions of `index`: dense, lexical, or their reciprocal-rank fusion."""
+        """Rank positions of `index`: dense (RF-Mem), lexical, or their reciprocal-rank fusion."""
         cfg = self.config
         dense_pos: np.ndarray = np.zeros(0, np.int64)
         dense_sc: np.ndarray = np.zeros(0, np.float32)
@@ -673,9 +698,13 @@ class ReflectiveMemory:
         lex_sc: np.ndarray = np.zeros(0, np.float32)
         if mode != "lexical":
             t0 = time.perf_counter()
-            s, p = index.dense.search(qvec, n)  # type: ignore[arg-type]
-            keep = p[0] >= 0
-            dense_pos, dense_sc = p[0][keep], s[0][keep]
+            res = rf_recall(index.dense, qvec, n, rcfg)  # type: ignore[arg-type]
+            dense_pos, dense_sc = res.positions, res.cosine
+            rd = res.diagnostics()
+            diagnostics["recall"] = rd
+            diagnostics["ann"] = index.dense.kind
+            for key in ("path", "mean_score", "entropy", "rounds", "hits_per_round"):
+                diagnostics[key] = rd[key]
             timings["dense"] = (time.perf_counter() - t0) * 1000
         if mode != "dense":
             t0 = time.perf_counter()

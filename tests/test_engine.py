@@ -46,7 +46,7 @@ def test_retrieve_ranks_the_relevant_memory_first(mem: ReflectiveMemory) -> None
     assert r.hits[0].rank == 0 and r.hits[0].score >= r.hits[1].score
     r2 = mem.retrieve("u1", "how are my night shifts at the hospital", k=1)
     assert r2.hits[0].memory.session_id == "work"
-    assert r2.diagnostics["path"] == "hybrid"
+    assert r2.diagnostics["mode"] == "hybrid"
     assert {"embed", "dense", "lexical", "total"} <= set(r2.diagnostics["timings_ms"])
     assert r2.diagnostics["candidates"]["dense"] >= 1
 
@@ -57,7 +57,7 @@ def test_every_mode_finds_the_exact_fact(mem: ReflectiveMemory, mode: str) -> No
     add_session(mem, "u1", "work", WORK)
     r = mem.retrieve("u1", "nurse job at the city hospital", k=1, mode=mode)
     assert r.hits[0].memory.turn_ids == ("work:0",)
-    assert r.diagnostics["path"] == mode
+    assert r.diagnostics["mode"] == mode
 
 
 def test_k_may_equal_the_memory_count(mem: ReflectiveMemory) -> None:
