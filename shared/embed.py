@@ -10,6 +10,8 @@ import logging
 import re
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, overload, runtime_checkable
 
@@ -33,6 +35,34 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 _MODEL_CACHE: dict[tuple[str, str], Any] = {}
 _MODEL_LOCK = threading.Lock()
+_THREADS_LOCK = threading.Lock()
+_THREADS_STATE = {"active": 0, "previous": 0}
+
+
+@contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """Run torch with `n` intra-op threads, restoring the process setting afterwards.
+
+    Nested and concurrent uses are counted: the first one in saves the setting, the last one
+    out restores it.
+    """
+    if n is None:
+        yield
+        return
+    import torch
+
+    with _THREADS_LOCK:
+        if _THREADS_STATE["active"] == 0:
+            _THREADS_STATE["previous"] = torch.get_num_threads()
+            torch.set_num_threads(n)
+        _THREADS_STATE["active"] += 1
+    try:
+        yield
+    finally:
+        with _THREADS_LOCK:
+            _THREADS_STATE["active"] -= 1
+            if _THREADS_STATE["active"] == 0:
+                torch.set_num_threads(_THREADS_STATE["previous"])
 
 
 @runtime_checkable
@@ -95,6 +125,11 @@ class SentenceTransformerEmbedder:
             most its own maximum sequence length anyway; this bounds tokenisation cost on huge
             inputs).
         show_progress: Show a progress bar on large batches.
+        query_threads: Torch threads used for small inputs (at most `small_batch` texts, such
+            as a query). One thread is several times faster than two for a single short text
+            when the CPU is busy (measured p50 14 ms vs 147 ms for one MiniLM query on the
+            2-core dev machine under load); `None` leaves torch's setting alone.
+        small_batch: Inputs up to this many texts count as small.
     """
 
     def __init__(
@@ -105,8 +140,12 @@ class SentenceTransformerEmbedder:
         batch_size: int = 64,
         max_chars: int = 4000,
         show_progress: bool = False,
+        query_threads: int | None = 1,
+        small_batch: int = 8,
     ) -> None:
         self.model = DEFAULT_MODEL if model is None else model
+        self.query_threads = query_threads
+        self.small_batch = small_batch
         self.device = device
         self.batch_size = batch_size
         self.max_chars = max_chars
@@ -163,13 +202,15 @@ class SentenceTransformerEmbedder:
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         items = [t[: self.max_chars] for t in items]
-        vecs = st.encode(
-            items,
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=self.show_progress and len(items) > 4 * self.batch_size,
-        )
+        threads = self.query_threads if len(items) <= self.small_batch else None
+        with _torch_threads(threads):
+            vecs = st.encode(
+                items,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=self.show_progress and len(items) > 4 * self.batch_size,
+            )
         vecs = _normalise(vecs)
         return vecs[0] if single else vecs
 

@@ -34,3 +34,26 @@ def test_semantic_retrieval_without_shared_words() -> None:
         mem.end_session("u", "s")
         r = mem.retrieve("u", "What kind of pet do I have?", k=1, mode="dense")
         assert r.hits[0].memory.turn_ids == ("t0",)
+
+
+def test_small_inputs_use_query_threads_and_restore_the_setting() -> None:
+    import torch
+
+    e = SentenceTransformerEmbedder(query_threads=1)
+    before = torch.get_num_threads()
+    seen: list[int] = []
+    st = e.warm_up()
+    original = st.encode
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(*args, **kwargs)
+
+    st.encode = spy
+    try:
+        e.encode("one query")
+        e.encode(["a batch text"] * 20)
+    finally:
+        del st.encode
+    assert seen == [1, before]
+    assert torch.get_num_threads() == before
