@@ -7,7 +7,6 @@ into `shared.ReflectiveMemory`.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -15,13 +14,13 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from shared.citations import format_memories as quote_memories
 from shared.errors import InvalidInputError, UnknownSessionError
 from shared.types import Hit, Memory, Retrieval
 
 __all__ = [
     "CITATION_INSTRUCTION",
     "format_memories",
-    "parse_cited",
     "send_feedback",
     "iso",
     "utc_now",
@@ -42,8 +41,6 @@ CITATION_INSTRUCTION = (
 
 #: LangChain message `type` -> role stored in the core.
 ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
-
-_CITE_GROUP = re.compile(r"\[\s*(\d+(?:\s*[,;]\s*\d+)*)\s*\]")
 
 
 def utc_now() -> datetime:
@@ -66,9 +63,9 @@ def format_memories(
 ) -> str:
     """Number memories for citation, `[0]` first, under an optional instruction.
 
-    Uses the core's citation formatter (`shared.citations.format_memories`, which quotes each
-    memory so that its content cannot forge a citation) when the core has one; otherwise each
-    memory's text is indented under its number.
+    The memories are formatted by `shared.citations.format_memories`, which quotes each one so
+    that its content cannot forge a citation; parse answers with
+    `shared.citations.parse_citations` (as `ReflectiveMemory.feedback` does).
 
     Args:
         memories: Hits or memories in the order they are shown.
@@ -88,49 +85,24 @@ def format_memories(
     """
     if not memories:
         return ""
-    mems = [item.memory if isinstance(item, Hit) else item for item in memories]
-    try:
-        from shared.citations import format_memories as core_format  # type: ignore[import-not-found]
-    except ImportError:
-        body = "\n".join(
-            f"[{i}] " + "\n    ".join(m.text.splitlines() or [""]) for i, m in enumerate(mems)
-        )
-    else:
-        body = core_format(mems)
+    body = quote_memories(list(memories))
     return body if instruction is None else f"{instruction}\n\n{body}"
 
 
-def parse_cited(answer: str, n_shown: int) -> list[int]:
-    """0-based positions cited in an answer as `[i]` or `[i, j]`; out-of-range ones ignored.
-
-    Used only where the core has no citation parser of its own (the compressor's fallback).
-    """
-    found: list[int] = []
-    for group in _CITE_GROUP.findall(answer):
-        for piece in re.split(r"[,;]", group):
-            i = int(piece)
-            if 0 <= i < n_shown and i not in found:
-                found.append(i)
-    return found
-
-
 def send_feedback(memory: Any, retrieval: Retrieval | None, answer: str) -> Any | None:
-    """Forward an answer's citations to the core's reranker, if the core can learn from them.
+    """Forward an answer's citations to the engine's reranker (`memory.feedback`).
 
-    Calls `memory.feedback(retrieval, answer)` when the core provides `feedback` and the
-    retrieval showed at least one memory. Feedback never breaks the conversation: failures are
-    logged and `None` is returned.
+    Sent when the retrieval showed at least one memory and the engine reranks
+    (`config.rerank`). Feedback never breaks the conversation: failures are logged and `None` is
+    returned.
 
     Returns:
-        Whatever the core's `feedback` returns, or `None` when nothing was sent.
+        The engine's `FeedbackResult`, or `None` when nothing was sent or learning failed.
     """
-    if retrieval is None or not retrieval.hits:
-        return None
-    feedback = getattr(memory, "feedback", None)
-    if not callable(feedback):
+    if retrieval is None or not retrieval.hits or not memory.config.rerank:
         return None
     try:
-        return feedback(retrieval, answer)
+        return memory.feedback(retrieval, answer)
     except Exception:  # feedback is best effort; the exchange is already stored
         logger.exception("citation feedback failed for user %s", retrieval.user_id)
         return None

@@ -1,11 +1,12 @@
 """`ReflectiveCompressor`: the citation-trained reranker over any retriever's documents.
 
 Use it in a `ContextualCompressionRetriever` over any base retriever. Documents and the query are
-embedded with the core's embedder; the documents are ordered by the reranker (RMM's residual
-linear reranker, `shared.rerank.Reranker`, when the core provides it) or, without one, by cosine
-similarity to the query, and the best `top_n` are kept. `feedback(query, documents, answer)`
-turns the answer's citations (`[0]`, `[0, 2]`, `[NO_CITE]`; positions among the documents as
-shown) into REINFORCE rewards for the reranker.
+embedded with the core's embedder and ordered by the user's reranker: by default the engine's own
+(`memory.rerank_stage.reranker(user_id)`, RMM's residual linear reranker), the one
+`memory.retrieve(user_id, ...)` applies. The best `top_n` are kept. `feedback(query, documents,
+answer)` reads the answer's citations (`[0]`, `[0, 2]`, `[NO_CITE]`; positions among the
+documents as shown, parsed by `shared.citations`) as REINFORCE rewards; the engine's reranker
+learns them and is saved with the store, exactly like `memory.feedback`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,73 +22,32 @@ from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from shared.citations import parse_citations
 from shared.engine import ReflectiveMemory
 from shared.errors import InvalidInputError
+from shared.rerank import Episode, citation_rewards
 
-from ._common import parse_cited
-
-__all__ = ["ReflectiveCompressor", "CitationReranker", "FeedbackEpisode"]
+__all__ = ["ReflectiveCompressor", "CitationReranker"]
 
 logger = logging.getLogger(__name__)
 
 _CACHE_SIZE = 128
 
 
-@dataclass
-class FeedbackEpisode:
-    """One reranking plus the feedback on it (same fields as `shared.rerank.Episode`).
-
-    Attributes:
-        query: `(dim,)` query embedding.
-        candidates: `(K, dim)` candidate embeddings in the base retriever's order.
-        shown: Candidate positions shown to the model, in the order shown.
-        rewards: One reward per shown candidate (+1 cited, -1 not).
-        prior: `(K,)` prior scores (cosine to the query).
-    """
-
-    query: np.ndarray
-    candidates: np.ndarray
-    shown: list[int]
-    rewards: np.ndarray
-    prior: np.ndarray | None = None
-
-
-def _episode(**fields: Any) -> Any:
-    """A `shared.rerank.Episode` when the core has one, else a `FeedbackEpisode`."""
-    try:
-        from shared.rerank import Episode  # type: ignore[import-not-found]
-    except ImportError:
-        return FeedbackEpisode(**fields)
-    return Episode(**fields)
-
-
-def _default_reranker(dim: int, top_m: int) -> Any | None:
-    try:
-        from shared.rerank import Reranker  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return Reranker(dim, top_m=top_m)
-
-
-def _parse(answer: str, n: int) -> list[int]:
-    """Cited positions; the core's citation parser when it has one."""
-    try:
-        from shared.citations import parse_citations  # type: ignore[import-not-found]
-    except ImportError:
-        return parse_cited(answer, n)
-    return [int(i) for i in parse_citations(answer, n).indices]
-
-
 class ReflectiveCompressor(BaseDocumentCompressor):
     """Rerank any retriever's documents with the citation-trained reranker and keep the best.
 
     Args (fields):
-        memory: Supplies the embedder (and, through `shared.rerank`, the reranker class).
-        user_id: The user whose feedback trains this compressor's reranker.
+        memory: The core memory: its embedder embeds query and documents, its reranker for
+            `user_id` ranks them and learns from feedback.
+        user_id: The user whose reranker ranks and learns (per user, or the engine's shared one
+            with `config.rerank_scope="shared"`).
         top_n: Documents kept (RMM's top-M).
-        reranker: A reranker object with `rerank(query, candidates, prior)` returning an object
-            with `order` and `partial_fit(episode)`; `None` uses `shared.rerank.Reranker` when
-            the core provides it, else plain cosine ordering (feedback is then not learned).
+        reranker: An explicit reranker instead of the engine's: an object with
+            `rerank(query, candidates, prior)` returning an object with `order` and `scores`,
+            and `partial_fit(episode)`. It is neither saved nor used by `memory.retrieve`.
+            `None` (default): the engine's reranker for `user_id`; when the engine has reranking
+            off (`config.rerank=False`), plain cosine order and feedback is not learned.
         explore: Sample the head with Gumbel noise (while learning) instead of taking it by score.
 
     Example:
@@ -109,7 +68,7 @@ class ReflectiveCompressor(BaseDocumentCompressor):
     reranker: Any | None = Field(
         default=None,
         description="Reranker with rerank(query, candidates, prior) and partial_fit(episode); "
-        "None: the core's RMM reranker when available, else cosine order.",
+        "None: the engine's reranker for user_id (cosine order when config.rerank is off).",
     )
     explore: bool = Field(
         default=False, description="Sample the kept documents with Gumbel noise (learning)."
@@ -119,14 +78,19 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         default_factory=OrderedDict
     )
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _resolved: bool = PrivateAttr(default=False)
 
     def get_reranker(self) -> Any | None:
-        """The reranker in use (created on first use), or `None` for cosine ordering."""
-        if self.reranker is None and not self._resolved:
-            self.reranker = _default_reranker(self.memory.embedder.dim, self.top_n)
-            self._resolved = True
-        return self.reranker
+        """The reranker in use: the explicit one, else the engine's for `user_id`.
+
+        Returns `None` (cosine order) when no reranker was given and the engine has reranking
+        off. The engine's reranker is looked up on every call, so a reranker saved by another
+        process, or dropped by `memory.delete_user`, is picked up.
+        """
+        if self.reranker is not None:
+            return self.reranker
+        if not self.memory.config.rerank:
+            return None
+        return self.memory.rerank_stage.reranker(self.user_id)
 
     def _embed(self, query: str, documents: Sequence[Document]) -> tuple[np.ndarray, np.ndarray]:
         emb = self.memory.embedder
@@ -194,19 +158,21 @@ class ReflectiveCompressor(BaseDocumentCompressor):
 
         Returns:
             `cited` positions, `rewards`, and `trained` (whether a reranker received the
-            episode) with `updates` (optimizer steps it took, when it reports them).
+            episode) with `updates` (optimizer steps it took, when it reports them). The
+            engine's reranker takes one step per `config.rerank_batch_size` episodes and is
+            saved after each step.
         """
         docs = list(documents)
         if not docs:
             raise InvalidInputError("feedback needs the documents that were shown")
         if not isinstance(answer, str):
             raise InvalidInputError(f"answer must be a str, got {type(answer).__name__}")
-        cited = _parse(answer, len(docs))
-        rewards = np.array([1.0 if i in cited else -1.0 for i in range(len(docs))], np.float32)
+        cited = list(parse_citations(answer, len(docs)).indices)
+        rewards = citation_rewards(len(docs), cited)
         report: dict[str, Any] = {"cited": cited, "rewards": rewards.tolist(), "trained": False}
         reranker = self.get_reranker()
         if reranker is None:
-            logger.warning("no reranker available: citations of user %s not learned", self.user_id)
+            logger.info("reranking is off: citations of user %s not learned", self.user_id)
             return report
         key = (query, tuple(d.page_content for d in docs))
         with self._lock:
@@ -214,10 +180,14 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         if cached is None:
             q, m = self._embed(query, docs)
             cached = {"query": q, "candidates": m, "shown": list(range(len(docs))), "prior": m @ q}
-        reranker.partial_fit(_episode(rewards=rewards, **cached))
+        episode = Episode(rewards=rewards, **cached)
         report["trained"] = True
-        last = getattr(reranker, "last_fit_", None)
-        report["updates"] = getattr(last, "updates", None)
+        if self.reranker is None:
+            fit = self.memory.rerank_stage.learn(self.user_id, episode)
+            report["updates"], report["pending"] = fit.updates, fit.pending
+        else:
+            self.reranker.partial_fit(episode)
+            report["updates"] = getattr(getattr(self.reranker, "last_fit_", None), "updates", None)
         return report
 
 

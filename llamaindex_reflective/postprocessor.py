@@ -2,16 +2,18 @@
 
 Pipeline over the nodes a retriever returned (in its order):
 
-1. candidates: the first `candidate_k` nodes, or, with `recollect=True`, the `candidate_k`
-   nodes chosen by recollection over all given nodes' embeddings (RF-Mem);
-2. keys: each candidate's text, optionally denoised (used for scoring only; the nodes returned
-   keep their text, ids and metadata untouched);
-3. scores: the user's reranker over the core embedder's vectors of query and keys (without a
-   reranker: their cosine, which is what an untrained reranker computes);
+1. keys: each node's text, optionally denoised by the engine's denoiser (`denoise=True`; used
+   for scoring only: the nodes returned keep their text, ids and metadata untouched);
+2. candidates: the first `candidate_k` nodes, or, with `recollect=True`, the `candidate_k`
+   nodes RF-Mem recollection (`shared.recall`) picks among all given nodes' key embeddings;
+3. scores: the engine's reranker for the user (`memory.rerank_stage.reranker(user_id)`, the one
+   `memory.retrieve` applies) over the core embedder's vectors of query and keys; an untrained
+   reranker, or an engine with reranking off, gives their cosine;
 4. the `top_n` best nodes, with the new scores.
 
 Every ranking is remembered (a bounded number of them) so that `feedback(response)` can turn the
-citations in a query engine's answer into a REINFORCE episode for the reranker.
+citations in a query engine's answer into a REINFORCE episode: the engine's reranker learns it and
+is saved with the store (`RerankStage.learn`), exactly like `memory.feedback`.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from llama_index.core.instrumentation.events.rerank import (  # noqa: E402
 from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle  # noqa: E402
 
+from shared.citations import parse_citations  # noqa: E402
+from shared.engine import ReflectiveMemory  # noqa: E402
 from shared.errors import ConfigError, InvalidInputError  # noqa: E402
-
-from ._citations import parse_citations  # noqa: E402
+from shared.recall import ArrayIndex, recall  # noqa: E402
+from shared.rerank import Episode, citation_rewards  # noqa: E402
 
 __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 
@@ -51,6 +55,8 @@ logger = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
 
 _SOURCE_PREFIX = re.compile(r"^\s*Source\s+\d+\s*:\s*", re.IGNORECASE)
+# LlamaIndex's citation prompts number sources "Source 1:"; answers may name them that way.
+_SOURCE_WORD = re.compile(r"\bsources?\s+(\d+)\b", re.IGNORECASE)
 
 #: `recollector(query_vec (d,), candidate_vecs (n, d), k) -> positions` (best first, <= k).
 Recollector = Callable[[np.ndarray, np.ndarray, int], Sequence[int]]
@@ -83,18 +89,23 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
     """Rerank any retriever's nodes with the user's citation-trained reranker.
 
     Args:
-        memory: The core `ReflectiveMemory` (its embedder scores; its per-user reranker, denoiser
-            and recollection are used when it has them).
-        user_id: The user whose reranker ranks and learns.
+        memory: The core `ReflectiveMemory`: its embedder, its reranker for `user_id`, its
+            denoiser and its RF-Mem settings (`config.recall`) are used.
+        user_id: The user whose reranker ranks and learns (per user, or the engine's shared one
+            with `config.rerank_scope="shared"`).
         top_n: Nodes returned (RMM's top-M).
         candidate_k: Nodes considered (RMM's top-K), taken in the retriever's order unless
             `recollect` is on.
-        reranker: A reranker for this user: an object with `score(query_vec, candidate_vecs,
-            prior=None) -> (K,) scores` and, to learn, `partial_fit(episode)`. Default: the
-            engine's reranker for the user when the engine has one, else plain cosine.
-        denoise: Score denoised node text (the engine's or `denoiser`); nodes keep their text.
+        reranker: An explicit reranker instead of the engine's (neither saved nor used by
+            `memory.retrieve`): an object with `score(query_vec, candidate_vecs, prior=None) ->
+            (K,) scores` and, to learn, `partial_fit(episode)`. Default: the engine's reranker
+            for `user_id`; plain cosine (and no learning) when the engine has `config.rerank` off.
+        denoise: Score denoised node text (`denoiser`, else the engine's `memory.denoiser`);
+            nodes keep their text. If the denoiser fails, the raw text is scored.
         denoiser: An object with `denoise(list[str]) -> list[str]`.
-        recollect: Choose the candidates by recollection over all the given nodes.
+        recollect: Choose the candidates among all given nodes with `shared.recall` and the
+            engine's `config.recall` settings; its default `familiarity` mode (a plain top-K)
+            is replaced by `recollection`, a configured `rfmem` gate is kept.
         recollector: Custom recollection function (see `Recollector`).
         metadata_mode: Which node content is scored (default: text without metadata).
         citation_base: Number of the first source in answers (`1` for LlamaIndex's
@@ -114,7 +125,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-    memory: Any = Field(exclude=True, description="The core ReflectiveMemory.")
+    memory: ReflectiveMemory = Field(exclude=True, description="The core ReflectiveMemory.")
     user_id: str = Field(description="The user whose reranker ranks and learns.")
     top_n: int = Field(default=5, ge=1, description="Nodes returned (top-M).")
     candidate_k: int = Field(default=20, ge=1, description="Nodes considered (top-K).")
@@ -133,8 +144,10 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, *, memory: Any, user_id: str, **kwargs: Any) -> None:
-        if not callable(getattr(getattr(memory, "embedder", None), "encode", None)):
-            raise InvalidInputError("memory must be a ReflectiveMemory (it needs an embedder)")
+        if not isinstance(memory, ReflectiveMemory):
+            raise InvalidInputError(
+                f"memory must be a ReflectiveMemory, got {type(memory).__name__}"
+            )
         if not isinstance(user_id, str) or not user_id.strip():
             raise InvalidInputError("user_id must be a non-empty str")
         super().__init__(memory=memory, user_id=user_id, **kwargs)
@@ -150,24 +163,28 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
 
     # -- hooks ----------------------------------------------------------------------------
     def _reranker(self) -> Any | None:
-        """The reranker to use: the explicit one, else the engine's for this user, else None."""
-        return self.reranker
+        """The reranker to use: the explicit one, else the engine's for this user.
+
+        `None` (cosine scores) when no reranker was given and the engine has reranking off.
+        """
+        if self.reranker is not None:
+            return self.reranker
+        if not self.memory.config.rerank:
+            return None
+        return self.memory.rerank_stage.reranker(self.user_id)
 
     def _denoiser(self) -> Any | None:
-        if self.denoiser is not None:
-            return self.denoiser
-        return getattr(self.memory, "denoiser", None)
+        return self.denoiser if self.denoiser is not None else self.memory.denoiser
 
-    def _recollector(self) -> Recollector | None:
+    def _recollector(self) -> Recollector:
         if self.recollector is not None:
             return self.recollector  # type: ignore[no-any-return]
-        try:
-            from shared.recall import ArrayIndex, recall
-        except ImportError:
-            return None
+        cfg = self.memory.config.recall
+        if cfg.mode == "familiarity":
+            cfg = cfg.replace(mode="recollection")
 
         def run(query: np.ndarray, vecs: np.ndarray, k: int) -> list[int]:
-            return [int(p) for p in recall(ArrayIndex(vecs), query, k).positions]
+            return [int(p) for p in recall(ArrayIndex(vecs), query, k, cfg).positions]
 
         return run
 
@@ -181,10 +198,16 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
     def _keys(self, texts: list[str]) -> list[str]:
         if not self.denoise:
             return texts
-        out = self._denoiser().denoise(texts)  # type: ignore[union-attr]
+        denoiser = self._denoiser()
+        try:
+            out = denoiser.denoise(list(texts))  # type: ignore[union-attr]
+        except Exception as exc:  # score the raw text rather than fail the query
+            logger.warning("denoiser failed for user %s; scoring raw text: %s", self.user_id, exc)
+            return texts
         if isinstance(out, str) or len(out) != len(texts):
             raise InvalidInputError("the denoiser must return one text per input text")
-        return [k if k.strip() else t for k, t in zip(out, texts, strict=True)]
+        pairs = zip(out, texts, strict=True)
+        return [k if isinstance(k, str) and k.strip() else t for k, t in pairs]
 
     def _rank(self, nodes: list[NodeWithScore], query: str) -> list[NodeWithScore]:
         embedder = self.memory.embedder
@@ -193,13 +216,8 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         keys = self._keys(texts)
         pool = list(range(len(nodes)))
         if self.recollect and len(nodes) > self.candidate_k:
-            recollector = self._recollector()
-            if recollector is None:
-                raise ConfigError(
-                    "recollect=True needs shared.recall or a recollector=... function"
-                )
             all_vecs = np.asarray(embedder.encode(keys), dtype=np.float32)
-            picked = [int(p) for p in recollector(qvec, all_vecs, self.candidate_k)]
+            picked = [int(p) for p in self._recollector()(qvec, all_vecs, self.candidate_k)]
             pool = [p for p in dict.fromkeys(picked) if 0 <= p < len(nodes)][: self.candidate_k]
             vecs = all_vecs[pool]
         else:
@@ -288,9 +306,11 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         """Turn a query engine's cited answer into reranker training.
 
         The answer's citations (`[1]`, `[1, 3]`, `Source 2`, `[NO_CITE]`; numbered from
-        `citation_base` over `response.source_nodes`) are mapped back to the nodes this
-        postprocessor returned for that query; each returned node gets reward +1 when cited and
-        -1 when not, and the episode goes to the reranker's `partial_fit`.
+        `citation_base` over `response.source_nodes`; parsed by `shared.citations`) are mapped
+        back to the nodes this postprocessor returned for that query; each returned node gets
+        reward +1 when cited and -1 when not. The engine's reranker for `user_id` learns the
+        episode and is saved with the store after each optimizer step (one per
+        `config.rerank_batch_size` episodes); an explicit `reranker` gets `partial_fit`.
 
         Args:
             response: A LlamaIndex `Response` (anything with `response` and `source_nodes`).
@@ -298,7 +318,8 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
 
         Returns:
             A report: `ranking_id`, `cited` (candidate positions), `shown`, `rewards`, `signal`
-            (`citations`, `given` or `none`) and `trained` (whether a reranker learned).
+            (`citations`, `given` or `none`), `trained` (whether a reranker learned) and, for
+            the engine's reranker, `updates` and `pending` (its `FitReport`).
 
         Raises:
             InvalidInputError: The response has no source nodes this postprocessor ranked.
@@ -316,37 +337,44 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         if cited is not None:
             numbers, signal = [int(c) for c in cited], "given"
         else:
-            parsed = parse_citations(str(getattr(response, "response", "") or ""))
-            numbers, signal = parsed.numbers, ("citations" if parsed.found else "none")
+            answer = _SOURCE_WORD.sub(r"[\1]", str(getattr(response, "response", "") or ""))
+            parsed = parse_citations(answer, len(where) + self.citation_base)
+            numbers = list(parsed.indices)
+            signal = "citations" if parsed.found else "none"
         cited_pos: set[int] = set()
         for n in numbers:
             i = n - self.citation_base
             if 0 <= i < len(where) and where[i] is not None:
                 cited_pos.add(int(where[i]))  # type: ignore[arg-type]
-        rewards = [1.0 if p in cited_pos else -1.0 for p in ranking.shown]
+        rewards = citation_rewards(
+            len(ranking.shown), [j for j, p in enumerate(ranking.shown) if p in cited_pos]
+        )
         report: dict[str, Any] = {
             "ranking_id": ranking.ranking_id,
             "cited": sorted(cited_pos),
             "shown": list(ranking.shown),
-            "rewards": rewards,
+            "rewards": rewards.tolist(),
             "signal": signal,
             "trained": False,
         }
         if signal == "none":
             return report
-        reranker = self._reranker()
-        if reranker is None or not callable(getattr(reranker, "partial_fit", None)):
-            logger.info("feedback for user %s not learned: no trainable reranker", self.user_id)
-            return report
-        from shared.rerank import Episode
-
-        reranker.partial_fit(
-            Episode(
-                query=ranking.query_vec,
-                candidates=ranking.candidate_vecs,
-                shown=list(ranking.shown),
-                rewards=np.asarray(rewards, dtype=np.float32),
-            )
+        episode = Episode(
+            query=ranking.query_vec,
+            candidates=ranking.candidate_vecs,
+            shown=list(ranking.shown),
+            rewards=rewards,
         )
+        if self.reranker is not None:
+            if not callable(getattr(self.reranker, "partial_fit", None)):
+                logger.info("feedback for user %s not learned: reranker cannot learn", self.user_id)
+                return report
+            self.reranker.partial_fit(episode)
+        elif not self.memory.config.rerank:
+            logger.info("feedback for user %s not learned: reranking is off", self.user_id)
+            return report
+        else:
+            fit = self.memory.rerank_stage.learn(self.user_id, episode)
+            report["updates"], report["pending"] = fit.updates, fit.pending
         report["trained"] = True
         return report

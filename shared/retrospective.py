@@ -29,7 +29,7 @@ from .config import MemoryConfig
 from .embed import Embedder
 from .errors import ConfigError, InvalidInputError, ModelLoadError
 from .index import UserIndex
-from .rerank import Episode, Reranker, citation_rewards, rank_prior
+from .rerank import Episode, FitReport, Reranker, citation_rewards, rank_prior
 from .types import Retrieval
 
 __all__ = ["RerankStage", "FeedbackResult"]
@@ -162,6 +162,31 @@ class RerankStage:
             return None
         with self._lock:
             return self.reranker(user_id).save(path)
+
+    def learn(self, user_id: str, episode: Episode) -> FitReport:
+        """Give one feedback episode to the reranker serving `user_id`; persist it if it updated.
+
+        This is the training step `feedback` uses, public for adapters that rank their own
+        candidates (e.g. a LangChain compressor or a LlamaIndex postprocessor) with
+        `reranker(user_id)`: their feedback trains, and is saved with, the same reranker that
+        `ReflectiveMemory.retrieve` applies.
+
+        Args:
+            user_id: The user the feedback is about.
+            episode: The REINFORCE episode (`shared.rerank.Episode`).
+
+        Returns:
+            The reranker's `FitReport` for this call.
+        """
+        with self._lock:
+            rr = self.reranker(user_id)
+            rep = rr.partial_fit(episode).last_fit_
+            assert rep is not None  # every partial_fit call sets it
+            if rep.updates:
+                # Saved after each update; episodes still buffered (< one batch) are saved with
+                # the next update, or by `save()` (e.g. on close).
+                self.save(user_id)
+            return rep
 
     def forget(self, user_id: str) -> None:
         """Drop a user's own reranker (memory and files); a shared one is kept."""
@@ -320,18 +345,10 @@ class RerankStage:
             rewards,
             ctx.prior,
         )
-        with self._lock:
-            rr = self.reranker(retrieval.user_id)
-            rr.partial_fit(ep)
-            rep = rr.last_fit_
-            if rep is not None and rep.updates:
-                # Saved after each update; episodes still buffered (< one batch) are saved with
-                # the next update, or by `save()` (e.g. on close).
-                self.save(retrieval.user_id)
+        rep = self.learn(retrieval.user_id, ep)
         out.rewards = {
             retrieval.hits[h].memory.id: float(r) for h, r in zip(shown_hits, rewards, strict=True)
         }
         out.learned = True
-        if rep is not None:
-            out.updates, out.pending, out.loss = rep.updates, rep.pending, rep.loss
+        out.updates, out.pending, out.loss = rep.updates, rep.pending, rep.loss
         return out

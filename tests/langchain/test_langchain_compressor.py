@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from lc_helpers import populate
 
 from langchain_reflective import CitationReranker, ReflectiveCompressor, ReflectiveRetriever
-from shared import InvalidInputError
+from shared import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 
 DOCS = [
     Document(page_content="The museum opens at nine on weekdays.", id="a"),
@@ -42,15 +43,10 @@ class ReverseReranker:
         return self
 
 
-def _no_core_reranker(monkeypatch):
-    import langchain_reflective.compressor as comp
-
-    monkeypatch.setattr(comp, "_default_reranker", lambda dim, top_m: None)
-
-
-def test_cosine_order_without_reranker(mem, monkeypatch):
-    _no_core_reranker(monkeypatch)
-    comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=2)
+def test_cosine_order_when_engine_reranking_is_off():
+    off = ReflectiveMemory(embedder=HashingEmbedder(), config=MemoryConfig(rerank=False))
+    comp = ReflectiveCompressor(memory=off, user_id="ana", top_n=2)
+    assert comp.get_reranker() is None
     out = comp.compress_documents(DOCS, "where can I buy sourdough bread at the bakery")
     assert [d.id for d in out] == ["c", "b"]
     assert out[0].metadata["relevance_score"] >= out[1].metadata["relevance_score"]
@@ -84,10 +80,9 @@ def test_reranker_hook_orders_and_learns_from_citations(mem):
     assert ep2.shown == [0, 1, 2] and ep2.rewards.tolist() == [-1.0, -1.0, -1.0]
 
 
-def test_inside_contextual_compression_retriever(mem, monkeypatch):
+def test_inside_contextual_compression_retriever(mem):
     from langchain_classic.retrievers import ContextualCompressionRetriever
 
-    _no_core_reranker(monkeypatch)
     base = ReflectiveRetriever(memory=mem, user_id="ana", k=6)
     ccr = ContextualCompressionRetriever(
         base_compressor=ReflectiveCompressor(memory=mem, user_id="ana", top_n=2),
@@ -100,8 +95,7 @@ def test_inside_contextual_compression_retriever(mem, monkeypatch):
     assert docs[0].metadata["memory_id"]  # retriever metadata survive
 
 
-async def test_async_compress(mem, monkeypatch):
-    _no_core_reranker(monkeypatch)
+async def test_async_compress(mem):
     comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=1)
     out = await comp.acompress_documents(DOCS, "airport trains")
     assert [d.id for d in out] == ["d"]
@@ -117,17 +111,83 @@ def test_bad_input(mem):
         ReflectiveCompressor(memory=mem, user_id="ana", top_n=0)
 
 
-def test_core_rmm_reranker_learns_from_citations(mem):
-    rerank = pytest.importorskip("shared.rerank")
-    comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=2)
-    assert isinstance(comp.get_reranker(), rerank.Reranker)
-    comp.reranker = rerank.Reranker(mem.embedder.dim, top_m=2, learning_rate=0.05)
-    query = "bread bakery"
-    first, second = (d.id for d in comp.compress_documents(DOCS, query))
-    for _ in range(60):
-        shown = comp.compress_documents(DOCS, query)
+# -- the engine's reranker ----------------------------------------------------------------------
+
+BREAD_QUERY = "bread bakery"
+
+
+def _learning_memory(path=None, **cfg) -> ReflectiveMemory:
+    config = MemoryConfig(
+        granularities=("turn",), rerank_batch_size=1, rerank_learning_rate=0.05, **cfg
+    )
+    return populate(ReflectiveMemory(path, embedder=HashingEmbedder(), config=config))
+
+
+def _train_second_first(comp: ReflectiveCompressor, rounds: int = 60) -> str:
+    """Cite the document ranked second until it ranks first; return its id."""
+    second = comp.compress_documents(DOCS, BREAD_QUERY)[1].id
+    for _ in range(rounds):
+        shown = comp.compress_documents(DOCS, BREAD_QUERY)
         if shown[0].id == second:
             break
         cited = [i for i, d in enumerate(shown) if d.id == second]
-        comp.feedback(query, shown, f"{cited}" if cited else "[NO_CITE]")
-    assert comp.compress_documents(DOCS, query)[0].id == second
+        comp.feedback(BREAD_QUERY, shown, f"It is there {cited}." if cited else "[NO_CITE]")
+    return second
+
+
+def test_default_is_the_engines_reranker_for_the_user(mem):
+    comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=2)
+    assert comp.get_reranker() is mem.rerank_stage.reranker("ana")
+    assert comp.get_reranker() is not mem.rerank_stage.reranker("bob")
+
+
+def test_feedback_trains_persists_and_isolates_the_engines_reranker(tmp_path):
+    mem = _learning_memory(tmp_path / "store")
+    before = mem.retrieve("ana", "my cat Miso", k=3)
+    assert before.diagnostics["rerank"]["updates"] == 0
+    comp = CitationReranker(memory=mem, user_id="ana", top_n=2)
+    report = comp.feedback(BREAD_QUERY, comp.compress_documents(DOCS, BREAD_QUERY), "Yes [1].")
+    assert report["trained"] and report["updates"] == 1 and report["pending"] == 0
+    second = _train_second_first(comp)
+    assert comp.compress_documents(DOCS, BREAD_QUERY)[0].id == second
+    ana = mem.rerank_stage.reranker("ana")
+    n = ana.n_updates_
+    assert n >= 2 and not ana.is_identity
+    # memory.retrieve applies the reranker the compressor trained ...
+    assert mem.retrieve("ana", "my cat Miso", k=3).diagnostics["rerank"]["updates"] == n
+    # ... and bob's stays untouched (rerank_scope="user")
+    assert mem.retrieve("bob", "my cat", k=1).diagnostics["rerank"]["updates"] == 0
+    assert mem.rerank_stage.reranker("bob").is_identity
+    w_q = ana.w_q_.detach().clone()
+    mem.close()
+
+    reopened = ReflectiveMemory(tmp_path / "store", embedder=HashingEmbedder(), config=mem.config)
+    again = CitationReranker(memory=reopened, user_id="ana", top_n=2)
+    assert again.get_reranker().n_updates_ == n
+    assert bool((again.get_reranker().w_q_ == w_q).all())
+    assert again.compress_documents(DOCS, BREAD_QUERY)[0].id == second
+    assert reopened.retrieve("ana", "my cat Miso", k=3).diagnostics["rerank"]["updates"] == n
+    assert reopened.rerank_stage.reranker("bob").is_identity
+    reopened.close()
+
+
+def test_shared_scope_feedback_reaches_every_user():
+    mem = _learning_memory(rerank_scope="shared")
+    comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=2)
+    comp.feedback(BREAD_QUERY, comp.compress_documents(DOCS, BREAD_QUERY), "[0]")
+    assert mem.retrieve("bob", "my cat", k=1).diagnostics["rerank"]["updates"] == 1
+
+
+def test_engine_reranker_buffers_until_a_batch_is_full(mem):
+    comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=2)  # rerank_batch_size=4
+    shown = comp.compress_documents(DOCS, BREAD_QUERY)
+    first = comp.feedback(BREAD_QUERY, shown, "[0]")
+    assert first["trained"] and first["updates"] == 0 and first["pending"] == 1
+    assert mem.rerank_stage.reranker("ana").is_identity
+
+
+def test_citations_parsed_by_the_core_parser(mem):
+    comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=3)
+    shown = comp.compress_documents(DOCS, BREAD_QUERY)
+    report = comp.feedback(BREAD_QUERY, shown, "Memory [2] and [0-1], again [2], not [9].")
+    assert report["cited"] == [2, 0, 1] and report["rewards"] == [1.0, 1.0, 1.0]
