@@ -209,10 +209,9 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         """Send an answer's citations about the last `get` to the core (`memory.feedback`).
 
         Returns:
-            What the core's feedback returns, or None when the core has no feedback step or
-            nothing was retrieved.
+            The engine's `FeedbackResult` (its reranker for the user learns and is saved with the
+            store), or None when nothing was retrieved or the engine has reranking off.
         """
-        fb = getattr(self.memory, "feedback", None)
-        if self._last is None or not callable(fb):
+        if self._last is None or not self._last.hits or not self.memory.config.rerank:
             return None
-        return fb(self._last, answer)
+        return self.memory.feedback(self._last, answer)

@@ -7,7 +7,7 @@ from llama_index.core.memory.memory_blocks import StaticMemoryBlock
 
 from llamaindex_reflective import ReflectiveMemoryBlock
 from llamaindex_reflective.memory_block import CITATION_INSTRUCTION, format_hits
-from shared import InvalidInputError
+from shared import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 
 
 def U(t):
@@ -116,3 +116,15 @@ def test_feedback_delegates(mem):
     object.__setattr__(mem, "feedback", lambda r, a: calls.append((r, a)) or "learned")
     assert block.feedback("Pixel [0]") == "learned"
     assert calls[0][0] is block.last_retrieval and calls[0][1] == "Pixel [0]"
+
+
+def test_feedback_trains_the_engines_reranker_for_the_user():
+    cfg = MemoryConfig(granularities=("turn",), rerank_batch_size=1)
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+        _seed(mem)
+        block = ReflectiveMemoryBlock(memory=mem, user_id="ana")
+        asyncio.run(block.aget([U("dog")]))
+        result = block.feedback("Pixel loves the beach [0].")
+        assert result.learned and result.cited == (0,) and result.updates == 1
+        assert mem.retrieve("ana", "dog", k=1).diagnostics["rerank"]["updates"] == 1
+        assert mem.retrieve("bob", "dog", k=1).diagnostics["rerank"]["updates"] == 0

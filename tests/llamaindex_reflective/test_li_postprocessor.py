@@ -14,7 +14,7 @@ from llama_index.core.query_engine import CitationQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llamaindex_reflective import ReflectiveEmbedding, ReflectiveNodePostprocessor
-from shared import ConfigError, InvalidInputError
+from shared import ConfigError, HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 
 TEXTS = [
     "The cat sleeps on the sofa all afternoon.",
@@ -183,7 +183,6 @@ def test_feedback_maps_citations_and_trains(mem):
     shown = pp.postprocess_nodes(_nodes(), query_str="Pixel dog beach")
     ids = [n.node.node_id for n in shown]
     resp = Response(response="Pixel runs on the beach [2].", source_nodes=shown)
-    pytest.importorskip("shared.rerank")
     report = pp.feedback(resp)
     assert report["signal"] == "citations" and report["trained"]
     assert report["rewards"] == [-1.0, 1.0, -1.0]
@@ -193,8 +192,11 @@ def test_feedback_maps_citations_and_trains(mem):
     assert again[0].node.node_id == ids[1]
 
 
-def test_feedback_without_reranker_reports_only(mem):
+def test_feedback_without_reranker_reports_only():
+    cfg = MemoryConfig(granularities=("turn",), rerank=False)
+    mem = ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg)
     pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=2)
+    assert pp._reranker() is None
     shown = pp.postprocess_nodes(_nodes(), query_str="Pixel dog")
     report = pp.feedback(Response(response="I do not know. [NO_CITE]", source_nodes=shown))
     assert report["rewards"] == [-1.0, -1.0] and report["signal"] == "citations"
@@ -230,3 +232,189 @@ def test_query_engines_with_postprocessor(mem):
     creport = pp.feedback(cresp)
     assert creport["cited"] == [creport["shown"][0]]
     assert Settings is not None
+
+
+# -- the engine's reranker, denoiser and recall ---------------------------------------------------
+
+PIXEL_QUERY = "Pixel dog beach"
+
+
+def _learning_memory(path=None, **cfg) -> ReflectiveMemory:
+    config = MemoryConfig(
+        granularities=("turn",), rerank_batch_size=1, rerank_learning_rate=0.05, **cfg
+    )
+    mem = ReflectiveMemory(path, embedder=HashingEmbedder(128), config=config)
+    for user, texts in (("ana", TEXTS), ("bob", ["My bike is red.", "I like tea."])):
+        mem.add_turns(
+            [{"user_id": user, "session_id": "s1", "role": "user", "text": t} for t in texts]
+        )
+        mem.end_session(user, "s1")
+    return mem
+
+
+def _train_second_first(pp: ReflectiveNodePostprocessor, rounds: int = 60) -> str:
+    """Cite the node ranked second until it ranks first; return its id."""
+    second = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)[1].node.node_id
+    for _ in range(rounds):
+        shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
+        if shown[0].node.node_id == second:
+            break
+        cited = [i + 1 for i, n in enumerate(shown) if n.node.node_id == second]
+        answer = f"Source {cited[0]} says so." if cited else "[NO_CITE]"
+        pp.feedback(Response(response=answer, source_nodes=shown))
+    return second
+
+
+def test_default_is_the_engines_reranker_for_the_user(mem):
+    pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana")
+    assert pp._reranker() is mem.rerank_stage.reranker("ana")
+    assert pp._reranker() is not mem.rerank_stage.reranker("bob")
+    assert pp.model_name == "reflective-reranker:Reranker"
+
+
+def test_feedback_trains_persists_and_isolates_the_engines_reranker(tmp_path):
+    mem = _learning_memory(tmp_path / "store")
+    assert mem.retrieve("ana", "Pixel", k=2).diagnostics["rerank"]["updates"] == 0
+    pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=3)
+    shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
+    report = pp.feedback(Response(response="It runs there [2][1].", source_nodes=shown))
+    assert report["trained"] and report["updates"] == 1 and report["rewards"] == [1.0, 1.0, -1.0]
+    second = _train_second_first(pp)
+    assert pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)[0].node.node_id == second
+    ana = mem.rerank_stage.reranker("ana")
+    n = ana.n_updates_
+    assert n >= 2 and not ana.is_identity
+    # memory.retrieve applies the reranker the postprocessor trained; bob's is untouched
+    assert mem.retrieve("ana", "Pixel", k=2).diagnostics["rerank"]["updates"] == n
+    assert mem.retrieve("bob", "bike", k=1).diagnostics["rerank"]["updates"] == 0
+    assert mem.rerank_stage.reranker("bob").is_identity
+    w_m = ana.w_m_.detach().clone()
+    mem.close()
+
+    reopened = ReflectiveMemory(
+        tmp_path / "store", embedder=HashingEmbedder(128), config=mem.config
+    )
+    again = ReflectiveNodePostprocessor(memory=reopened, user_id="ana", top_n=3)
+    assert again._reranker().n_updates_ == n and bool((again._reranker().w_m_ == w_m).all())
+    assert again.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)[0].node.node_id == second
+    assert reopened.retrieve("ana", "Pixel", k=2).diagnostics["rerank"]["updates"] == n
+    assert reopened.rerank_stage.reranker("bob").is_identity
+    reopened.close()
+
+
+def test_shared_scope_feedback_reaches_every_user():
+    mem = _learning_memory(rerank_scope="shared")
+    pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=2)
+    shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
+    assert pp.feedback(Response(response="[1]", source_nodes=shown))["updates"] == 1
+    assert mem.retrieve("bob", "bike", k=1).diagnostics["rerank"]["updates"] == 1
+
+
+def test_citations_parsed_by_the_core_parser(mem):
+    pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=3)
+    shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
+    resp = Response(response="See [3], Source 1 and [1-2]; [7] is no source.", source_nodes=shown)
+    report = pp.feedback(resp)
+    assert report["signal"] == "citations" and report["rewards"] == [1.0, 1.0, 1.0]
+    assert report["trained"] and report["pending"] == 1  # rerank_batch_size=4: buffered
+    assert mem.rerank_stage.reranker("ana").is_identity
+
+
+CHATTY = [
+    "oh wow, yeah, I really really like that, honestly it is so so nice, like totally great, "
+    "thanks so much!",
+    "yeah so um I finally adopted a beagle puppy, I named him Rex, honestly I really love him",
+    "okay cool, yeah, sure, that sounds great, I will think about it, thanks, really",
+    "The train to Lyon leaves at 7:40 from platform 3",
+]
+
+
+def _chatty_nodes():
+    return [
+        NodeWithScore(node=TextNode(text=t, id_=f"c{i}"), score=1.0) for i, t in enumerate(CHATTY)
+    ]
+
+
+def test_denoise_uses_the_engines_denoiser_on_chatty_text():
+    mem = ReflectiveMemory(embedder=HashingEmbedder(), config=MemoryConfig(denoise_rate=0.4))
+    query = "what's the name of my puppy?"
+    raw = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=4)
+    clean = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=4, denoise=True)
+    assert clean._denoiser() is mem.denoiser
+    raw_out = raw.postprocess_nodes(_chatty_nodes(), query_str=query)
+    out = clean.postprocess_nodes(_chatty_nodes(), query_str=query)
+    assert raw_out[0].node.node_id != "c1"  # fillers and the train timetable outscore the fact
+    assert out[0].node.node_id == "c1"  # scored on its denoised key, the fact wins
+    assert {n.node.get_content() for n in out} == set(CHATTY)  # node text is not changed
+    # feedback learns from the denoised keys that were scored
+    report = clean.feedback(Response(response="Rex [1].", source_nodes=out))
+    vecs = clean.rankings[-1].candidate_vecs
+    keys = mem.denoiser.denoise(list(CHATTY))
+    assert report["cited"] == [1]
+    assert abs(float(vecs[1] @ mem.embedder.encode(keys[1])) - 1.0) < 1e-5
+
+
+def test_failing_denoiser_scores_raw_text(mem, caplog):
+    class Broken:
+        def denoise(self, texts):
+            raise RuntimeError("model unavailable")
+
+    plain = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=5)
+    broken = ReflectiveNodePostprocessor(
+        memory=mem, user_id="ana", top_n=5, denoise=True, denoiser=Broken()
+    )
+    expected = [
+        (n.node.node_id, n.score) for n in plain.postprocess_nodes(_nodes(), query_str="dog")
+    ]
+    with caplog.at_level("WARNING"):
+        got = [
+            (n.node.node_id, n.score) for n in broken.postprocess_nodes(_nodes(), query_str="dog")
+        ]
+    assert got == expected and "denoiser failed" in caplog.text
+
+
+def _buried_nodes():
+    """A retriever's poor ranking: the three notes about the dog come last of fourteen."""
+    texts = [
+        f"Meeting notes {i}: budget review for the quarter, slides and spreadsheets"
+        for i in range(6)
+    ]
+    texts += [f"Recipe {i}: pasta with tomato sauce, garlic and basil" for i in range(5)]
+    texts += [
+        "My beagle Rex chews every shoe in the house",
+        "Rex the beagle loves the dog park on Sundays",
+        "I take Rex to the vet for his vaccines in May",
+    ]
+    return [
+        NodeWithScore(node=TextNode(text=t, id_=f"b{i}"), score=1.0) for i, t in enumerate(texts)
+    ]
+
+
+def test_recollect_uses_shared_recall_with_the_engines_settings(mem, monkeypatch):
+    import llamaindex_reflective.postprocessor as mod
+
+    query = "what does my beagle Rex do"
+    dog = {"b11", "b12", "b13"}
+    first = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=3, candidate_k=3)
+    assert (
+        not {n.node.node_id for n in first.postprocess_nodes(_buried_nodes(), query_str=query)}
+        & dog
+    )
+    seen = []
+    real = mod.recall
+
+    def spy(index, q, k, config):
+        seen.append((index.ntotal, k, config.mode, config.alpha))
+        return real(index, q, k, config)
+
+    monkeypatch.setattr(mod, "recall", spy)
+    pp = ReflectiveNodePostprocessor(
+        memory=mem, user_id="ana", top_n=3, candidate_k=3, recollect=True
+    )
+    out = pp.postprocess_nodes(_buried_nodes(), query_str=query)
+    assert len({n.node.node_id for n in out} & dog) >= 2
+    # the engine's familiarity default becomes recollection; other settings are the engine's
+    assert seen == [(14, 3, "recollection", mem.config.recall.alpha)]
+    mem.config.recall = mem.config.recall.replace(mode="rfmem", alpha=0.3)
+    pp.postprocess_nodes(_buried_nodes(), query_str=query)
+    assert seen[-1] == (14, 3, "rfmem", 0.3)
