@@ -2,8 +2,8 @@
 
 Day 1 the user chats; the session is then closed and becomes memories. Day 2 a new session asks
 about day 1: before each call the chain's memory retrieves the relevant memories and puts them,
-numbered for citation, into the prompt; after the call it records the exchange (and forwards the
-answer's citations to the reranker when the core can learn from them).
+numbered for citation, into the prompt; after the call it records the exchange and forwards the
+answer's citations to the engine's reranker (`memory.feedback`).
 
 Runs offline by default: a small scripted chat model stands in for the LLM (it answers from the
 memory in its prompt that best matches the question, and cites it). To use a real model, install

@@ -7,7 +7,8 @@
 * Today's chat is kept in a `ReflectiveChatMessageHistory`, so it is durable too and becomes
   memories when the session is closed.
 * After each answer, `CitationReranker.feedback` turns the citations into training signal for
-  the reranker (when the core provides one; the report says whether it trained).
+  the user's reranker: the engine's own, the one `memory.retrieve` applies, saved with the store
+  (one update per `rerank_batch_size` answers; the report says what it did).
 
 Runs offline by default: a small scripted chat model stands in for the LLM (it quotes the
 numbered memory that best matches the question and cites it). To use a real model, install its

@@ -153,6 +153,27 @@ def test_feedback_learns_and_persists_per_user(tmp_path):
         assert not (tmp_path / "rerankers").exists() or not list((tmp_path / "rerankers").iterdir())
 
 
+def test_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_path):
+    from shared.rerank import Episode
+
+    dim = HashingEmbedder().dim
+    rng = np.random.default_rng(0)
+    cand = rng.normal(size=(4, dim)).astype(np.float32)
+    ep = Episode(cand[0], cand, [1, 0], np.array([1.0, -1.0], np.float32))
+    cfg = _cfg(rerank_batch_size=2)
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        stage = mem.rerank_stage
+        first = stage.learn("u1", ep)
+        assert first.updates == 0 and first.pending == 1
+        assert not (tmp_path / "rerankers").exists()  # nothing saved while the batch fills
+        second = stage.learn("u1", ep)
+        assert second.updates == 1 and second.pending == 0
+        assert stage.reranker("u1").n_updates_ == 1 and stage.reranker("u2").is_identity
+        assert len(list((tmp_path / "rerankers").glob("*.safetensors"))) == 1
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        assert again.rerank_stage.reranker("u1").n_updates_ == 1
+
+
 def test_shared_scope_uses_one_reranker(tmp_path):
     cfg = _cfg(rerank_scope="shared", rerank_batch_size=1)
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
