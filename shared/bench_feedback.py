@@ -2,7 +2,8 @@
 
 Protocol (issue 6): every LongMemEval question is one user whose whole haystack (~490 turns) is
 ingested as turn units (the default; `--granularity` changes it) with raw keys (`--denoiser none`
-by default, so the embedding cache shared with `bench retrieval` hits). Questions are split in two halves. On the training half, the engine
+by default, so the embedding cache shared with `bench retrieval` hits). Questions are split in
+two halves. On the training half, the engine
 retrieves the top-M with exploration on, a simulated generator "cites" the shown memories that
 contain an evidence turn, with label noise at RMM's measured citation quality (precision ~87%,
 recall ~86%, paper Table 3), and `ReflectiveMemory.feedback` trains one shared reranker. The test

@@ -253,9 +253,7 @@ class MemoryConfig:
         if not isinstance(wd, (int, float)) or isinstance(wd, bool) or not wd >= 0:
             raise ConfigError(f"rerank_weight_decay must be a number >= 0, got {wd!r}")
         if not isinstance(self.rerank_memory_bias, bool):
-            raise ConfigError(
-                f"rerank_memory_bias must be a bool, got {self.rerank_memory_bias!r}"
-            )
+            raise ConfigError(f"rerank_memory_bias must be a bool, got {self.rerank_memory_bias!r}")
         if not isinstance(self.attribution_threshold, (int, float)) or not (
             -1.0 <= self.attribution_threshold <= 1.0
         ):

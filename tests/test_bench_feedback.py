@@ -5,8 +5,6 @@ import json
 import numpy as np
 
 import shared.bench_feedback as bench
-import shared.embed
-from shared.embed import HashingEmbedder
 from shared.types import Hit, Memory, Retrieval
 
 
