@@ -1,7 +1,9 @@
 """`reflective-memory bench feedback`: does the citation-trained reranker learn?
 
-Protocol (issue 6): every LongMemEval question is one user whose haystack sessions are ingested
-(turn units by default). Questions are split in two halves. On the training half, the engine
+Protocol (issue 6): every LongMemEval question is one user whose whole haystack (~490 turns) is
+ingested as turn units (the default; `--granularity` changes it) with raw keys (`--denoiser none`
+by default, so the embedding cache shared with `bench retrieval` hits). Questions are split in
+two halves. On the training half, the engine
 retrieves the top-M with exploration on, a simulated generator "cites" the shown memories that
 contain an evidence turn, with label noise at RMM's measured citation quality (precision ~87%,
 recall ~86%, paper Table 3), and `ReflectiveMemory.feedback` trains one shared reranker. The test
@@ -322,12 +324,20 @@ def run(args: argparse.Namespace) -> int:
         rerank_seed=args.seed,
         rerank_optimizer=args.optimizer,
         rerank_learning_rate=args.lr,
+        rerank_top_k=args.top_k,
+        rerank_weight_decay=args.weight_decay,
+        rerank_memory_bias=args.memory_bias,
     )
     t0 = time.time()
-    from .embed import default_embedder
+    from .bench import make_embedder, parse_denoiser
 
-    embedder = _QueryCache(default_embedder())
-    with ReflectiveMemory(store, config=cfg, embedder=embedder) as mem:
+    embedder = _QueryCache(make_embedder(args.embedder, args.cache))
+    denoiser = parse_denoiser(args.denoiser)
+
+    def open_mem() -> ReflectiveMemory:
+        return ReflectiveMemory(store, config=cfg, embedder=embedder, denoiser=denoiser)
+
+    with open_mem() as mem:
         _ingest(mem, data, args.distractors, args.seed)
     ingest_s = time.time() - t0
     rng = np.random.default_rng(args.seed)
@@ -338,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, list[tuple[int, dict[int, float], dict[int, float]]]] = {}
     for label, noise in (("citations", False), ("pure noise", True)):
         shutil.rmtree(store / "rerankers", ignore_errors=True)
-        with ReflectiveMemory(store, config=cfg, embedder=embedder) as mem:
+        with open_mem() as mem:
             p_false, cite_rate = _calibrate(mem, split.train)
             results[label] = _train(
                 mem,
@@ -371,9 +381,11 @@ def run(args: argparse.Namespace) -> int:
         f"data: {args.data} ({len(data)} questions, {len(split.train)} train / "
         f"{len(split.test)} test), haystack: "
         f"{hay}, "
-        f"granularity={args.granularity}, retrieval=hybrid, "
+        f"unit={args.granularity}, keys: denoiser={args.denoiser}, embedder={embedder.name}, "
+        f"retrieval=hybrid, "
         f"K={cfg.rerank_top_k}, M={cfg.rerank_top_m}, tau={cfg.rerank_tau}, "
         f"lr={cfg.rerank_learning_rate} ({cfg.rerank_optimizer}), batch={cfg.rerank_batch_size}, "
+        f"weight decay={cfg.rerank_weight_decay}, memory bias={cfg.rerank_memory_bias}, "
         f"b={cfg.rerank_baseline}, epochs={args.epochs}, seed={args.seed}; "
         f"simulated citations: precision {PRECISION}, recall {RECALL}; ingest {ingest_s:.0f} s",
         "",
@@ -415,12 +427,37 @@ def register(bench_subparsers: Any) -> None:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="LongMemEval-style .json or .json.gz")
     p.add_argument("--store", default="rmm-bench-store", help="store directory (reused)")
-    p.add_argument("--granularity", default="turn", choices=("turn", "segment", "session"))
+    p.add_argument(
+        "--granularity",
+        default="turn",
+        choices=("turn", "segment", "session"),
+        help="memory unit (default turn: its raw-key vectors are in the shared cache)",
+    )
+    p.add_argument("--embedder", default="default", help="'default', 'hashing' or a model path")
+    p.add_argument(
+        "--cache",
+        default="~/.cache/reflective-memory/bench-embeddings.sqlite",
+        help="SQLite file caching embeddings across runs ('none' to disable)",
+    )
+    p.add_argument(
+        "--denoiser",
+        default="none",
+        help="key denoiser (default none: raw keys, as cached by bench retrieval --denoiser none)",
+    )
     p.add_argument("--epochs", type=int, default=20, help="passes over the training half")
     p.add_argument("--eval-every", type=int, default=2, help="epochs between test evaluations")
     p.add_argument("--k-eval", type=int, default=100, help="hits ranked for coverage")
     p.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--top-k", type=int, default=20, help="candidates the reranker reorders (K)")
+    p.add_argument(
+        "--weight-decay", type=float, default=0.0, help="decoupled L2 decay toward the identity"
+    )
+    p.add_argument(
+        "--memory-bias",
+        action="store_true",
+        help="extension: learn a query-independent b.m score term (not in the paper)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=None, help="use the first N questions")
     p.add_argument(

@@ -106,6 +106,10 @@ class MemoryConfig:
         rerank_baseline: REINFORCE baseline (paper: 0.5).
         rerank_batch_size: Feedback episodes per reranker update (paper: 4).
         rerank_optimizer: `adam` or `sgd`.
+        rerank_weight_decay: Decoupled L2 decay of the reranker's weights toward zero (the
+            identity start) per update; 0 (default) is the paper's update.
+        rerank_memory_bias: Extension, not in the paper: add a learned query-independent
+            `b . m` term to reranker scores (which kinds of memories get cited). Off by default.
         rerank_seed: Seed of the exploration noise (`None`: random).
         attribution_fallback: When an answer carries no citation marker, infer the used
             memories from answer-sentence / memory embedding similarity.
@@ -158,6 +162,8 @@ class MemoryConfig:
     rerank_baseline: float = 0.5
     rerank_batch_size: int = 4
     rerank_optimizer: str = "adam"
+    rerank_weight_decay: float = 0.0
+    rerank_memory_bias: bool = False
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
@@ -276,6 +282,11 @@ class MemoryConfig:
             raise ConfigError(
                 f"rerank_optimizer must be 'adam' or 'sgd', got {self.rerank_optimizer!r}"
             )
+        wd = self.rerank_weight_decay
+        if not isinstance(wd, (int, float)) or isinstance(wd, bool) or not wd >= 0:
+            raise ConfigError(f"rerank_weight_decay must be a number >= 0, got {wd!r}")
+        if not isinstance(self.rerank_memory_bias, bool):
+            raise ConfigError(f"rerank_memory_bias must be a bool, got {self.rerank_memory_bias!r}")
         if not isinstance(self.attribution_threshold, (int, float)) or not (
             -1.0 <= self.attribution_threshold <= 1.0
         ):

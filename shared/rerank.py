@@ -164,6 +164,12 @@ class Reranker:
         baseline: REINFORCE baseline `b` (paper: 0.5).
         batch_size: Episodes per optimizer step (paper: 4).
         optimizer: `adam` (default) or `sgd` (plain `W -= eta * grad`).
+        weight_decay: Decoupled L2 decay toward zero per step (`W -= eta * weight_decay * W`;
+            AdamW for `adam`). Zero is the identity start, so decay pulls the reranker back to
+            the retriever's order unless feedback keeps pushing. 0 (default): the paper's update.
+        memory_bias: Extension (not in the paper): add a learned query-independent term `b . m_i`
+            to every score, so the reranker can learn which kinds of memories get cited for
+            any query (it starts at zero). Off by default.
         seed: Seed of the Gumbel noise generator (None: nondeterministic).
 
     Example:
@@ -185,6 +191,8 @@ class Reranker:
         baseline: float = 0.5,
         batch_size: int = 4,
         optimizer: str = "adam",
+        weight_decay: float = 0.0,
+        memory_bias: bool = False,
         seed: int | None = None,
     ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
@@ -199,6 +207,10 @@ class Reranker:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         if optimizer not in ("adam", "sgd"):
             raise ConfigError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+        if not weight_decay >= 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        if not isinstance(memory_bias, bool):
+            raise ConfigError(f"memory_bias must be a bool, got {memory_bias!r}")
         self.dim = dim
         self.top_m = top_m
         self.tau = float(tau)
@@ -206,6 +218,8 @@ class Reranker:
         self.baseline = float(baseline)
         self.batch_size = batch_size
         self.optimizer = optimizer
+        self.weight_decay = float(weight_decay)
+        self.memory_bias = memory_bias
         self.seed = seed
         self._gen = np.random.default_rng(seed)
         self._reset()
@@ -214,6 +228,7 @@ class Reranker:
     def _reset(self) -> None:
         self.w_q_ = torch.zeros(self.dim, self.dim, dtype=torch.float32, requires_grad=True)
         self.w_m_ = torch.zeros(self.dim, self.dim, dtype=torch.float32, requires_grad=True)
+        self.b_m_ = torch.zeros(self.dim, dtype=torch.float32, requires_grad=True)
         self._opt = self._make_optimizer()
         self.n_updates_ = 0
         self.n_episodes_ = 0
@@ -222,15 +237,24 @@ class Reranker:
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         params = [self.w_q_, self.w_m_]
+        if self.memory_bias:
+            params.append(self.b_m_)
+        wd = self.weight_decay
         if self.optimizer == "adam":
+            if wd > 0:
+                return torch.optim.AdamW(params, lr=self.learning_rate, weight_decay=wd)
             return torch.optim.Adam(params, lr=self.learning_rate)
-        return torch.optim.SGD(params, lr=self.learning_rate)
+        return torch.optim.SGD(params, lr=self.learning_rate, weight_decay=wd)
 
     @property
     def is_identity(self) -> bool:
         """True while both adaptation maps are exactly zero (no learning has happened)."""
         with torch.no_grad():
-            return bool(torch.all(self.w_q_ == 0) and torch.all(self.w_m_ == 0))
+            return bool(
+                torch.all(self.w_q_ == 0)
+                and torch.all(self.w_m_ == 0)
+                and torch.all(self.b_m_ == 0)
+            )
 
     def get_params(self) -> dict[str, Any]:
         """Constructor parameters (scikit-learn style)."""
@@ -242,6 +266,8 @@ class Reranker:
             "baseline": self.baseline,
             "batch_size": self.batch_size,
             "optimizer": self.optimizer,
+            "weight_decay": self.weight_decay,
+            "memory_bias": self.memory_bias,
             "seed": self.seed,
         }
 
@@ -252,6 +278,8 @@ class Reranker:
         q2 = q + self.w_q_ @ q
         m2 = m + m @ self.w_m_.T
         s = m2 @ q2
+        if self.memory_bias:
+            s = s + m @ self.b_m_
         if prior is not None:
             s = s - (m @ q).detach() + prior
         return s
@@ -405,6 +433,7 @@ class Reranker:
         tensors: dict[str, torch.Tensor] = {
             "w_q": self.w_q_.detach().clone().contiguous(),
             "w_m": self.w_m_.detach().clone().contiguous(),
+            "b_m": self.b_m_.detach().clone().contiguous(),
         }
         opt_state = self._opt.state_dict()
         opt_meta: dict[str, Any] = {}
@@ -474,9 +503,14 @@ class Reranker:
             with torch.no_grad():
                 obj.w_q_.copy_(tensors["w_q"])
                 obj.w_m_.copy_(tensors["w_m"])
+                if obj.memory_bias and "b_m" in tensors:  # absent in older files
+                    obj.b_m_.copy_(tensors["b_m"])
             state = config["state"]
             opt_sd = obj._opt.state_dict()
-            if obj.optimizer == config["init_parameters"].get("optimizer"):
+            saved = config["init_parameters"]
+            if obj.optimizer == saved.get("optimizer") and obj.memory_bias == saved.get(
+                "memory_bias", False
+            ):
                 restored: dict[int, dict[str, Any]] = {}
                 for key, tensor in tensors.items():
                     if key.startswith("opt."):

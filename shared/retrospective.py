@@ -125,6 +125,8 @@ class RerankStage:
             baseline=cfg.rerank_baseline,
             batch_size=cfg.rerank_batch_size,
             optimizer=cfg.rerank_optimizer,
+            weight_decay=cfg.rerank_weight_decay,
+            memory_bias=cfg.rerank_memory_bias,
             seed=cfg.rerank_seed,
         )
 
@@ -140,7 +142,12 @@ class RerankStage:
             path = self._file(owner)
             if path is not None and (path.parent / f"{path.name}.safetensors").exists():
                 try:
-                    rr = Reranker.load(path, seed=self.config.rerank_seed)
+                    rr = Reranker.load(
+                        path,
+                        seed=self.config.rerank_seed,
+                        weight_decay=self.config.rerank_weight_decay,
+                        memory_bias=self.config.rerank_memory_bias,
+                    )
                     if rr.dim != self.embedder.dim:
                         raise ConfigError(
                             f"saved reranker has dim {rr.dim}, the embedder has {self.embedder.dim}"

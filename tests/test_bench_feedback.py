@@ -5,8 +5,6 @@ import json
 import numpy as np
 
 import shared.bench_feedback as bench
-import shared.embed
-from shared.embed import HashingEmbedder
 from shared.types import Hit, Memory, Retrieval
 
 
@@ -71,7 +69,6 @@ def test_plot_writes_png(tmp_path):
 
 
 def test_tiny_run_end_to_end(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(shared.embed, "default_embedder", lambda: HashingEmbedder(64))
     data = []
     for n in range(4):
         sessions = [
@@ -105,6 +102,12 @@ def test_tiny_run_end_to_end(tmp_path, monkeypatch, capsys):
         data=str(f),
         store=str(tmp_path / "store"),
         granularity="turn",
+        embedder="hashing",
+        cache=str(tmp_path / "vectors.sqlite"),
+        denoiser="none",
+        top_k=20,
+        weight_decay=0.01,
+        memory_bias=True,
         epochs=2,
         eval_every=1,
         k_eval=10,
@@ -119,6 +122,8 @@ def test_tiny_run_end_to_end(tmp_path, monkeypatch, capsys):
     assert bench.run(args) == 0
     out = capsys.readouterr().out
     assert "| citations, before | 0 |" in out and "| pure noise, after | 4 |" in out
+    assert "unit=turn" in out and "memory bias=True" in out and "weight decay=0.01" in out
+    assert (tmp_path / "vectors.sqlite").exists()  # vectors went through the cache
     curves = json.loads((tmp_path / "c.json").read_text())
     assert len(curves["citations"]) == 3 and (tmp_path / "p.png").exists()
 
@@ -129,6 +134,8 @@ def test_register_adds_parser():
     bench.register(sub)
     ns = p.parse_args(["feedback", "--data", "x.json"])
     assert ns.func is bench.run and ns.granularity == "turn"
+    assert ns.denoiser == "none" and ns.cache.endswith("bench-embeddings.sqlite")
+    assert ns.weight_decay == 0.0 and ns.memory_bias is False and ns.top_k == 20
 
 
 def test_all_exports():

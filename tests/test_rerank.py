@@ -149,3 +149,49 @@ def test_bad_config_and_inputs(data):
 def test_all_exports():
     for name in rerank.__all__:
         assert hasattr(rerank, name)
+
+
+def test_memory_bias_learns_query_independent_preference(data):
+    """With the bias term, citing one memory kind for one query lifts it for other queries."""
+    q, m = data
+    rng = np.random.default_rng(3)
+    q2 = _unit(rng, 16)
+    r = Reranker(16, top_m=5, batch_size=1, memory_bias=True, seed=0)
+    plain = Reranker(16, top_m=5, batch_size=1, seed=0)
+    shown = list(range(5))
+    for rr in (r, plain):
+        rr.partial_fit(Episode(q, m, shown, citation_rewards(5, [3])))
+    assert not r.is_identity and np.any(r.b_m_.detach().numpy() != 0)
+    assert np.all(plain.b_m_.detach().numpy() == 0)  # off: the paper's form only
+    lift = r.score(q2, m) - m @ q2
+    lift_plain = plain.score(q2, m) - m @ q2
+    assert lift[3] - np.mean(lift) > lift_plain[3] - np.mean(lift_plain)
+
+
+def test_weight_decay_pulls_toward_identity(data):
+    q, m = data
+    ep = Episode(q, m, [0, 1, 2, 3, 4], citation_rewards(5, [3]))
+    norms = []
+    for wd in (0.0, 50.0):
+        r = Reranker(16, batch_size=1, weight_decay=wd, optimizer="sgd", learning_rate=0.01)
+        for _ in range(20):
+            r.partial_fit(ep)
+        norms.append(float(r.w_m_.detach().norm()))
+    assert norms[1] < norms[0]
+    with pytest.raises(ConfigError):
+        Reranker(16, weight_decay=-1.0)
+    with pytest.raises(ConfigError):
+        Reranker(16, memory_bias=1)
+
+
+def test_memory_bias_round_trip(tmp_path, data):
+    q, m = data
+    r = Reranker(16, batch_size=1, memory_bias=True, weight_decay=0.1, seed=0)
+    r.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [1])))
+    r.save(tmp_path / "b")
+    r2 = Reranker.load(tmp_path / "b")
+    assert r2.memory_bias and r2.weight_decay == 0.1
+    np.testing.assert_allclose(r2.score(q, m), r.score(q, m), atol=1e-7)
+    r.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [1])))
+    r2.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [1])))
+    np.testing.assert_allclose(r2.score(q, m), r.score(q, m), atol=1e-6)

@@ -255,3 +255,18 @@ def test_citation_loop_end_to_end_moves_cited_memory_up():
             cited = [i for i, h in enumerate(r.hits) if "Spirited" in h.memory.text]
             mem.feedback(r, cited=cited)
         assert pos() < start and pos() == 0
+
+
+def test_reranker_options_reach_the_engine_reranker(tmp_path):
+    cfg = _cfg(rerank_batch_size=1, rerank_memory_bias=True, rerank_weight_decay=0.01)
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
+        rr = mem.rerank_stage.reranker("u1")
+        assert rr.memory_bias and rr.weight_decay == 0.01 and not rr.is_identity
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        loaded = again.rerank_stage.reranker("u1")
+        assert loaded.memory_bias and loaded.n_updates_ == 1
+    for bad in ({"rerank_weight_decay": -0.1}, {"rerank_memory_bias": "yes"}):
+        with pytest.raises(ConfigError):
+            _cfg(**bad)
