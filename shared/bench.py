@@ -227,6 +227,8 @@ def run_retrieval_bench(
         with factory(unit, embedder) as mem:
             t0 = time.perf_counter()
             for s in conv.sessions:
+                if not s.turns:
+                    continue
                 mem.add_turns(
                     [{**t, "user_id": conv.user_id, "session_id": s.session_id} for t in s.turns]
                 )

@@ -180,7 +180,15 @@ class ReflectiveMemory:
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the store; later calls raise `StoreClosedError`. Idempotent."""
+        """Close the store; later calls raise `StoreClosedError`. Idempotent.
+
+        Rerankers' buffered feedback episodes are saved first.
+        """
+        if not self.store.closed:
+            try:
+                self.rerank_stage.save_all()
+            except Exception:  # never block closing the store of record
+                logger.exception("saving buffered reranker feedback failed")
         self.store.close()
 
     def __enter__(self) -> ReflectiveMemory:

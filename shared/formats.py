@@ -145,6 +145,8 @@ def _longmemeval(items: list[dict[str, Any]]) -> list[Conversation]:
             turns = []
             for j, t in enumerate(sess):
                 tid = f"{sid}:{j}"
+                if not str(t.get("content") or "").strip():
+                    continue  # a few haystack turns are empty; nothing to remember
                 if t.get("has_answer"):
                     evidence.append(tid)
                 turns.append(

@@ -159,8 +159,22 @@ class RerankStage:
                 rr = self._new()
             self._rerankers[owner] = rr
             if self.directory is not None and len(self._rerankers) > _RERANKER_CACHE:
-                self._rerankers.popitem(last=False)  # saved on every update: safe to drop
+                old_owner, old = self._rerankers.popitem(last=False)
+                if old.pending_:  # updates are saved as they happen; buffered episodes too
+                    old.save(self._file(old_owner))  # type: ignore[arg-type]
             return rr
+
+    def save_all(self) -> int:
+        """Persist every loaded reranker that holds buffered episodes; return how many."""
+        if self.directory is None:
+            return 0
+        saved = 0
+        with self._lock:
+            for owner, rr in self._rerankers.items():
+                if rr.pending_:
+                    rr.save(self._file(owner))  # type: ignore[arg-type]
+                    saved += 1
+        return saved
 
     def save(self, user_id: str) -> Path | None:
         """Persist the reranker serving `user_id` (no-op for an in-memory engine)."""

@@ -270,3 +270,14 @@ def test_reranker_options_reach_the_engine_reranker(tmp_path):
     for bad in ({"rerank_weight_decay": -0.1}, {"rerank_memory_bias": "yes"}):
         with pytest.raises(ConfigError):
             _cfg(**bad)
+
+
+def test_buffered_feedback_survives_close_and_reopen(tmp_path):
+    cfg = _cfg(rerank_batch_size=4)
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem, "u1")
+        f = mem.feedback(mem.retrieve("u1", "what pet do I have"), cited=[0])
+        assert f.updates == 0 and f.pending == 1
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        rr = again.rerank_stage.reranker("u1")
+        assert rr.n_updates_ == 0 and len(rr.pending_) == 1
