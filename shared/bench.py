@@ -236,6 +236,8 @@ def run_retrieval_bench(
             res.ingest[unit] += [time.perf_counter() - t0, conv.n_turns]
             n_units = mem.stats(conv.user_id)["memories"]
             res.units[unit] += n_units
+            # warm the per-user caches (dense and BM25 indexes) so latency is steady-state
+            mem.retrieve(conv.user_id, "warm-up query", k=1, mode="hybrid", **extra)
             for q in conv.questions:
                 evidence = set(q.evidence)
                 if unit == units[0]:
