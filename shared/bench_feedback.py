@@ -451,7 +451,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--top-k", type=int, default=20, help="candidates the reranker reorders (K)")
     p.add_argument(
-        "--weight-decay", type=float, default=0.0, help="decoupled L2 decay toward the identity"
+        "--weight-decay",
+        type=float,
+        default=MemoryConfig().rerank_weight_decay,
+        help="decoupled L2 decay toward the identity (default: the library's; 0 = paper's form)",
     )
     p.add_argument(
         "--memory-bias",

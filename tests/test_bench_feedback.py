@@ -5,6 +5,7 @@ import json
 import numpy as np
 
 import shared.bench_feedback as bench
+from shared.config import MemoryConfig
 from shared.types import Hit, Memory, Retrieval
 
 
@@ -135,7 +136,11 @@ def test_register_adds_parser():
     ns = p.parse_args(["feedback", "--data", "x.json"])
     assert ns.func is bench.run and ns.granularity == "turn"
     assert ns.denoiser == "none" and ns.cache.endswith("bench-embeddings.sqlite")
-    assert ns.weight_decay == 0.0 and ns.memory_bias is False and ns.top_k == 20
+    assert (
+        ns.weight_decay == MemoryConfig().rerank_weight_decay == 10.0
+        and ns.memory_bias is False
+        and ns.top_k == 20
+    )
 
 
 def test_all_exports():
