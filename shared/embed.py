@@ -306,7 +306,12 @@ class CachedEmbedder:
         return self.inner.dim
 
     def encode(self, texts: str | list[str]) -> np.ndarray:
-        """Embed texts, computing only those not cached yet; see `Embedder.encode`."""
+        """Embed texts, computing only those not cached yet; see `Embedder.encode`.
+
+        A single `str` (a query) bypasses the cache, so query latency stays real.
+        """
+        if isinstance(texts, str):
+            return self.inner.encode(texts)
         items, single = _check_texts(texts)
         hashes = [hashlib.sha1(t.encode("utf-8", "surrogatepass")).hexdigest() for t in items]
         found: dict[str, np.ndarray] = {}

@@ -104,3 +104,27 @@ def test_bench_command_accepts_a_locomo_file(tmp_path, capsys) -> None:
     summary = json.loads(out_json.read_text())
     assert summary["questions"] == 2 and summary["skipped_no_evidence"] == 1
     assert summary["coverage"]["turn/hybrid/50"] == 1.0
+
+
+def test_cached_embedder_embeds_each_text_once_and_bypasses_queries(tmp_path) -> None:
+    import numpy as np
+
+    from shared.embed import CachedEmbedder
+
+    calls: list[list[str]] = []
+
+    class Counting(HashingEmbedder):
+        def encode(self, texts):
+            calls.append([texts] if isinstance(texts, str) else list(texts))
+            return super().encode(texts)
+
+    inner = Counting(32)
+    cache = CachedEmbedder(inner, tmp_path / "c.sqlite")
+    first = cache.encode(["alpha beta", "gamma", "alpha beta"])
+    assert calls == [["alpha beta", "gamma"]]
+    again = CachedEmbedder(inner, tmp_path / "c.sqlite").encode(["gamma", "alpha beta"])
+    assert calls == [["alpha beta", "gamma"]]  # served from disk by a new instance
+    assert np.allclose(again, first[[1, 0]]) and np.allclose(first[0], first[2])
+    q = cache.encode("gamma")
+    assert calls[-1] == ["gamma"] and q.shape == (32,)  # a query is always computed
+    assert cache.name == inner.name and cache.encode([]).shape == (0, 32)
