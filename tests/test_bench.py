@@ -121,9 +121,9 @@ def test_cached_embedder_embeds_each_text_once_and_bypasses_queries(tmp_path) ->
     inner = Counting(32)
     cache = CachedEmbedder(inner, tmp_path / "c.sqlite")
     first = cache.encode(["alpha beta", "gamma", "alpha beta"])
-    assert calls == [["alpha beta", "gamma"]]
+    assert len(calls) == 1 and sorted(calls[0]) == ["alpha beta", "gamma"]  # once each
     again = CachedEmbedder(inner, tmp_path / "c.sqlite").encode(["gamma", "alpha beta"])
-    assert calls == [["alpha beta", "gamma"]]  # served from disk by a new instance
+    assert len(calls) == 1  # served from disk by a new instance
     assert np.allclose(again, first[[1, 0]]) and np.allclose(first[0], first[2])
     q = cache.encode("gamma")
     assert calls[-1] == ["gamma"] and q.shape == (32,)  # a query is always computed
