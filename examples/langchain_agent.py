@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the examples' shared helpers
+from _offline import chat_model as _configured_model
+from _offline import numbered_memories, words  # noqa: E402
 from langchain.agents import create_agent
 from langchain.tools import ToolRuntime
 from langchain_core.language_models import BaseChatModel
@@ -75,33 +79,6 @@ def list_facts(runtime: ToolRuntime[UserContext]) -> str:
     return "\n".join(f"- {item.value['fact']}" for item in items) or "No facts saved yet."
 
 
-_STOP = set(
-    "a an and the i im me my is am are was to of in on at for what which where who how do".split()
-)
-
-
-def _words(text: str) -> set[str]:
-    return {w.rstrip("s") for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
-
-
-def numbered_memories(prompt: str) -> dict[int, list[str]]:
-    """The numbered memories in a prompt, in either of the library's citation formats."""
-    blocks: dict[int, list[str]] = {}
-    current: int | None = None
-    for line in prompt.splitlines():
-        start = re.match(r"^(?:=== Memory \[(\d+)\] ===|\[(\d+)\] (.*))$", line)
-        if start:
-            current = int(start.group(1) or start.group(2))
-            blocks[current] = [start.group(3)] if start.group(3) else []
-        elif line.startswith("=== end of memory"):
-            current = None
-        elif current is not None and line[:1] in ("|", " ") and line.strip():
-            blocks[current].append(line.lstrip("| ").strip())
-        else:
-            current = None
-    return blocks
-
-
 class ScriptedAgentModel(BaseChatModel):
     """Offline stand-in for a tool-calling LLM (see the module documentation)."""
 
@@ -134,11 +111,11 @@ class ScriptedAgentModel(BaseChatModel):
     @staticmethod
     def _answer(messages: list[BaseMessage], question: str) -> str:
         system = "\n".join(str(m.text) for m in messages if isinstance(m, SystemMessage))
-        wanted = _words(question)
+        wanted = words(question)
         best: tuple[int, int, str] | None = None
         for i, lines in numbered_memories(system).items():
             for line in lines:
-                overlap = len(wanted & _words(line))
+                overlap = len(wanted & words(line))
                 if overlap and (best is None or overlap > best[0]):
                     best = (overlap, i, re.sub(r"^(user|assistant|fact): ", "", line))
         if best is None:
@@ -148,12 +125,7 @@ class ScriptedAgentModel(BaseChatModel):
 
 def chat_model() -> BaseChatModel:
     """The model named by `REFLECTIVE_CHAT_MODEL` (an `init_chat_model` string), else offline."""
-    name = os.environ.get("REFLECTIVE_CHAT_MODEL")
-    if name:
-        from langchain.chat_models import init_chat_model
-
-        return init_chat_model(name)
-    return ScriptedAgentModel()
+    return _configured_model(ScriptedAgentModel)
 
 
 def run(embedder: str = "minilm", path: str | None = None) -> dict[str, Any]:

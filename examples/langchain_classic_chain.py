@@ -20,12 +20,16 @@ the default bundled all-MiniLM-L6-v2; `--path DIR` keeps the memory on disk betw
 from __future__ import annotations
 
 import argparse
-import os
 import re
+import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the examples' shared helpers
+from _offline import chat_model as _configured_model
+from _offline import numbered_memories, words  # noqa: E402
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -45,32 +49,6 @@ DAY_2 = [
     "Remind me where I work?",
 ]
 
-_STOP = set(
-    "a an and the i im me my is am are was to of in on at for what which where who how do".split()
-)
-
-
-def _words(text: str) -> set[str]:
-    return {w.rstrip("s") for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
-
-
-def numbered_memories(prompt: str) -> dict[int, list[str]]:
-    """The numbered memories in a prompt, in either of the library's citation formats."""
-    blocks: dict[int, list[str]] = {}
-    current: int | None = None
-    for line in prompt.splitlines():
-        start = re.match(r"^(?:=== Memory \[(\d+)\] ===|\[(\d+)\] (.*))$", line)
-        if start:
-            current = int(start.group(1) or start.group(2))
-            blocks[current] = [start.group(3)] if start.group(3) else []
-        elif line.startswith("=== end of memory"):
-            current = None
-        elif current is not None and line[:1] in ("|", " ") and line.strip():
-            blocks[current].append(line.lstrip("| ").strip())
-        else:
-            current = None
-    return blocks
-
 
 class ScriptedChatModel(BaseChatModel):
     """Offline stand-in for an LLM: quotes the memory line that best matches the question."""
@@ -84,11 +62,11 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         prompt = "\n".join(str(m.text) for m in messages)
         asked = re.findall(r"^Human: (.*)$", prompt, re.M)
-        question = _words(asked[-1] if asked else prompt)
+        question = words(asked[-1] if asked else prompt)
         best: tuple[int, int, str] | None = None
         for i, lines in numbered_memories(prompt).items():
             for line in lines:
-                overlap = len(question & _words(line))
+                overlap = len(question & words(line))
                 if overlap and (best is None or overlap > best[0]):
                     best = (overlap, i, re.sub(r"^(user|assistant): ", "", line))
         if best is None:
@@ -100,12 +78,7 @@ class ScriptedChatModel(BaseChatModel):
 
 def chat_model() -> BaseChatModel:
     """The model named by `REFLECTIVE_CHAT_MODEL` (an `init_chat_model` string), else offline."""
-    name = os.environ.get("REFLECTIVE_CHAT_MODEL")
-    if name:
-        from langchain.chat_models import init_chat_model
-
-        return init_chat_model(name)
-    return ScriptedChatModel()
+    return _configured_model(ScriptedChatModel)
 
 
 def run(embedder: str = "minilm", path: str | None = None) -> dict[str, Any]:

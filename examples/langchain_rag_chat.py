@@ -25,13 +25,16 @@ Options: `--embedder hashing` (fast, no model load) or the default bundled all-M
 from __future__ import annotations
 
 import argparse
-import os
 import re
+import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the examples' shared helpers
+from _offline import chat_model as _configured_model  # noqa: E402
 from langchain_classic.retrievers import ContextualCompressionRetriever
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
@@ -131,12 +134,7 @@ class ScriptedChatModel(BaseChatModel):
 
 def chat_model() -> BaseChatModel:
     """The model named by `REFLECTIVE_CHAT_MODEL` (an `init_chat_model` string), else offline."""
-    name = os.environ.get("REFLECTIVE_CHAT_MODEL")
-    if name:
-        from langchain.chat_models import init_chat_model
-
-        return init_chat_model(name)
-    return ScriptedChatModel()
+    return _configured_model(ScriptedChatModel)
 
 
 def store_past_sessions(memory: ReflectiveMemory) -> None:

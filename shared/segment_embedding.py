@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -233,7 +234,7 @@ def pick_boundaries(scores: np.ndarray, cutoff: float, local_max: bool = True) -
     return out
 
 
-class _UnitSegmenter:
+class _UnitSegmenter(ABC):
     """Shared plumbing: turns -> units -> embeddings -> boundaries -> turn spans."""
 
     def __init__(self, embedder: Embedder | None, unit: str, max_chars: int) -> None:
@@ -258,9 +259,9 @@ class _UnitSegmenter:
         leads = [turns[a].text for a, _ in units]
         return units, texts, leads
 
+    @abstractmethod
     def boundaries_for_texts(self, texts: Sequence[str], lead_texts: Sequence[str]) -> list[int]:
         """Indices of the units (given as texts) where a new segment starts."""
-        raise NotImplementedError
 
     def segment_texts(self, texts: Sequence[str]) -> list[tuple[int, int]]:
         """Segment plain utterance texts (one unit each); returns spans over the texts."""
