@@ -39,6 +39,7 @@ __all__ = [
     "format_table",
     "register",
     "make_embedder",
+    "add_embedder_arguments",
 ]
 
 logger = logging.getLogger(__name__)
@@ -331,6 +332,18 @@ def make_embedder(name: str, cache: str | None = None) -> Embedder:
     return CachedEmbedder(inner, os.path.expanduser(cache))
 
 
+def add_embedder_arguments(parser: Any) -> None:
+    """Add the `--embedder` and `--cache` options every benchmark command shares."""
+    parser.add_argument(
+        "--embedder", default="default", help="'default', 'hashing' or a model path"
+    )
+    parser.add_argument(
+        "--cache",
+        default="~/.cache/reflective-memory/bench-embeddings.sqlite",
+        help="SQLite file caching embeddings across runs ('none' to disable)",
+    )
+
+
 def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -380,12 +393,7 @@ def register(bench: Any) -> None:
     )
     p.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="word budgets")
     p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
-    p.add_argument("--embedder", default="default", help="'default', 'hashing' or a model path")
-    p.add_argument(
-        "--cache",
-        default="~/.cache/reflective-memory/bench-embeddings.sqlite",
-        help="SQLite file caching embeddings across runs ('none' to disable)",
-    )
+    add_embedder_arguments(p)
     p.add_argument(
         "--denoiser",
         default="default",

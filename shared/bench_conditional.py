@@ -29,7 +29,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .bench import make_embedder
+from .bench import add_embedder_arguments, make_embedder
 from .conditional import build_note_drafts, heuristic_decisions
 from .config import MemoryConfig
 from .embed import Embedder
@@ -279,12 +279,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--segment-window", type=int, default=6)
     p.add_argument("--candidates", type=int, default=300, help="ranked units per view")
     p.add_argument("--note-prompt-chars", type=int, default=12_000)
-    p.add_argument("--embedder", default="default", help="'default', 'hashing' or a model path")
-    p.add_argument(
-        "--cache",
-        default="~/.cache/reflective-memory/bench-embeddings.sqlite",
-        help="SQLite file caching embeddings across runs ('none' to disable)",
-    )
+    add_embedder_arguments(p)
     p.add_argument("--skip-coverage", action="store_true", help="memorize statistics only")
     p.add_argument("--json", default=None, help="also write the results here")
 

@@ -425,6 +425,8 @@ def register(bench_subparsers: Any) -> None:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
+    from .bench import add_embedder_arguments
+
     p.add_argument("--data", required=True, help="LongMemEval-style .json or .json.gz")
     p.add_argument("--store", default="rmm-bench-store", help="store directory (reused)")
     p.add_argument(
@@ -433,12 +435,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         choices=("turn", "segment", "session"),
         help="memory unit (default turn: its raw-key vectors are in the shared cache)",
     )
-    p.add_argument("--embedder", default="default", help="'default', 'hashing' or a model path")
-    p.add_argument(
-        "--cache",
-        default="~/.cache/reflective-memory/bench-embeddings.sqlite",
-        help="SQLite file caching embeddings across runs ('none' to disable)",
-    )
+    add_embedder_arguments(p)
     p.add_argument(
         "--denoiser",
         default="none",

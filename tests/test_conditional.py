@@ -18,6 +18,7 @@ from shared.conditional import (
 from shared.errors import InvalidInputError, LLMOutputError
 from shared.llm import LLMClient
 from shared.types import Turn, Usage
+from tests.fakes import Scripted
 
 TS = datetime(2024, 3, 5, 10, 30)
 
@@ -43,21 +44,6 @@ SESSION = make_turns(
     ]
 )
 USER_POS = [0, 2, 4, 6, 8]
-
-
-class Scripted:
-    """A fake LLM returning scripted outputs in order (the last one repeats)."""
-
-    def __init__(self, *outputs):
-        self.outputs = list(outputs)
-        self.prompts = []
-
-    def __call__(self, prompt):
-        self.prompts.append(prompt)
-        out = self.outputs[min(len(self.prompts), len(self.outputs)) - 1]
-        if isinstance(out, Exception):
-            raise out
-        return out
 
 
 # -- heuristic ------------------------------------------------------------------------------------

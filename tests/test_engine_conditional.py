@@ -3,6 +3,7 @@ import json
 import pytest
 
 from shared import ConfigError, HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
+from tests.fakes import Scripted
 
 TURNS = [
     ("user", "Hi!"),
@@ -14,19 +15,6 @@ TURNS = [
     ("user", "From now on, keep your answers under three sentences."),
     ("assistant", "Will do."),
 ]
-
-
-class Scripted:
-    def __init__(self, *outputs):
-        self.outputs = list(outputs)
-        self.prompts = []
-
-    def __call__(self, prompt):
-        self.prompts.append(prompt)
-        out = self.outputs[min(len(self.prompts), len(self.outputs)) - 1]
-        if isinstance(out, Exception):
-            raise out
-        return out
 
 
 def fill(mem, user="ana", session="s1", turns=TURNS):

@@ -10,25 +10,13 @@ from shared.reflection import (
     reflective_retrieve,
 )
 from shared.types import Hit, Memory, Retrieval, Usage
+from tests.fakes import Scripted
 
 NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
 def mem(i, text=None):
     return Memory(f"m{i}", "ana", "s", "note", text or f"memory {i}", "k", (f"t{i}",), NOW, NOW)
-
-
-class Scripted:
-    def __init__(self, *outputs):
-        self.outputs = list(outputs)
-        self.prompts = []
-
-    def __call__(self, prompt):
-        self.prompts.append(prompt)
-        out = self.outputs[min(len(self.prompts), len(self.outputs)) - 1]
-        if isinstance(out, Exception):
-            raise out
-        return out
 
 
 class FakeSearch:
