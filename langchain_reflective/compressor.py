@@ -25,7 +25,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from shared.citations import parse_citations
 from shared.engine import ReflectiveMemory
 from shared.errors import InvalidInputError
-from shared.rerank import Episode, citation_rewards
+from shared.rerank import Episode, citation_rewards, features_for
 
 __all__ = ["ReflectiveCompressor", "CitationReranker"]
 
@@ -124,11 +124,15 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         q, m = self._embed(query, docs)
         cos = m @ q
         reranker = self.get_reranker()
+        feats = None
         if reranker is None:
             order = [int(i) for i in np.argsort(-cos, kind="stable")]
             scores = cos
         else:
-            kw = {"explore": True} if self.explore else {}
+            kw: dict[str, Any] = {"explore": True} if self.explore else {}
+            feats = features_for(reranker, [d.page_content for d in docs])
+            if feats is not None:
+                kw["features"] = feats
             result = reranker.rerank(q, m, cos, **kw)
             order = [int(i) for i in result.order]
             scores = np.asarray(result.scores, dtype=np.float32)
@@ -143,7 +147,9 @@ class ReflectiveCompressor(BaseDocumentCompressor):
             }
             out.append(Document(page_content=d.page_content, metadata=meta, id=d.id))
         key = (query, tuple(d.page_content for d in out))
-        self._remember(key, {"query": q, "candidates": m, "shown": shown, "prior": cos})
+        self._remember(
+            key, {"query": q, "candidates": m, "shown": shown, "prior": cos, "features": feats}
+        )
         return out
 
     def feedback(self, query: str, documents: Sequence[Document], answer: str) -> dict[str, Any]:
@@ -179,7 +185,13 @@ class ReflectiveCompressor(BaseDocumentCompressor):
             cached = self._episodes.pop(key, None)
         if cached is None:
             q, m = self._embed(query, docs)
-            cached = {"query": q, "candidates": m, "shown": list(range(len(docs))), "prior": m @ q}
+            cached = {
+                "query": q,
+                "candidates": m,
+                "shown": list(range(len(docs))),
+                "prior": m @ q,
+                "features": features_for(reranker, [d.page_content for d in docs]),
+            }
         episode = Episode(rewards=rewards, **cached)
         report["trained"] = True
         if self.reranker is None:

@@ -47,7 +47,7 @@ from shared.citations import parse_citations  # noqa: E402
 from shared.engine import ReflectiveMemory  # noqa: E402
 from shared.errors import ConfigError, InvalidInputError  # noqa: E402
 from shared.recall import ArrayIndex, recall  # noqa: E402
-from shared.rerank import Episode, citation_rewards  # noqa: E402
+from shared.rerank import Episode, citation_rewards, features_for  # noqa: E402
 
 __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 
@@ -74,6 +74,7 @@ class Ranking:
         node_ids: Node id of each candidate.
         texts: Raw text of each candidate (to recognise re-chunked citation nodes).
         shown: Candidate positions returned, best first.
+        features: `(K, F)` reranker side features of the candidates (None if it takes none).
     """
 
     ranking_id: str
@@ -83,6 +84,7 @@ class Ranking:
     node_ids: list[str]
     texts: list[str]
     shown: list[int]
+    features: np.ndarray | None = None
 
 
 class ReflectiveNodePostprocessor(BaseNodePostprocessor):
@@ -225,10 +227,13 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
             vecs = np.asarray(embedder.encode([keys[p] for p in pool]), dtype=np.float32)
         vecs = vecs.reshape(len(pool), -1)
         reranker = self._reranker()
+        feats = None
         if reranker is None:
             scores = vecs @ qvec
         else:
-            scores = np.asarray(reranker.score(qvec, vecs), dtype=np.float32).reshape(-1)
+            feats = features_for(reranker, [keys[p] for p in pool])
+            kw = {} if feats is None else {"features": feats}
+            scores = np.asarray(reranker.score(qvec, vecs, **kw), dtype=np.float32).reshape(-1)
         order = [int(i) for i in np.argsort(-scores, kind="stable")[: self.top_n]]
         ranking = Ranking(
             ranking_id=uuid.uuid4().hex,
@@ -238,6 +243,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
             node_ids=[nodes[p].node.node_id for p in pool],
             texts=[texts[p] for p in pool],
             shown=order,
+            features=feats,
         )
         with self._lock:
             self._rankings[ranking.ranking_id] = ranking
@@ -364,6 +370,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
             candidates=ranking.candidate_vecs,
             shown=list(ranking.shown),
             rewards=rewards,
+            features=ranking.features,
         )
         if self.reranker is not None:
             if not callable(getattr(self.reranker, "partial_fit", None)):

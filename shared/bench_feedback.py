@@ -327,6 +327,8 @@ def run(args: argparse.Namespace) -> int:
         rerank_top_k=args.top_k,
         rerank_weight_decay=args.weight_decay,
         rerank_memory_bias=args.memory_bias,
+        rerank_baseline=args.baseline,
+        rerank_features=args.features,
     )
     t0 = time.time()
     from .bench import make_embedder, parse_denoiser
@@ -386,6 +388,7 @@ def run(args: argparse.Namespace) -> int:
         f"K={cfg.rerank_top_k}, M={cfg.rerank_top_m}, tau={cfg.rerank_tau}, "
         f"lr={cfg.rerank_learning_rate} ({cfg.rerank_optimizer}), batch={cfg.rerank_batch_size}, "
         f"weight decay={cfg.rerank_weight_decay}, memory bias={cfg.rerank_memory_bias}, "
+        f"features={list(cfg.rerank_features)}, "
         f"b={cfg.rerank_baseline}, epochs={args.epochs}, seed={args.seed}; "
         f"simulated citations: precision {PRECISION}, recall {RECALL}; ingest {ingest_s:.0f} s",
         "",
@@ -444,13 +447,27 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=20, help="passes over the training half")
     p.add_argument("--eval-every", type=int, default=2, help="epochs between test evaluations")
     p.add_argument("--k-eval", type=int, default=100, help="hits ranked for coverage")
-    p.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
-    p.add_argument("--lr", type=float, default=1e-3)
+    defaults = MemoryConfig()
+    p.add_argument("--optimizer", default=defaults.rerank_optimizer, choices=("adam", "sgd"))
+    p.add_argument("--lr", type=float, default=defaults.rerank_learning_rate)
+    p.add_argument(
+        "--baseline",
+        type=_baseline,
+        default=defaults.rerank_baseline,
+        help="REINFORCE baseline: a number (paper: 0.5) or 'episode' (default: the library's)",
+    )
+    p.add_argument(
+        "--features",
+        type=_features,
+        default=defaults.rerank_features,
+        help="reranker side features, comma-separated, or 'none' (paper form); "
+        "default: the library's",
+    )
     p.add_argument("--top-k", type=int, default=20, help="candidates the reranker reorders (K)")
     p.add_argument(
         "--weight-decay",
         type=float,
-        default=MemoryConfig().rerank_weight_decay,
+        default=defaults.rerank_weight_decay,
         help="decoupled L2 decay toward the identity (default: the library's; 0 = paper's form)",
     )
     p.add_argument(
@@ -468,6 +485,19 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--plot", default="docs/rmm_feedback_curve.png")
     p.add_argument("--json", default=None, help="write the curves as JSON here")
+
+
+def _baseline(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text  # validated by MemoryConfig
+
+
+def _features(text: str) -> tuple[str, ...]:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    return tuple(f.strip() for f in text.split(",") if f.strip())
 
 
 def main(argv: Sequence[str] | None = None, _run: Callable[..., int] = run) -> int:

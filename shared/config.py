@@ -13,6 +13,11 @@ from .types import GRANULARITIES
 __all__ = ["MemoryConfig"]
 
 _BASE_UNITS = ("turn", "session", "segment")
+
+#: Reranker side features by name (computed in `shared.rerank.FEATURES`).
+RERANK_FEATURES = ("cost",)
+#: `rerank_baseline` value for the per-episode mean-reward baseline.
+EPISODE_BASELINE = "episode"
 _MODES = ("hybrid", "dense", "lexical")
 _SEGMENTERS = ("auto", "embedding", "llm", "texttiling", "fixed")
 _SEGMENT_UNITS = ("exchange", "turn")
@@ -103,15 +108,24 @@ class MemoryConfig:
             the reranked order is deterministic. `retrieve(explore=...)` overrides it per call.
         rerank_tau: Gumbel-softmax temperature (paper: 0.5).
         rerank_learning_rate: REINFORCE learning rate (paper: 1e-3).
-        rerank_baseline: REINFORCE baseline (paper: 0.5).
+        rerank_baseline: REINFORCE baseline: a number (paper: 0.5) or `"episode"` (default),
+            the mean reward of the episode's shown memories, so feedback teaches through the
+            contrast between cited and uncited memories. With the paper's constant 0.5 most
+            shown memories get advantage -1.5 together, and on the feedback bench pure-noise
+            citations then cost held-out questions many points (BENCHMARKS.md `## RMM`).
         rerank_batch_size: Feedback episodes per reranker update (paper: 4).
-        rerank_optimizer: `adam` or `sgd`.
+        rerank_optimizer: `sgd` (default: the plain policy-gradient step `W -= eta * grad`)
+            or `adam`. Adam moves every weight by about `eta` per step whatever its gradient,
+            so the 2 x dim^2 embedding maps learn the trained questions fast but random-walk
+            on noisy feedback; plain SGD keeps each step proportional to the evidence.
         rerank_weight_decay: Decoupled L2 decay of the reranker's weights toward zero (the
-            identity start) per update; 0 is the paper's update. Default 10: on the 100-question
-            feedback bench (BENCHMARKS.md `## RMM`) it keeps pure-noise feedback within noise on
-            held-out questions (-2.0 points at 1000 words, against -19.3 without decay).
+            identity start) per update; 0 (default) is the paper's update.
         rerank_memory_bias: Extension, not in the paper: add a learned query-independent
             `b . m` term to reranker scores (which kinds of memories get cited). Off by default.
+        rerank_features: Extension, not in the paper: side features with a learned weight
+            (zero at the start) added to reranker scores; `("cost",)` (default) is the
+            memory key's length, `()` the paper's form. On the feedback bench this is what
+            transfers to questions the reranker was not trained on.
         rerank_seed: Seed of the exploration noise (`None`: random).
         attribution_fallback: When an answer carries no citation marker, infer the used
             memories from answer-sentence / memory embedding similarity.
@@ -161,11 +175,12 @@ class MemoryConfig:
     rerank_explore: bool = False
     rerank_tau: float = 0.5
     rerank_learning_rate: float = 1e-3
-    rerank_baseline: float = 0.5
+    rerank_baseline: float | str = "episode"
     rerank_batch_size: int = 4
-    rerank_optimizer: str = "adam"
-    rerank_weight_decay: float = 10.0
+    rerank_optimizer: str = "sgd"
+    rerank_weight_decay: float = 0.0
     rerank_memory_bias: bool = False
+    rerank_features: tuple[str, ...] = ("cost",)
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
@@ -289,6 +304,21 @@ class MemoryConfig:
             raise ConfigError(f"rerank_weight_decay must be a number >= 0, got {wd!r}")
         if not isinstance(self.rerank_memory_bias, bool):
             raise ConfigError(f"rerank_memory_bias must be a bool, got {self.rerank_memory_bias!r}")
+        b = self.rerank_baseline
+        if isinstance(b, str) or isinstance(b, bool) or not isinstance(b, (int, float)):
+            if b != EPISODE_BASELINE:
+                raise ConfigError(
+                    f"rerank_baseline must be a number or {EPISODE_BASELINE!r}, got {b!r}"
+                )
+        if isinstance(self.rerank_features, str):
+            self.rerank_features = (self.rerank_features,)
+        self.rerank_features = tuple(self.rerank_features)
+        bad = [f for f in self.rerank_features if f not in RERANK_FEATURES]
+        if bad or len(set(self.rerank_features)) != len(self.rerank_features):
+            raise ConfigError(
+                f"rerank_features must be distinct names from {sorted(RERANK_FEATURES)}, "
+                f"got {self.rerank_features!r}"
+            )
         if not isinstance(self.attribution_threshold, (int, float)) or not (
             -1.0 <= self.attribution_threshold <= 1.0
         ):
@@ -306,6 +336,7 @@ class MemoryConfig:
         """Plain-dict form (JSON-serialisable)."""
         d = asdict(self)
         d["granularities"] = list(self.granularities)
+        d["rerank_features"] = list(self.rerank_features)
         if self.retrieval_views is not None:
             d["retrieval_views"] = list(self.retrieval_views)
         if self.topic_speakers is not None:

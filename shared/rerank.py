@@ -13,8 +13,14 @@ Selecting the top-M of the K candidates:
 Learning is REINFORCE (`partial_fit`): every shown memory gets reward `R = +1` if the generator
 cited it and `-1` otherwise; the loss of one episode is
 `-sum_j (R_j - b) log P(shown_j | q, candidates not shown before j)` — the Plackett–Luce
-factorisation of `log P(M_M | q, M_K)` — with baseline `b = 0.5`. Episodes are buffered and one
-optimizer step (learning rate `eta = 1e-3`) is taken per full batch of 4.
+factorisation of `log P(M_M | q, M_K)` — with baseline `b = 0.5` (paper) or, `baseline="episode"`,
+the episode's mean reward. Episodes are buffered and one optimizer step (learning rate
+`eta = 1e-3`) is taken per full batch of 4.
+
+Extension (not in the paper): named side features per candidate (`features=("cost",)`, the
+memory's length) with a learned weight, zero at the start. Measured on LongMemEval (BENCHMARKS.md,
+RMM): the embedding maps learn the questions they are trained on but barely transfer to new ones;
+the cost weight transfers.
 
 Retrievers other than dense cosine (hybrid fusion, recollection) have their own order. Pass their
 ranking as `prior` scores on the cosine scale (`rank_prior` builds them): the score becomes
@@ -31,7 +37,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +47,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from .config import EPISODE_BASELINE, RERANK_FEATURES
 from .errors import ConfigError, InvalidInputError, ModelLoadError
 
 __all__ = [
@@ -50,6 +57,10 @@ __all__ = [
     "FitReport",
     "rank_prior",
     "citation_rewards",
+    "cost_features",
+    "features_for",
+    "FEATURES",
+    "EPISODE_BASELINE",
 ]
 
 logger = logging.getLogger(__name__)
@@ -69,6 +80,30 @@ def rank_prior(dense_scores: np.ndarray) -> np.ndarray:
     """
     s = np.asarray(dense_scores, dtype=np.float32).reshape(-1)
     return np.sort(s)[::-1].copy()
+
+
+def cost_features(texts: Sequence[str]) -> np.ndarray:
+    """The `cost` side feature of candidate memories: `(K, 1)` with `log(1 + words)` per text.
+
+    What a memory costs in the prompt. Generators tend to cite short, specific memories (a
+    user's own statement) over long generic ones, and under a context budget a short memory
+    leaves room for more; a reranker with `features=("cost",)` learns how much that matters.
+    """
+    return np.log1p(np.array([len(t.split()) for t in texts], dtype=np.float32)).reshape(-1, 1)
+
+
+#: Side features a reranker can learn a weight for, by name: texts -> `(K, 1)` column.
+FEATURES: dict[str, Callable[[Sequence[str]], np.ndarray]] = {"cost": cost_features}
+assert set(FEATURES) == set(RERANK_FEATURES)
+
+
+def features_for(reranker: Any, texts: Sequence[str]) -> np.ndarray | None:
+    """Side features a reranker expects for candidates with these texts (None if it takes none).
+
+    Works for any object: one without `feature_matrix` (e.g. a user's own reranker) gets None.
+    """
+    fm = getattr(reranker, "feature_matrix", None)
+    return fm(list(texts)) if callable(fm) else None
 
 
 def citation_rewards(n_shown: int, cited: Sequence[int]) -> np.ndarray:
@@ -105,6 +140,7 @@ class Episode:
         shown: Candidate positions shown to the generator, in the order shown.
         rewards: `(len(shown),)` reward per shown memory (+1 cited, -1 not).
         prior: Optional `(K,)` prior scores (see `rank_prior`).
+        features: Optional `(K, F)` side features per candidate (see `cost_features`).
     """
 
     query: np.ndarray
@@ -112,6 +148,7 @@ class Episode:
     shown: list[int]
     rewards: np.ndarray
     prior: np.ndarray | None = None
+    features: np.ndarray | None = None
 
     def checked(self, dim: int) -> Episode:
         """Return a validated float32 copy; raise `InvalidInputError` on bad shapes."""
@@ -132,7 +169,12 @@ class Episode:
             p = np.asarray(self.prior, dtype=np.float32).reshape(-1)
             if p.shape[0] != len(c):
                 raise InvalidInputError("prior must give one score per candidate")
-        return Episode(q, c, shown, r, p)
+        f = None
+        if self.features is not None:
+            f = np.asarray(self.features, dtype=np.float32)
+            if f.ndim != 2 or f.shape[0] != len(c) or not np.all(np.isfinite(f)):
+                raise InvalidInputError("features must be a finite (K, F) array")
+        return Episode(q, c, shown, r, p, f)
 
 
 @dataclass
@@ -161,7 +203,11 @@ class Reranker:
         top_m: Memories selected from the candidates (paper: 5 of K = 20).
         tau: Gumbel-softmax temperature (paper: 0.5).
         learning_rate: `eta` (paper: 1e-3).
-        baseline: REINFORCE baseline `b` (paper: 0.5).
+        baseline: REINFORCE baseline `b` (paper: 0.5), or `"episode"`: the mean reward of the
+            episode's shown memories, so an episode teaches only through the contrast between
+            cited and uncited memories (a constant `b` also pushes every shown memory down or
+            up together, a large source of variance: pure-noise feedback then scrambles the
+            ranking). A one-memory episode teaches nothing under `"episode"`.
         batch_size: Episodes per optimizer step (paper: 4).
         optimizer: `adam` (default) or `sgd` (plain `W -= eta * grad`).
         weight_decay: Decoupled L2 decay toward zero per step (`W -= eta * weight_decay * W`;
@@ -170,6 +216,10 @@ class Reranker:
         memory_bias: Extension (not in the paper): add a learned query-independent term `b . m_i`
             to every score, so the reranker can learn which kinds of memories get cited for
             any query (it starts at zero). Off by default.
+        features: Extension (not in the paper): names of side features per candidate (see
+            `FEATURES`; `("cost",)` is the memory's length), scored by a learned weight vector
+            `w_f . f_i` that starts at zero. With features, every call must pass their `(K, F)`
+            values; `feature_matrix(texts)` computes them.
         seed: Seed of the Gumbel noise generator (None: nondeterministic).
 
     Example:
@@ -188,11 +238,12 @@ class Reranker:
         top_m: int = 5,
         tau: float = 0.5,
         learning_rate: float = 1e-3,
-        baseline: float = 0.5,
+        baseline: float | str = 0.5,
         batch_size: int = 4,
         optimizer: str = "adam",
         weight_decay: float = 0.0,
         memory_bias: bool = False,
+        features: Sequence[str] = (),
         seed: int | None = None,
     ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
@@ -211,15 +262,29 @@ class Reranker:
             raise ConfigError(f"weight_decay must be >= 0, got {weight_decay!r}")
         if not isinstance(memory_bias, bool):
             raise ConfigError(f"memory_bias must be a bool, got {memory_bias!r}")
+        if isinstance(features, str) or not all(f in FEATURES for f in features):
+            raise ConfigError(
+                f"features must be a sequence of names from {sorted(FEATURES)}, got {features!r}"
+            )
+        if len(set(features)) != len(features):
+            raise ConfigError(f"features must not repeat, got {features!r}")
+        if isinstance(baseline, str):
+            if baseline != EPISODE_BASELINE:
+                raise ConfigError(
+                    f"baseline must be a number or {EPISODE_BASELINE!r}, got {baseline!r}"
+                )
+        elif isinstance(baseline, bool) or not isinstance(baseline, (int, float)):
+            raise ConfigError(f"baseline must be a number or {EPISODE_BASELINE!r}")
         self.dim = dim
         self.top_m = top_m
         self.tau = float(tau)
         self.learning_rate = float(learning_rate)
-        self.baseline = float(baseline)
+        self.baseline: float | str = baseline if isinstance(baseline, str) else float(baseline)
         self.batch_size = batch_size
         self.optimizer = optimizer
         self.weight_decay = float(weight_decay)
         self.memory_bias = memory_bias
+        self.features = tuple(features)
         self.seed = seed
         self._gen = np.random.default_rng(seed)
         self._reset()
@@ -229,6 +294,7 @@ class Reranker:
         self.w_q_ = torch.zeros(self.dim, self.dim, dtype=torch.float32, requires_grad=True)
         self.w_m_ = torch.zeros(self.dim, self.dim, dtype=torch.float32, requires_grad=True)
         self.b_m_ = torch.zeros(self.dim, dtype=torch.float32, requires_grad=True)
+        self.w_f_ = torch.zeros(self.n_features, dtype=torch.float32, requires_grad=True)
         self._opt = self._make_optimizer()
         self.n_updates_ = 0
         self.n_episodes_ = 0
@@ -239,12 +305,25 @@ class Reranker:
         params = [self.w_q_, self.w_m_]
         if self.memory_bias:
             params.append(self.b_m_)
+        if self.n_features:
+            params.append(self.w_f_)
         wd = self.weight_decay
         if self.optimizer == "adam":
             if wd > 0:
                 return torch.optim.AdamW(params, lr=self.learning_rate, weight_decay=wd)
             return torch.optim.Adam(params, lr=self.learning_rate)
         return torch.optim.SGD(params, lr=self.learning_rate, weight_decay=wd)
+
+    @property
+    def n_features(self) -> int:
+        """Number of side features per candidate."""
+        return len(self.features)
+
+    def feature_matrix(self, texts: Sequence[str]) -> np.ndarray | None:
+        """The `(K, F)` side features of candidates with these texts (None without features)."""
+        if not self.features:
+            return None
+        return np.concatenate([FEATURES[f](texts) for f in self.features], axis=1)
 
     @property
     def is_identity(self) -> bool:
@@ -254,6 +333,7 @@ class Reranker:
                 torch.all(self.w_q_ == 0)
                 and torch.all(self.w_m_ == 0)
                 and torch.all(self.b_m_ == 0)
+                and torch.all(self.w_f_ == 0)
             )
 
     def get_params(self) -> dict[str, Any]:
@@ -268,24 +348,35 @@ class Reranker:
             "optimizer": self.optimizer,
             "weight_decay": self.weight_decay,
             "memory_bias": self.memory_bias,
+            "features": list(self.features),
             "seed": self.seed,
         }
 
     # --------------------------------------------------------------- scoring
     def _scores_t(
-        self, q: torch.Tensor, m: torch.Tensor, prior: torch.Tensor | None
+        self,
+        q: torch.Tensor,
+        m: torch.Tensor,
+        prior: torch.Tensor | None,
+        features: torch.Tensor | None = None,
     ) -> torch.Tensor:
         q2 = q + self.w_q_ @ q
         m2 = m + m @ self.w_m_.T
         s = m2 @ q2
         if self.memory_bias:
             s = s + m @ self.b_m_
+        if features is not None:
+            s = s + features @ self.w_f_
         if prior is not None:
             s = s - (m @ q).detach() + prior
         return s
 
     def score(
-        self, query: np.ndarray, candidates: np.ndarray, prior: np.ndarray | None = None
+        self,
+        query: np.ndarray,
+        candidates: np.ndarray,
+        prior: np.ndarray | None = None,
+        features: np.ndarray | None = None,
     ) -> np.ndarray:
         """Reranker scores of candidates for one query.
 
@@ -293,17 +384,22 @@ class Reranker:
             query: `(dim,)` query embedding.
             candidates: `(K, dim)` candidate embeddings.
             prior: Optional `(K,)` prior scores on the cosine scale (see `rank_prior`).
+            features: `(K, n_features)` side features; required exactly when `n_features > 0`.
 
         Returns:
             `(K,)` float32 scores.
         """
-        q, m, p = self._inputs(query, candidates, prior)
+        q, m, p, f = self._inputs(query, candidates, prior, features)
         with torch.no_grad():
-            return self._scores_t(q, m, p).numpy().astype(np.float32)
+            return self._scores_t(q, m, p, f).numpy().astype(np.float32)
 
     def _inputs(
-        self, query: np.ndarray, candidates: np.ndarray, prior: np.ndarray | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        self,
+        query: np.ndarray,
+        candidates: np.ndarray,
+        prior: np.ndarray | None,
+        features: np.ndarray | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         m = np.asarray(candidates, dtype=np.float32)
         if m.ndim == 1:
@@ -319,7 +415,24 @@ class Reranker:
             if pa.shape[0] != m.shape[0]:
                 raise InvalidInputError("prior must give one score per candidate")
             p = torch.from_numpy(pa.copy())
-        return torch.from_numpy(q.copy()), torch.from_numpy(m.copy()), p
+        f = None
+        if self.n_features == 0:
+            if features is not None:
+                raise InvalidInputError("this reranker takes no features (n_features=0)")
+        else:
+            if features is None:
+                raise InvalidInputError(
+                    f"this reranker scores {self.n_features} side feature(s) per candidate; "
+                    "pass features"
+                )
+            fa = np.asarray(features, dtype=np.float32)
+            if fa.shape != (m.shape[0], self.n_features) or not np.all(np.isfinite(fa)):
+                raise InvalidInputError(
+                    f"features must be finite with shape ({m.shape[0]}, {self.n_features}), "
+                    f"got {fa.shape}"
+                )
+            f = torch.from_numpy(fa.copy())
+        return torch.from_numpy(q.copy()), torch.from_numpy(m.copy()), p, f
 
     def rerank(
         self,
@@ -329,6 +442,7 @@ class Reranker:
         *,
         explore: bool = False,
         top_m: int | None = None,
+        features: np.ndarray | None = None,
     ) -> RerankResult:
         """Order the candidates.
 
@@ -338,11 +452,12 @@ class Reranker:
             prior: Optional `(K,)` prior scores (see `rank_prior`).
             explore: Sample the head with Gumbel noise (learning) instead of taking it by score.
             top_m: Size of the sampled head (default `self.top_m`); the rest follows by score.
+            features: `(K, n_features)` side features (required when `n_features > 0`).
 
         Returns:
             A `RerankResult` with all K positions ordered.
         """
-        scores = self.score(query, candidates, prior)
+        scores = self.score(query, candidates, prior, features)
         k = scores.shape[0]
         # Stable sort: equal scores keep the retriever's order.
         by_score = [int(i) for i in np.argsort(-scores, kind="stable")]
@@ -356,18 +471,22 @@ class Reranker:
         return RerankResult(head + [i for i in by_score if i not in chosen], scores, True)
 
     def probabilities(
-        self, query: np.ndarray, candidates: np.ndarray, prior: np.ndarray | None = None
+        self,
+        query: np.ndarray,
+        candidates: np.ndarray,
+        prior: np.ndarray | None = None,
+        features: np.ndarray | None = None,
     ) -> np.ndarray:
         """`softmax(s / tau)` over the candidates: each one's chance to be sampled first."""
-        s = torch.from_numpy(self.score(query, candidates, prior)) / self.tau
+        s = torch.from_numpy(self.score(query, candidates, prior, features)) / self.tau
         return torch.softmax(s, dim=0).numpy()
 
     # -------------------------------------------------------------- learning
     def log_prob(self, episode: Episode) -> torch.Tensor:
         """Per-position Plackett–Luce log-probabilities of an episode's shown order."""
         ep = episode.checked(self.dim)
-        q, m, p = self._inputs(ep.query, ep.candidates, ep.prior)
-        logits = self._scores_t(q, m, p) / self.tau
+        q, m, p, f = self._inputs(ep.query, ep.candidates, ep.prior, ep.features)
+        logits = self._scores_t(q, m, p, f) / self.tau
         mask = torch.zeros(logits.shape[0], dtype=torch.bool)
         out = []
         for i in ep.shown:
@@ -382,7 +501,8 @@ class Reranker:
         total = torch.zeros(())
         for ep in episodes:
             lp = self.log_prob(ep)
-            adv = torch.from_numpy(ep.rewards) - self.baseline
+            r = torch.from_numpy(ep.rewards)
+            adv = r - (r.mean() if self.baseline == EPISODE_BASELINE else self.baseline)
             total = total - (adv * lp).sum()
         loss = total / len(episodes)
         loss.backward()
@@ -434,6 +554,7 @@ class Reranker:
             "w_q": self.w_q_.detach().clone().contiguous(),
             "w_m": self.w_m_.detach().clone().contiguous(),
             "b_m": self.b_m_.detach().clone().contiguous(),
+            "w_f": self.w_f_.detach().clone().contiguous(),
         }
         opt_state = self._opt.state_dict()
         opt_meta: dict[str, Any] = {}
@@ -450,7 +571,10 @@ class Reranker:
             tensors[f"pending.{i}.rewards"] = torch.from_numpy(ep.rewards.copy())
             if ep.prior is not None:
                 tensors[f"pending.{i}.prior"] = torch.from_numpy(ep.prior.copy())
-            pending_meta.append({"shown": ep.shown, "prior": ep.prior is not None})
+            if ep.features is not None:
+                tensors[f"pending.{i}.features"] = torch.from_numpy(ep.features.copy())
+            has_p, has_f = ep.prior is not None, ep.features is not None
+            pending_meta.append({"shown": ep.shown, "prior": has_p, "features": has_f})
         config = {
             "type": f"{type(self).__module__}.{type(self).__qualname__}",
             "format_version": _FORMAT_VERSION,
@@ -505,11 +629,17 @@ class Reranker:
                 obj.w_m_.copy_(tensors["w_m"])
                 if obj.memory_bias and "b_m" in tensors:  # absent in older files
                     obj.b_m_.copy_(tensors["b_m"])
+                if obj.features and list(obj.features) == list(
+                    config["init_parameters"].get("features", [])
+                ):
+                    obj.w_f_.copy_(tensors["w_f"])
             state = config["state"]
             opt_sd = obj._opt.state_dict()
             saved = config["init_parameters"]
-            if obj.optimizer == saved.get("optimizer") and obj.memory_bias == saved.get(
-                "memory_bias", False
+            if (
+                obj.optimizer == saved.get("optimizer")
+                and obj.memory_bias == saved.get("memory_bias", False)
+                and list(obj.features) == list(saved.get("features", []))
             ):
                 restored: dict[int, dict[str, Any]] = {}
                 for key, tensor in tensors.items():
@@ -533,6 +663,11 @@ class Reranker:
                         shown=[int(x) for x in meta["shown"]],
                         rewards=tensors[f"pending.{i}.rewards"].numpy(),
                         prior=tensors[f"pending.{i}.prior"].numpy() if meta["prior"] else None,
+                        features=(
+                            tensors[f"pending.{i}.features"].numpy()
+                            if meta.get("features")
+                            else None
+                        ),
                     ).checked(obj.dim)
                 )
         except (KeyError, RuntimeError, ValueError) as exc:

@@ -85,6 +85,7 @@ class _Context:
     candidates: np.ndarray
     prior: np.ndarray
     ids: list[str]
+    features: np.ndarray | None = None
 
 
 class RerankStage:
@@ -115,20 +116,24 @@ class RerankStage:
             return self.directory / "shared"
         return self.directory / f"user-{hashlib.sha1(owner.encode()).hexdigest()[:24]}"
 
-    def _new(self) -> Reranker:
+    def _params(self) -> dict[str, Any]:
+        """Reranker hyperparameters from the config (they also override a saved reranker's)."""
         cfg = self.config
-        return Reranker(
-            self.embedder.dim,
-            top_m=cfg.rerank_top_m,
-            tau=cfg.rerank_tau,
-            learning_rate=cfg.rerank_learning_rate,
-            baseline=cfg.rerank_baseline,
-            batch_size=cfg.rerank_batch_size,
-            optimizer=cfg.rerank_optimizer,
-            weight_decay=cfg.rerank_weight_decay,
-            memory_bias=cfg.rerank_memory_bias,
-            seed=cfg.rerank_seed,
-        )
+        return {
+            "top_m": cfg.rerank_top_m,
+            "tau": cfg.rerank_tau,
+            "learning_rate": cfg.rerank_learning_rate,
+            "baseline": cfg.rerank_baseline,
+            "batch_size": cfg.rerank_batch_size,
+            "optimizer": cfg.rerank_optimizer,
+            "weight_decay": cfg.rerank_weight_decay,
+            "memory_bias": cfg.rerank_memory_bias,
+            "features": cfg.rerank_features,
+            "seed": cfg.rerank_seed,
+        }
+
+    def _new(self) -> Reranker:
+        return Reranker(self.embedder.dim, **self._params())
 
     def reranker(self, user_id: str) -> Reranker:
         """The reranker that serves `user_id` (loaded from disk or new and untrained)."""
@@ -142,12 +147,7 @@ class RerankStage:
             path = self._file(owner)
             if path is not None and (path.parent / f"{path.name}.safetensors").exists():
                 try:
-                    rr = Reranker.load(
-                        path,
-                        seed=self.config.rerank_seed,
-                        weight_decay=self.config.rerank_weight_decay,
-                        memory_bias=self.config.rerank_memory_bias,
-                    )
+                    rr = Reranker.load(path, **self._params())
                     if rr.dim != self.embedder.dim:
                         raise ConfigError(
                             f"saved reranker has dim {rr.dim}, the embedder has {self.embedder.dim}"
@@ -246,8 +246,9 @@ class RerankStage:
         cand = index.dense.vectors[head]
         prior = rank_prior(cand @ q)
         rr = self.reranker(user_id)
+        feats = rr.feature_matrix([index.keys[p] for p in head])
         with self._lock:
-            res = rr.rerank(q, cand, prior, explore=explore)
+            res = rr.rerank(q, cand, prior, explore=explore, features=feats)
         new_head = [head[i] for i in res.order]
         new_scores = []
         for i in res.order:
@@ -266,7 +267,7 @@ class RerankStage:
             "prior": [round(float(x), 6) for x in prior],
         }
         with self._lock:
-            self._contexts[retrieval_id] = _Context(q, cand.copy(), prior, ids)
+            self._contexts[retrieval_id] = _Context(q, cand.copy(), prior, ids, feats)
             while len(self._contexts) > _EPISODE_CACHE:
                 self._contexts.popitem(last=False)
         return new_head + order[k:], new_scores + scores[k:]
@@ -286,9 +287,11 @@ class RerankStage:
         if any(mid not in where for mid in ids):
             return None  # memories changed since: the episode cannot be rebuilt
         q = np.asarray(self.embedder.encode(retrieval.query), dtype=np.float32).reshape(-1)
-        cand = index.dense.vectors[[where[m] for m in ids]]
+        pos = [where[m] for m in ids]
+        cand = index.dense.vectors[pos]
         prior = np.asarray(info.get("prior") or rank_prior(cand @ q), dtype=np.float32)
-        return _Context(q, cand.copy(), prior, ids)
+        feats = self.reranker(retrieval.user_id).feature_matrix([index.keys[p] for p in pos])
+        return _Context(q, cand.copy(), prior, ids, feats)
 
     def feedback(
         self,
@@ -365,6 +368,7 @@ class RerankStage:
             [where[retrieval.hits[h].memory.id] for h in shown_hits],
             rewards,
             ctx.prior,
+            ctx.features,
         )
         rep = self.learn(retrieval.user_id, ep)
         out.rewards = {

@@ -3,9 +3,11 @@ import gzip
 import json
 
 import numpy as np
+import pytest
 
 import shared.bench_feedback as bench
 from shared.config import MemoryConfig
+from shared.errors import ConfigError
 from shared.types import Hit, Memory, Retrieval
 
 
@@ -114,6 +116,8 @@ def test_tiny_run_end_to_end(tmp_path, monkeypatch, capsys):
         k_eval=10,
         optimizer="adam",
         lr=1e-3,
+        baseline="episode",
+        features=("cost",),
         seed=0,
         limit=None,
         distractors=None,
@@ -124,6 +128,7 @@ def test_tiny_run_end_to_end(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "| citations, before | 0 |" in out and "| pure noise, after | 4 |" in out
     assert "unit=turn" in out and "memory bias=True" in out and "weight decay=0.01" in out
+    assert "features=['cost']" in out and "b=episode" in out
     assert (tmp_path / "vectors.sqlite").exists()  # vectors went through the cache
     curves = json.loads((tmp_path / "c.json").read_text())
     assert len(curves["citations"]) == 3 and (tmp_path / "p.png").exists()
@@ -136,11 +141,18 @@ def test_register_adds_parser():
     ns = p.parse_args(["feedback", "--data", "x.json"])
     assert ns.func is bench.run and ns.granularity == "turn"
     assert ns.denoiser == "none" and ns.cache.endswith("bench-embeddings.sqlite")
-    assert (
-        ns.weight_decay == MemoryConfig().rerank_weight_decay == 10.0
-        and ns.memory_bias is False
-        and ns.top_k == 20
+    d = MemoryConfig()
+    assert ns.weight_decay == d.rerank_weight_decay and ns.memory_bias is False and ns.top_k == 20
+    assert (ns.optimizer, ns.lr) == (d.rerank_optimizer, d.rerank_learning_rate)
+    assert ns.baseline == d.rerank_baseline and ns.features == d.rerank_features
+    paper = p.parse_args(
+        ["feedback", "--data", "x.json", "--baseline", "0.5", "--features", "none"]
     )
+    assert paper.baseline == 0.5 and paper.features == ()
+    two = p.parse_args(["feedback", "--data", "x.json", "--features", "cost, cost"])
+    assert two.features == ("cost", "cost")  # MemoryConfig rejects the repeat at run time
+    with pytest.raises(ConfigError):
+        MemoryConfig(rerank_features=two.features)
 
 
 def test_all_exports():

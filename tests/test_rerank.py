@@ -195,3 +195,113 @@ def test_memory_bias_round_trip(tmp_path, data):
     r.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [1])))
     r2.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [1])))
     np.testing.assert_allclose(r2.score(q, m), r.score(q, m), atol=1e-6)
+
+
+_TEXTS = [
+    "I moved to Lisbon in March.",
+    "Here is a long overview of relocation logistics, visas, housing markets, schools, "
+    "transport passes, neighbourhood guides and a checklist for your first month abroad.",
+    "My sister lives in Porto.",
+    "Sure! Moving countries involves many steps; first research the local rental market, then "
+    "compare the cost of living, then look into residence permits and tax registration.",
+]
+
+
+def test_cost_features_are_log_words():
+    f = rerank.cost_features(["one two three", "", "a"])
+    np.testing.assert_allclose(f[:, 0], np.log1p([3, 0, 1]), rtol=1e-6)
+    r = Reranker(16, features=("cost",))
+    assert r.n_features == 1 and r.feature_matrix(_TEXTS).shape == (4, 1)
+    assert Reranker(16).feature_matrix(_TEXTS) is None
+    assert rerank.features_for(r, _TEXTS).shape == (4, 1)
+    assert rerank.features_for(object(), _TEXTS) is None  # a user's own reranker: no features
+
+
+def test_features_are_required_exactly_when_configured(data):
+    q, m = data
+    r = Reranker(16, features=("cost",))
+    with pytest.raises(InvalidInputError, match="pass features"):
+        r.rerank(q, m)
+    with pytest.raises(InvalidInputError, match="shape"):
+        r.score(q, m, features=np.zeros((3, 1), np.float32))
+    with pytest.raises(InvalidInputError, match="shape"):
+        r.score(q, m, features=np.full((20, 1), np.nan, np.float32))
+    with pytest.raises(InvalidInputError, match="no features"):
+        Reranker(16).score(q, m, features=np.zeros((20, 1), np.float32))
+    with pytest.raises(InvalidInputError, match="features"):
+        Episode(q, m, [0], np.ones(1, np.float32), None, np.zeros(20, np.float32)).checked(16)
+    for bad in (("length",), "cost", ("cost", "cost")):
+        with pytest.raises(ConfigError):
+            Reranker(16, features=bad)
+    # Untrained, the feature weight is zero: the retriever's order is kept.
+    feats = r.feature_matrix([f"w {'x ' * i}" for i in range(20)])
+    assert r.rerank(q, m, m @ q, features=feats).order == list(np.argsort(-(m @ q), kind="stable"))
+
+
+def test_cost_weight_learns_that_short_memories_get_cited():
+    """Citing the short memories of one query lifts short memories for an unrelated query."""
+    rng = np.random.default_rng(5)
+    dim = 16
+    r = Reranker(dim, top_m=2, batch_size=1, features=("cost",), optimizer="sgd", seed=0)
+    texts = _TEXTS * 3
+    feats = r.feature_matrix(texts)
+    short = [i for i, t in enumerate(texts) if len(t.split()) < 8]
+    for _ in range(60):
+        q, m = _unit(rng, dim), _unit(rng, len(texts), dim)
+        res = r.rerank(q, m, features=feats, explore=True)
+        shown = res.order[:2]
+        r.partial_fit(
+            Episode(
+                q,
+                m,
+                shown,
+                citation_rewards(2, [j for j, p in enumerate(shown) if p in short]),
+                None,
+                feats,
+            )
+        )
+    assert float(r.w_f_.detach()[0]) < -0.05  # longer -> lower score
+    q, m = _unit(rng, dim), _unit(rng, len(texts), dim)
+    top = r.rerank(q, m, features=feats).order[: len(short)]
+    base = list(np.argsort(-(m @ q), kind="stable"))[: len(short)]
+    assert len(set(top) & set(short)) > len(set(base) & set(short))
+
+
+def test_episode_baseline_learns_only_from_contrast(data):
+    """Equal rewards teach nothing under the episode baseline; a constant baseline moves."""
+    q, m = data
+    feats = np.log1p(np.arange(20, dtype=np.float32)).reshape(-1, 1)
+    for rewards in (np.full(5, -1.0, np.float32), np.ones(5, np.float32)):
+        ep = Episode(q, m, [0, 1, 2, 3, 4], rewards, None, feats)
+        ep_r = Reranker(16, batch_size=1, baseline="episode", features=("cost",), optimizer="sgd")
+        const = Reranker(16, batch_size=1, baseline=0.5, features=("cost",), optimizer="sgd")
+        ep_r.partial_fit(ep)
+        const.partial_fit(ep)
+        assert ep_r.is_identity and not const.is_identity
+    ep_r = Reranker(16, batch_size=1, baseline="episode", optimizer="sgd", learning_rate=0.1)
+    ep_r.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [2])))
+    s = ep_r.score(q, m) - m @ q
+    assert s[2] > s[0] and s[2] > s[1]  # the cited one rose against the uncited ones
+    for bad in ("mean", True, None):
+        with pytest.raises(ConfigError):
+            Reranker(16, baseline=bad)
+
+
+def test_features_round_trip_with_pending_episodes(tmp_path, data):
+    q, m = data
+    feats = np.log1p(np.arange(20, dtype=np.float32)).reshape(-1, 1)
+    r = Reranker(16, batch_size=2, features=("cost",), baseline="episode", seed=0)
+    ep = Episode(q, m, [3, 0, 1], citation_rewards(3, [0]), m @ q, feats)
+    r.partial_fit([ep, ep, ep])  # one step, one episode pending
+    r.save(tmp_path / "f")
+    r2 = Reranker.load(tmp_path / "f")
+    assert r2.features == ("cost",) and r2.baseline == "episode" and len(r2.pending_) == 1
+    np.testing.assert_array_equal(r2.pending_[0].features, feats)
+    np.testing.assert_allclose(r2.score(q, m, features=feats), r.score(q, m, features=feats))
+    # A reranker saved without features, loaded with them: the new weight starts at zero.
+    plain = Reranker(16, batch_size=1, seed=0)
+    plain.partial_fit(Episode(q, m, [0, 1], citation_rewards(2, [1])))
+    plain.save(tmp_path / "p")
+    grown = Reranker.load(tmp_path / "p", features=("cost",))
+    assert float(grown.w_f_.detach()[0]) == 0.0
+    np.testing.assert_allclose(grown.score(q, m, features=feats), plain.score(q, m), atol=1e-6)
