@@ -129,6 +129,10 @@ def test_tiny_run_end_to_end(tmp_path, monkeypatch, capsys):
     assert "| citations, before | 0 |" in out and "| pure noise, after | 4 |" in out
     assert "unit=turn" in out and "memory bias=True" in out and "weight decay=0.01" in out
     assert "features=['cost']" in out and "b=episode" in out
+    ceiling = next(line for line in out.splitlines() if line.startswith("| ceiling"))
+    before = next(line for line in out.splitlines() if line.startswith("| citations, before"))
+    cells = [float(c) for c in ceiling.split("|")[3:8]]
+    assert all(c >= float(b) for c, b in zip(cells, before.split("|")[3:8], strict=True))
     assert (tmp_path / "vectors.sqlite").exists()  # vectors went through the cache
     curves = json.loads((tmp_path / "c.json").read_text())
     assert len(curves["citations"]) == 3 and (tmp_path / "p.png").exists()
