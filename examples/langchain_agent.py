@@ -42,9 +42,9 @@ from langchain.tools import ToolRuntime
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from reflective_memory import HashingEmbedder, ReflectiveMemory
 
 from langchain_reflective import LangChainLLM, ReflectiveMemoryMiddleware, ReflectiveStore
-from shared import HashingEmbedder, ReflectiveMemory
 
 USER = "ana"
 DAY_1 = [

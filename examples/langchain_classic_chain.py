@@ -33,9 +33,9 @@ from _offline import numbered_memories, words  # noqa: E402
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from reflective_memory import HashingEmbedder, ReflectiveMemory
 
 from langchain_reflective import LangChainLLM, ReflectiveChatMemory
-from shared import HashingEmbedder, ReflectiveMemory
 
 USER = "ana"
 DAY_1 = [

@@ -43,6 +43,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnablePassthrough
+from reflective_memory import HashingEmbedder, ReflectiveMemory
 
 from langchain_reflective import (
     CitationReranker,
@@ -50,7 +51,6 @@ from langchain_reflective import (
     ReflectiveChatMessageHistory,
     ReflectiveRetriever,
 )
-from shared import HashingEmbedder, ReflectiveMemory
 
 USER = "ana"
 PAST_SESSIONS = {

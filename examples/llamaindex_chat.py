@@ -23,13 +23,13 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.llms import MockLLM
 from llama_index.core.memory import Memory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 from llamaindex_reflective import (
     ReflectiveChatStore,
     ReflectiveDBChatStore,
     ReflectiveMemoryBlock,
 )
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 USER = "maya"
 
@@ -46,7 +46,7 @@ def make_llm(openai_model: str | None):
 def load_history(memory: ReflectiveMemory) -> int:
     """Store the demo's past sessions through the chat store and end them (builds memories)."""
     data = json.loads(
-        resources.files("shared").joinpath("data/demo_conversation.json").read_text("utf-8")
+        resources.files("reflective_memory").joinpath("data/demo_conversation.json").read_text("utf-8")
     )
     history = ReflectiveChatStore(memory=memory, user_id=USER)
     for session in data["sessions"]:

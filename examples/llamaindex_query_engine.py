@@ -21,9 +21,9 @@ import sys
 from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import CitationQueryEngine
+from reflective_memory import HashingEmbedder, ReflectiveMemory
 
 from llamaindex_reflective import ReflectiveEmbedding, ReflectiveNodePostprocessor
-from shared import HashingEmbedder, ReflectiveMemory
 
 NOTES = [
     "Team handbook: stand-up is at 9:30 every weekday in the small meeting room.",

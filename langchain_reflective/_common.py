@@ -1,7 +1,7 @@
 """Helpers shared by the LangChain adapters: memory formatting, citations, sessions.
 
 Nothing here imports LangChain; the adapters convert LangChain types and call into these and
-into `shared.ReflectiveMemory`.
+into `reflective_memory.ReflectiveMemory`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from shared.citations import format_memories as quote_memories
-from shared.errors import InvalidInputError, UnknownSessionError
-from shared.types import Hit, Memory, Retrieval
+from reflective_memory.errors import InvalidInputError, UnknownSessionError
+from reflective_memory.rmm.citations import format_memories as quote_memories
+from reflective_memory.types import Hit, Memory, Retrieval
 
 __all__ = [
     "CITATION_INSTRUCTION",
@@ -63,9 +63,9 @@ def format_memories(
 ) -> str:
     """Number memories for citation, `[0]` first, under an optional instruction.
 
-    The memories are formatted by `shared.citations.format_memories`, which quotes each one so
+    The memories are formatted by `reflective_memory.rmm.citations.format_memories`, which quotes each one so
     that its content cannot forge a citation; parse answers with
-    `shared.citations.parse_citations` (as `ReflectiveMemory.feedback` does).
+    `reflective_memory.rmm.citations.parse_citations` (as `ReflectiveMemory.feedback` does).
 
     Args:
         memories: Hits or memories in the order they are shown.
@@ -75,7 +75,7 @@ def format_memories(
         The formatted block, or an empty string when there are no memories.
 
     Example:
-        >>> from shared.types import Memory
+        >>> from reflective_memory.types import Memory
         >>> from datetime import datetime
         >>> t = datetime(2024, 1, 1)
         >>> m = Memory("m1", "u", "s", "turn", "user: I like tea", "k", ("s:0",), t, t)

@@ -24,11 +24,10 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.types import Memory, Retrieval
 from typing_extensions import NotRequired
-
-from shared.engine import ReflectiveMemory
-from shared.errors import InvalidInputError
-from shared.types import Memory, Retrieval
 
 from ._common import (
     CITATION_INSTRUCTION,
@@ -163,7 +162,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
     Example:
         >>> from langchain.agents import create_agent
         >>> from langchain_core.language_models import FakeListChatModel
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
         >>> agent = create_agent(
         ...     FakeListChatModel(responses=["Noted."]),

@@ -8,10 +8,9 @@ from typing import Any, Literal
 from langchain_classic.base_memory import BaseMemory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import ConfigDict, Field, PrivateAttr
-
-from shared.engine import ReflectiveMemory
-from shared.errors import InvalidInputError, UnknownSessionError
-from shared.types import Memory, Retrieval
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import InvalidInputError, UnknownSessionError
+from reflective_memory.types import Memory, Retrieval
 
 from ._common import (
     CITATION_INSTRUCTION,
@@ -37,7 +36,7 @@ class ReflectiveChatMemory(BaseMemory):
     memories) on `end_session()` or when it has been idle longer than `idle_timeout_seconds`.
 
     Example:
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
         >>> chat = ReflectiveChatMemory(memory=mem, user_id="ana", session_id="s1")
         >>> chat.save_context({"input": "I adopted a cat named Miso."}, {"output": "Lovely!"})

@@ -5,7 +5,7 @@ embedded with the core's embedder and ordered by the user's reranker: by default
 (`memory.rerank_stage.reranker(user_id)`, RMM's residual linear reranker), the one
 `memory.retrieve(user_id, ...)` applies. The best `top_n` are kept. `feedback(query, documents,
 answer)` reads the answer's citations (`[0]`, `[0, 2]`, `[NO_CITE]`; positions among the
-documents as shown, parsed by `shared.citations`) as REINFORCE rewards; the engine's reranker
+documents as shown, parsed by `reflective_memory.rmm.citations`) as REINFORCE rewards; the engine's reranker
 learns them and is saved with the store, exactly like `memory.feedback`.
 """
 
@@ -21,11 +21,10 @@ import numpy as np
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict, Field, PrivateAttr
-
-from shared.citations import parse_citations
-from shared.engine import ReflectiveMemory
-from shared.errors import InvalidInputError
-from shared.rerank import Episode, citation_rewards, features_for
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.rmm.citations import parse_citations
+from reflective_memory.rmm.reranker import Episode, citation_rewards, features_for
 
 __all__ = ["ReflectiveCompressor", "CitationReranker"]
 
@@ -52,7 +51,7 @@ class ReflectiveCompressor(BaseDocumentCompressor):
 
     Example:
         >>> from langchain_core.documents import Document
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
         >>> comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=1)
         >>> docs = [Document(page_content="cats purr"), Document(page_content="dogs bark")]

@@ -14,10 +14,9 @@ from langchain_core.messages import (
     HumanMessage,
     SystemMessage,
 )
-
-from shared.engine import ReflectiveMemory
-from shared.errors import UnknownSessionError
-from shared.types import Memory, Turn
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import UnknownSessionError
+from reflective_memory.types import Memory, Turn
 
 from ._common import ROLE_OF_TYPE, utc_now
 
@@ -54,7 +53,7 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
 
     Use with `RunnableWithMessageHistory` through `factory`:
 
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
         >>> get_history = ReflectiveChatMessageHistory.factory(memory=mem, user_id="ana")
         >>> h = get_history("s1")

@@ -1,6 +1,6 @@
 """Any LangChain language model as the core's LLM.
 
-`LangChainLLM` gives `shared.ReflectiveMemory` (segmentation, reflection, conditional memory) the
+`LangChainLLM` gives `reflective_memory.ReflectiveMemory` (segmentation, reflection, conditional memory) the
 `complete` / `acomplete` interface it expects, backed by a `BaseChatModel` or `BaseLLM`. When the
 model reports `usage_metadata`, the token counts are exposed as `last_usage`, which the core's
 `LLMClient` reads into its `Usage` report instead of estimating.
@@ -13,8 +13,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import BaseMessage
-
-from shared.errors import InvalidInputError, LLMError
+from reflective_memory.errors import InvalidInputError, LLMError
 
 __all__ = ["LangChainLLM"]
 

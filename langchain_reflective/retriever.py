@@ -11,9 +11,8 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
-
-from shared.engine import ReflectiveMemory
-from shared.types import Hit, Retrieval
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.types import Hit, Retrieval
 
 from ._common import iso
 
@@ -56,7 +55,7 @@ class ReflectiveRetriever(BaseRetriever):
     `k` (and `budget_tokens`) can be given per call: `retriever.invoke(query, k=3)`.
 
     Example:
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
         >>> _ = mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")
         >>> _ = mem.end_session("ana", "s1")

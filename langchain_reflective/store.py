@@ -58,10 +58,9 @@ from langgraph.store.base import (
     get_text_at_path,
     validate_op_namespace,
 )
-
-from shared.engine import ReflectiveMemory
-from shared.errors import ConfigError, InvalidInputError, UnknownMemoryError
-from shared.types import Memory
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import ConfigError, InvalidInputError, UnknownMemoryError
+from reflective_memory.types import Memory
 
 __all__ = ["ReflectiveStore", "StoreNamespaceError", "render_value"]
 
@@ -225,7 +224,7 @@ class ReflectiveStore(BaseStore):
         ConfigError: `index` asks for something the store cannot do.
 
     Example:
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> store = ReflectiveStore(memory=ReflectiveMemory(embedder=HashingEmbedder()))
         >>> store.put(("ana", "prefs"), "food", {"likes": "spicy ramen"})
         >>> store.get(("ana", "prefs"), "food").value

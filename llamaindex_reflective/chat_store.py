@@ -37,9 +37,8 @@ from llama_index.core.storage.chat_store.base_db import (  # noqa: E402
     AsyncDBChatStore,
     MessageStatus,
 )
-
-from shared.errors import InvalidInputError  # noqa: E402
-from shared.types import Memory, Turn  # noqa: E402
+from reflective_memory.errors import InvalidInputError  # noqa: E402
+from reflective_memory.types import Memory, Turn  # noqa: E402
 
 __all__ = ["ReflectiveChatStore", "ReflectiveDBChatStore", "message_text"]
 
@@ -232,7 +231,7 @@ class ReflectiveChatStore(_StoreMixin, BaseChatStore):
         end_session_on_clear: `delete_messages(key)` ends the session (builds memories) first.
 
     Example:
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> store = ReflectiveChatStore(memory=ReflectiveMemory(embedder=HashingEmbedder()),
         ...                             user_id="ana")
         >>> store.add_message("s1", ChatMessage(role="user", content="hi"))

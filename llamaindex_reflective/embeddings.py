@@ -19,9 +19,8 @@ require_llama_index()
 
 from llama_index.core.base.embeddings.base import BaseEmbedding  # noqa: E402
 from llama_index.core.bridge.pydantic import ConfigDict, Field  # noqa: E402
-
-from shared.embed import Embedder  # noqa: E402
-from shared.errors import InvalidInputError  # noqa: E402
+from reflective_memory.embed import Embedder  # noqa: E402
+from reflective_memory.errors import InvalidInputError  # noqa: E402
 
 __all__ = ["ReflectiveEmbedding", "LlamaIndexEmbedder"]
 
@@ -32,7 +31,7 @@ class ReflectiveEmbedding(BaseEmbedding):
     Vectors are the core's L2-normalised float32 rows, returned as lists of floats.
 
     Example:
-        >>> from shared import HashingEmbedder
+        >>> from reflective_memory import HashingEmbedder
         >>> emb = ReflectiveEmbedding(embedder=HashingEmbedder(64))
         >>> len(emb.get_text_embedding("hello"))
         64

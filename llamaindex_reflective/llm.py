@@ -11,8 +11,7 @@ from ._compat import require_llama_index
 require_llama_index()
 
 from llama_index.core.llms import LLM as LlamaLLM  # noqa: E402
-
-from shared.errors import InvalidInputError  # noqa: E402
+from reflective_memory.errors import InvalidInputError  # noqa: E402
 
 __all__ = ["LlamaIndexLLM", "usage_from_response"]
 

@@ -22,10 +22,9 @@ require_llama_index()
 from llama_index.core.base.llms.types import ChatMessage, MessageRole  # noqa: E402
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
 from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
-
-from shared.errors import InvalidInputError  # noqa: E402
-from shared.llm import count_tokens  # noqa: E402
-from shared.types import Hit, Retrieval  # noqa: E402
+from reflective_memory.errors import InvalidInputError  # noqa: E402
+from reflective_memory.llm import count_tokens  # noqa: E402
+from reflective_memory.types import Hit, Retrieval  # noqa: E402
 
 from .chat_store import _role, message_text  # noqa: E402
 
@@ -74,7 +73,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         instruction: The citation instruction above the memories (None: no instruction).
 
     Example:
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> block = ReflectiveMemoryBlock(memory=ReflectiveMemory(embedder=HashingEmbedder()),
         ...                               user_id="ana", session_id="s1")
         >>> import asyncio

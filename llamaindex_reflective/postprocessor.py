@@ -5,7 +5,7 @@ Pipeline over the nodes a retriever returned (in its order):
 1. keys: each node's text, optionally denoised by the engine's denoiser (`denoise=True`; used
    for scoring only: the nodes returned keep their text, ids and metadata untouched);
 2. candidates: the first `candidate_k` nodes, or, with `recollect=True`, the `candidate_k`
-   nodes RF-Mem recollection (`shared.recall`) picks among all given nodes' key embeddings;
+   nodes RF-Mem recollection (`reflective_memory.recall`) picks among all given nodes' key embeddings;
 3. scores: the engine's reranker for the user (`memory.rerank_stage.reranker(user_id)`, the one
    `memory.retrieve` applies) over the core embedder's vectors of query and keys; an untrained
    reranker, or an engine with reranking off, gives their cosine;
@@ -42,12 +42,11 @@ from llama_index.core.instrumentation.events.rerank import (  # noqa: E402
 )
 from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle  # noqa: E402
-
-from shared.citations import parse_citations  # noqa: E402
-from shared.engine import ReflectiveMemory  # noqa: E402
-from shared.errors import ConfigError, InvalidInputError  # noqa: E402
-from shared.recall import ArrayIndex, recall  # noqa: E402
-from shared.rerank import Episode, citation_rewards, features_for  # noqa: E402
+from reflective_memory.engine import ReflectiveMemory  # noqa: E402
+from reflective_memory.errors import ConfigError, InvalidInputError  # noqa: E402
+from reflective_memory.recall import ArrayIndex, recall  # noqa: E402
+from reflective_memory.rmm.citations import parse_citations  # noqa: E402
+from reflective_memory.rmm.reranker import Episode, citation_rewards, features_for  # noqa: E402
 
 __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 
@@ -105,7 +104,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         denoise: Score denoised node text (`denoiser`, else the engine's `memory.denoiser`);
             nodes keep their text. If the denoiser fails, the raw text is scored.
         denoiser: An object with `denoise(list[str]) -> list[str]`.
-        recollect: Choose the candidates among all given nodes with `shared.recall` and the
+        recollect: Choose the candidates among all given nodes with `reflective_memory.recall` and the
             engine's `config.recall` settings; its default `familiarity` mode (a plain top-K)
             is replaced by `recollection`, a configured `rfmem` gate is kept.
         recollector: Custom recollection function (see `Recollector`).
@@ -115,7 +114,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         max_rankings: Rankings remembered for `feedback`.
 
     Example:
-        >>> from shared import ReflectiveMemory, HashingEmbedder
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
         >>> from llama_index.core.schema import TextNode
         >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
         >>> pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=1)
@@ -312,7 +311,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         """Turn a query engine's cited answer into reranker training.
 
         The answer's citations (`[1]`, `[1, 3]`, `Source 2`, `[NO_CITE]`; numbered from
-        `citation_base` over `response.source_nodes`; parsed by `shared.citations`) are mapped
+        `citation_base` over `response.source_nodes`; parsed by `reflective_memory.rmm.citations`) are mapped
         back to the nodes this postprocessor returned for that query; each returned node gets
         reward +1 when cited and -1 when not. The engine's reranker for `user_id` learns the
         episode and is saved with the store after each optimizer step (one per

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -2,10 +2,15 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from shared import HashingEmbedder
-from shared.bench import coverage_at_budget, format_table, run_retrieval_bench, session_recall
-from shared.formats import Conversation, Question, SessionData
-from shared.types import Hit, Memory, Retrieval
+from reflective_memory import HashingEmbedder
+from reflective_memory.bench.datasets import Conversation, Question, SessionData
+from reflective_memory.bench.retrieval import (
+    coverage_at_budget,
+    format_table,
+    run_retrieval_bench,
+    session_recall,
+)
+from reflective_memory.types import Hit, Memory, Retrieval
 
 NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -74,7 +79,8 @@ def test_bench_runs_end_to_end_on_a_small_conversation() -> None:
 def test_bench_command_accepts_a_locomo_file(tmp_path, capsys) -> None:
     import json
 
-    from shared.cli import main
+    from reflective_memory.cli import main
+
     from tests.test_formats import LOCOMO
 
     f = tmp_path / "locomo.json"
@@ -108,8 +114,7 @@ def test_bench_command_accepts_a_locomo_file(tmp_path, capsys) -> None:
 
 def test_cached_embedder_embeds_each_text_once_and_bypasses_queries(tmp_path) -> None:
     import numpy as np
-
-    from shared.embed import CachedEmbedder
+    from reflective_memory.embed import CachedEmbedder
 
     calls: list[list[str]] = []
 

@@ -3,8 +3,8 @@ import gzip
 import json
 from datetime import datetime, timezone
 
-from shared.bench_conditional import coverage_at, main, register
-from shared.types import Memory
+from reflective_memory.bench.conditional import coverage_at, main, register
+from reflective_memory.types import Memory
 
 NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)
 

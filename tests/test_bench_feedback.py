@@ -4,11 +4,10 @@ import json
 
 import numpy as np
 import pytest
-
-import shared.bench_feedback as bench
-from shared.config import MemoryConfig
-from shared.errors import ConfigError
-from shared.types import Hit, Memory, Retrieval
+import reflective_memory.bench.feedback as bench
+from reflective_memory.config import MemoryConfig
+from reflective_memory.errors import ConfigError
+from reflective_memory.types import Hit, Memory, Retrieval
 
 
 def _mem(mid, text, turn_ids):

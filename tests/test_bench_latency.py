@@ -3,9 +3,7 @@ import json
 
 import numpy as np
 import pytest
-
-from shared.bench import _mode_kwargs
-from shared.bench_latency import (
+from reflective_memory.bench.latency import (
     exact_topk,
     format_latency_table,
     load_texts,
@@ -13,9 +11,10 @@ from shared.bench_latency import (
     run_latency_bench,
     synthetic_corpus,
 )
-from shared.embed import HashingEmbedder
-from shared.errors import InvalidInputError
-from shared.index import AnnSettings
+from reflective_memory.bench.retrieval import _mode_kwargs
+from reflective_memory.embed import HashingEmbedder
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.storage.index import AnnSettings
 
 
 def _data(tmp_path, n_items=3):

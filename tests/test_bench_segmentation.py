@@ -2,12 +2,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from shared.bench_segmentation import evaluate_segmenter, load_dialogues
-from shared.cli import main
-from shared.embed import HashingEmbedder
-from shared.errors import InvalidInputError
-from shared.segment import FixedWindowSegmenter, LabeledDialogue, TextTilingSegmenter
+from reflective_memory.bench.segmentation import evaluate_segmenter, load_dialogues
+from reflective_memory.cli import main
+from reflective_memory.embed import HashingEmbedder
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.segment import FixedWindowSegmenter, LabeledDialogue, TextTilingSegmenter
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "segmentation"
 

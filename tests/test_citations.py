@@ -1,9 +1,13 @@
 import pytest
-
-import shared.citations as citations
-from shared.citations import attribute, build_answer_prompt, format_memories, parse_citations
-from shared.embed import HashingEmbedder
-from shared.errors import InvalidInputError
+import reflective_memory.rmm.citations as citations
+from reflective_memory.embed import HashingEmbedder
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.rmm.citations import (
+    attribute,
+    build_answer_prompt,
+    format_memories,
+    parse_citations,
+)
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from shared.cli import build_parser, main
+from reflective_memory.cli import build_parser, main
 
 
 def test_every_command_has_help(capsys) -> None:

@@ -1,4 +1,4 @@
-"""Tests of `shared.compress`: the offline denoiser and the real llmlingua path on a tiny model."""
+"""Tests of `reflective_memory.denoise`: the offline denoiser and the real llmlingua path on a tiny model."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from shared.compress import (
+from reflective_memory.denoise import (
     DENOISER_KINDS,
     Denoiser,
     FittableDenoiser,
@@ -24,7 +23,7 @@ from shared.compress import (
     fitted_on,
     make_denoiser,
 )
-from shared.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 
 
 def is_subsequence(small: list[str], big: list[str]) -> bool:
@@ -176,7 +175,7 @@ def test_serialisation_round_trip():
     d = OfflineDenoiser(rate=0.6, keep_numbers=False, stopwords=["foo"])
     back = OfflineDenoiser.from_dict(d.to_dict())
     assert back.to_dict() == d.to_dict()
-    assert d.to_dict()["type"] == "shared.compress.OfflineDenoiser"
+    assert d.to_dict()["type"] == "reflective_memory.denoise.OfflineDenoiser"
     lingua = LLMLinguaDenoiser(model="m/xlm-roberta-large", rate=0.5, force_tokens=["\n"])
     assert LLMLinguaDenoiser.from_dict(lingua.to_dict()).to_dict() == lingua.to_dict()
 
@@ -346,9 +345,9 @@ def test_tiktoken_cache_from_llama_index(monkeypatch):
 # Engine wiring
 # ---------------------------------------------------------------------------------------------
 
-from shared.config import MemoryConfig  # noqa: E402
-from shared.embed import HashingEmbedder  # noqa: E402
-from shared.engine import ReflectiveMemory  # noqa: E402
+from reflective_memory.config import MemoryConfig  # noqa: E402
+from reflective_memory.embed import HashingEmbedder  # noqa: E402
+from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 
 SESSION = [
     ("user", "um so yeah I finally adopted a beagle named Rex last week"),
@@ -512,7 +511,7 @@ def test_engine_unloadable_llmlingua_falls_back_and_logs(tmp_path, caplog):
         denoiser_model=str(tmp_path / "absent-bert-base-multilingual-cased"),
     )
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
-        with caplog.at_level("ERROR", logger="shared.engine"):
+        with caplog.at_level("ERROR", logger="reflective_memory.engine"):
             mems = _fill(mem)
         assert [m.key for m in mems] == [t for _, t in SESSION]
         assert any("indexing raw keys" in r.getMessage() for r in caplog.records)
@@ -520,8 +519,8 @@ def test_engine_unloadable_llmlingua_falls_back_and_logs(tmp_path, caplog):
 
 
 def test_cli_redenoise(tmp_path, capsys, monkeypatch):
-    import shared.engine as engine_mod
-    from shared.cli import main
+    import reflective_memory.engine as engine_mod
+    from reflective_memory.cli import main
 
     db = tmp_path / "db"
     with ReflectiveMemory(db, embedder=HashingEmbedder(), denoiser="none") as mem:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import threading
 
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 
 def test_threads_adding_and_retrieving(tmp_path) -> None:

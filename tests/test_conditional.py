@@ -2,8 +2,7 @@ import json
 from datetime import datetime
 
 import pytest
-
-from shared.conditional import (
+from reflective_memory.conditional.notes import (
     NOTE_GRANULARITY,
     LLMNoteMaker,
     build_note_drafts,
@@ -15,9 +14,10 @@ from shared.conditional import (
     parse_fused_response,
     parse_note_output,
 )
-from shared.errors import InvalidInputError, LLMOutputError
-from shared.llm import LLMClient
-from shared.types import Turn, Usage
+from reflective_memory.errors import InvalidInputError, LLMOutputError
+from reflective_memory.llm import LLMClient
+from reflective_memory.types import Turn, Usage
+
 from tests.fakes import Scripted
 
 TS = datetime(2024, 3, 5, 10, 30)

@@ -1,7 +1,11 @@
 import pytest
-
-from shared import HashingEmbedder, InvalidInputError, ReflectiveMemory, UnknownSessionError
-from shared.store import SQLiteStore
+from reflective_memory import (
+    HashingEmbedder,
+    InvalidInputError,
+    ReflectiveMemory,
+    UnknownSessionError,
+)
+from reflective_memory.storage.sqlite import SQLiteStore
 
 
 @pytest.fixture

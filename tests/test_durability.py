@@ -10,12 +10,12 @@ import textwrap
 import time
 from pathlib import Path
 
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 WRITER = textwrap.dedent(
     """
     import sys
-    from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+    from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
     path, ack = sys.argv[1], sys.argv[2]
     mem = ReflectiveMemory(path, embedder=HashingEmbedder(64),
                            config=MemoryConfig(granularities=("turn",), max_session_turns=7))

@@ -3,13 +3,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-
-from shared import (
+from reflective_memory import (
     FixedWindowSegmenter,
     MemoryConfig,
     ReflectiveMemory,
     UnknownSessionError,
 )
+
 from tests.conftest import add_session
 
 PETS = [
@@ -74,7 +74,7 @@ def test_budget_packs_hits_in_rank_order(mem: ReflectiveMemory) -> None:
     add_session(mem, "u1", "work", WORK)
     full = mem.retrieve("u1", "Pixel hiking", k=8)
     r = mem.retrieve("u1", "Pixel hiking", budget_tokens=30)
-    from shared import count_tokens
+    from reflective_memory import count_tokens
 
     assert sum(count_tokens(h.memory.text) for h in r.hits) <= 30
     assert len(r) >= 1
@@ -205,17 +205,17 @@ def test_async_twins(mem: ReflectiveMemory) -> None:
 def test_docstring_example_runs() -> None:
     import doctest
 
-    import shared.engine
-    import shared.llm
-    import shared.segment
-    import shared.text
+    import reflective_memory.engine
+    import reflective_memory.llm
+    import reflective_memory.segment.base
+    import reflective_memory.text
 
-    for module in (shared.engine, shared.llm, shared.segment, shared.text):
+    for module in (reflective_memory.engine, reflective_memory.llm, reflective_memory.segment.base, reflective_memory.text):
         assert doctest.testmod(module).failed == 0
 
 
 def test_put_get_delete_memory_items(mem: ReflectiveMemory) -> None:
-    from shared import InvalidInputError, UnknownMemoryError
+    from reflective_memory import InvalidInputError, UnknownMemoryError
 
     m = mem.put_memory("u", "Prefers window seats on long flights.", metadata={"ns": ["prefs"]})
     assert m.granularity == "item" and m.metadata == {"ns": ["prefs"]}
@@ -236,7 +236,7 @@ def test_put_get_delete_memory_items(mem: ReflectiveMemory) -> None:
 
 
 def test_memory_ids_cannot_cross_users(mem: ReflectiveMemory) -> None:
-    from shared import InvalidInputError
+    from reflective_memory import InvalidInputError
 
     mem.put_memory("a", "Alice's secret note.", memory_id="m1")
     with pytest.raises(InvalidInputError, match="belongs to another user"):

@@ -1,8 +1,14 @@
 import json
 
 import pytest
+from reflective_memory import (
+    ConfigError,
+    HashingEmbedder,
+    InvalidInputError,
+    MemoryConfig,
+    ReflectiveMemory,
+)
 
-from shared import ConfigError, HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 from tests.fakes import Scripted
 
 TURNS = [

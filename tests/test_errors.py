@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from shared import (
+from reflective_memory import (
     ConfigError,
     HashingEmbedder,
     InvalidInputError,

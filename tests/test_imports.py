@@ -9,30 +9,30 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE_MODULES = [
-    "shared",
-    "shared.types",
-    "shared.errors",
-    "shared.config",
-    "shared.embed",
-    "shared.llm",
-    "shared.text",
-    "shared.store",
-    "shared.index",
-    "shared.segment",
-    "shared.engine",
-    "shared.formats",
-    "shared.bench",
-    "shared.cli",
-    "shared.conditional",
-    "shared.memorize",
-    "shared.reflection",
-    "shared.bench_conditional",
+    "reflective_memory",
+    "reflective_memory.types",
+    "reflective_memory.errors",
+    "reflective_memory.config",
+    "reflective_memory.embed",
+    "reflective_memory.llm",
+    "reflective_memory.text",
+    "reflective_memory.storage.sqlite",
+    "reflective_memory.storage.index",
+    "reflective_memory.segment.base",
+    "reflective_memory.engine",
+    "reflective_memory.bench.datasets",
+    "reflective_memory.bench.retrieval",
+    "reflective_memory.cli",
+    "reflective_memory.conditional.notes",
+    "reflective_memory.conditional.memorize",
+    "reflective_memory.conditional.reflection",
+    "reflective_memory.bench.conditional",
 ]
 
 
 def test_importing_the_core_imports_no_framework() -> None:
     code = (
-        "import sys, shared, shared.cli, shared.bench\n"
+        "import sys, reflective_memory, reflective_memory.cli, reflective_memory.bench.retrieval\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in "
         "('langchain', 'langchain_core', 'langchain_classic', 'llama_index')]\n"
         "assert not bad, bad\n"

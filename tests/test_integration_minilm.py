@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from shared import MemoryConfig, ReflectiveMemory, SentenceTransformerEmbedder, default_embedder
+from reflective_memory import (
+    MemoryConfig,
+    ReflectiveMemory,
+    SentenceTransformerEmbedder,
+    default_embedder,
+)
 
 pytestmark = pytest.mark.integration
 

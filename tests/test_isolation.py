@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import random
 
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 WORDS = (
     "garden piano violin marathon lisbon berlin tokyo allergy peanut dog cat parrot nurse "

@@ -3,8 +3,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from shared import InvalidInputError, LLMClient, LLMError, Usage, as_llm, count_tokens
+from reflective_memory import InvalidInputError, LLMClient, LLMError, Usage, as_llm, count_tokens
 
 
 def test_callable_and_object_llms_count_usage() -> None:

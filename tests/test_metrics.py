@@ -1,9 +1,8 @@
 import random
 
 import pytest
-
-from shared.errors import InvalidInputError
-from shared.metrics import (
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.segment.metrics import (
     boundary_f1,
     evaluate_segmentations,
     labels_to_spans,

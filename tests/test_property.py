@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 USERS = st.sampled_from(["ann", "bo", "cy"])
 SESSIONS = st.sampled_from(["s1", "s2", "s3"])

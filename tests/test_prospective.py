@@ -1,11 +1,10 @@
 from datetime import datetime, timezone
 
 import pytest
-
-import shared.prospective as prospective
-from shared.embed import HashingEmbedder
-from shared.errors import InvalidInputError, LLMOutputError
-from shared.prospective import (
+import reflective_memory.rmm.topics as prospective
+from reflective_memory.embed import HashingEmbedder
+from reflective_memory.errors import InvalidInputError, LLMOutputError
+from reflective_memory.rmm.topics import (
     InMemoryTopicBank,
     ProspectiveReflector,
     TopicDraft,
@@ -15,7 +14,7 @@ from shared.prospective import (
     parse_extraction,
     parse_update,
 )
-from shared.types import Turn
+from reflective_memory.types import Turn
 
 
 def _turns(session="s1", texts=None, day=1):

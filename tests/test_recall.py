@@ -3,10 +3,9 @@ import math
 
 import numpy as np
 import pytest
-
-import shared.recall as recall_mod
-from shared.errors import ConfigError, InvalidInputError
-from shared.recall import (
+import reflective_memory.recall as recall_mod
+from reflective_memory.errors import ConfigError, InvalidInputError
+from reflective_memory.recall import (
     ArrayIndex,
     RecallConfig,
     as_vector_index,

@@ -1,11 +1,10 @@
 import numpy as np
 import pytest
-
-from shared import MemoryConfig, RecallConfig, ReflectiveMemory
-from shared.embed import HashingEmbedder
-from shared.errors import ConfigError, InvalidInputError
-from shared.index import AnnSettings, build_dense_index
-from shared.recall import as_vector_index, recall
+from reflective_memory import MemoryConfig, RecallConfig, ReflectiveMemory
+from reflective_memory.embed import HashingEmbedder
+from reflective_memory.errors import ConfigError, InvalidInputError
+from reflective_memory.recall import as_vector_index, recall
+from reflective_memory.storage.index import AnnSettings, build_dense_index
 
 TOPICS = [
     "my dog Pixel loves the beach and chasing seagulls",

@@ -1,15 +1,15 @@
 from datetime import datetime, timezone
 
 import pytest
-
-from shared.errors import InvalidInputError, LLMOutputError
-from shared.reflection import (
+from reflective_memory.conditional.reflection import (
     clean_keywords,
     parse_reflection,
     reflection_prompt,
     reflective_retrieve,
 )
-from shared.types import Hit, Memory, Retrieval, Usage
+from reflective_memory.errors import InvalidInputError, LLMOutputError
+from reflective_memory.types import Hit, Memory, Retrieval, Usage
+
 from tests.fakes import Scripted
 
 NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)

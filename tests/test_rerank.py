@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
-
-import shared.rerank as rerank
-from shared.errors import ConfigError, InvalidInputError, ModelLoadError
-from shared.rerank import Episode, Reranker, citation_rewards, rank_prior
+import reflective_memory.rmm.reranker as rerank
+from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.rmm.reranker import Episode, Reranker, citation_rewards, rank_prior
 
 
 def _unit(rng, *shape):

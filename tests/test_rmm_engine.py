@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
-
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
-from shared.citations import build_answer_prompt
-from shared.errors import ConfigError, InvalidInputError
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory.errors import ConfigError, InvalidInputError
+from reflective_memory.rmm.citations import build_answer_prompt
 
 FACTS = [
     "I adopted a beagle called Rex last week",
@@ -154,7 +153,7 @@ def test_feedback_learns_and_persists_per_user(tmp_path):
 
 
 def test_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_path):
-    from shared.rerank import Episode
+    from reflective_memory.rmm.reranker import Episode
 
     dim = HashingEmbedder().dim
     rng = np.random.default_rng(0)

@@ -2,10 +2,9 @@ import json
 
 import numpy as np
 import pytest
-
-from shared.embed import HashingEmbedder
-from shared.errors import ConfigError, InvalidInputError
-from shared.segment import (
+from reflective_memory.embed import HashingEmbedder
+from reflective_memory.errors import ConfigError, InvalidInputError
+from reflective_memory.segment import (
     EmbeddingSegmenter,
     FixedWindowSegmenter,
     LLMSegmenter,
@@ -18,7 +17,7 @@ from shared.segment import (
     unit_spans,
     units_to_turn_spans,
 )
-from shared.segment_embedding import (
+from reflective_memory.segment.embedding import (
     FEATURE_NAMES,
     depth_scores,
     gap_features,
@@ -26,7 +25,7 @@ from shared.segment_embedding import (
     pick_boundaries,
     window_similarities,
 )
-from shared.types import Turn, Usage
+from reflective_memory.types import Turn, Usage
 
 TOPICS = [
     [
@@ -286,7 +285,7 @@ def test_llm_segmenter_always_returns_a_valid_tiling(case):
 
 
 def test_llm_prompt_numbers_exchanges_and_uses_rubric():
-    from shared.segment import Rubric
+    from reflective_memory.segment import Rubric
 
     roles = ["user", "assistant"] * 3
     turns = make_turns([f"utterance {i}" for i in range(6)], roles)

@@ -1,11 +1,10 @@
 import json
 
 import pytest
-
-from shared import MemoryConfig, ReflectiveMemory
-from shared.embed import HashingEmbedder
-from shared.errors import ConfigError
-from shared.segment import (
+from reflective_memory import MemoryConfig, ReflectiveMemory
+from reflective_memory.embed import HashingEmbedder
+from reflective_memory.errors import ConfigError
+from reflective_memory.segment import (
     EmbeddingSegmenter,
     FixedWindowSegmenter,
     LLMSegmenter,
@@ -142,7 +141,7 @@ def test_explicit_segmenter_wins():
 
 @pytest.mark.integration
 def test_minilm_segmenter_splits_clear_topic_changes():
-    from shared.embed import default_embedder
+    from reflective_memory.embed import default_embedder
 
     seg = EmbeddingSegmenter(default_embedder(), unit="turn")
     texts = [

@@ -1,9 +1,8 @@
 import pytest
-
-from shared.errors import InvalidInputError
-from shared.segment import LabeledDialogue, LLMSegmenter, Rubric, learn_rubric
-from shared.segment_rubric import build_reflection_prompt, parse_reflection
-from shared.types import Usage
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.segment import LabeledDialogue, LLMSegmenter, Rubric, learn_rubric
+from reflective_memory.segment.rubric import build_reflection_prompt, parse_reflection
+from reflective_memory.types import Usage
 
 ONE_SEGMENT = (
     '<segmentation>{"segment_id": 0, "start_exchange_number": 0, "end_exchange_number": 99}'

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from shared import InvalidInputError, UnknownSessionError
-from shared.store import MemoryDraft, SQLiteStore
+from reflective_memory import InvalidInputError, UnknownSessionError
+from reflective_memory.storage.sqlite import MemoryDraft, SQLiteStore
 
 
 def _turn(user: str, session: str, text: str, **kw):

@@ -4,8 +4,7 @@ import inspect
 
 import pytest
 from lc_helpers import FeedbackMemory, new_memory, populate
-
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ from typing import Any
 
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import BaseMessage
-
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 

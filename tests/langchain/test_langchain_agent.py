@@ -4,9 +4,9 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from lc_helpers import recording_model
+from reflective_memory import InvalidInputError
 
 from langchain_reflective import ReflectiveMemoryMiddleware, create_memory_tool
-from shared import InvalidInputError
 
 
 def _system_text(messages) -> str:

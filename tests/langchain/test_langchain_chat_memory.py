@@ -6,9 +6,9 @@ import warnings
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from lc_helpers import recording_model
+from reflective_memory import InvalidInputError
 
 from langchain_reflective import ReflectiveChatMemory
-from shared import InvalidInputError
 
 
 def _chain(model, memory):

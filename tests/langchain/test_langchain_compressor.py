@@ -7,9 +7,9 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from lc_helpers import populate
+from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 
 from langchain_reflective import CitationReranker, ReflectiveCompressor, ReflectiveRetriever
-from shared import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 
 DOCS = [
     Document(page_content="The museum opens at nine on weekdays.", id="a"),

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 from langchain_core.language_models import FakeListChatModel, FakeListLLM, GenericFakeChatModel
 from langchain_core.messages import AIMessage
+from reflective_memory import InvalidInputError, LLMClient, LLMError, Usage, count_tokens
 
 from langchain_reflective import LangChainLLM
-from shared import InvalidInputError, LLMClient, LLMError, Usage, count_tokens
 
 
 def _with_usage(text: str, inp: int, out: int) -> AIMessage:

@@ -50,8 +50,8 @@ def test_importing_the_core_never_imports_langchain():
     out = _run(
         """
         import sys
-        import shared
-        from shared import ReflectiveMemory, HashingEmbedder
+        import reflective_memory
+        from reflective_memory import ReflectiveMemory, HashingEmbedder
         bad = sorted(m for m in sys.modules if m.split(".")[0] in
                      ("langchain", "langchain_core", "langchain_classic", "langgraph",
                       "langchain_reflective"))

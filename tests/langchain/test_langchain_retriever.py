@@ -7,9 +7,9 @@ import pytest
 from langchain_core.documents import Document
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 from lc_helpers import new_memory, populate
+from reflective_memory import InvalidInputError
 
 from langchain_reflective import ReflectiveRetriever
-from shared import InvalidInputError
 
 _SHARED: dict[str, Any] = {}
 

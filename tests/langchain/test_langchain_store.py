@@ -19,6 +19,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 from lc_helpers import new_memory, recording_model
+from reflective_memory import ConfigError, HashingEmbedder, InvalidInputError, ReflectiveMemory
 
 from langchain_reflective import (
     ReflectiveMemoryMiddleware,
@@ -26,7 +27,6 @@ from langchain_reflective import (
     ReflectiveStore,
     StoreNamespaceError,
 )
-from shared import ConfigError, HashingEmbedder, InvalidInputError, ReflectiveMemory
 
 
 @pytest.fixture

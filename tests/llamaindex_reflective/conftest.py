@@ -1,6 +1,5 @@
 import pytest
-
-from shared import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 
 @pytest.fixture

@@ -8,10 +8,17 @@ from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import MockLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
+from reflective_memory import (
+    HashingEmbedder,
+    InvalidInputError,
+    LLMClient,
+    LLMError,
+    ReflectiveMemory,
+    Usage,
+)
 
 from llamaindex_reflective import LlamaIndexEmbedder, LlamaIndexLLM, ReflectiveEmbedding
 from llamaindex_reflective.llm import usage_from_response
-from shared import HashingEmbedder, InvalidInputError, LLMClient, LLMError, ReflectiveMemory, Usage
 
 
 class ScriptedLLM(CustomLLM):

@@ -4,10 +4,10 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory_blocks import StaticMemoryBlock
+from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 
 from llamaindex_reflective import ReflectiveMemoryBlock
 from llamaindex_reflective.memory_block import CITATION_INSTRUCTION, format_hits
-from shared import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 
 
 def U(t):

@@ -36,8 +36,8 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 def test_shared_never_imports_llama_index():
     out = _run(
-        "import sys, shared\n"
-        "from shared import ReflectiveMemory, HashingEmbedder\n"
+        "import sys, reflective_memory\n"
+        "from reflective_memory import ReflectiveMemory, HashingEmbedder\n"
         "m = ReflectiveMemory(embedder=HashingEmbedder()); m.add_turn('u','s','user','hi')\n"
         "m.end_session('u','s'); m.retrieve('u','hi')\n"
         "bad = [k for k in sys.modules if k.startswith('llama_index')]\n"

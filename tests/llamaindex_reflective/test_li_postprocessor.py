@@ -12,9 +12,15 @@ from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.query_engine import CitationQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from reflective_memory import (
+    ConfigError,
+    HashingEmbedder,
+    InvalidInputError,
+    MemoryConfig,
+    ReflectiveMemory,
+)
 
 from llamaindex_reflective import ReflectiveEmbedding, ReflectiveNodePostprocessor
-from shared import ConfigError, HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 
 TEXTS = [
     "The cat sleeps on the sofa all afternoon.",
