@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from reflective_memory import InvalidInputError, UnknownSessionError
-from reflective_memory.storage.sqlite import MemoryDraft, SQLiteStore
+from reflective_memory.storage.base import MemoryDraft
+from reflective_memory.storage.sqlite import SQLiteStore
 
 
 def _turn(user: str, session: str, text: str, **kw):

@@ -23,79 +23,38 @@ import numpy as np
 from reflective_memory.conditional.notes import NOTE_GRANULARITY, build_note_drafts
 from reflective_memory.conditional.reflection import reflective_retrieve
 from reflective_memory.config import MemoryConfig
-from reflective_memory.denoise import Denoiser, denoiser_name, fitted_on, make_denoiser
+from reflective_memory.denoise import Denoiser, denoiser_name, make_denoiser
 from reflective_memory.embed import Embedder, default_embedder
 from reflective_memory.errors import (
     ConfigError,
     InvalidInputError,
-    ModelLoadError,
     StoreClosedError,
     UnknownMemoryError,
     UnknownSessionError,
 )
-from reflective_memory.llm import LLMClient, as_llm, count_tokens
+from reflective_memory.llm import LLMClient, as_llm
+from reflective_memory.ranking import FusionWeights, pack_hits, rank_candidates
 from reflective_memory.recall import RecallConfig
-from reflective_memory.recall import recall as rf_recall
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
-from reflective_memory.segment.base import Segmenter, check_spans
+from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
-from reflective_memory.storage.index import IndexCache, UserIndex
-from reflective_memory.storage.sqlite import MemoryDraft, SQLiteStore
-from reflective_memory.text import format_date, parse_timestamp
-from reflective_memory.types import GRANULARITIES, Hit, Memory, Retrieval, Turn, Usage
+from reflective_memory.storage.base import MemoryDraft
+from reflective_memory.storage.index import IndexCache
+from reflective_memory.storage.sqlite import SQLiteStore
+from reflective_memory.text import parse_timestamp
+from reflective_memory.types import GRANULARITIES, Memory, Retrieval, Turn, Usage
+from reflective_memory.units import BASE_UNITS, build_units, denoise_drafts, raw_key, source_turns
+from reflective_memory.validation import check_id, check_positive
 
 __all__ = ["ReflectiveMemory"]
 
 logger = logging.getLogger(__name__)
 
-_BASE_UNITS = ("turn", "session", "segment")
-_MAX_ID_CHARS = 512
-
-
-def _check_id(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
-    if not value.strip():
-        raise InvalidInputError(f"{name} must not be empty")
-    if len(value) > _MAX_ID_CHARS:
-        raise InvalidInputError(f"{name} is longer than {_MAX_ID_CHARS} characters")
-    return value
-
-
-def _check_positive(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidInputError(f"{name} must be a positive integer or None, got {value!r}")
-    return value
 
 
 def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
-
-
-def _raw_key(turns: Sequence[Turn]) -> str:
-    """The undenoised key of a unit: its turns' texts, one per line."""
-    return "\n".join(t.text for t in turns)
-
-
-def _source_turns(mem: Memory, turns: Sequence[Turn]) -> list[Turn] | None:
-    """The session turns a memory was built from (by stored positions, else by turn ids)."""
-    pos = mem.metadata.get("positions")
-    if (
-        isinstance(pos, (list, tuple))
-        and len(pos) == 2
-        and all(isinstance(p, int) for p in pos)
-        and 0 <= pos[0] < pos[1] <= len(turns)
-    ):
-        span = list(turns[pos[0] : pos[1]])
-        if tuple(t.turn_id for t in span) == tuple(mem.turn_ids):
-            return span
-    by_id = {t.turn_id: t for t in turns}
-    if mem.turn_ids and all(tid in by_id for tid in mem.turn_ids):
-        return [by_id[tid] for tid in mem.turn_ids]
-    return None
 
 
 class ReflectiveMemory:
@@ -174,6 +133,7 @@ class ReflectiveMemory:
                 speakers=self.config.topic_speakers,
                 date_prefix=self.config.date_prefix,
             )
+        self._fusion = FusionWeights(cfg.dense_weight, cfg.lexical_weight, cfg.rrf_k)
         self.rerank_stage = RerankStage(
             self.config, self.embedder, None if self.path is None else self.path / "rerankers"
         )
@@ -211,9 +171,9 @@ class ReflectiveMemory:
         timestamp: Any,
         turn_id: Any,
     ) -> dict[str, Any]:
-        _check_id("user_id", user_id)
-        _check_id("session_id", session_id)
-        _check_id("role", role)
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
+        check_id("role", role)
         if not isinstance(text, str):
             raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
         if not text.strip():
@@ -224,7 +184,7 @@ class ReflectiveMemory:
                 f"{self.config.max_text_chars}"
             )
         if turn_id is not None:
-            _check_id("turn_id", turn_id)
+            check_id("turn_id", turn_id)
         return {
             "user_id": user_id,
             "session_id": session_id,
@@ -350,16 +310,18 @@ class ReflectiveMemory:
             UnknownSessionError: The user has no such session.
         """
         self._open()
-        _check_id("user_id", user_id)
-        _check_id("session_id", session_id)
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
         if self.store.session(user_id, session_id) is None:
             raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
         turns = self.store.turns(user_id, session_id)
-        drafts = self.build_units(turns)
+        drafts = build_units(
+            turns, self.config.granularities, self.segmenter, date_prefix=self.config.date_prefix
+        )
         self.denoise_keys(user_id, drafts)
         vectors = self._embed_keys([d.key for d in drafts])
         memories = self.store.replace_session_memories(
-            user_id, session_id, _BASE_UNITS, drafts, vectors, self.embedder.name
+            user_id, session_id, BASE_UNITS, drafts, vectors, self.embedder.name
         )
         if self.config.conditional_memory:
             memories = memories + self._store_notes(user_id, session_id, turns)
@@ -448,97 +410,18 @@ class ReflectiveMemory:
         parts = [self.embedder.encode(cut[i : i + bs]) for i in range(0, len(cut), bs)]
         return np.vstack(parts).astype(np.float32)
 
+    # -- key denoising (SeCom compression) -------------------------------------------------
     def build_units(self, turns: Sequence[Turn]) -> list[MemoryDraft]:
-        """Memory units of one session for every configured granularity (not yet stored).
-
-        Args:
-            turns: The session's turns, in order.
-
-        Returns:
-            Drafts whose `text` is the raw turns (with the session date first when known) and
-            whose `key` is the text that gets indexed.
-        """
-        if not turns:
-            return []
-        drafts: list[MemoryDraft] = []
-        for granularity in self.config.granularities:
-            if granularity == "turn":
-                spans = [(i, i + 1) for i in range(len(turns))]
-            elif granularity == "session":
-                spans = [(0, len(turns))]
-            else:
-                spans = check_spans(self.segmenter.segment(turns), len(turns))
-            for start, end in spans:
-                drafts.append(self._draft(granularity, turns[start:end], turns[0].timestamp))
-        return drafts
-
-    def _draft(
-        self, granularity: str, turns: Sequence[Turn], session_time: datetime | None
-    ) -> MemoryDraft:
-        body = "\n".join(f"{t.role}: {t.text}" for t in turns)
-        date = format_date(session_time) if self.config.date_prefix else ""
-        text = f"[{date}]\n{body}" if date else body
-        key = _raw_key(turns)
-        times = [t.timestamp for t in turns if t.timestamp is not None]
-        return MemoryDraft(
-            session_id=turns[0].session_id,
-            granularity=granularity,
-            text=text,
-            key=key,
-            turn_ids=tuple(t.turn_id for t in turns),
-            start_time=times[0] if times else None,
-            end_time=times[-1] if times else None,
-            metadata={"positions": [turns[0].position, turns[-1].position + 1]},
+        """Memory units of one session for every configured granularity (not yet stored)."""
+        return build_units(
+            turns, self.config.granularities, self.segmenter, date_prefix=self.config.date_prefix
         )
 
-    # -- key denoising (SeCom compression) -------------------------------------------------
     def denoise_keys(self, user_id: str, drafts: Sequence[MemoryDraft]) -> None:
-        """Replace each draft's key by its denoised form, in place (texts stay raw).
-
-        The denoiser is fitted (on a copy) to all stored turns of `user_id`, so corpus
-        statistics are the user's own. Each draft's metadata records the denoiser under
-        `key_denoiser`. If the denoiser fails, the raw keys are kept (and recorded as `none`);
-        a blank denoised key is replaced by the raw one.
-
-        Args:
-            user_id: Owner of the drafts.
-            drafts: Memory drafts of that user.
-        """
-        if not drafts:
-            return
-        keys = self._denoised([d.key for d in drafts], user_id)
-        name = denoiser_name(self.denoiser) if keys is not None else "none"
-        for i, draft in enumerate(drafts):
-            meta = dict(draft.metadata) if draft.metadata is not None else {}
-            meta["key_denoiser"] = name
-            draft.metadata = meta
-            if keys is not None and keys[i].strip():
-                draft.key = keys[i]
-
-    def _denoised(self, sources: list[str], user_id: str) -> list[str] | None:
-        """Denoised keys, or `None` when no denoiser is set or it failed."""
-        if self.denoiser is None:
-            return None
-        try:
-            fitted = self.denoiser
-            if callable(getattr(fitted, "fit", None)):
-                fitted = fitted_on(fitted, [t.text for t in self.store.turns(user_id)])
-            keys = fitted.denoise(list(sources))
-            if not isinstance(keys, list) or len(keys) != len(sources):
-                raise TypeError(f"denoise returned {type(keys).__name__} for {len(sources)} texts")
-            if not all(isinstance(k, str) for k in keys):
-                raise TypeError("denoise returned a non-str key")
-        except Exception as exc:  # keys fall back to raw text; nothing is lost
-            logger.log(
-                logging.ERROR if isinstance(exc, ModelLoadError) else logging.WARNING,
-                "denoiser %s failed for user %s; indexing raw keys (redenoise later): %s",
-                denoiser_name(self.denoiser),
-                user_id,
-                exc,
-                exc_info=True,
-            )
-            return None
-        return keys
+        """Replace each draft's key by its denoised form, in place (texts stay raw)."""
+        denoise_drafts(
+            self.denoiser, drafts, lambda: [t.text for t in self.store.turns(user_id)], user_id
+        )
 
     def redenoise(self, user_id: str, *, only_stale: bool = False) -> int:
         """Re-key and re-embed a user's turn, session and segment units with the current denoiser.
@@ -556,11 +439,11 @@ class ReflectiveMemory:
             The number of memories re-keyed.
         """
         self._open()
-        _check_id("user_id", user_id)
+        check_id("user_id", user_id)
         current = denoiser_name(self.denoiser)
         by_session: dict[str, list[Memory]] = {}
         for mem in self.store.memories(user_id):
-            if mem.granularity not in _BASE_UNITS:
+            if mem.granularity not in BASE_UNITS:
                 continue
             if only_stale and mem.metadata.get("key_denoiser", "none") == current:
                 continue
@@ -570,12 +453,12 @@ class ReflectiveMemory:
         for session_id, mems in by_session.items():
             turns = self.store.turns(user_id, session_id)
             for mem in mems:
-                src = _source_turns(mem, turns)
+                src = source_turns(mem, turns)
                 if src is None:
                     logger.warning("cannot rebuild the key of memory %s; left as is", mem.id)
                     continue
                 todo.append(mem)
-                sources.append(_raw_key(src))
+                sources.append(raw_key(src))
         if not todo:
             return 0
         drafts = [
@@ -642,13 +525,13 @@ class ReflectiveMemory:
         """
         self._open()
         t_start = time.perf_counter()
-        _check_id("user_id", user_id)
+        check_id("user_id", user_id)
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
         if not query.strip():
             raise InvalidInputError("query must not be empty or whitespace")
-        k = _check_positive("k", k)
-        budget_tokens = _check_positive("budget_tokens", budget_tokens)
+        k = check_positive("k", k)
+        budget_tokens = check_positive("budget_tokens", budget_tokens)
         mode = self.config.retrieval_mode if mode is None else mode
         if mode not in ("hybrid", "dense", "lexical"):
             raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
@@ -704,7 +587,9 @@ class ReflectiveMemory:
         n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
         explore = self.config.rerank_explore if explore is None else bool(explore)
         while True:
-            order, scores = self._rank(index, query, qvec, n, mode, timings, diagnostics, rcfg)
+            order, scores = rank_candidates(
+                index, query, qvec, n, mode, rcfg, self._fusion, timings, diagnostics
+            )
             if self.config.rerank:
                 t0 = time.perf_counter()
                 if qvec is None:
@@ -720,113 +605,21 @@ class ReflectiveMemory:
                     diagnostics=diagnostics,
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
-            hits, filled = self._cut(
-                user_id, index, order, scores, k, budget_tokens, timings, views
+            hits, filled = pack_hits(
+                lambda ids: self.store.memories(user_id, ids),
+                index,
+                order,
+                scores,
+                k,
+                budget_tokens,
+                timings,
+                views,
             )
             if filled or n >= len(index):
                 break
             n = min(len(index), n * 4)
         timings["total"] = (time.perf_counter() - t_start) * 1000
         return Retrieval(user_id, query, hits, diagnostics, retrieval_id=rid)
-
-    def _rank(
-        self,
-        index: UserIndex,
-        query: str,
-        qvec: np.ndarray | None,
-        n: int,
-        mode: str,
-        timings: dict[str, float],
-        diagnostics: dict[str, Any],
-        rcfg: RecallConfig,
-    ) -> tuple[list[int], list[dict[str, float]]]:
-        """Rank positions of `index`: dense (RF-Mem), lexical, or their reciprocal-rank fusion."""
-        cfg = self.config
-        dense_pos: np.ndarray = np.zeros(0, np.int64)
-        dense_sc: np.ndarray = np.zeros(0, np.float32)
-        lex_pos: np.ndarray = np.zeros(0, np.int64)
-        lex_sc: np.ndarray = np.zeros(0, np.float32)
-        if mode != "lexical":
-            t0 = time.perf_counter()
-            res = rf_recall(index.dense, qvec, n, rcfg)  # type: ignore[arg-type]
-            dense_pos, dense_sc = res.positions, res.cosine
-            rd = res.diagnostics()
-            diagnostics["recall"] = rd
-            diagnostics["ann"] = index.dense.kind
-            for key in ("path", "mean_score", "entropy", "rounds", "hits_per_round"):
-                diagnostics[key] = rd[key]
-            timings["dense"] = (time.perf_counter() - t0) * 1000
-        if mode != "dense":
-            t0 = time.perf_counter()
-            lex_sc, lex_pos = index.lexical.search(query, n)
-            timings["lexical"] = (time.perf_counter() - t0) * 1000
-        diagnostics["candidates"] = {"dense": int(len(dense_pos)), "lexical": int(len(lex_pos))}
-        if mode == "dense":
-            return dense_pos.tolist(), [{"dense": float(x)} for x in dense_sc]
-        if mode == "lexical":
-            return lex_pos.tolist(), [{"lexical": float(x)} for x in lex_sc]
-        t0 = time.perf_counter()
-        fused: dict[int, dict[str, float]] = {}
-        for weight, name, pos, sc in (
-            (cfg.dense_weight, "dense", dense_pos, dense_sc),
-            (cfg.lexical_weight, "lexical", lex_pos, lex_sc),
-        ):
-            for rank, (p, s) in enumerate(zip(pos.tolist(), sc.tolist(), strict=True)):
-                entry = fused.setdefault(p, {"fused": 0.0})
-                entry[name] = float(s)
-                entry["fused"] += weight / (cfg.rrf_k + rank + 1)
-        order = sorted(fused, key=lambda p: (-fused[p]["fused"], -fused[p].get("dense", -1.0)))
-        diagnostics["candidates"]["fused"] = len(order)
-        timings["fuse"] = (time.perf_counter() - t0) * 1000
-        return order, [fused[p] for p in order]
-
-    def _cut(
-        self,
-        user_id: str,
-        index: UserIndex,
-        order: list[int],
-        scores: list[dict[str, float]],
-        k: int | None,
-        budget: int | None,
-        timings: dict[str, float],
-        views: Sequence[str] | None = None,
-    ) -> tuple[list[Hit], bool]:
-        """Fetch memories in rank order until `k` hits or the budget is full.
-
-        Returns the hits and whether the cut was reached (False: ran out of candidates).
-        """
-        t0 = time.perf_counter()
-        hits: list[Hit] = []
-        used = 0
-        filled = False
-        step = 64
-        for s in range(0, len(order), step):
-            chunk = order[s : s + step]
-            mems = {m.id: m for m in self.store.memories(user_id, [index.ids[p] for p in chunk])}
-            for j, p in enumerate(chunk):
-                mem = mems.get(index.ids[p])
-                if mem is None:  # deleted after the index was taken
-                    continue
-                if views is not None and mem.granularity not in views:
-                    continue
-                sc = scores[s + j]
-                if budget is not None:
-                    cost = count_tokens(mem.text)
-                    if used + cost > budget:
-                        if budget - used < 10:
-                            filled = True
-                            break
-                        continue
-                    used += cost
-                main = sc.get("fused", sc.get("dense", sc.get("lexical", 0.0)))
-                hits.append(Hit(mem, float(main), len(hits), dict(sc)))
-                if k is not None and len(hits) >= k:
-                    filled = True
-                    break
-            if filled:
-                break
-        timings["fetch"] = (time.perf_counter() - t0) * 1000
-        return hits, filled
 
     # -- feedback (RMM retrospective reflection) -------------------------------------------
     def feedback(
@@ -877,27 +670,27 @@ class ReflectiveMemory:
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
         """Stored turns of a user, or of one session, in order (unknown ids give `[]`)."""
         self._open()
-        _check_id("user_id", user_id)
+        check_id("user_id", user_id)
         if session_id is not None:
-            _check_id("session_id", session_id)
+            check_id("session_id", session_id)
         return self.store.turns(user_id, session_id)
 
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
         """A user's memories (all of them, or the given ids in that order)."""
         self._open()
-        _check_id("user_id", user_id)
+        check_id("user_id", user_id)
         return self.store.memories(user_id, ids)
 
     def open_sessions(self, user_id: str) -> list[str]:
         """Ids of the user's sessions that have turns not yet turned into memories."""
         self._open()
-        _check_id("user_id", user_id)
+        check_id("user_id", user_id)
         return [s.session_id for s in self.store.sessions(user_id, status="open")]
 
     def delete_user(self, user_id: str) -> int:
         """Delete every turn and memory of a user; return the number of turns deleted."""
         self._open()
-        _check_id("user_id", user_id)
+        check_id("user_id", user_id)
         n = self.store.delete_user(user_id)
         self.indexes.invalidate(user_id)
         self.rerank_stage.forget(user_id)
@@ -910,8 +703,8 @@ class ReflectiveMemory:
             UnknownSessionError: The user has no such session.
         """
         self._open()
-        _check_id("user_id", user_id)
-        _check_id("session_id", session_id)
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
         n = self.store.delete_session(user_id, session_id)
         self.indexes.invalidate(user_id)
         return n
@@ -931,12 +724,12 @@ class ReflectiveMemory:
             UnknownSessionError: The user has no such session.
         """
         self._open()
-        _check_id("user_id", user_id)
-        _check_id("session_id", session_id)
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
         if turn_ids is not None:
             if isinstance(turn_ids, str):
                 raise InvalidInputError("turn_ids must be a list of turn ids, not a str")
-            turn_ids = [_check_id("turn_id", t) for t in turn_ids]
+            turn_ids = [check_id("turn_id", t) for t in turn_ids]
         return self.store.delete_turns(user_id, session_id, turn_ids)
 
     def put_memory(
@@ -970,7 +763,7 @@ class ReflectiveMemory:
             The stored memory.
         """
         self._open()
-        _check_id("user_id", user_id)
+        check_id("user_id", user_id)
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError("text must be a non-empty str")
         if key is not None and (not isinstance(key, str) or not key.strip()):
@@ -978,7 +771,7 @@ class ReflectiveMemory:
         if granularity not in GRANULARITIES:
             raise InvalidInputError(f"granularity must be one of {GRANULARITIES}")
         if memory_id is not None:
-            _check_id("memory_id", memory_id)
+            check_id("memory_id", memory_id)
         if metadata is not None:
             if not isinstance(metadata, dict):
                 raise InvalidInputError("metadata must be a dict")
@@ -1008,8 +801,8 @@ class ReflectiveMemory:
             UnknownMemoryError: The user has no memory with that id.
         """
         self._open()
-        _check_id("user_id", user_id)
-        _check_id("memory_id", memory_id)
+        check_id("user_id", user_id)
+        check_id("memory_id", memory_id)
         found = self.store.memories(user_id, [memory_id])
         if not found:
             raise UnknownMemoryError(f"user {user_id!r} has no memory {memory_id!r}")
@@ -1018,8 +811,8 @@ class ReflectiveMemory:
     def delete_memory(self, user_id: str, memory_id: str) -> bool:
         """Delete one memory of a user; return whether it existed."""
         self._open()
-        _check_id("user_id", user_id)
-        _check_id("memory_id", memory_id)
+        check_id("user_id", user_id)
+        check_id("memory_id", memory_id)
         return self.store.delete_memories(user_id, [memory_id]) > 0
 
     def users(self) -> list[str]:
@@ -1030,7 +823,7 @@ class ReflectiveMemory:
     def stats(self, user_id: str) -> dict[str, Any]:
         """Counts of a user's turns, sessions (open ones too) and memories by granularity."""
         self._open()
-        _check_id("user_id", user_id)
+        check_id("user_id", user_id)
         return self.store.count(user_id)
 
     # -- async twins ----------------------------------------------------------------------

@@ -55,7 +55,7 @@ from reflective_memory.conditional.memorize import (
 )
 from reflective_memory.errors import InvalidInputError, LLMError, LLMOutputError
 from reflective_memory.llm import LLMClient
-from reflective_memory.storage.sqlite import MemoryDraft
+from reflective_memory.storage.base import MemoryDraft
 from reflective_memory.text import format_date
 from reflective_memory.types import Turn, Usage
 

@@ -37,6 +37,7 @@ import numpy as np
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import InvalidInputError, LLMError, LLMOutputError
 from reflective_memory.llm import LLMClient, as_llm
+from reflective_memory.storage.base import MemoryDraft
 from reflective_memory.types import Memory, Turn, Usage
 
 __all__ = [
@@ -271,8 +272,6 @@ class StoreTopicBank:
 
     def save_topic(self, memory: Memory) -> None:
         """Write the topic to the store (insert or replace by id) with its key embedding."""
-        from reflective_memory.storage.sqlite import MemoryDraft
-
         vec = np.asarray(self.embed([memory.key]), dtype=np.float32)
         draft = MemoryDraft(
             session_id=memory.session_id,

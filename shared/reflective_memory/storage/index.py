@@ -23,7 +23,7 @@ import numpy as np
 
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError
-from reflective_memory.storage.sqlite import SQLiteStore
+from reflective_memory.storage.base import MemoryStore
 from reflective_memory.text import lexical_tokens
 
 __all__ = [
@@ -287,7 +287,7 @@ class IndexCache:
 
     def __init__(
         self,
-        store: SQLiteStore,
+        store: MemoryStore,
         embedder: Embedder,
         directory: Path | None = None,
         batch_size: int = 64,
