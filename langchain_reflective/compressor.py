@@ -24,7 +24,8 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.rmm.citations import parse_citations
-from reflective_memory.rmm.reranker import Episode, citation_rewards, features_for
+from reflective_memory.rmm.episodes import Episode
+from reflective_memory.rmm.features import citation_rewards, features_for
 
 __all__ = ["ReflectiveCompressor", "CitationReranker"]
 

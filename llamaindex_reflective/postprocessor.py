@@ -46,7 +46,8 @@ from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 from reflective_memory.errors import ConfigError, InvalidInputError  # noqa: E402
 from reflective_memory.recall import ArrayIndex, recall  # noqa: E402
 from reflective_memory.rmm.citations import parse_citations  # noqa: E402
-from reflective_memory.rmm.reranker import Episode, citation_rewards, features_for  # noqa: E402
+from reflective_memory.rmm.episodes import Episode
+from reflective_memory.rmm.features import citation_rewards, features_for
 
 __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 

@@ -175,7 +175,7 @@ def test_serialisation_round_trip():
     d = OfflineDenoiser(rate=0.6, keep_numbers=False, stopwords=["foo"])
     back = OfflineDenoiser.from_dict(d.to_dict())
     assert back.to_dict() == d.to_dict()
-    assert d.to_dict()["type"] == "reflective_memory.denoise.OfflineDenoiser"
+    assert d.to_dict()["type"] == "reflective_memory.denoise.offline.OfflineDenoiser"
     lingua = LLMLinguaDenoiser(model="m/xlm-roberta-large", rate=0.5, force_tokens=["\n"])
     assert LLMLinguaDenoiser.from_dict(lingua.to_dict()).to_dict() == lingua.to_dict()
 

@@ -4,15 +4,17 @@ import pytest
 import reflective_memory.rmm.topics as prospective
 from reflective_memory.embed import HashingEmbedder
 from reflective_memory.errors import InvalidInputError, LLMOutputError
+from reflective_memory.rmm.topic_prompts import (
+    build_extraction_prompt,
+    parse_extraction,
+    parse_update,
+)
 from reflective_memory.rmm.topics import (
     InMemoryTopicBank,
     ProspectiveReflector,
     TopicDraft,
-    build_extraction_prompt,
     merge_topic_memory,
     new_topic_memory,
-    parse_extraction,
-    parse_update,
 )
 from reflective_memory.types import Turn
 

@@ -1,8 +1,11 @@
 import numpy as np
 import pytest
+import reflective_memory.rmm.features as features
 import reflective_memory.rmm.reranker as rerank
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
-from reflective_memory.rmm.reranker import Episode, Reranker, citation_rewards, rank_prior
+from reflective_memory.rmm.episodes import Episode
+from reflective_memory.rmm.features import citation_rewards, rank_prior
+from reflective_memory.rmm.reranker import Reranker
 
 
 def _unit(rng, *shape):
@@ -207,13 +210,13 @@ _TEXTS = [
 
 
 def test_cost_features_are_log_words():
-    f = rerank.cost_features(["one two three", "", "a"])
+    f = features.cost_features(["one two three", "", "a"])
     np.testing.assert_allclose(f[:, 0], np.log1p([3, 0, 1]), rtol=1e-6)
     r = Reranker(16, features=("cost",))
     assert r.n_features == 1 and r.feature_matrix(_TEXTS).shape == (4, 1)
     assert Reranker(16).feature_matrix(_TEXTS) is None
-    assert rerank.features_for(r, _TEXTS).shape == (4, 1)
-    assert rerank.features_for(object(), _TEXTS) is None  # a user's own reranker: no features
+    assert features.features_for(r, _TEXTS).shape == (4, 1)
+    assert features.features_for(object(), _TEXTS) is None  # a user's own reranker: no features
 
 
 def test_features_are_required_exactly_when_configured(data):

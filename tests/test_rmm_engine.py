@@ -153,7 +153,7 @@ def test_feedback_learns_and_persists_per_user(tmp_path):
 
 
 def test_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_path):
-    from reflective_memory.rmm.reranker import Episode
+    from reflective_memory.rmm.episodes import Episode
 
     dim = HashingEmbedder().dim
     rng = np.random.default_rng(0)

@@ -52,7 +52,6 @@ __all__ = ["ReflectiveMemory"]
 logger = logging.getLogger(__name__)
 
 
-
 def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
 

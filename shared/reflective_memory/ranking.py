@@ -93,6 +93,7 @@ def rank_candidates(
     timings["fuse"] = (time.perf_counter() - t0) * 1000
     return order, [fused[p] for p in order]
 
+
 def pack_hits(
     fetch: Callable[[list[str]], list[Memory]],
     index: UserIndex,

@@ -28,13 +28,9 @@ from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 from reflective_memory.rmm.citations import attribute, parse_citations
-from reflective_memory.rmm.reranker import (
-    Episode,
-    FitReport,
-    Reranker,
-    citation_rewards,
-    rank_prior,
-)
+from reflective_memory.rmm.episodes import Episode, FitReport
+from reflective_memory.rmm.features import citation_rewards, rank_prior
+from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.types import Retrieval
 

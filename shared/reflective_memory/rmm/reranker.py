@@ -1,35 +1,4 @@
-"""RMM's retrospective-reflection reranker, trained online from the generator's citations.
-
-Paper §6.1/§6.3 and Appendix A.1. The reranker adapts the retriever's embeddings with residual
-linear maps, `q' = q + W_q q` and `m'_i = m_i + W_m m_i`, and scores `s_i = q'·m'_i`. Both maps
-start at zero, so an untrained reranker scores exactly like the dense retriever.
-
-Selecting the top-M of the K candidates:
-
-* at inference: deterministic, by score (ties keep the retriever's order);
-* while learning (`explore=True`): top-M sampled without replacement from `softmax(s / tau)` with
-  the Gumbel trick, i.e. the top-M of `s_i / tau + g_i`, `g_i = -log(-log u_i)`.
-
-Learning is REINFORCE (`partial_fit`): every shown memory gets reward `R = +1` if the generator
-cited it and `-1` otherwise; the loss of one episode is
-`-sum_j (R_j - b) log P(shown_j | q, candidates not shown before j)` — the Plackett–Luce
-factorisation of `log P(M_M | q, M_K)` — with baseline `b = 0.5` (paper) or, `baseline="episode"`,
-the episode's mean reward. Episodes are buffered and one optimizer step (learning rate
-`eta = 1e-3`) is taken per full batch of 4.
-
-Extension (not in the paper): named side features per candidate (`features=("cost",)`, the
-memory's length) with a learned weight, zero at the start. Measured on LongMemEval (BENCHMARKS.md,
-RMM): the embedding maps learn the questions they are trained on but barely transfer to new ones;
-the cost weight transfers.
-
-Retrievers other than dense cosine (hybrid fusion, recollection) have their own order. Pass their
-ranking as `prior` scores on the cosine scale (`rank_prior` builds them): the score becomes
-`prior_i + (q'·m'_i - q·m_i)`, which keeps that order while untrained and equals the paper's
-`q'·m'_i` when the prior is the dense cosine.
-
-State is saved atomically as safetensors (weights, optimizer moments and buffered episodes) plus a
-JSON config. Learned attributes end in `_`.
-"""
+"""RMM retrospective reflection: a residual linear reranker trained by REINFORCE on citations."""
 
 from __future__ import annotations
 
@@ -37,8 +6,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,152 +15,17 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from reflective_memory.config import EPISODE_BASELINE, RERANK_FEATURES
+from reflective_memory.config import EPISODE_BASELINE
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
+from reflective_memory.rmm.features import FEATURES
 
-__all__ = [
-    "Reranker",
-    "RerankResult",
-    "Episode",
-    "FitReport",
-    "rank_prior",
-    "citation_rewards",
-    "cost_features",
-    "features_for",
-    "FEATURES",
-    "EPISODE_BASELINE",
-]
+__all__ = ["Reranker"]
 
 logger = logging.getLogger(__name__)
 
+
 _FORMAT_VERSION = 1
-
-
-def rank_prior(dense_scores: np.ndarray) -> np.ndarray:
-    """Cosine-scale prior scores that keep the retriever's order.
-
-    Args:
-        dense_scores: `(K,)` dense cosines of the candidates, listed in the retriever's order.
-
-    Returns:
-        The same values sorted descending: candidate `j` (the retriever's `j`-th) gets the `j`-th
-        largest cosine. For a dense retriever this is the input itself.
-    """
-    s = np.asarray(dense_scores, dtype=np.float32).reshape(-1)
-    return np.sort(s)[::-1].copy()
-
-
-def cost_features(texts: Sequence[str]) -> np.ndarray:
-    """The `cost` side feature of candidate memories: `(K, 1)` with `log(1 + words)` per text.
-
-    What a memory costs in the prompt. Generators tend to cite short, specific memories (a
-    user's own statement) over long generic ones, and under a context budget a short memory
-    leaves room for more; a reranker with `features=("cost",)` learns how much that matters.
-    """
-    return np.log1p(np.array([len(t.split()) for t in texts], dtype=np.float32)).reshape(-1, 1)
-
-
-#: Side features a reranker can learn a weight for, by name: texts -> `(K, 1)` column.
-FEATURES: dict[str, Callable[[Sequence[str]], np.ndarray]] = {"cost": cost_features}
-assert set(FEATURES) == set(RERANK_FEATURES)
-
-
-def features_for(reranker: Any, texts: Sequence[str]) -> np.ndarray | None:
-    """Side features a reranker expects for candidates with these texts (None if it takes none).
-
-    Works for any object: one without `feature_matrix` (e.g. a user's own reranker) gets None.
-    """
-    fm = getattr(reranker, "feature_matrix", None)
-    return fm(list(texts)) if callable(fm) else None
-
-
-def citation_rewards(n_shown: int, cited: Sequence[int]) -> np.ndarray:
-    """RMM rewards: `+1` for each shown position that was cited, `-1` for the others."""
-    rewards = -np.ones(n_shown, dtype=np.float32)
-    for i in cited:
-        if 0 <= int(i) < n_shown:
-            rewards[int(i)] = 1.0
-    return rewards
-
-
-@dataclass(frozen=True)
-class RerankResult:
-    """The reranker's ordering of K candidates.
-
-    Attributes:
-        order: Candidate positions, best first (all K of them).
-        scores: `(K,)` reranker scores, by candidate position.
-        sampled: The head was sampled (exploration) rather than taken by score.
-    """
-
-    order: list[int]
-    scores: np.ndarray
-    sampled: bool
-
-
-@dataclass
-class Episode:
-    """One retrieval plus the feedback on it: a REINFORCE sample.
-
-    Attributes:
-        query: `(dim,)` query embedding.
-        candidates: `(K, dim)` candidate memory embeddings, in the retriever's order.
-        shown: Candidate positions shown to the generator, in the order shown.
-        rewards: `(len(shown),)` reward per shown memory (+1 cited, -1 not).
-        prior: Optional `(K,)` prior scores (see `rank_prior`).
-        features: Optional `(K, F)` side features per candidate (see `cost_features`).
-    """
-
-    query: np.ndarray
-    candidates: np.ndarray
-    shown: list[int]
-    rewards: np.ndarray
-    prior: np.ndarray | None = None
-    features: np.ndarray | None = None
-
-    def checked(self, dim: int) -> Episode:
-        """Return a validated float32 copy; raise `InvalidInputError` on bad shapes."""
-        q = np.asarray(self.query, dtype=np.float32).reshape(-1)
-        c = np.asarray(self.candidates, dtype=np.float32)
-        if q.shape[0] != dim or c.ndim != 2 or c.shape[1] != dim or c.shape[0] == 0:
-            raise InvalidInputError(
-                f"episode shapes do not fit dim {dim}: query {q.shape}, candidates {c.shape}"
-            )
-        shown = [int(i) for i in self.shown]
-        if not shown or len(set(shown)) != len(shown) or min(shown) < 0 or max(shown) >= len(c):
-            raise InvalidInputError(f"shown must be distinct positions < {len(c)}, got {shown}")
-        r = np.asarray(self.rewards, dtype=np.float32).reshape(-1)
-        if r.shape[0] != len(shown) or not np.all(np.isfinite(r)):
-            raise InvalidInputError("rewards must give one finite value per shown memory")
-        p = None
-        if self.prior is not None:
-            p = np.asarray(self.prior, dtype=np.float32).reshape(-1)
-            if p.shape[0] != len(c):
-                raise InvalidInputError("prior must give one score per candidate")
-        f = None
-        if self.features is not None:
-            f = np.asarray(self.features, dtype=np.float32)
-            if f.ndim != 2 or f.shape[0] != len(c) or not np.all(np.isfinite(f)):
-                raise InvalidInputError("features must be a finite (K, F) array")
-        return Episode(q, c, shown, r, p, f)
-
-
-@dataclass
-class FitReport:
-    """What one `partial_fit` call did.
-
-    Attributes:
-        episodes: Episodes received.
-        updates: Optimizer steps taken.
-        pending: Episodes buffered for the next step.
-        loss: Mean REINFORCE loss of the last step (None if no step was taken).
-    """
-
-    episodes: int = 0
-    updates: int = 0
-    pending: int = 0
-    loss: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Reranker:

@@ -337,7 +337,9 @@ def load_weights(path: str | Path | None = None) -> dict[str, Any]:
     """
     try:
         if path is None:
-            text = (Path(__file__).resolve().parents[1] / "data" / DEFAULT_WEIGHTS).read_text("utf-8")
+            text = (Path(__file__).resolve().parents[1] / "data" / DEFAULT_WEIGHTS).read_text(
+                "utf-8"
+            )
         else:
             text = Path(path).read_text("utf-8")
         data = json.loads(text)

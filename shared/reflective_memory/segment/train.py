@@ -111,7 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m reflective_memory.segment.train", description=__doc__
     )
     p.add_argument("--data", required=True, help="annotated training dialogues (e.g. TIAGE train)")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "data" / "segmenter_weights.json"))
+    p.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parents[1] / "data" / "segmenter_weights.json"),
+    )
     p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--C", type=float, default=1.0, help="inverse L2 regularisation strength")

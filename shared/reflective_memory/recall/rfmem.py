@@ -1,34 +1,4 @@
-"""RF-Mem: familiarity / recollection adaptive dense retrieval.
-
-A probe top-K search measures how familiar a query is to the user's memory: the mean probe score
-`s̄` and the entropy `H` of the tempered softmax `p_i ∝ exp(λ (s_i − max s))`. Confident queries
-take the fast *familiarity* path (one top-K search); uncertain ones take the *recollection* path,
-which expands the evidence by retrieve → cluster → α-mix rounds (Algorithm 3 of the RF-Mem paper).
-
-Everything here works against a small index abstraction, `VectorIndex`: any object with
-
-* `ntotal` — the number of stored vectors,
-* `search(queries (m, d) float32, n) -> (scores (m, n) float32, positions (m, n) int64)`, rows
-  best first and padded with position `-1`,
-* `vectors(positions (n,) int64) -> (n, d) float32` — the stored (L2-normalised) vectors.
-
-`as_vector_index` wraps objects that expose their vectors differently (a faiss index with
-`reconstruct_batch`, or an `embeddings` matrix). `ArrayIndex` is a ready exact implementation over
-a matrix. All vectors and queries are expected L2-normalised, so inner product = cosine.
-
-Example:
-    >>> import numpy as np
-    >>> rng = np.random.default_rng(0)
-    >>> mat = rng.normal(size=(50, 8)).astype(np.float32)
-    >>> index = ArrayIndex(mat / np.linalg.norm(mat, axis=1, keepdims=True))
-    >>> res = recall(index, index.vectors(np.array([3]))[0], k=5)
-    >>> int(res.positions[0]), res.path in ("familiarity", "recollection")
-    (3, True)
-
-Thresholds depend on the embedder's score scale (the paper's θ_high = 0.6 / θ_low = 0.3 are for
-turn-level MiniLM memories; it uses θ_low = 0.0 for session-level units). `calibrate_gate`
-proposes θ_high / θ_low / τ from a user's own score distribution.
-"""
+"""RF-Mem: familiarity/recollection adaptive retrieval (gate, familiarity, recollection)."""
 
 from __future__ import annotations
 
@@ -36,162 +6,34 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from reflective_memory.errors import ConfigError, InvalidInputError
+from reflective_memory.recall.vectors import as_vector_index
 
 __all__ = [
-    "VectorIndex",
-    "ArrayIndex",
-    "as_vector_index",
     "RecallConfig",
-    "RecallResult",
     "RecollectionTrace",
-    "GateCalibration",
-    "PATHS",
-    "MODES",
+    "RecallResult",
     "gate_signals",
     "choose_path",
     "familiarity",
     "recollect",
     "recall",
-    "calibrate_gate",
-    "calibrate_from_signals",
+    "PATHS",
+    "MODES",
 ]
 
 logger = logging.getLogger(__name__)
+
 
 #: Paths a retrieval can take. `empty` means the index held nothing.
 PATHS = ("familiarity", "recollection", "empty")
 #: `rfmem` gates between the two paths; the other two force one path.
 MODES = ("rfmem", "familiarity", "recollection")
 _KMEANS = ("faiss", "sklearn")
-
-
-@runtime_checkable
-class VectorIndex(Protocol):
-    """What RF-Mem needs from a dense index (see the module docstring)."""
-
-    @property
-    def ntotal(self) -> int:
-        """Number of stored vectors."""
-        ...
-
-    def search(self, queries: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-`n` inner-product search; rows padded with position -1."""
-        ...
-
-    def vectors(self, positions: np.ndarray) -> np.ndarray:
-        """Stored vectors at `positions`, shape `(len(positions), d)`."""
-        ...
-
-
-class ArrayIndex:
-    """Exact inner-product index over an in-memory matrix (faiss `IndexFlatIP` when available).
-
-    Args:
-        vectors: `(n, d)` matrix of L2-normalised rows (copied to contiguous float32).
-    """
-
-    def __init__(self, vectors: np.ndarray) -> None:
-        mat = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
-        if mat.ndim != 2:
-            raise InvalidInputError(f"vectors must be a 2-D matrix, got shape {mat.shape}")
-        self._mat = mat
-        self._faiss: Any = None
-        try:
-            import faiss
-
-            self._faiss = faiss.IndexFlatIP(mat.shape[1])
-            if len(mat):
-                self._faiss.add(mat)
-        except ImportError:  # pragma: no cover - faiss is a base dependency
-            self._faiss = None
-
-    @property
-    def ntotal(self) -> int:
-        """Number of stored vectors."""
-        return int(self._mat.shape[0])
-
-    @property
-    def dim(self) -> int:
-        """Vector size."""
-        return int(self._mat.shape[1])
-
-    def search(self, queries: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-`n` inner-product search, padded with -1 past `ntotal`."""
-        q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
-        m = q.shape[0]
-        scores = np.full((m, n), -np.inf, dtype=np.float32)
-        pos = np.full((m, n), -1, dtype=np.int64)
-        take = min(n, self.ntotal)
-        if take == 0 or m == 0:
-            return scores, pos
-        if self._faiss is not None:
-            s, p = self._faiss.search(q, take)
-        else:  # pragma: no cover
-            sims = q @ self._mat.T
-            p = np.argsort(-sims, axis=1, kind="stable")[:, :take]
-            s = np.take_along_axis(sims, p, axis=1)
-        scores[:, :take] = s
-        pos[:, :take] = p
-        return scores, pos
-
-    def vectors(self, positions: np.ndarray) -> np.ndarray:
-        """Stored rows at `positions`."""
-        return self._mat[np.asarray(positions, dtype=np.int64)]
-
-
-class _VectorsAdapter:
-    """Gives `vectors()` to an index that stores its rows some other way."""
-
-    def __init__(self, index: Any, getter: Any) -> None:
-        self._index = index
-        self._get = getter
-
-    @property
-    def ntotal(self) -> int:
-        return int(self._index.ntotal)
-
-    def search(self, queries: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        return self._index.search(queries, n)
-
-    def vectors(self, positions: np.ndarray) -> np.ndarray:
-        return np.asarray(self._get(np.asarray(positions, dtype=np.int64)), dtype=np.float32)
-
-
-def as_vector_index(index: Any) -> VectorIndex:
-    """Return `index` as a `VectorIndex`.
-
-    Accepts an object that already has `vectors(positions)`, one with a `vectors` /
-    `embeddings` / `matrix` array attribute (like `reflective_memory.storage.index.DenseIndex`), or one with
-    `reconstruct_batch` (a faiss index).
-
-    Raises:
-        InvalidInputError: If the object cannot search or its vectors cannot be read.
-    """
-    if not hasattr(index, "search") or not hasattr(index, "ntotal"):
-        raise InvalidInputError(
-            f"{type(index).__name__} is not a vector index: it needs `search(queries, n)` "
-            "and `ntotal`"
-        )
-    vecs = getattr(index, "vectors", None)
-    if callable(vecs):
-        return index
-    if isinstance(vecs, np.ndarray):  # e.g. `reflective_memory.storage.index.DenseIndex`
-        return _VectorsAdapter(index, lambda p, m=vecs: m[p])
-    if callable(getattr(index, "reconstruct_batch", None)):
-        return _VectorsAdapter(index, index.reconstruct_batch)
-    for attr in ("embeddings", "matrix"):
-        mat = getattr(index, attr, None)
-        if isinstance(mat, np.ndarray):
-            return _VectorsAdapter(index, lambda p, m=mat: m[p])
-    raise InvalidInputError(
-        f"{type(index).__name__} gives no access to its stored vectors "
-        "(expected `vectors(positions)`, `reconstruct_batch` or an `embeddings` array)"
-    )
 
 
 @dataclass(frozen=True)
@@ -622,137 +464,3 @@ def recall(
             "total": (t2 - t0) * 1000.0,
         },
     )
-
-
-@dataclass(frozen=True)
-class GateCalibration:
-    """Thresholds proposed from a score distribution, with the distribution's summary.
-
-    Attributes:
-        theta_high: Proposed θ_high.
-        theta_low: Proposed θ_low.
-        tau: Proposed τ.
-        n: Probe lists the proposal is based on.
-        mean_quantiles: s̄ at the 10/25/50/75/90th percentiles.
-        entropy_quantiles: H at the same percentiles.
-        recollection_rate: Share of the sampled lists the proposed gate sends to recollection.
-    """
-
-    theta_high: float
-    theta_low: float
-    tau: float
-    n: int
-    mean_quantiles: dict[str, float]
-    entropy_quantiles: dict[str, float]
-    recollection_rate: float
-
-    def apply(self, config: RecallConfig | None = None) -> RecallConfig:
-        """Return `config` (default: paper defaults) with these thresholds."""
-        cfg = RecallConfig() if config is None else config
-        return cfg.replace(theta_high=self.theta_high, theta_low=self.theta_low, tau=self.tau)
-
-
-_QS = (10, 25, 50, 75, 90)
-
-
-def calibrate_from_signals(
-    means: np.ndarray,
-    entropies: np.ndarray,
-    *,
-    high_quantile: float = 0.7,
-    low_quantile: float = 0.1,
-    tau_quantile: float = 0.5,
-) -> GateCalibration:
-    """Propose θ_high, θ_low and τ from observed gate signals (s̄, H) of many probes.
-
-    The rule places the thresholds on the user's own distribution where the paper's defaults sit
-    on its PersonaMem distributions (Appendix B: median s̄ ≈ 0.50–0.55 below θ_high = 0.6, median
-    H ≈ 0.17–0.18 just under τ = 0.2): θ_high at the `high_quantile` of s̄, θ_low at the
-    `low_quantile` of s̄, and τ at the `tau_quantile` of H among probes whose s̄ falls between
-    the two. Raise `tau_quantile` (or `low_quantile` down) to send fewer queries to recollection.
-
-    Raises:
-        InvalidInputError: Mismatched or empty inputs, or quantiles out of order.
-    """
-    m = np.asarray(means, dtype=np.float64).ravel()
-    h = np.asarray(entropies, dtype=np.float64).ravel()
-    if m.shape != h.shape:
-        raise InvalidInputError("means and entropies must have the same length")
-    ok = np.isfinite(m) & np.isfinite(h)
-    m, h = m[ok], h[ok]
-    if m.size == 0:
-        raise InvalidInputError("no finite gate signals to calibrate from")
-    if not 0.0 <= low_quantile <= high_quantile <= 1.0 or not 0.0 <= tau_quantile <= 1.0:
-        raise InvalidInputError("need 0 <= low_quantile <= high_quantile <= 1 and tau in [0, 1]")
-    th_high = float(np.quantile(m, high_quantile))
-    th_low = float(np.quantile(m, low_quantile))
-    band = (m > th_low) & (m < th_high)
-    tau = float(np.quantile(h[band] if band.any() else h, tau_quantile))
-    cfg = RecallConfig(theta_high=th_high, theta_low=th_low, tau=tau)
-    rec = sum(choose_path(a, b, cfg) == "recollection" for a, b in zip(m, h, strict=True))
-    return GateCalibration(
-        theta_high=th_high,
-        theta_low=th_low,
-        tau=tau,
-        n=int(m.size),
-        mean_quantiles={f"p{q}": float(np.percentile(m, q)) for q in _QS},
-        entropy_quantiles={f"p{q}": float(np.percentile(h, q)) for q in _QS},
-        recollection_rate=rec / m.size,
-    )
-
-
-def calibrate_gate(
-    index: Any,
-    queries: np.ndarray | None = None,
-    *,
-    probe_k: int = 10,
-    lam: float = 20.0,
-    sample: int = 256,
-    seed: int = 0,
-    **quantiles: float,
-) -> GateCalibration:
-    """Propose gate thresholds from one user's index.
-
-    Best with real query vectors (e.g. the embeddings of the user's past questions). Without
-    them, up to `sample` stored memories serve as pseudo-queries, each probed with itself
-    excluded; memories resemble each other more than questions resemble memories, so this
-    tends to overstate s̄ — prefer real queries when you have them.
-
-    Args:
-        index: The user's `VectorIndex`.
-        queries: `(m, d)` query vectors, or `None` to sample stored vectors.
-        probe_k: Probe size the gate will use.
-        lam: λ the gate will use.
-        sample: Pseudo-queries to draw when `queries` is None.
-        seed: Sampling seed.
-        **quantiles: `high_quantile`, `low_quantile`, `tau_quantile` for
-            `calibrate_from_signals`.
-
-    Returns:
-        A `GateCalibration`; `.apply(config)` gives a config using it.
-
-    Raises:
-        InvalidInputError: Empty index (nothing to calibrate from) or bad queries.
-    """
-    idx = as_vector_index(index)
-    if idx.ntotal < 2 and queries is None:
-        raise InvalidInputError("calibration needs at least two stored memories or real queries")
-    if queries is None:
-        rng = np.random.default_rng(seed)
-        take = min(sample, idx.ntotal)
-        own = np.sort(rng.choice(idx.ntotal, size=take, replace=False)).astype(np.int64)
-        q = np.asarray(idx.vectors(own), dtype=np.float32)
-        s, p = idx.search(q, probe_k + 1)
-        rows = []
-        for srow, prow, me in zip(s, p, own, strict=True):
-            keep = (prow >= 0) & (prow != me)
-            rows.append(srow[keep][:probe_k])
-    else:
-        q = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        if q.ndim != 2 or q.shape[0] == 0 or not np.all(np.isfinite(q)):
-            raise InvalidInputError("queries must be a non-empty finite (m, d) matrix")
-        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
-        s, p = idx.search(q.astype(np.float32), probe_k)
-        rows = [srow[prow >= 0] for srow, prow in zip(s, p, strict=True)]
-    sig = np.array([gate_signals(r, lam) for r in rows], dtype=np.float64)
-    return calibrate_from_signals(sig[:, 0], sig[:, 1], **quantiles)
