@@ -7,7 +7,7 @@ from typing import Any
 
 from reflective_memory.errors import ConfigError
 from reflective_memory.recall import RecallConfig
-from reflective_memory.storage.index import ANN_KINDS, AnnSettings
+from reflective_memory.storage.ann import ANN_KINDS, AnnSettings
 from reflective_memory.types import GRANULARITIES
 
 __all__ = ["MemoryConfig"]
