@@ -1,38 +1,138 @@
+"""The core's package structure: import graph, light imports, `__all__`, no shadowing."""
+
 from __future__ import annotations
 
+import ast
 import importlib
+import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE_MODULES = [
-    "reflective_memory",
-    "reflective_memory.types",
-    "reflective_memory.errors",
-    "reflective_memory.config",
-    "reflective_memory.embed",
-    "reflective_memory.llm",
-    "reflective_memory.text",
-    "reflective_memory.storage.sqlite",
-    "reflective_memory.storage.index",
-    "reflective_memory.segment.base",
-    "reflective_memory.engine",
-    "reflective_memory.bench.datasets",
-    "reflective_memory.bench.retrieval",
-    "reflective_memory.cli",
-    "reflective_memory.conditional.notes",
-    "reflective_memory.conditional.memorize",
-    "reflective_memory.conditional.reflection",
-    "reflective_memory.bench.conditional",
-]
+CORE = ROOT / "shared" / "reflective_memory"
+
+
+def _core_modules() -> dict[str, Path]:
+    """Every module of the core by dotted name."""
+    out: dict[str, Path] = {}
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(CORE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _core_modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Core modules `name` imports at module level or inside functions (not TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text("utf-8"))
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            for alias in node.names:  # `from pkg import submodule`
+                found.add(f"{mod}.{alias.name}")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle in the module graph (ignoring edges to a module's own parent packages)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def edges(n: str) -> set[str]:
+        # importing `a.b.c` runs `a/__init__` and `a/b/__init__` first; those are not edges
+        # of `a.b.c` itself, and a package __init__ importing its own submodules is not a cycle
+        # unless the submodule imports the package __init__ back.
+        return {m for m in graph[n] if not n.startswith(m + ".")}
+
+    def dfs(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(edges(n)):
+            if state.get(m) == 1:
+                return stack[stack.index(m) :] + [m]
+            if m not in state:
+                found = dfs(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = dfs(n)
+            if found:
+                return found
+    return None
+
+
+def test_the_core_has_no_import_cycles() -> None:
+    cycle = _find_cycle(GRAPH)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": set()}
+    assert _find_cycle(graph) == ["p.a", "p.b", "p.c", "p.a"]
+    assert _find_cycle({"p": {"p.a"}, "p.a": set()}) is None
+
+
+def test_algorithms_never_import_the_engine_and_the_library_never_imports_bench() -> None:
+    front = ("reflective_memory", "reflective_memory.cli", "reflective_memory.engine")
+    for name, deps in GRAPH.items():
+        if name in front or name.startswith(("reflective_memory.bench", "reflective_memory.serve")):
+            continue
+        assert "reflective_memory.engine" not in deps, f"{name} imports the engine"
+        bench = [d for d in deps if d.startswith("reflective_memory.bench")]
+        assert not bench, f"{name} imports {bench}"
+
+
+def test_no_core_module_is_longer_than_about_600_lines() -> None:
+    long = {
+        n: len(p.read_text("utf-8").splitlines())
+        for n, p in MODULES.items()
+        if len(p.read_text("utf-8").splitlines()) > 650
+    }
+    assert not long, long
 
 
 def test_importing_the_core_imports_no_framework() -> None:
     code = (
-        "import sys, reflective_memory, reflective_memory.cli, reflective_memory.bench.retrieval\n"
+        "import sys, reflective_memory, reflective_memory.cli, reflective_memory.engine\n"
+        "import reflective_memory.bench.retrieval\n"
+        "from reflective_memory import ReflectiveMemory\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in "
         "('langchain', 'langchain_core', 'langchain_classic', 'llama_index')]\n"
         "assert not bad, bad\n"
@@ -40,9 +140,159 @@ def test_importing_the_core_imports_no_framework() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-@pytest.mark.parametrize("name", CORE_MODULES)
+@pytest.mark.parametrize(
+    "module",
+    ["reflective_memory", "reflective_memory.errors", "reflective_memory.types",
+     "reflective_memory.config"],
+)
+def test_light_modules_load_no_heavy_library(module: str) -> None:
+    code = (
+        f"import sys, {module}\n"
+        "heavy = [m for m in ('torch', 'transformers', 'sentence_transformers', 'faiss', "
+        "'sklearn', 'llmlingua') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
 def test_every_module_declares_all_and_exports_exist(name: str) -> None:
+    if name.endswith("__main__"):
+        pytest.skip("entry point")
     module = importlib.import_module(name)
-    assert isinstance(module.__all__, list) and module.__all__
+    assert isinstance(module.__all__, list), name
     for symbol in module.__all__:
         assert hasattr(module, symbol), f"{name}.{symbol}"
+
+
+def test_public_names_resolve_lazily_and_dir_lists_them() -> None:
+    import reflective_memory
+
+    for symbol in reflective_memory.__all__:
+        assert getattr(reflective_memory, symbol) is not None
+    assert set(reflective_memory.__all__) <= set(dir(reflective_memory))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        reflective_memory.nope  # noqa: B018
+
+
+def test_a_user_project_with_its_own_shared_package_uses_both(tmp_path: Path) -> None:
+    """A script beside its own `shared.py` and a `shared/` package imports us and them."""
+    (tmp_path / "shared.py").write_text("GREETING = 'from the user'\n")
+    script = tmp_path / "app.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import shared
+            import langchain_reflective
+            import llamaindex_reflective
+            from reflective_memory import HashingEmbedder, ReflectiveMemory
+
+            assert shared.GREETING == "from the user"
+            with ReflectiveMemory(embedder=HashingEmbedder(64)) as mem:
+                mem.add_turn("u", "s", "user", "I keep bees on the roof.")
+                mem.end_session("u", "s")
+                assert "bees" in mem.retrieve("u", "bees", k=1).hits[0].memory.text
+            print("ok")
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
+    pkg = tmp_path / "pkgcase"
+    (pkg / "shared").mkdir(parents=True)
+    (pkg / "shared" / "__init__.py").write_text("NAME = 'user package'\n")
+    (pkg / "app.py").write_text(script.read_text().replace("GREETING", "NAME").replace(
+        "from the user", "user package"))
+    out = subprocess.run(
+        [sys.executable, "app.py"], cwd=pkg, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (seeing the machine's dependencies) with our wheel installed; its python."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp / "dist"), str(ROOT)],
+        capture_output=True, text=True,
+    )
+    assert out.returncode == 0, f"building the wheel failed: {out.stderr[-2000:]}"
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    wheel = next((tmp / "dist").glob("reflective_memory-*.whl"))
+    out = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        capture_output=True, text=True,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return python
+
+
+def test_the_wheel_installs_reflective_memory_and_no_top_level_shared(installed: Path) -> None:
+    """What `pip install` puts in site-packages: our three packages, typed, and no `shared`."""
+    show = subprocess.run(
+        [str(installed), "-m", "pip", "show", "-f", "reflective-memory"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    files = [line.strip() for line in show.split("Files:", 1)[1].splitlines() if line.strip()]
+    tops = {f.split("/")[0] for f in files if not f.split("/")[0].endswith(".dist-info")}
+    tops.discard("..")  # the console script lives in bin/
+    assert tops == {"reflective_memory", "langchain_reflective", "llamaindex_reflective"}, tops
+    for needed in ("reflective_memory/py.typed", "reflective_memory/data/demo_conversation.json",
+                   "reflective_memory/data/segmenter_weights.json"):
+        assert needed in files, needed
+    code = "import reflective_memory, sys; print(reflective_memory.__file__)"
+    where = subprocess.run(
+        [str(installed), "-c", code], capture_output=True, text=True, check=True,
+        cwd=installed.parents[2], env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    ).stdout
+    assert "site-packages" in where and str(ROOT) not in where, where
+
+
+_MYPY_INI = """
+[mypy]
+ignore_missing_imports = True
+follow_imports = silent
+[mypy-torch.*,transformers.*,sentence_transformers.*,faiss.*,sklearn.*,llmlingua.*,scipy.*,bm25s.*,safetensors.*,tqdm.*,huggingface_hub.*]
+follow_imports = skip
+"""
+
+
+def test_mypy_accepts_a_user_script_using_the_public_api(installed: Path, tmp_path: Path) -> None:
+    """`py.typed` ships: mypy reads our annotations from the install and catches a wrong call."""
+    pytest.importorskip("mypy")
+    good = tmp_path / "good.py"
+    good.write_text(
+        textwrap.dedent(
+            """
+            from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory, Retrieval
+
+            def recall(question: str) -> list[str]:
+                with ReflectiveMemory(embedder=HashingEmbedder(), config=MemoryConfig()) as mem:
+                    mem.add_turn("ana", "s1", "user", "I moved to Berlin.")
+                    mem.end_session("ana", "s1")
+                    r: Retrieval = mem.retrieve("ana", question, k=3)
+                    return [h.memory.text for h in r.hits]
+            """
+        )
+    )
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from reflective_memory import ReflectiveMemory\n"
+        "ReflectiveMemory().retrieve('ana', 42)\n"
+    )
+    (tmp_path / "mypy.ini").write_text(_MYPY_INI)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+    args = [sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"),
+            "--python-executable", str(installed), "--no-incremental"]
+    ok = subprocess.run([*args, str(good)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    wrong = subprocess.run([*args, str(bad)], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert wrong.returncode == 1 and "retrieve" in wrong.stdout, wrong.stdout[-3000:]

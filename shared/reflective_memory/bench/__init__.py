@@ -7,3 +7,5 @@
 - `latency`: RF-Mem latency at 10K-1M memories.
 - `segmentation`: SeCom segmentation scores (Pk, WindowDiff, F1).
 """
+
+__all__: list[str] = []

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.bench.segmentation import load_dialogues
 from reflective_memory.embed import Embedder, HashingEmbedder, default_embedder
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.segment.base import boundaries_to_spans
+from reflective_memory.segment.dialogues import load_dialogues
 from reflective_memory.segment.embedding import FEATURE_NAMES, gap_features, pick_boundaries
 from reflective_memory.segment.metrics import evaluate_segmentations
 from reflective_memory.segment.rubric import LabeledDialogue

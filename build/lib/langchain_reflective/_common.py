@@ -1,0 +1,203 @@
+"""Helpers shared by the LangChain adapters: memory formatting, citations, sessions.
+
+Nothing here imports LangChain; the adapters convert LangChain types and call into these and
+into `reflective_memory.ReflectiveMemory`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from reflective_memory.errors import InvalidInputError, UnknownSessionError
+from reflective_memory.rmm.citations import format_memories as quote_memories
+from reflective_memory.types import Hit, Memory, Retrieval
+
+__all__ = [
+    "CITATION_INSTRUCTION",
+    "format_memories",
+    "send_feedback",
+    "iso",
+    "utc_now",
+    "new_session_id",
+    "SessionTracker",
+    "RetrievalCache",
+    "ROLE_OF_TYPE",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Told to the model above the numbered memories. The indices are the positions shown.
+CITATION_INSTRUCTION = (
+    "Below are numbered memories from earlier conversations with this user. Use them only if "
+    "they help. After each statement that relies on a memory, cite it by its number in square "
+    "brackets, e.g. [0] or [0, 2]. If no memory helped, end your answer with [NO_CITE]."
+)
+
+#: LangChain message `type` -> role stored in the core.
+ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware (UTC)."""
+    return datetime.now(timezone.utc)
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO-8601 text of a datetime, `None` stays `None`."""
+    return None if value is None else value.isoformat()
+
+
+def new_session_id() -> str:
+    """A fresh random session id."""
+    return uuid.uuid4().hex
+
+
+def format_memories(
+    memories: Sequence[Hit | Memory], instruction: str | None = CITATION_INSTRUCTION
+) -> str:
+    """Number memories for citation, `[0]` first, under an optional instruction.
+
+    The memories are formatted by `reflective_memory.rmm.citations.format_memories`, which quotes each one so
+    that its content cannot forge a citation; parse answers with
+    `reflective_memory.rmm.citations.parse_citations` (as `ReflectiveMemory.feedback` does).
+
+    Args:
+        memories: Hits or memories in the order they are shown.
+        instruction: Text placed above the list (`None`: no header).
+
+    Returns:
+        The formatted block, or an empty string when there are no memories.
+
+    Example:
+        >>> from reflective_memory.types import Memory
+        >>> from datetime import datetime
+        >>> t = datetime(2024, 1, 1)
+        >>> m = Memory("m1", "u", "s", "turn", "user: I like tea", "k", ("s:0",), t, t)
+        >>> block = format_memories([m], instruction=None)
+        >>> "[0]" in block and "user: I like tea" in block
+        True
+    """
+    if not memories:
+        return ""
+    body = quote_memories(list(memories))
+    return body if instruction is None else f"{instruction}\n\n{body}"
+
+
+def send_feedback(memory: Any, retrieval: Retrieval | None, answer: str) -> Any | None:
+    """Forward an answer's citations to the engine's reranker (`memory.feedback`).
+
+    Sent when the retrieval showed at least one memory and the engine reranks
+    (`config.rerank`). Feedback never breaks the conversation: failures are logged and `None` is
+    returned.
+
+    Returns:
+        The engine's `FeedbackResult`, or `None` when nothing was sent or learning failed.
+    """
+    if retrieval is None or not retrieval.hits or not memory.config.rerank:
+        return None
+    try:
+        return memory.feedback(retrieval, answer)
+    except Exception:  # feedback is best effort; the exchange is already stored
+        logger.exception("citation feedback failed for user %s", retrieval.user_id)
+        return None
+
+
+class SessionTracker:
+    """The current session of one user in one adapter, with idle-timeout rollover.
+
+    Args:
+        memory: The core `ReflectiveMemory`.
+        user_id: The user.
+        session_id: The starting session (`None`: a fresh random id).
+        idle_timeout_seconds: End the session when its last turn is older than this when the
+            next exchange starts (`None`: only explicit ends).
+    """
+
+    def __init__(
+        self,
+        memory: Any,
+        user_id: str,
+        session_id: str | None = None,
+        idle_timeout_seconds: float | None = None,
+    ) -> None:
+        if idle_timeout_seconds is not None and not idle_timeout_seconds > 0:
+            raise InvalidInputError("idle_timeout_seconds must be None or > 0")
+        self.memory = memory
+        self.user_id = user_id
+        self.session_id = new_session_id() if session_id is None else session_id
+        self.idle_timeout_seconds = idle_timeout_seconds
+
+    def current(self, now: datetime | None = None) -> str:
+        """The session to record into now, ending the current one first if it went idle."""
+        if self.idle_timeout_seconds is None:
+            return self.session_id
+        now = utc_now() if now is None else now
+        turns = self.memory.turns(self.user_id, self.session_id)
+        last = turns[-1].timestamp if turns else None
+        if last is not None and self.session_id in self.memory.open_sessions(self.user_id):
+            if last.tzinfo is None:
+                last = last.replace(tzinfo=timezone.utc)
+            if (now - last).total_seconds() > self.idle_timeout_seconds:
+                logger.info(
+                    "session %s of user %s idle for more than %.0f s: ending it",
+                    self.session_id,
+                    self.user_id,
+                    self.idle_timeout_seconds,
+                )
+                self.end()
+        return self.session_id
+
+    def end(self, next_session_id: str | None = None) -> list[Memory]:
+        """End the current session (build its memories) and move on to a new one.
+
+        Args:
+            next_session_id: Id of the session that follows (`None`: a fresh random id).
+
+        Returns:
+            The memories built; `[]` when the session had no turns.
+        """
+        built: list[Memory] = []
+        try:
+            built = self.memory.end_session(self.user_id, self.session_id)
+        except UnknownSessionError:
+            built = []
+        self.session_id = new_session_id() if next_session_id is None else next_session_id
+        return built
+
+
+class RetrievalCache:
+    """A small LRU map from retrieval ids to `Retrieval`s kept for later feedback."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._items: OrderedDict[str, Retrieval] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, retrieval: Retrieval) -> str:
+        """Keep a retrieval; return its id."""
+        with self._lock:
+            self._items[retrieval.retrieval_id] = retrieval
+            self._items.move_to_end(retrieval.retrieval_id)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return retrieval.retrieval_id
+
+    def get(self, retrieval_id: str | None) -> Retrieval | None:
+        """The retrieval with that id, if still kept."""
+        if retrieval_id is None:
+            return None
+        with self._lock:
+            return self._items.get(retrieval_id)
+
+    def pop(self, retrieval_id: str | None) -> Retrieval | None:
+        """Remove and return the retrieval with that id, if kept."""
+        if retrieval_id is None:
+            return None
+        with self._lock:
+            return self._items.pop(retrieval_id, None)

@@ -1,0 +1,298 @@
+"""Long-term memory for LangChain 1.x agents (`langchain.agents.create_agent`).
+
+`ReflectiveMemoryMiddleware` is the one-object drop-in: add it to `middleware=[...]` and the agent
+sees the user's relevant memories (numbered, with a citation instruction) in its system message,
+every exchange is recorded in the core store, and the answer's citations train the reranker.
+`create_memory_tool` builds a `search_memory` tool for agents that prefer to look things up
+themselves (the middleware can register it too, with `expose_tool=True`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ModelRequest,
+    ModelResponse,
+    PrivateStateAttr,
+)
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, Field
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.types import Memory, Retrieval
+from typing_extensions import NotRequired
+
+from ._common import (
+    CITATION_INSTRUCTION,
+    RetrievalCache,
+    SessionTracker,
+    format_memories,
+    send_feedback,
+    utc_now,
+)
+
+__all__ = [
+    "ReflectiveMemoryMiddleware",
+    "ReflectiveMemoryState",
+    "SearchMemoryInput",
+    "create_memory_tool",
+]
+
+logger = logging.getLogger(__name__)
+
+_STATE_KEY = "reflective_memory_retrieval_id"
+
+
+class ReflectiveMemoryState(AgentState[Any]):
+    """Agent state with the id of the retrieval made for the current input (internal)."""
+
+    reflective_memory_retrieval_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
+
+
+class SearchMemoryInput(BaseModel):
+    """Arguments of the `search_memory` tool."""
+
+    query: str = Field(description="What to look for in the user's past conversations.")
+    k: int | None = Field(
+        default=None, ge=1, le=50, description="How many memories to return (default 5)."
+    )
+
+
+def create_memory_tool(
+    *,
+    memory: ReflectiveMemory,
+    user_id: str,
+    k: int = 5,
+    name: str = "search_memory",
+    description: str | None = None,
+) -> BaseTool:
+    """A tool that searches one user's long-term memory and returns numbered memories.
+
+    Args:
+        memory: The core memory store.
+        user_id: Whose memories the tool searches.
+        k: Memories returned when the model does not ask for a number.
+        name: Tool name.
+        description: Tool description shown to the model.
+
+    Returns:
+        A `StructuredTool` with sync and async implementations.
+    """
+    if description is None:
+        description = (
+            "Search the user's long-term memory of earlier conversations (facts, preferences, "
+            "events they told you). Returns numbered memories, most relevant first."
+        )
+
+    def _format(retrieval: Retrieval) -> str:
+        if not retrieval.hits:
+            return "No memories found."
+        return format_memories(retrieval.hits, instruction=None)
+
+    def search(query: str, k: int | None = None) -> str:
+        n = default_k if k is None else k
+        return _format(memory.retrieve(user_id, query, k=n))
+
+    async def asearch(query: str, k: int | None = None) -> str:
+        n = default_k if k is None else k
+        return _format(await memory.aretrieve(user_id, query, k=n))
+
+    default_k = k
+    return StructuredTool.from_function(
+        func=search,
+        coroutine=asearch,
+        name=name,
+        description=description,
+        args_schema=SearchMemoryInput,
+        infer_schema=False,
+    )
+
+
+def _last_exchange(messages: list[AnyMessage]) -> tuple[str | None, str | None]:
+    """Text of the last human message and of the final AI answer after it."""
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            question = str(messages[i].text)
+            answer = None
+            for m in reversed(messages[i + 1 :]):
+                if isinstance(m, AIMessage) and str(m.text).strip():
+                    answer = str(m.text)
+                    break
+            return question, answer
+    return None, None
+
+
+def _with_memories(system: SystemMessage | None, block: str) -> SystemMessage:
+    if system is None:
+        return SystemMessage(content=block)
+    return SystemMessage(
+        content=[*system.content_blocks, {"type": "text", "text": f"\n\n{block}"}]  # type: ignore[list-item]
+    )
+
+
+class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any]):
+    """Give a `create_agent` agent long-term memory of one user.
+
+    Per agent run: before the first model call the user's latest message is used to retrieve
+    memories; every model call of the run sees them in its system message, numbered and with an
+    instruction to cite them; after the run the user's message and the final answer are stored
+    as turns of the current session and the answer's citations are sent to the engine's reranker
+    (`memory.feedback`; skipped when `config.rerank` is off). Sessions end on `end_session()`
+    or after `idle_timeout_seconds` without turns, and then become memories.
+
+    Args:
+        memory: The core memory store.
+        user_id: The user the agent talks to.
+        session_id: The current session (`None`: a random id).
+        k: Memories injected per run.
+        budget_tokens: Token budget for the injected memories (core token rule).
+        citation_instruction: Text above the numbered memories (`None`: none).
+        idle_timeout_seconds: Idle time after which the session ends at the next run.
+        inject: Put the memories into the system message.
+        record: Store each exchange as turns.
+        expose_tool: Also give the agent the `search_memory` tool.
+
+    Example:
+        >>> from langchain.agents import create_agent
+        >>> from langchain_core.language_models import FakeListChatModel
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
+        >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
+        >>> agent = create_agent(
+        ...     FakeListChatModel(responses=["Noted."]),
+        ...     middleware=[ReflectiveMemoryMiddleware(memory=mem, user_id="ana")],
+        ... )
+        >>> agent.invoke({"messages": [("user", "I live in Lyon.")]})["messages"][-1].text
+        'Noted.'
+        >>> [t.role for t in mem.turns("ana")]
+        ['user', 'assistant']
+    """
+
+    state_schema = ReflectiveMemoryState
+
+    def __init__(
+        self,
+        *,
+        memory: ReflectiveMemory,
+        user_id: str,
+        session_id: str | None = None,
+        k: int | None = 5,
+        budget_tokens: int | None = None,
+        citation_instruction: str | None = CITATION_INSTRUCTION,
+        idle_timeout_seconds: float | None = None,
+        inject: bool = True,
+        record: bool = True,
+        expose_tool: bool = False,
+    ) -> None:
+        super().__init__()
+        if not isinstance(memory, ReflectiveMemory):
+            raise InvalidInputError(
+                f"memory must be a ReflectiveMemory, got {type(memory).__name__}"
+            )
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise InvalidInputError("user_id must be a non-empty str")
+        self.memory = memory
+        self.user_id = user_id
+        self.k = k
+        self.budget_tokens = budget_tokens
+        self.citation_instruction = citation_instruction
+        self.inject = inject
+        self.record = record
+        self._tracker = SessionTracker(memory, user_id, session_id, idle_timeout_seconds)
+        self._retrievals = RetrievalCache()
+        self._last: Retrieval | None = None
+        self.tools = (
+            [create_memory_tool(memory=memory, user_id=user_id, k=5 if k is None else k)]
+            if expose_tool
+            else []
+        )
+
+    @property
+    def session_id(self) -> str:
+        """The session exchanges are currently recorded into."""
+        return self._tracker.session_id
+
+    def end_session(self, next_session_id: str | None = None) -> list[Memory]:
+        """End the current session (its turns become memories) and start the next one."""
+        return self._tracker.end(next_session_id)
+
+    @property
+    def last_retrieval(self) -> Retrieval | None:
+        """The most recent retrieval this middleware made (any run), for inspection."""
+        return self._last
+
+    # -- hooks ------------------------------------------------------------------------------
+    def before_agent(self, state: ReflectiveMemoryState, runtime: Any) -> dict[str, Any] | None:
+        """Retrieve memories for the user's latest message (once per run)."""
+        if not self.inject:
+            return None
+        question, _ = _last_exchange(state["messages"])
+        if question is None or not question.strip():
+            return {_STATE_KEY: None}
+        self._tracker.current()
+        retrieval = self.memory.retrieve(
+            self.user_id, question, k=self.k, budget_tokens=self.budget_tokens
+        )
+        self._last = retrieval
+        return {_STATE_KEY: self._retrievals.put(retrieval)}
+
+    async def abefore_agent(
+        self, state: ReflectiveMemoryState, runtime: Any
+    ) -> dict[str, Any] | None:
+        """Async twin of `before_agent`."""
+        return await asyncio.to_thread(self.before_agent, state, runtime)
+
+    def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        retrieval = self._retrievals.get(request.state.get(_STATE_KEY))
+        if retrieval is None or not retrieval.hits:
+            return request
+        block = format_memories(retrieval.hits, self.citation_instruction)
+        return request.override(system_message=_with_memories(request.system_message, block))
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage:
+        """Add the numbered memories to the system message of every model call of the run."""
+        return handler(self._request(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage:
+        """Async twin of `wrap_model_call`."""
+        return await handler(self._request(request))
+
+    def after_agent(self, state: ReflectiveMemoryState, runtime: Any) -> dict[str, Any] | None:
+        """Record the exchange and send the answer's citations as feedback."""
+        question, answer = _last_exchange(state["messages"])
+        retrieval = self._retrievals.get(state.get(_STATE_KEY))
+        if self.record and question is not None:
+            sid = self._tracker.current()
+            now = utc_now()
+            turns = [
+                {"user_id": self.user_id, "session_id": sid, "role": r, "text": t, "timestamp": now}
+                for r, t in (("user", question), ("assistant", answer))
+                if t is not None and t.strip()
+            ]
+            if turns:
+                self.memory.add_turns(turns)
+        if retrieval is not None:
+            self._retrievals.pop(retrieval.retrieval_id)
+            if answer is not None and retrieval.query == question:
+                send_feedback(self.memory, retrieval, answer)
+        return None
+
+    async def aafter_agent(
+        self, state: ReflectiveMemoryState, runtime: Any
+    ) -> dict[str, Any] | None:
+        """Async twin of `after_agent`."""
+        return await asyncio.to_thread(self.after_agent, state, runtime)

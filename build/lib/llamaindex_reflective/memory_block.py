@@ -1,0 +1,216 @@
+"""`ReflectiveMemoryBlock`: long-term memory as a block of LlamaIndex's `Memory`.
+
+`Memory.from_defaults(memory_blocks=[ReflectiveMemoryBlock(memory=..., user_id=...)])`:
+
+* messages flushed from the short-term queue are stored as turns of the user's session (the
+  block's `session_id`, else the `Memory`'s) and the session's memories are rebuilt, so they are
+  retrievable at once;
+* on every `get`, the latest messages are the query; the retrieved memories are numbered `[0]`,
+  `[1]`, ... so an answer can cite them, and `feedback(answer)` hands the citations to the core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from ._compat import require_llama_index
+
+require_llama_index()
+
+from llama_index.core.base.llms.types import ChatMessage, MessageRole  # noqa: E402
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
+from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
+from reflective_memory.errors import InvalidInputError  # noqa: E402
+from reflective_memory.llm import count_tokens  # noqa: E402
+from reflective_memory.types import Hit, Retrieval  # noqa: E402
+
+from .chat_store import _role, message_text  # noqa: E402
+
+__all__ = ["ReflectiveMemoryBlock", "format_hits", "CITATION_INSTRUCTION"]
+
+logger = logging.getLogger(__name__)
+
+#: Said once above the memories (the block's text is inserted into the system message).
+CITATION_INSTRUCTION = (
+    "Memories from earlier conversations with this user, numbered. When an answer uses one, "
+    "cite its number like [0] or [0, 2]; write [NO_CITE] when none of them helped."
+)
+
+_ENTRY_SEPARATOR = "\n\n"
+
+
+def _entry(i: int, hit: Hit) -> str:
+    body = hit.memory.text.replace("\n", "\n    ")
+    return f"[{i}] {body}"
+
+
+def format_hits(hits: list[Hit], instruction: str | None = CITATION_INSTRUCTION) -> str:
+    """Number memories for citation: `[i] <memory text>`, best first ("" when no hits)."""
+    if not hits:
+        return ""
+    parts = [_entry(i, h) for i, h in enumerate(hits)]
+    if instruction:
+        parts.insert(0, instruction)
+    return _ENTRY_SEPARATOR.join(parts)
+
+
+class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
+    """A `Memory` block that stores flushed messages and recalls relevant long-term memories.
+
+    Args:
+        memory: The core `ReflectiveMemory`.
+        user_id: Whose memories are stored and searched.
+        session_id: Core session for flushed messages (default: the `Memory`'s session id).
+        name: Block name (unique within a `Memory`).
+        priority: `Memory` truncation priority (0 = never truncate; higher numbers are cut later).
+        top_k: Memories retrieved per `get`.
+        budget_tokens: Pack memories in this many tokens instead of (or besides) `top_k`.
+        query_messages: How many of the latest messages form the query.
+        build_on_put: Rebuild the session's memories after each flush (else only when the
+            session is ended).
+        instruction: The citation instruction above the memories (None: no instruction).
+
+    Example:
+        >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
+        >>> block = ReflectiveMemoryBlock(memory=ReflectiveMemory(embedder=HashingEmbedder()),
+        ...                               user_id="ana", session_id="s1")
+        >>> import asyncio
+        >>> asyncio.run(block.aput([ChatMessage(role="user", content="My dog is Pixel.")]))
+        >>> print(asyncio.run(block.aget([ChatMessage(role="user", content="dog name?")])))
+        ... # doctest: +ELLIPSIS
+        Memories from earlier conversations ...
+        [0] user: My dog is Pixel.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    memory: Any = Field(exclude=True, description="The core ReflectiveMemory.")
+    user_id: str = Field(description="Whose memories are stored and searched.")
+    session_id: str | None = Field(
+        default=None, description="Core session for flushed messages (default: the Memory's)."
+    )
+    name: str = Field(default="reflective_memory", description="Block name.")
+    description: str | None = Field(
+        default="Long-term memories of earlier conversations, numbered for citation.",
+        description="What the block holds.",
+    )
+    priority: int = Field(default=1, ge=0, description="Truncation priority (0 = never).")
+    top_k: int | None = Field(default=5, ge=1, description="Memories per get.")
+    budget_tokens: int | None = Field(default=None, ge=1, description="Token budget per get.")
+    query_messages: int = Field(default=1, ge=1, description="Latest messages used as query.")
+    build_on_put: bool = Field(default=True, description="Rebuild memories after each flush.")
+    instruction: str | None = Field(
+        default=CITATION_INSTRUCTION, description="Citation instruction above the memories."
+    )
+
+    _last: Retrieval | None = PrivateAttr(default=None)
+    _last_hits: list[Hit] = PrivateAttr(default_factory=list)
+
+    def __init__(self, *, memory: Any, user_id: str, **kwargs: Any) -> None:
+        if not callable(getattr(memory, "retrieve", None)):
+            raise InvalidInputError("memory must be a ReflectiveMemory")
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise InvalidInputError("user_id must be a non-empty str")
+        super().__init__(memory=memory, user_id=user_id, **kwargs)
+        if self.top_k is None and self.budget_tokens is None:
+            raise InvalidInputError("give top_k, budget_tokens or both")
+
+    @property
+    def last_retrieval(self) -> Retrieval | None:
+        """The core `Retrieval` behind the last `get` (None before the first)."""
+        return self._last
+
+    # -- put ------------------------------------------------------------------------------
+    def _session(self, messages: list[ChatMessage]) -> str:
+        if self.session_id is not None:
+            return self.session_id
+        for m in messages:
+            sid = m.additional_kwargs.get("session_id")
+            if isinstance(sid, str) and sid.strip():
+                return sid
+        raise InvalidInputError(
+            "ReflectiveMemoryBlock needs a session: set session_id=... or use it inside Memory"
+        )
+
+    def put(self, messages: list[ChatMessage]) -> None:
+        """Store messages as turns and (by default) rebuild their session's memories."""
+        kept = [m for m in messages if _role(m) != MessageRole.SYSTEM.value]
+        if not kept:
+            return
+        session = self._session(kept)
+        self.memory.add_turns(
+            [
+                {
+                    "user_id": self.user_id,
+                    "session_id": session,
+                    "role": _role(m),
+                    "text": message_text(m),
+                }
+                for m in kept
+            ]
+        )
+        if self.build_on_put:
+            self.memory.end_session(self.user_id, session)
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        await asyncio.to_thread(self.put, list(messages))
+
+    # -- get ------------------------------------------------------------------------------
+    def query_for(self, messages: list[ChatMessage] | None) -> str:
+        """The query made from the latest messages ('' when there is no text)."""
+        texts = [
+            m.content
+            for m in (messages or [])
+            if isinstance(m.content, str)
+            and m.content.strip()
+            and _role(m) != MessageRole.SYSTEM.value
+        ]
+        return "\n".join(texts[-self.query_messages :])
+
+    def get(self, messages: list[ChatMessage] | None = None) -> str:
+        """Memories relevant to the latest messages, numbered for citation ('' if none)."""
+        query = self.query_for(messages)
+        if not query:
+            self._last, self._last_hits = None, []
+            return ""
+        retrieval = self.memory.retrieve(
+            self.user_id, query, k=self.top_k, budget_tokens=self.budget_tokens
+        )
+        self._last, self._last_hits = retrieval, list(retrieval.hits)
+        return format_hits(self._last_hits, self.instruction)
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        return await asyncio.to_thread(self.get, messages)
+
+    # -- truncation -----------------------------------------------------------------------
+    async def atruncate(self, content: str, tokens_to_truncate: int) -> str | None:
+        """Drop the lowest-ranked memories until about `tokens_to_truncate` tokens are gone.
+
+        Returns None when nothing is left. Citation numbers of the remaining memories do not
+        change (the best ones stay).
+        """
+        if not content or tokens_to_truncate <= 0:
+            return content or None
+        parts = content.split(_ENTRY_SEPARATOR)
+        head = parts[:1] if self.instruction and parts[0] == self.instruction else []
+        entries = parts[len(head) :]
+        removed = 0
+        while entries and removed < tokens_to_truncate:
+            removed += count_tokens(entries.pop())
+        if not entries:
+            return None
+        return _ENTRY_SEPARATOR.join(head + entries)
+
+    # -- feedback -------------------------------------------------------------------------
+    def feedback(self, answer: str) -> Any:
+        """Send an answer's citations about the last `get` to the core (`memory.feedback`).
+
+        Returns:
+            The engine's `FeedbackResult` (its reranker for the user learns and is saved with the
+            store), or None when nothing was retrieved or the engine has reranking off.
+        """
+        if self._last is None or not self._last.hits or not self.memory.config.rerank:
+            return None
+        return self.memory.feedback(self._last, answer)

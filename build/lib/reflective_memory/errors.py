@@ -1,0 +1,65 @@
+"""One exception hierarchy for everything the core raises on bad input or bad state."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ReflectiveMemoryError",
+    "InvalidInputError",
+    "UnknownUserError",
+    "UnknownSessionError",
+    "UnknownMemoryError",
+    "StoreClosedError",
+    "LLMError",
+    "LLMOutputError",
+    "ConfigError",
+    "ModelLoadError",
+]
+
+
+class ReflectiveMemoryError(Exception):
+    """Base class of every error raised by reflective-memory."""
+
+
+class InvalidInputError(ReflectiveMemoryError, ValueError):
+    """An argument has the wrong type or an unusable value (empty text, bad role, ...)."""
+
+
+class UnknownUserError(ReflectiveMemoryError, KeyError):
+    """The named user has nothing stored."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable.
+        return str(self.args[0]) if self.args else "unknown user"
+
+
+class UnknownSessionError(ReflectiveMemoryError, KeyError):
+    """The named session does not exist for that user."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown session"
+
+
+class UnknownMemoryError(ReflectiveMemoryError, KeyError):
+    """The named memory id does not exist for that user."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown memory"
+
+
+class StoreClosedError(ReflectiveMemoryError, RuntimeError):
+    """The memory store was closed; open a new ReflectiveMemory to continue."""
+
+
+class LLMError(ReflectiveMemoryError, RuntimeError):
+    """The configured LLM raised or could not be called."""
+
+
+class LLMOutputError(ReflectiveMemoryError, ValueError):
+    """The LLM answered, but its output could not be parsed even after repair."""
+
+
+class ConfigError(ReflectiveMemoryError, ValueError):
+    """A configuration value is out of range or inconsistent."""
+
+
+class ModelLoadError(ReflectiveMemoryError, RuntimeError):
+    """A model (embedder, compressor) could not be loaded; the message says how to provide it."""

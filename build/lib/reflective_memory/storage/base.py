@@ -1,0 +1,138 @@
+"""The store contract: what the engine needs from storage, whichever backend holds it.
+
+`MemoryStore` is the protocol; `MemoryDraft` and `SessionInfo` are the records that cross it.
+The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`; a server backend
+implements the same methods and passes the same contract tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+
+from reflective_memory.types import Memory, Turn
+
+__all__ = ["MemoryStore", "MemoryDraft", "SessionInfo"]
+
+
+@dataclass
+class MemoryDraft:
+    """A memory about to be stored (id, times and embedding are filled in by the store).
+
+    Attributes:
+        session_id: Source session.
+        granularity: Unit kind.
+        text: Raw text for the LLM.
+        key: Indexed text.
+        turn_ids: Source turn ids (callers' ids).
+        start_time: First source turn time.
+        end_time: Last source turn time.
+        metadata: Extra fields.
+        id: Optional fixed id (else a new one is made).
+    """
+
+    session_id: str
+    granularity: str
+    text: str
+    key: str
+    turn_ids: tuple[str, ...]
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    metadata: dict[str, Any] | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session's bookkeeping row."""
+
+    user_id: str
+    session_id: str
+    status: str
+    n_turns: int
+    first_time: datetime | None
+    last_time: datetime | None
+    created_at: datetime
+    ended_at: datetime | None
+
+
+class MemoryStore(Protocol):
+    """What the engine needs from storage; a server backend implements the same methods."""
+
+    def add_turns(self, turns: Sequence[dict[str, Any]]) -> list[Turn]:
+        """Commit turns durably; return them as stored."""
+        ...
+
+    def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
+        """Stored turns of a user (optionally one session), in order."""
+        ...
+
+    def session(self, user_id: str, session_id: str) -> SessionInfo | None:
+        """A session's row, or None."""
+        ...
+
+    def sessions(self, user_id: str, status: str | None = None) -> list[SessionInfo]:
+        """A user's sessions."""
+        ...
+
+    def replace_session_memories(
+        self,
+        user_id: str,
+        session_id: str,
+        granularities: Sequence[str],
+        drafts: Sequence[MemoryDraft],
+        embeddings: np.ndarray,
+        embed_model: str,
+    ) -> list[Memory]:
+        """Atomically replace a session's memories of the given kinds and mark it ended."""
+        ...
+
+    def upsert_memories(
+        self, user_id: str, drafts: Sequence[MemoryDraft], embeddings: np.ndarray, embed_model: str
+    ) -> list[Memory]:
+        """Insert or update memories by id."""
+        ...
+
+    def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
+        """A user's memories (all, or these ids in this order; unknown ids are skipped)."""
+        ...
+
+    def embeddings(
+        self, user_id: str
+    ) -> tuple[list[str], list[str], list[bytes | None], list[str]]:
+        """Ids, keys, raw embedding blobs and model names of a user's memories."""
+        ...
+
+    def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
+        """Store (re)computed embeddings without changing the user's version."""
+        ...
+
+    def version(self, user_id: str) -> int:
+        """A counter that changes whenever the user's memories change."""
+        ...
+
+    def delete_user(self, user_id: str) -> int:
+        """Delete everything of a user; return the number of turns deleted."""
+        ...
+
+    def delete_session(self, user_id: str, session_id: str) -> int:
+        """Delete a session's turns and memories; return the number of turns deleted."""
+        ...
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """Delete some (or all) turns of a session, keeping its memories; return them."""
+        ...
+
+    def users(self) -> list[str]:
+        """Every user with stored turns or memories."""
+        ...
+
+    def close(self) -> None:
+        """Release resources."""
+        ...

@@ -1,0 +1,365 @@
+"""Per-user search indexes: derived caches rebuilt from the store when missing or stale.
+
+`DenseIndex` wraps a FAISS inner-product index over L2-normalised key embeddings (cosine): exact
+(`IndexFlatIP`) for small users, approximate (IVF or HNSW, see `AnnSettings`) above a configurable
+size, always built from the stored embeddings; `LexicalIndex` wraps a bm25s index over the keys.
+`IndexCache` keeps one `UserIndex` per user, keyed by the store's per-user version, and persists
+dense indexes under the store directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from reflective_memory.embed import Embedder
+from reflective_memory.storage.ann import ANN_KINDS, AnnSettings
+from reflective_memory.storage.base import MemoryStore
+from reflective_memory.text import lexical_tokens
+
+__all__ = [
+    "AnnSettings",
+    "DenseIndex",
+    "LexicalIndex",
+    "UserIndex",
+    "IndexCache",
+    "build_dense_index",
+    "ANN_KINDS",
+]
+
+logger = logging.getLogger(__name__)
+
+
+#: Approximate index kinds `AnnSettings.kind` accepts.
+
+def _index_kind(index: Any) -> str:
+    if faiss.try_extract_index_ivf(index) is not None:
+        return "ivf"
+    if isinstance(index, faiss.IndexHNSW):
+        return "hnsw"
+    return "exact"
+
+
+def build_dense_index(vectors: np.ndarray, ann: AnnSettings | None = None) -> DenseIndex:
+    """Build a `DenseIndex` over `vectors`: exact, or approximate above `ann.threshold`.
+
+    Args:
+        vectors: `(n, d)` float32 normalised rows (the stored embeddings).
+        ann: Switch settings (`None`: always exact).
+
+    Returns:
+        The index; `DenseIndex.kind` says which.
+    """
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    settings = AnnSettings(threshold=None) if ann is None else ann
+    kind = settings.kind_for(len(vectors))
+    if kind == "exact":
+        return DenseIndex(vectors)
+    n, d = vectors.shape
+    t0 = time.perf_counter()
+    if kind == "ivf":
+        nlist = settings.nlist
+        if nlist is None:
+            nlist = int(min(max(16, 4 * np.sqrt(n)), max(1, n // 39)))
+        nlist = max(1, min(nlist, n))
+        quantizer = faiss.IndexFlatIP(d)
+        index: Any = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed = settings.seed
+        rng = np.random.default_rng(settings.seed)
+        take = min(n, 64 * nlist)
+        sample = vectors if take == n else vectors[np.sort(rng.choice(n, take, replace=False))]
+        index.train(np.ascontiguousarray(sample))
+        index.add(vectors)
+    else:
+        index = faiss.IndexHNSWFlat(d, settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = settings.ef_construction
+        index.add(vectors)
+    built = DenseIndex(vectors, index, settings)
+    logger.info("built %s index over %d vectors in %.1f s", kind, n, time.perf_counter() - t0)
+    return built
+
+
+class DenseIndex:
+    """Cosine search over L2-normalised vectors: exact (FAISS `IndexFlatIP`) or approximate.
+
+    Use `build_dense_index` to get the approximate kinds. The stored vectors stay available as
+    `vectors` (RF-Mem clusters and re-scores with them).
+
+    Args:
+        vectors: `(n, d)` float32 matrix of normalised rows.
+        index: A FAISS index already holding `vectors` (`None`: build an exact one).
+        ann: Search settings applied to an approximate `index` (`nprobe` / `ef_search`).
+    """
+
+    def __init__(
+        self, vectors: np.ndarray, index: Any | None = None, ann: AnnSettings | None = None
+    ) -> None:
+        self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if index is None:
+            index = faiss.IndexFlatIP(self.vectors.shape[1])
+            if len(self.vectors):
+                index.add(self.vectors)
+        self.index = index
+        self.kind = _index_kind(index)
+        self._ef_search = 64
+        if ann is not None:
+            self.set_search_params(ann)
+
+    def set_search_params(self, ann: AnnSettings) -> None:
+        """Apply `ann.nprobe` (IVF) or `ann.ef_search` (HNSW) to the approximate index."""
+        if self.kind == "ivf":
+            faiss.extract_index_ivf(self.index).nprobe = ann.nprobe
+        elif self.kind == "hnsw":
+            self._ef_search = ann.ef_search
+            self.index.hnsw.efSearch = ann.ef_search
+
+    @property
+    def ntotal(self) -> int:
+        """Number of indexed vectors."""
+        return int(self.index.ntotal)
+
+    @property
+    def dim(self) -> int:
+        """Vector size."""
+        return int(self.vectors.shape[1])
+
+    def search(self, queries: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-`n` positions per query.
+
+        Args:
+            queries: `(m, d)` float32 normalised queries (a single `(d,)` vector is accepted).
+            n: Results per query.
+
+        Returns:
+            `(scores, positions)`, each `(m, n)`; missing results have position -1 and score
+            `-inf`.
+        """
+        q = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
+        m = q.shape[0]
+        if n <= 0 or self.ntotal == 0:
+            return np.full((m, max(n, 0)), -np.inf, np.float32), np.full((m, max(n, 0)), -1)
+        if self.kind == "hnsw":
+            self.index.hnsw.efSearch = max(self._ef_search, min(n, self.ntotal))
+        scores, pos = self.index.search(q, min(n, self.ntotal))
+        if n > self.ntotal:
+            pad = n - self.ntotal
+            scores = np.hstack([scores, np.full((m, pad), -np.inf, np.float32)])
+            pos = np.hstack([pos, np.full((m, pad), -1, pos.dtype)])
+        scores = np.where(pos < 0, -np.inf, scores).astype(np.float32)
+        return scores, pos.astype(np.int64)
+
+
+class LexicalIndex:
+    """BM25 over memory keys (bm25s), with the library's tokenizer.
+
+    Args:
+        keys: One text per memory, in index order.
+    """
+
+    def __init__(self, keys: list[str]) -> None:
+        import bm25s
+
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it sets DEBUG on import
+
+        self.size = len(keys)
+        self._bm25: Any | None = None
+        corpus = [lexical_tokens(k) or ["\u2205"] for k in keys]
+        if corpus:
+            self._bm25 = bm25s.BM25()
+            self._bm25.index(corpus, show_progress=False)
+
+    def search(self, query: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-`n` positions with a positive BM25 score, best first."""
+        tokens = lexical_tokens(query)
+        if self._bm25 is None or not tokens or n <= 0:
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        scores = np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
+        n = min(n, len(scores))
+        top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
+        top = top[np.argsort(-scores[top], kind="stable")]
+        top = top[scores[top] > 0]
+        return scores[top], top.astype(np.int64)
+
+
+@dataclass
+class UserIndex:
+    """Everything searchable of one user, at one store version.
+
+    Attributes:
+        user_id: Owner.
+        version: Store version this index reflects.
+        ids: Memory id per position.
+        dense: The dense index.
+        lexical: The lexical index (built on first use).
+        keys: Key text per position.
+        extras: Room for components' derived per-user state tied to this version.
+    """
+
+    user_id: str
+    version: int
+    ids: list[str]
+    dense: DenseIndex
+    keys: list[str]
+    _lexical: LexicalIndex | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lexical(self) -> LexicalIndex:
+        """BM25 index over the keys (built lazily, once per version)."""
+        if self._lexical is None:
+            self._lexical = LexicalIndex(self.keys)
+        return self._lexical
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class IndexCache:
+    """One `UserIndex` per user, rebuilt from the store when its version moves.
+
+    Embeddings missing from the store or made by another model are recomputed and written back.
+
+    Args:
+        store: The source of truth.
+        embedder: Embeds keys that have no stored embedding.
+        directory: Where dense indexes are persisted (`None`: memory only).
+        batch_size: Embedding batch size.
+        ann: When users switch to approximate search (`None`: always exact).
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        directory: Path | None = None,
+        batch_size: int = 64,
+        ann: AnnSettings | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.directory = directory
+        self.batch_size = batch_size
+        self.ann = AnnSettings(threshold=None) if ann is None else ann
+        self._cache: dict[str, UserIndex] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _user_lock(self, user_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(user_id, threading.Lock())
+
+    def invalidate(self, user_id: str) -> None:
+        """Drop a user's cached index (and its persisted file)."""
+        with self._guard:
+            self._cache.pop(user_id, None)
+        if self.directory is not None:
+            for f in self._files(user_id):
+                f.unlink(missing_ok=True)
+
+    def _files(self, user_id: str) -> tuple[Path, Path]:
+        assert self.directory is not None
+        h = hashlib.sha1(user_id.encode()).hexdigest()[:20]
+        return self.directory / f"{h}.faiss", self.directory / f"{h}.json"
+
+    def get(self, user_id: str) -> UserIndex:
+        """The user's current index (built, loaded or reused)."""
+        version = self.store.version(user_id)
+        cached = self._cache.get(user_id)
+        if cached is not None and cached.version == version:
+            return cached
+        with self._user_lock(user_id):
+            version = self.store.version(user_id)
+            cached = self._cache.get(user_id)
+            if cached is not None and cached.version == version:
+                return cached
+            t0 = time.perf_counter()
+            built = self._load(user_id, version) or self._build(user_id, version)
+            with self._guard:
+                self._cache[user_id] = built
+            logger.debug(
+                "index for user %s: %d memories in %.1f ms",
+                user_id,
+                len(built),
+                (time.perf_counter() - t0) * 1000,
+            )
+            return built
+
+    def _load(self, user_id: str, version: int) -> UserIndex | None:
+        if self.directory is None:
+            return None
+        fidx, fmeta = self._files(user_id)
+        if not (fidx.exists() and fmeta.exists()):
+            return None
+        try:
+            meta = json.loads(fmeta.read_text())
+            if (
+                meta.get("version") != version
+                or meta.get("model") != self.embedder.name
+                or meta.get("user_id") != user_id
+            ):
+                return None
+            index = faiss.read_index(str(fidx))
+            if _index_kind(index) != self.ann.kind_for(index.ntotal):
+                return None  # the switch settings changed: rebuild from stored embeddings
+            ivf = faiss.try_extract_index_ivf(index)
+            if ivf is not None:
+                ivf.make_direct_map()
+            vectors = index.reconstruct_n(0, index.ntotal) if index.ntotal else None
+            if vectors is None:
+                vectors = np.zeros((0, index.d), np.float32)
+            ids, keys = meta["ids"], meta["keys"]
+            if len(ids) != index.ntotal:
+                return None
+            dense = DenseIndex(vectors, index, self.ann)
+            return UserIndex(user_id, version, ids, dense, keys)
+        except Exception as exc:  # a damaged cache file is rebuilt, never trusted
+            logger.warning("ignoring damaged index cache for user %s: %s", user_id, exc)
+            return None
+
+    def _build(self, user_id: str, version: int) -> UserIndex:
+        ids, keys, blobs, models = self.store.embeddings(user_id)
+        dim = self.embedder.dim
+        vectors = np.zeros((len(ids), dim), np.float32)
+        missing: list[int] = []
+        for i, (blob, model) in enumerate(zip(blobs, models, strict=True)):
+            if blob is None or model != self.embedder.name or len(blob) != 4 * dim:
+                missing.append(i)
+            else:
+                vectors[i] = np.frombuffer(blob, dtype=np.float32)
+        if missing:
+            logger.info("embedding %d memories of user %s", len(missing), user_id)
+            for s in range(0, len(missing), 4096):
+                chunk = missing[s : s + 4096]
+                emb = self.embedder.encode([keys[i] for i in chunk])
+                vectors[chunk] = emb
+                self.store.set_embeddings(user_id, [ids[i] for i in chunk], emb, self.embedder.name)
+        built = UserIndex(user_id, version, ids, build_dense_index(vectors, self.ann), keys)
+        self._save(built)
+        return built
+
+    def _save(self, built: UserIndex) -> None:
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fidx, fmeta = self._files(built.user_id)
+        meta = {
+            "user_id": built.user_id,
+            "version": built.version,
+            "model": self.embedder.name,
+            "ids": built.ids,
+            "keys": built.keys,
+        }
+        tmp_idx, tmp_meta = fidx.with_suffix(".faiss.tmp"), fmeta.with_suffix(".json.tmp")
+        faiss.write_index(built.dense.index, str(tmp_idx))
+        tmp_meta.write_text(json.dumps(meta))
+        tmp_idx.replace(fidx)
+        tmp_meta.replace(fmeta)

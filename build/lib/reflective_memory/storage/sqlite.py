@@ -1,0 +1,636 @@
+"""The embedded store: SQLite (WAL) is the source of truth for turns, sessions and memories.
+
+`SQLiteStore` implements `reflective_memory.storage.base.MemoryStore`. Vector and
+lexical indexes are derived caches (see `reflective_memory.storage.index`) rebuilt from what is stored here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.errors import InvalidInputError, StoreClosedError, UnknownSessionError
+from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.types import Memory, Turn
+
+__all__ = ["SQLiteStore"]
+
+logger = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS turns (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    text TEXT NOT NULL,
+    ts TEXT,
+    UNIQUE (user_id, session_id, turn_id)
+);
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns (user_id, session_id, position);
+CREATE TABLE IF NOT EXISTS sessions (
+    user_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    n_turns INTEGER NOT NULL,
+    first_ts TEXT,
+    last_ts TEXT,
+    created_at TEXT NOT NULL,
+    ended_at TEXT,
+    PRIMARY KEY (user_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS memories (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    granularity TEXT NOT NULL,
+    text TEXT NOT NULL,
+    key TEXT NOT NULL,
+    turn_ids TEXT NOT NULL,
+    start_ts TEXT,
+    end_ts TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    embedding BLOB,
+    embed_model TEXT
+);
+CREATE INDEX IF NOT EXISTS memories_by_user ON memories (user_id, granularity);
+CREATE INDEX IF NOT EXISTS memories_by_session ON memories (user_id, session_id);
+CREATE TABLE IF NOT EXISTS user_state (
+    user_id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turn_extra (
+    user_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (user_id, session_id, turn_id)
+);
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+_EDGE_TS = "SELECT ts FROM turns WHERE user_id=? AND session_id=? AND ts IS NOT NULL"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _ts(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _dt(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+class SQLiteStore:
+    """`MemoryStore` on one SQLite database in WAL mode.
+
+    Turns are committed with `synchronous=FULL` before `add_turns` returns, so an acknowledged
+    turn survives a crash of the process (and of the machine). One connection is shared by all
+    threads behind a lock.
+
+    Args:
+        path: Database file, or `None` for an in-memory database.
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = None if path is None else Path(path)
+        target = ":memory:" if self.path is None else str(self.path)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = sqlite3.connect(
+            target, check_same_thread=False, isolation_level=None, timeout=30.0
+        )
+        conn = self._conn
+        if self.path is not None:
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
+
+    # -- plumbing -------------------------------------------------------------------------
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The open connection; raises `StoreClosedError` after `close()`."""
+        if self._conn is None:
+            raise StoreClosedError("the memory store is closed")
+        return self._conn
+
+    def _tx(self) -> _Tx:
+        return _Tx(self)
+
+    def close(self) -> None:
+        """Close the database (idempotent)."""
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    if self.path is not None:
+                        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                finally:
+                    self._conn.close()
+                    self._conn = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._conn is None
+
+    def _bump(self, user_id: str) -> None:
+        self.conn.execute(
+            "INSERT INTO user_state (user_id, version) VALUES (?, 1) "
+            "ON CONFLICT(user_id) DO UPDATE SET version = version + 1",
+            (user_id,),
+        )
+
+    # -- turns and sessions ---------------------------------------------------------------
+    def add_turns(self, turns: Sequence[dict[str, Any]]) -> list[Turn]:
+        """Commit turns (dicts with user_id, session_id, role, text, timestamp, turn_id).
+
+        All turns are committed in one transaction; a duplicate `turn_id` within a session
+        raises `InvalidInputError` and commits none of them.
+        """
+        out: list[Turn] = []
+        with self._lock, self._tx():
+            conn = self.conn
+            for t in turns:
+                user_id, session_id = t["user_id"], t["session_id"]
+                row = conn.execute(
+                    "SELECT n_turns, status FROM sessions WHERE user_id=? AND session_id=?",
+                    (user_id, session_id),
+                ).fetchone()
+                # Next position is one past the largest stored one (positions are not reused
+                # after a turn is deleted, so default turn ids never collide).
+                top = conn.execute(
+                    "SELECT MAX(position) FROM turns WHERE user_id=? AND session_id=?",
+                    (user_id, session_id),
+                ).fetchone()[0]
+                position = 0 if top is None else int(top) + 1
+                turn_id = t.get("turn_id")
+                if turn_id is None:
+                    turn_id = f"{session_id}:{position}"
+                ts = t.get("timestamp")
+                try:
+                    cur = conn.execute(
+                        "INSERT INTO turns (user_id, session_id, turn_id, position, role, text, ts)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (user_id, session_id, turn_id, position, t["role"], t["text"], _ts(ts)),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise InvalidInputError(
+                        f"turn_id {turn_id!r} already exists in session {session_id!r} "
+                        f"of user {user_id!r}"
+                    ) from exc
+                now = _ts(_now())
+                if row is None:
+                    conn.execute(
+                        "INSERT INTO sessions (user_id, session_id, status, n_turns, first_ts,"
+                        " last_ts, created_at) VALUES (?, ?, 'open', 1, ?, ?, ?)",
+                        (user_id, session_id, _ts(ts), _ts(ts), now),
+                    )
+                else:
+                    conn.execute(
+                        "UPDATE sessions SET n_turns = n_turns + 1, status = 'open', "
+                        "first_ts = COALESCE(first_ts, ?), last_ts = COALESCE(?, last_ts) "
+                        "WHERE user_id=? AND session_id=?",
+                        (_ts(ts), _ts(ts), user_id, session_id),
+                    )
+                out.append(
+                    Turn(
+                        user_id=user_id,
+                        session_id=session_id,
+                        role=t["role"],
+                        text=t["text"],
+                        turn_id=turn_id,
+                        position=position,
+                        timestamp=ts,
+                        seq=int(cur.lastrowid or 0),
+                    )
+                )
+        return out
+
+    @staticmethod
+    def _turn(row: Sequence[Any]) -> Turn:
+        seq, user_id, session_id, turn_id, position, role, text, ts = row
+        return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), seq)
+
+    def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
+        """See `MemoryStore.turns`."""
+        cols = "seq, user_id, session_id, turn_id, position, role, text, ts"
+        with self._lock:
+            if session_id is None:
+                rows = self.conn.execute(
+                    f"SELECT {cols} FROM turns WHERE user_id=? ORDER BY seq", (user_id,)
+                ).fetchall()
+            else:
+                rows = self.conn.execute(
+                    f"SELECT {cols} FROM turns WHERE user_id=? AND session_id=? ORDER BY position",
+                    (user_id, session_id),
+                ).fetchall()
+        return [self._turn(r) for r in rows]
+
+    @staticmethod
+    def _session(row: Sequence[Any]) -> SessionInfo:
+        u, s, status, n, first, last, created, ended = row
+        return SessionInfo(u, s, status, n, _dt(first), _dt(last), _dt(created), _dt(ended))  # type: ignore[arg-type]
+
+    def session(self, user_id: str, session_id: str) -> SessionInfo | None:
+        """See `MemoryStore.session`."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT user_id, session_id, status, n_turns, first_ts, last_ts, created_at,"
+                " ended_at FROM sessions WHERE user_id=? AND session_id=?",
+                (user_id, session_id),
+            ).fetchone()
+        return None if row is None else self._session(row)
+
+    def sessions(self, user_id: str, status: str | None = None) -> list[SessionInfo]:
+        """See `MemoryStore.sessions`."""
+        sql = (
+            "SELECT user_id, session_id, status, n_turns, first_ts, last_ts, created_at, ended_at"
+            " FROM sessions WHERE user_id=?"
+        )
+        args: tuple[Any, ...] = (user_id,)
+        if status is not None:
+            sql += " AND status=?"
+            args += (status,)
+        with self._lock:
+            rows = self.conn.execute(sql + " ORDER BY created_at, session_id", args).fetchall()
+        return [self._session(r) for r in rows]
+
+    # -- memories -------------------------------------------------------------------------
+    def _insert_memories(
+        self, user_id: str, drafts: Sequence[MemoryDraft], embeddings: np.ndarray, model: str
+    ) -> list[Memory]:
+        if len(drafts) != len(embeddings):
+            raise InvalidInputError("one embedding per memory is required")
+        now = _now()
+        out: list[Memory] = []
+        for d, vec in zip(drafts, embeddings, strict=True):
+            mid = d.id if d.id is not None else f"{d.granularity}-{uuid.uuid4().hex[:16]}"
+            meta = d.metadata if d.metadata is not None else {}
+            old = self.conn.execute(
+                "SELECT created_at, user_id FROM memories WHERE id=?", (mid,)
+            ).fetchone()
+            if old is not None and old[1] != user_id:
+                raise InvalidInputError(f"memory id {mid!r} belongs to another user")
+            created = now if old is None else _dt(old[0])
+            self.conn.execute(
+                "INSERT OR REPLACE INTO memories (id, user_id, session_id, granularity, text, key,"
+                " turn_ids, start_ts, end_ts, created_at, updated_at, metadata, embedding,"
+                " embed_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    mid,
+                    user_id,
+                    d.session_id,
+                    d.granularity,
+                    d.text,
+                    d.key,
+                    json.dumps(list(d.turn_ids)),
+                    _ts(d.start_time),
+                    _ts(d.end_time),
+                    _ts(created),
+                    _ts(now),
+                    json.dumps(meta, default=str),
+                    np.asarray(vec, dtype=np.float32).tobytes(),
+                    model,
+                ),
+            )
+            out.append(
+                Memory(
+                    mid,
+                    user_id,
+                    d.session_id,
+                    d.granularity,
+                    d.text,
+                    d.key,
+                    tuple(d.turn_ids),
+                    created,
+                    now,
+                    d.start_time,
+                    d.end_time,
+                    dict(meta),  # type: ignore[arg-type]
+                )
+            )
+        self._bump(user_id)
+        return out
+
+    def replace_session_memories(
+        self,
+        user_id: str,
+        session_id: str,
+        granularities: Sequence[str],
+        drafts: Sequence[MemoryDraft],
+        embeddings: np.ndarray,
+        embed_model: str,
+    ) -> list[Memory]:
+        """See `MemoryStore.replace_session_memories`."""
+        with self._lock, self._tx():
+            if self.session(user_id, session_id) is None:
+                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            marks = ",".join("?" * len(granularities))
+            self.conn.execute(
+                "DELETE FROM memories WHERE user_id=? AND session_id=? "
+                f"AND granularity IN ({marks})",
+                (user_id, session_id, *granularities),
+            )
+            out = self._insert_memories(user_id, drafts, embeddings, embed_model)
+            self.conn.execute(
+                "UPDATE sessions SET status='ended', ended_at=? WHERE user_id=? AND session_id=?",
+                (_ts(_now()), user_id, session_id),
+            )
+            self._bump(user_id)
+        return out
+
+    def upsert_memories(
+        self, user_id: str, drafts: Sequence[MemoryDraft], embeddings: np.ndarray, embed_model: str
+    ) -> list[Memory]:
+        """See `MemoryStore.upsert_memories`."""
+        with self._lock, self._tx():
+            return self._insert_memories(user_id, drafts, embeddings, embed_model)
+
+    def delete_memories(self, user_id: str, ids: Iterable[str]) -> int:
+        """Delete memories of a user by id; return how many were deleted."""
+        ids = list(ids)
+        if not ids:
+            return 0
+        with self._lock, self._tx():
+            marks = ",".join("?" * len(ids))
+            n = self.conn.execute(
+                f"DELETE FROM memories WHERE user_id=? AND id IN ({marks})", (user_id, *ids)
+            ).rowcount
+            self._bump(user_id)
+        return int(n)
+
+    _MEM_COLS = (
+        "id, user_id, session_id, granularity, text, key, turn_ids, created_at, updated_at,"
+        " start_ts, end_ts, metadata"
+    )
+
+    @staticmethod
+    def _memory(row: Sequence[Any]) -> Memory:
+        mid, u, s, g, text, key, tids, created, updated, start, end, meta = row
+        return Memory(
+            mid,
+            u,
+            s,
+            g,
+            text,
+            key,
+            tuple(json.loads(tids)),
+            _dt(created),
+            _dt(updated),  # type: ignore[arg-type]
+            _dt(start),
+            _dt(end),
+            json.loads(meta),
+        )
+
+    def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
+        """See `MemoryStore.memories`."""
+        with self._lock:
+            if ids is None:
+                rows = self.conn.execute(
+                    f"SELECT {self._MEM_COLS} FROM memories WHERE user_id=? ORDER BY rowid",
+                    (user_id,),
+                ).fetchall()
+                return [self._memory(r) for r in rows]
+            found: dict[str, Memory] = {}
+            ids = list(ids)
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                for r in self.conn.execute(
+                    f"SELECT {self._MEM_COLS} FROM memories WHERE user_id=? AND id IN ({marks})",
+                    (user_id, *chunk),
+                ):
+                    found[r[0]] = self._memory(r)
+        return [found[i] for i in ids if i in found]
+
+    def embeddings(
+        self, user_id: str
+    ) -> tuple[list[str], list[str], list[bytes | None], list[str]]:
+        """See `MemoryStore.embeddings`."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT id, key, embedding, COALESCE(embed_model, '') FROM memories "
+                "WHERE user_id=? ORDER BY rowid",
+                (user_id,),
+            ).fetchall()
+        return (
+            [r[0] for r in rows],
+            [r[1] for r in rows],
+            [r[2] for r in rows],
+            [r[3] for r in rows],
+        )
+
+    def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
+        """See `MemoryStore.set_embeddings`."""
+        with self._lock, self._tx():
+            self.conn.executemany(
+                "UPDATE memories SET embedding=?, embed_model=? WHERE user_id=? AND id=?",
+                [
+                    (np.asarray(v, dtype=np.float32).tobytes(), model, user_id, i)
+                    for i, v in zip(ids, emb, strict=True)
+                ],
+            )
+
+    def set_keys(self, user_id: str, ids: Sequence[str], keys: Sequence[str]) -> None:
+        """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""
+        with self._lock, self._tx():
+            self.conn.executemany(
+                "UPDATE memories SET key=?, embedding=NULL, embed_model=NULL "
+                "WHERE user_id=? AND id=?",
+                [(k, user_id, i) for i, k in zip(ids, keys, strict=True)],
+            )
+            self._bump(user_id)
+
+    def version(self, user_id: str) -> int:
+        """See `MemoryStore.version`."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT version FROM user_state WHERE user_id=?", (user_id,)
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def count(self, user_id: str) -> dict[str, Any]:
+        """Counts of a user's turns, sessions and memories by granularity."""
+        with self._lock:
+            conn = self.conn
+            n_turns = conn.execute("SELECT COUNT(*) FROM turns WHERE user_id=?", (user_id,))
+            n_turns = int(n_turns.fetchone()[0])
+            sess = dict(
+                conn.execute(
+                    "SELECT status, COUNT(*) FROM sessions WHERE user_id=? GROUP BY status",
+                    (user_id,),
+                ).fetchall()
+            )
+            mems = dict(
+                conn.execute(
+                    "SELECT granularity, COUNT(*) FROM memories WHERE user_id=? "
+                    "GROUP BY granularity",
+                    (user_id,),
+                ).fetchall()
+            )
+        return {
+            "turns": n_turns,
+            "sessions": int(sum(sess.values())),
+            "open_sessions": int(sess.get("open", 0)),
+            "memories": int(sum(mems.values())),
+            "memories_by_granularity": {k: int(v) for k, v in mems.items()},
+        }
+
+    # -- deletion -------------------------------------------------------------------------
+    def delete_user(self, user_id: str) -> int:
+        """See `MemoryStore.delete_user`."""
+        with self._lock, self._tx():
+            n = self.conn.execute("DELETE FROM turns WHERE user_id=?", (user_id,)).rowcount
+            self.conn.execute("DELETE FROM turn_extra WHERE user_id=?", (user_id,))
+            self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
+            self.conn.execute("DELETE FROM memories WHERE user_id=?", (user_id,))
+            self._bump(user_id)
+        return int(n)
+
+    def delete_session(self, user_id: str, session_id: str) -> int:
+        """See `MemoryStore.delete_session`."""
+        with self._lock, self._tx():
+            if self.session(user_id, session_id) is None:
+                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            n = self.conn.execute(
+                "DELETE FROM turns WHERE user_id=? AND session_id=?", (user_id, session_id)
+            ).rowcount
+            self.conn.execute(
+                "DELETE FROM sessions WHERE user_id=? AND session_id=?", (user_id, session_id)
+            )
+            self.conn.execute(
+                "DELETE FROM turn_extra WHERE user_id=? AND session_id=?", (user_id, session_id)
+            )
+            self.conn.execute(
+                "DELETE FROM memories WHERE user_id=? AND session_id=?", (user_id, session_id)
+            )
+            self._bump(user_id)
+        return int(n)
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """See `MemoryStore.delete_turns`.
+
+        Unknown turn ids are ignored. The session keeps its other turns (their positions do not
+        change), its memories and its row; if turns remain it is marked open, so the next
+        `end_session` rebuilds its memories without the deleted turns.
+        """
+        with self._lock, self._tx():
+            if self.session(user_id, session_id) is None:
+                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            stored = self.turns(user_id, session_id)
+            wanted = None if turn_ids is None else set(turn_ids)
+            gone = [t for t in stored if wanted is None or t.turn_id in wanted]
+            if not gone:
+                return []
+            for i in range(0, len(gone), 500):
+                chunk = [t.turn_id for t in gone[i : i + 500]]
+                marks = ",".join("?" * len(chunk))
+                for table in ("turns", "turn_extra"):
+                    self.conn.execute(
+                        f"DELETE FROM {table} WHERE user_id=? AND session_id=? "
+                        f"AND turn_id IN ({marks})",
+                        (user_id, session_id, *chunk),
+                    )
+            left = len(stored) - len(gone)
+            self.conn.execute(
+                "UPDATE sessions SET n_turns=?, "
+                "status = CASE WHEN ? > 0 THEN 'open' ELSE status END, "
+                f"first_ts=({_EDGE_TS} ORDER BY position LIMIT 1), "
+                f"last_ts=({_EDGE_TS} ORDER BY position DESC LIMIT 1) "
+                "WHERE user_id=? AND session_id=?",
+                (left, left, user_id, session_id, user_id, session_id, user_id, session_id),
+            )
+        return gone
+
+    # -- per-turn extra data (adapters keep framework message fields here) ----------------
+    def set_turn_extra(
+        self, user_id: str, session_id: str, extras: dict[str, dict[str, Any]]
+    ) -> None:
+        """Attach JSON data to stored turns (by turn id); deleted together with the turns."""
+        if not extras:
+            return
+        with self._lock, self._tx():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO turn_extra (user_id, session_id, turn_id, data) "
+                "VALUES (?, ?, ?, ?)",
+                [
+                    (user_id, session_id, tid, json.dumps(data, default=str))
+                    for tid, data in extras.items()
+                ],
+            )
+
+    def turn_extra(self, user_id: str, session_id: str) -> dict[str, dict[str, Any]]:
+        """The extra data of a session's turns, by turn id."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT turn_id, data FROM turn_extra WHERE user_id=? AND session_id=?",
+                (user_id, session_id),
+            ).fetchall()
+        return {r[0]: json.loads(r[1]) for r in rows}
+
+    def users(self) -> list[str]:
+        """See `MemoryStore.users`."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT user_id FROM sessions UNION SELECT user_id FROM memories ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    # -- small key/value area for components (reranker config, rubric, ...) ----------------
+    def get_value(self, key: str) -> Any | None:
+        """Read a JSON value stored by `set_value`, or None."""
+        with self._lock:
+            row = self.conn.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_value(self, key: str, value: Any) -> None:
+        """Store a JSON-serialisable value durably."""
+        with self._lock, self._tx():
+            self.conn.execute(
+                "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, json.dumps(value))
+            )
+
+
+class _Tx:
+    """BEGIN IMMEDIATE ... COMMIT/ROLLBACK; nests (inner blocks join the outer transaction)."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+        self.outer = False
+
+    def __enter__(self) -> None:
+        conn = self.store.conn
+        if not conn.in_transaction:
+            conn.execute("BEGIN IMMEDIATE")
+            self.outer = True
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self.outer:
+            return
+        conn = self.store.conn
+        if exc_type is None:
+            conn.execute("COMMIT")
+        else:
+            conn.execute("ROLLBACK")

@@ -1,0 +1,109 @@
+"""Small text utilities: timestamp parsing, lexical tokenisation and memory text formatting."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from reflective_memory.errors import InvalidInputError
+
+__all__ = ["parse_timestamp", "lexical_tokens", "format_date", "STOPWORDS"]
+
+_FORMATS = (
+    "%Y/%m/%d (%a) %H:%M",  # LongMemEval: 2023/05/21 (Sun) 11:54
+    "%Y/%m/%d %H:%M",
+    "%Y/%m/%d",
+    "%I:%M %p on %d %B, %Y",  # LoCoMo: 1:56 pm on 8 May, 2023
+    "%I:%M %p on %d %b, %Y",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%d",
+    "%d %B %Y",
+    "%B %d, %Y",
+)
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """Turn a timestamp given in any common form into a `datetime`.
+
+    Accepts `None`, a `datetime`, a Unix time in seconds, an ISO-8601 string, LongMemEval's
+    `2023/05/21 (Sun) 11:54` and LoCoMo's `1:56 pm on 8 May, 2023`.
+
+    Args:
+        value: The timestamp.
+
+    Returns:
+        The parsed time (naive times stay naive), or `None` for `None`.
+
+    Raises:
+        InvalidInputError: The value is of another type or a string in no known format.
+
+    Example:
+        >>> parse_timestamp("2023/05/21 (Sun) 11:54").isoformat()
+        '2023-05-21T11:54:00'
+    """
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, bool):
+        raise InvalidInputError("timestamp must be a datetime, a number or a string, not bool")
+    if isinstance(value, (int, float)):
+        try:
+            return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        except (OverflowError, OSError, ValueError) as exc:
+            raise InvalidInputError(f"timestamp {value!r} is out of range") from exc
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        for fmt in _FORMATS:
+            try:
+                return datetime.strptime(text, fmt)
+            except ValueError:
+                continue
+        raise InvalidInputError(f"timestamp {value!r} is in no known format (use ISO-8601)")
+    raise InvalidInputError(
+        f"timestamp must be a datetime, a number or a string, got {type(value).__name__}"
+    )
+
+
+def format_date(ts: datetime | None) -> str:
+    """Render a session date for a memory's text, e.g. `2023-05-21 (Sun) 11:54`."""
+    if ts is None:
+        return ""
+    return ts.strftime("%Y-%m-%d (%a) %H:%M")
+
+
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+    s t don ll ve re m d also okay ok oh um uh yeah yes hi hello thanks thank""".split()
+)
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ingly", "edly", "ing", "ies", "ed", "es", "ly", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def lexical_tokens(text: str) -> list[str]:
+    """Tokens for BM25: lower-cased words without stopwords, lightly stemmed.
+
+    Example:
+        >>> lexical_tokens("I moved to Berlin and I'm loving it")
+        ['mov', 'berlin', 'lov']
+    """
+    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]

@@ -1,0 +1,165 @@
+"""Plain data types shared by every part of the core.
+
+`Turn` is one stored utterance, `Memory` one stored unit of memory (a turn, a session, a segment,
+a topic summary or a note), `Hit` a memory with its scores in a ranking, and `Retrieval` the
+answer to one query with its diagnostics and LLM `Usage`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = ["Turn", "Memory", "Hit", "Retrieval", "Usage", "GRANULARITIES"]
+
+#: Memory unit kinds. `turn`, `session` and `segment` are built from a session's turns;
+#: `topic` (RMM topic memories) and `note` (conditional memory records) come from reflection;
+#: `item` is a memory written directly through `ReflectiveMemory.put_memory`.
+GRANULARITIES = ("turn", "session", "segment", "topic", "note", "item")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One utterance as stored.
+
+    Attributes:
+        user_id: Owner of the conversation.
+        session_id: Session the turn belongs to.
+        role: `user`, `assistant`, `system` or any speaker label.
+        text: The utterance, stored whole.
+        turn_id: The caller's id for the turn (generated as `<session_id>:<position>` if not given).
+        position: 0-based index of the turn inside its session.
+        timestamp: When the turn was said, if known.
+        seq: Store-wide insertion sequence number (monotonic).
+    """
+
+    user_id: str
+    session_id: str
+    role: str
+    text: str
+    turn_id: str
+    position: int
+    timestamp: datetime | None = None
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One unit of memory.
+
+    Attributes:
+        id: Stable memory id.
+        user_id: Owner.
+        session_id: Session the unit came from (the latest one for merged topic memories).
+        granularity: One of `GRANULARITIES`.
+        text: What an LLM should read: the raw turns (prefixed with the session date when known).
+        key: What was indexed (may be denoised or a summary); never shown to the LLM by default.
+        turn_ids: The callers' ids of every source turn.
+        created_at: When the memory was created.
+        updated_at: When the memory was last changed.
+        start_time: Timestamp of the first source turn, if known.
+        end_time: Timestamp of the last source turn, if known.
+        metadata: Free-form extra fields (e.g. RMM provenance, conditional context).
+    """
+
+    id: str
+    user_id: str
+    session_id: str
+    granularity: str
+    text: str
+    key: str
+    turn_ids: tuple[str, ...]
+    created_at: datetime
+    updated_at: datetime
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Usage:
+    """LLM cost of an operation.
+
+    Attributes:
+        llm_calls: Number of LLM calls made.
+        prompt_chars: Characters sent.
+        completion_chars: Characters received.
+        prompt_tokens: Tokens sent (as reported by the model, else estimated).
+        completion_tokens: Tokens received (as reported by the model, else estimated).
+        failures: Calls that raised or whose output could not be used.
+    """
+
+    llm_calls: int = 0
+    prompt_chars: int = 0
+    completion_chars: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failures: int = 0
+
+    def add(self, other: Usage) -> Usage:
+        """Add another usage into this one in place and return self."""
+        self.llm_calls += other.llm_calls
+        self.prompt_chars += other.prompt_chars
+        self.completion_chars += other.completion_chars
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.failures += other.failures
+        return self
+
+    def as_dict(self) -> dict[str, int]:
+        """Return the counters as a plain dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A memory in a ranking.
+
+    Attributes:
+        memory: The memory.
+        score: The final score used for ranking (higher is better).
+        rank: 0-based position in the ranking.
+        scores: Component scores (`dense`, `lexical`, `fused`, `rerank`, ...).
+    """
+
+    memory: Memory
+    score: float
+    rank: int
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Retrieval:
+    """The answer to one `retrieve` call.
+
+    Attributes:
+        user_id: Whose memories were searched.
+        query: The query text.
+        hits: Ranked hits, best first (already cut to `k` / the token budget).
+        diagnostics: Path taken, candidate counts, timings in milliseconds and more.
+        usage: LLM usage of the call.
+        retrieval_id: Id used to send feedback about this retrieval.
+    """
+
+    user_id: str
+    query: str
+    hits: list[Hit]
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    retrieval_id: str = ""
+
+    @property
+    def memories(self) -> list[Memory]:
+        """The memories of the hits, in rank order."""
+        return [h.memory for h in self.hits]
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def __iter__(self) -> Iterator[Hit]:
+        return iter(self.hits)
+
+    def __getitem__(self, i: int) -> Hit:
+        return self.hits[i]

@@ -1,0 +1,193 @@
+"""Memory units of a session: raw text for the reader, a (denoised) key for the index.
+
+`build_units` cuts a finished session into the configured granularities (turns, segments from a
+SeCom segmenter, whole sessions); `denoise_drafts` replaces each unit's key by its denoised form
+(SeCom compression) while the text the LLM reads stays raw.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from reflective_memory.denoise import Denoiser, denoiser_name, fitted_on
+from reflective_memory.errors import ModelLoadError
+from reflective_memory.segment.base import Segmenter, check_spans
+from reflective_memory.storage.base import MemoryDraft
+from reflective_memory.text import format_date
+from reflective_memory.types import Memory, Turn
+
+__all__ = [
+    "BASE_UNITS",
+    "build_units",
+    "unit_draft",
+    "raw_key",
+    "source_turns",
+    "denoise_drafts",
+    "denoised_keys",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Unit kinds built from a session's turns (rebuilt by `end_session` and `redenoise`).
+BASE_UNITS = ("turn", "session", "segment")
+
+
+def raw_key(turns: Sequence[Turn]) -> str:
+    """The undenoised key of a unit: its turns' texts, one per line."""
+    return "\n".join(t.text for t in turns)
+
+
+def source_turns(mem: Memory, turns: Sequence[Turn]) -> list[Turn] | None:
+    """The session turns a memory was built from (by stored positions, else by turn ids)."""
+    pos = mem.metadata.get("positions")
+    if (
+        isinstance(pos, (list, tuple))
+        and len(pos) == 2
+        and all(isinstance(p, int) for p in pos)
+        and 0 <= pos[0] < pos[1] <= len(turns)
+    ):
+        span = list(turns[pos[0] : pos[1]])
+        if tuple(t.turn_id for t in span) == tuple(mem.turn_ids):
+            return span
+    by_id = {t.turn_id: t for t in turns}
+    if mem.turn_ids and all(tid in by_id for tid in mem.turn_ids):
+        return [by_id[tid] for tid in mem.turn_ids]
+    return None
+
+
+def unit_draft(
+    granularity: str,
+    turns: Sequence[Turn],
+    session_time: datetime | None,
+    *,
+    date_prefix: bool = True,
+) -> MemoryDraft:
+    """One memory unit over consecutive turns of a session.
+
+    Args:
+        granularity: Unit kind.
+        turns: The unit's turns, in order.
+        session_time: The session's time (its date heads the text when `date_prefix`).
+        date_prefix: Start the text with the session date.
+    """
+    body = "\n".join(f"{t.role}: {t.text}" for t in turns)
+    date = format_date(session_time) if date_prefix else ""
+    text = f"[{date}]\n{body}" if date else body
+    times = [t.timestamp for t in turns if t.timestamp is not None]
+    return MemoryDraft(
+        session_id=turns[0].session_id,
+        granularity=granularity,
+        text=text,
+        key=raw_key(turns),
+        turn_ids=tuple(t.turn_id for t in turns),
+        start_time=times[0] if times else None,
+        end_time=times[-1] if times else None,
+        metadata={"positions": [turns[0].position, turns[-1].position + 1]},
+    )
+
+
+def build_units(
+    turns: Sequence[Turn],
+    granularities: Sequence[str],
+    segmenter: Segmenter,
+    *,
+    date_prefix: bool = True,
+) -> list[MemoryDraft]:
+    """Memory units of one session for every granularity in `granularities` (not yet stored).
+
+    Args:
+        turns: The session's turns, in order.
+        granularities: Unit kinds among `BASE_UNITS`.
+        segmenter: Cuts the session for the `segment` kind.
+        date_prefix: Start each unit's text with the session date.
+
+    Returns:
+        Drafts whose `text` is the raw turns (with the session date first when known) and
+        whose `key` is the text that gets indexed.
+    """
+    if not turns:
+        return []
+    drafts: list[MemoryDraft] = []
+    for granularity in granularities:
+        if granularity == "turn":
+            spans = [(i, i + 1) for i in range(len(turns))]
+        elif granularity == "session":
+            spans = [(0, len(turns))]
+        else:
+            spans = check_spans(segmenter.segment(turns), len(turns))
+        for start, end in spans:
+            drafts.append(
+                unit_draft(
+                    granularity, turns[start:end], turns[0].timestamp, date_prefix=date_prefix
+                )
+            )
+    return drafts
+
+
+def denoised_keys(
+    denoiser: Denoiser | None,
+    sources: list[str],
+    corpus: Callable[[], Sequence[str]],
+    user_id: str,
+) -> list[str] | None:
+    """Denoised keys, or `None` when no denoiser is set or it failed (raw keys are kept).
+
+    Args:
+        denoiser: The key denoiser, if any.
+        sources: Raw keys.
+        corpus: The user's turn texts, for denoisers fitted to corpus statistics.
+        user_id: Owner (for the log).
+    """
+    if denoiser is None:
+        return None
+    try:
+        fitted = denoiser
+        if callable(getattr(fitted, "fit", None)):
+            fitted = fitted_on(fitted, corpus())
+        keys = fitted.denoise(list(sources))
+        if not isinstance(keys, list) or len(keys) != len(sources):
+            raise TypeError(f"denoise returned {type(keys).__name__} for {len(sources)} texts")
+        if not all(isinstance(k, str) for k in keys):
+            raise TypeError("denoise returned a non-str key")
+    except Exception as exc:  # keys fall back to raw text; nothing is lost
+        logger.log(
+            logging.ERROR if isinstance(exc, ModelLoadError) else logging.WARNING,
+            "denoiser %s failed for user %s; indexing raw keys (redenoise later): %s",
+            denoiser_name(denoiser),
+            user_id,
+            exc,
+            exc_info=True,
+        )
+        return None
+    return keys
+
+
+def denoise_drafts(
+    denoiser: Denoiser | None,
+    drafts: Sequence[MemoryDraft],
+    corpus: Callable[[], Sequence[str]],
+    user_id: str,
+) -> None:
+    """Replace each draft's key by its denoised form, in place (texts stay raw).
+
+    Each draft's metadata records the denoiser under `key_denoiser`. If the denoiser fails, the
+    raw keys are kept (and recorded as `none`); a blank denoised key is replaced by the raw one.
+
+    Args:
+        denoiser: The key denoiser, if any.
+        drafts: Memory drafts of one user.
+        corpus: The user's turn texts (called only for denoisers with corpus statistics).
+        user_id: Owner of the drafts.
+    """
+    if not drafts:
+        return
+    keys = denoised_keys(denoiser, [d.key for d in drafts], corpus, user_id)
+    name = denoiser_name(denoiser) if keys is not None else "none"
+    for i, draft in enumerate(drafts):
+        meta = dict(draft.metadata) if draft.metadata is not None else {}
+        meta["key_denoiser"] = name
+        draft.metadata = meta
+        if keys is not None and keys[i].strip():
+            draft.key = keys[i]
