@@ -110,7 +110,8 @@ def as_vector_index(index: Any) -> VectorIndex:
     """Return `index` as a `VectorIndex`.
 
     Accepts an object that already has `vectors(positions)`, one with a `vectors` /
-    `embeddings` / `matrix` array attribute (like `reflective_memory.storage.index.DenseIndex`), or one with
+    `embeddings` / `matrix` array attribute (like `reflective_memory.storage.index.DenseIndex`), or
+    one with
     `reconstruct_batch` (a faiss index).
 
     Raises:

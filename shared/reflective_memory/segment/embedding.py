@@ -1,6 +1,7 @@
 """Offline segmenters: embedding TextTiling and a small learned boundary scorer.
 
-Both cut between *units* (turns or exchanges, see `reflective_memory.segment.base.unit_spans`) and score every
+Both cut between *units* (turns or exchanges, see `reflective_memory.segment.base.unit_spans`) and
+score every
 gap between two neighbouring units.
 
 * `TextTilingSegmenter` is TextTiling (Hearst, 1997) over sentence embeddings: the similarity of
@@ -11,8 +12,9 @@ gap between two neighbouring units.
   15 features: similarity and depth at three window sizes, decayed cross-gap similarity at two
   spans (all standardised within the dialogue), lexical novelty and overlap, whether the units on
   each side open with a question, and the length of the next unit. Its weights (a few hundred
-  bytes of JSON in `shared/data/segmenter_weights.json`) were fitted on TIAGE train by
-  `python -m reflective_memory.segment.train`. It cuts at local maxima of the standardised gap score that
+  bytes of JSON in `reflective_memory/data/segmenter_weights.json`) were fitted on TIAGE train by
+  `python -m reflective_memory.segment.train`. It cuts at local maxima of the standardised gap
+  score that
   lie above `cutoff`.
 """
 
@@ -360,7 +362,8 @@ class EmbeddingSegmenter(_UnitSegmenter):
     Args:
         embedder: Sentence embedder; `None` uses the default MiniLM (loaded on first use).
         unit: `"exchange"` (default; never splits a question from its answer) or `"turn"`.
-        weights: Path of a weights JSON written by `python -m reflective_memory.segment.train`; `None`
+        weights: Path of a weights JSON written by
+            `python -m reflective_memory.segment.train`; `None`
             uses the bundled weights.
         cutoff: Cut threshold in standard deviations; `None` uses the value stored with the
             weights (tuned by cross-validation on the training data).

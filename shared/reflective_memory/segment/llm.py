@@ -1,6 +1,7 @@
 """SeCom's LLM segmenter: numbered exchanges in, JSON lines between `<segmentation>` tags out.
 
-The session is cut into units (exchanges by default, see `reflective_memory.segment.base.unit_spans`), numbered
+The session is cut into units (exchanges by default, see
+`reflective_memory.segment.base.unit_spans`), numbered
 from 0 and shown to the LLM as `[Exchange k]` blocks. The answer is parsed leniently
 (`parse_segmentation`): the tagged block is located (a missing closing tag, code fences and stray
 prose are tolerated), every `{...}` object is read (single quotes, trailing commas and the usual

@@ -1,8 +1,11 @@
-"""Train the `EmbeddingSegmenter` gap scorer: `python -m reflective_memory.segment.train --data FILE`.
+"""Train the `EmbeddingSegmenter` gap scorer.
+
+Run as `python -m reflective_memory.segment.train --data FILE`.
 
 Reads annotated dialogues (any format `bench segmentation` reads; the bundled weights come from
 TIAGE train), embeds every utterance with the default MiniLM (or `--embedder hashing`), computes
-the gap features of `reflective_memory.segment.embedding.gap_features`, fits an L2-regularised logistic
+the gap features of `reflective_memory.segment.embedding.gap_features`, fits an L2-regularised
+logistic
 regression, picks the cut threshold by k-fold cross-validation on the same data (maximising the
 mean Score), refits on all of it and writes the weights JSON (a few hundred bytes).
 """
