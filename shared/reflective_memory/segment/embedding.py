@@ -14,8 +14,7 @@ gap between two neighbouring units.
   each side open with a question, and the length of the next unit. Its weights (a few hundred
   bytes of JSON in `reflective_memory/data/segmenter_weights.json`) were fitted on TIAGE train by
   `python -m reflective_memory.segment.train`. It cuts at local maxima of the standardised gap
-  score that
-  lie above `cutoff`.
+  score that lie above `cutoff`.
 """
 
 from __future__ import annotations
