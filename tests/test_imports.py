@@ -217,9 +217,15 @@ def test_a_user_project_with_its_own_shared_package_uses_both(tmp_path: Path) ->
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv (seeing the machine's dependencies) with our wheel installed; its python."""
     tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"  # build from a copy: setuptools writes build/ into the source tree
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for part in ("shared/reflective_memory", "langchain_reflective", "llamaindex_reflective"):
+        shutil.copytree(ROOT / part, src / part, ignore=ignore)
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / part, src / part)
     out = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp / "dist"), str(ROOT)],
+         "-w", str(tmp / "dist"), str(src)],
         capture_output=True, text=True,
     )
     assert out.returncode == 0, f"building the wheel failed: {out.stderr[-2000:]}"
