@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
