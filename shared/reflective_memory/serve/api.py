@@ -12,9 +12,6 @@ from typing import Any
 
 from fastapi import APIRouter, Header
 from pydantic import BaseModel, Field
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-
 from reflective_memory.serve import inspect, views
 from reflective_memory.serve.chat import MAX_MESSAGE_CHARS, new_session_id
 from reflective_memory.serve.context import (
@@ -24,6 +21,8 @@ from reflective_memory.serve.context import (
     state,
     visible_user,
 )
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 
 __all__ = ["router"]
 
@@ -91,9 +90,7 @@ def search(request: Request, user_id: str, q: str, k: str | None = None) -> dict
     return inspect.search(st.memory, user_id, q, inspect.parse_k(k, st.chat.k))
 
 
-@router.get(
-    "/users/{user_id}/exchanges/{exchange_id}", summary="A chat reply with its memories"
-)
+@router.get("/users/{user_id}/exchanges/{exchange_id}", summary="A chat reply with its memories")
 def exchange(request: Request, user_id: str, exchange_id: str) -> dict[str, Any]:
     """A reply held by this server: message, answer, citations, hits, feedback."""
     visible_user(request, user_id)

@@ -18,11 +18,6 @@ from urllib.parse import urlencode
 import jinja2
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.staticfiles import StaticFiles
-
 from reflective_memory import __version__
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import (
@@ -39,6 +34,10 @@ from reflective_memory.serve.answer import OfflineAnswerer
 from reflective_memory.serve.chat import Answerer, ChatService, UnknownExchangeError
 from reflective_memory.serve.context import ServeState, principal, state
 from reflective_memory.serve.security import AccessPolicy
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.staticfiles import StaticFiles
 
 __all__ = ["create_app", "render", "TOKEN_COOKIE"]
 
@@ -85,9 +84,7 @@ def render(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLRe
         csrf_token="" if who is None else st.policy.csrf_token(who),
         llm_name=st.llm_name,
         version=__version__,
-        notice=None
-        if who is None
-        else st.take_flash(request.query_params.get("notice"), who.name),
+        notice=None if who is None else st.take_flash(request.query_params.get("notice"), who.name),
         **ctx,
     )
     return HTMLResponse(page, status_code=status)

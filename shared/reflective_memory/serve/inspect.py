@@ -47,9 +47,7 @@ def parse_k(raw: Any, default: int) -> int:
 
 def users_overview(memory: ReflectiveMemory, who: Principal) -> list[dict[str, Any]]:
     """Every user `who` may see, with their counts."""
-    return [
-        {"user_id": uid, **memory.stats(uid)} for uid in memory.users() if who.may_see(uid)
-    ]
+    return [{"user_id": uid, **memory.stats(uid)} for uid in memory.users() if who.may_see(uid)]
 
 
 def _kind_order(kind: str) -> int:
@@ -125,15 +123,11 @@ def delete_user(st: ServeState, user_id: str) -> dict[str, Any]:
     before = mem.stats(user_id)
     n = mem.delete_user(user_id)
     st.chat.forget(user_id)
-    gone = (
-        user_id not in mem.users()
-        and not mem.turns(user_id)
-        and not mem.memories(user_id)
-    )
-    message = (
-        f"Deleted user {user_id}: {n} turns and {before['memories']} memories. "
-        + ("Verified: nothing of this user is left in the store." if gone else
-           "WARNING: something of this user is still stored.")
+    gone = user_id not in mem.users() and not mem.turns(user_id) and not mem.memories(user_id)
+    message = f"Deleted user {user_id}: {n} turns and {before['memories']} memories. " + (
+        "Verified: nothing of this user is left in the store."
+        if gone
+        else "WARNING: something of this user is still stored."
     )
     return {
         "deleted": "user",
@@ -156,9 +150,8 @@ def delete_session(st: ServeState, user_id: str, session_id: str) -> dict[str, A
     gone = not mem.turns(user_id, session_id) and not any(
         m.session_id == session_id for m in mem.memories(user_id)
     )
-    message = (
-        f"Deleted session {session_id}: {n} turns and {n_mem} memories. "
-        + ("Verified: the session is gone." if gone else "WARNING: part of it is still stored.")
+    message = f"Deleted session {session_id}: {n} turns and {n_mem} memories. " + (
+        "Verified: the session is gone." if gone else "WARNING: part of it is still stored."
     )
     return {
         "deleted": "session",

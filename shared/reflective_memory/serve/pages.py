@@ -10,14 +10,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter
-from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
-
 from reflective_memory.serve import views
 from reflective_memory.serve.app import render
+from reflective_memory.serve.chat import new_session_id
 from reflective_memory.serve.context import (
     CSRF_FIELD,
     known_user,
@@ -38,6 +33,11 @@ from reflective_memory.serve.inspect import (
     user_detail,
     users_overview,
 )
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
 
 __all__ = ["router"]
 
@@ -135,10 +135,8 @@ async def chat_page(request: Request, user_id: str, session: str | None = None) 
     st = state(request)
     if session is None or not session.strip():
         open_ids = await run_in_threadpool(st.memory.open_sessions, user_id)
-        sid = open_ids[-1] if open_ids else (await run_in_threadpool(st.chat.start_session, user_id))[0]
-        return RedirectResponse(
-            _chat_url(user_id, sid), status_code=303
-        )
+        sid = open_ids[-1] if open_ids else new_session_id()
+        return RedirectResponse(_chat_url(user_id, sid), status_code=303)
 
     def load() -> dict[str, Any]:
         turns = st.memory.turns(user_id)
@@ -316,7 +314,6 @@ async def memory_delete(request: Request, user_id: str, memory_id: str) -> Respo
     await _form(request)
     report = await run_in_threadpool(delete_memory, state(request), user_id, memory_id)
     return _redirect(request, path_for("users", user_id), report["message"])
-
 
 
 @router.get("/api")

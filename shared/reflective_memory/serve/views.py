@@ -171,9 +171,7 @@ def retrieval_view(
         },
         "rerank": None
         if rerank is None
-        else {
-            k: rerank.get(k) for k in ("scope", "top_k", "top_m", "explored", "updates")
-        },
+        else {k: rerank.get(k) for k in ("scope", "top_k", "top_m", "explored", "updates")},
         "timings_ms": {str(k): _num(v) for k, v in timings.items()},
         "usage": retrieval.usage.as_dict(),
         "hits": [
