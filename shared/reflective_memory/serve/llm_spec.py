@@ -44,7 +44,7 @@ def adapt_llm(obj: Any) -> Any:
         if isinstance(obj, LlamaLLM):
             from llamaindex_reflective.llm import LlamaIndexLLM
 
-            return LlamaIndexLLM(obj)
+            return LlamaIndexLLM(llm=obj)
     if callable(getattr(obj, "complete", None)) or callable(obj):
         return obj
     raise ConfigError(

@@ -125,11 +125,11 @@ def prepare(args: argparse.Namespace, *, embedder: Embedder | None = None) -> Pr
     return Prepared(app, memory, args.host, args.port, url)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, *, embedder: Embedder | None = None) -> int:
     """Serve until interrupted; return the exit code."""
     import uvicorn
 
-    prepared = prepare(args)
+    prepared = prepare(args, embedder=embedder)
     sys.stderr.write(f"reflective-memory inspector: {prepared.url}\n")
     if args.db is None:
         sys.stderr.write("(in-memory store: nothing is kept after the server stops; use --db)\n")
