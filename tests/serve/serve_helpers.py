@@ -38,7 +38,10 @@ def seeded_memory() -> ReflectiveMemory:
     ):
         for i, text in enumerate(texts):
             mem.add_turn(
-                user, sid, "user" if i % 2 == 0 else "assistant", text,
+                user,
+                sid,
+                "user" if i % 2 == 0 else "assistant",
+                text,
                 timestamp=f"2025-0{1 + len(sid)}-1{i}T10:00:00",
             )
         mem.end_session(user, sid)

@@ -35,7 +35,7 @@ def test_offline_answer_quotes_and_cites_the_memory_it_uses(smem):
 def test_offline_answer_says_so_when_nothing_matches(smem):
     hits = _hits(smem, "ana", "quantum chromodynamics lecture")
     ans = OfflineAnswerer().answer("quantum chromodynamics lecture", hits)
-    assert ans.cited == () and ans.no_cite and "nothing" in ans.text
+    assert ans.cited == () and ans.no_cite and "no earlier memory" in ans.text
     assert OfflineAnswerer().answer("anything?", []).no_cite
 
 

@@ -38,8 +38,9 @@ def test_help_imports_no_web_framework():
         "print([m for m in ('fastapi', 'starlette', 'uvicorn', 'jinja2') if m in sys.modules])"
     )
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'shared'}:{REPO}"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
@@ -89,8 +90,11 @@ def test_demo_loads_once_and_serves(tmp_path):
         c = TestClient(p.app)
         assert 'data-user-id="maya"' in c.get("/", headers={"host": "127.0.0.1"}).text
         assert c.get("/", headers={"host": "attacker.example"}).status_code == 400
-        r = c.get("/api/users/maya/search", params={"q": "Where do I live now?"},
-                  headers={"host": "localhost:8765"})
+        r = c.get(
+            "/api/users/maya/search",
+            params={"q": "Where do I live now?"},
+            headers={"host": "localhost:8765"},
+        )
         assert r.status_code == 200 and r.json()["hits"]
     finally:
         p.memory.close()

@@ -93,8 +93,10 @@ def test_search_page_ranks_with_diagnostics(client):
     assert client.get("/users/ana/search").status_code == 200  # the empty form
 
 
-@pytest.mark.parametrize("params", [{"q": "   "}, {"q": "dog", "k": "zero"}, {"q": "x", "k": "0"},
-                                    {"q": "x", "k": "500"}])
+@pytest.mark.parametrize(
+    "params",
+    [{"q": "   "}, {"q": "dog", "k": "zero"}, {"q": "x", "k": "0"}, {"q": "x", "k": "500"}],
+)
 def test_search_bad_input_is_400(client, params):
     r = client.get("/users/ana/search", params=params)
     assert r.status_code == 400
@@ -181,8 +183,10 @@ def test_get_is_not_allowed_to_change_state(client):
 
 def test_new_session_ends_open_sessions(client, smem):
     token = csrf(client)
-    client.post("/users/ana/chat", data={"csrf_token": token, "session_id": "s3",
-                                         "message": "I started learning the cello."})
+    client.post(
+        "/users/ana/chat",
+        data={"csrf_token": token, "session_id": "s3", "message": "I started learning the cello."},
+    )
     assert smem.open_sessions("ana") == ["s3"]
     r = client.post("/users/ana/sessions/new", data={"csrf_token": token})
     assert r.status_code == 200 and "Ended 1 session(s): s3" in r.text
@@ -196,17 +200,23 @@ def test_end_session_page_route(client, smem):
     r = client.post("/users/ana/sessions/s4/end", data={"csrf_token": token})
     assert r.status_code == 200 and "Session s4 ended" in r.text
     assert "s4" not in smem.open_sessions("ana")
-    assert client.post("/users/ana/sessions/nope/end", data={"csrf_token": token}).status_code == 404
+    assert (
+        client.post("/users/ana/sessions/nope/end", data={"csrf_token": token}).status_code == 404
+    )
 
 
 def test_feedback_buttons_train_the_reranker(client, smem):
     token = csrf(client)
-    r = client.post("/users/ana/chat", data={"csrf_token": token, "session_id": "s3",
-                                             "message": "Which race am I training for?"})
+    r = client.post(
+        "/users/ana/chat",
+        data={"csrf_token": token, "session_id": "s3", "message": "Which race am I training for?"},
+    )
     ex = re.search(r'<li class="exchange" id="ex-(\w+)"', r.text).group(1)
     for pos, helpful in ((0, "1"), (1, "0")):
-        r = client.post("/users/ana/feedback", data={"csrf_token": token, "exchange_id": ex,
-                                                     "hit": str(pos), "helpful": helpful})
+        r = client.post(
+            "/users/ana/feedback",
+            data={"csrf_token": token, "exchange_id": ex, "hit": str(pos), "helpful": helpful},
+        )
         assert r.status_code == 200
         assert "the reranker got an episode" in r.text
     assert r.text.count('class="feedback-result"') == 2
@@ -229,7 +239,6 @@ def test_delete_memory_confirms_then_deletes_and_verifies(client, smem):
     mid = _ids(smem, "ana")[0]
     confirm = client.get(f"/users/ana/memories/{mid}/delete")
     assert confirm.status_code == 200 and 'id="confirm-delete"' in confirm.text
-    assert mid in smem.memories("ana") or True
     assert any(m.id == mid for m in smem.memories("ana"))  # a GET deletes nothing
     r = client.post(f"/users/ana/memories/{mid}/delete", data={"csrf_token": token})
     assert r.status_code == 200 and "Verified: it can no longer be read or retrieved" in r.text
@@ -251,11 +260,18 @@ def test_delete_session_and_user(client, smem):
 
 
 def test_stored_xss_is_rendered_as_text(client, smem):
-    pages = [client.get("/users/ana").text, client.get("/users/ana/sessions/s2").text,
-             client.get("/users/ana/search", params={"q": "odd snippet blog"}).text]
+    pages = [
+        client.get("/users/ana").text,
+        client.get("/users/ana/sessions/s2").text,
+        client.get("/users/ana/search", params={"q": "odd snippet blog"}).text,
+    ]
     token = csrf(client)
-    pages.append(client.post("/users/ana/chat", data={"csrf_token": token, "session_id": "x1",
-                                                      "message": f"odd snippet blog {XSS}"}).text)
+    pages.append(
+        client.post(
+            "/users/ana/chat",
+            data={"csrf_token": token, "session_id": "x1", "message": f"odd snippet blog {XSS}"},
+        ).text
+    )
     for html in pages:
         assert XSS not in html
         assert "<script>document.title" not in html and "<img src=x" not in html
@@ -286,8 +302,18 @@ def test_api_reads(client, smem):
     r = client.get("/api/users/ana/search", params={"q": "dog name", "k": 2}).json()
     assert len(r["hits"]) == 2 and r["path"] in ("familiarity", "recollection")
     hit = r["hits"][0]
-    for key in ("score", "scores", "path", "retriever_rank", "reranked_rank", "moved_up",
-                "turn_ids", "session_id", "granularity", "date"):
+    for key in (
+        "score",
+        "scores",
+        "path",
+        "retriever_rank",
+        "reranked_rank",
+        "moved_up",
+        "turn_ids",
+        "session_id",
+        "granularity",
+        "date",
+    ):
         assert key in hit
     assert "total" in r["timings_ms"] and r["rerank"]["scope"] == "user"
 
@@ -315,23 +341,34 @@ def test_api_chat_feedback_and_deletes(client, smem):
     token = csrf(client)
     h = {"X-CSRF-Token": token}
     assert client.post("/api/users/ana/chat", json={"message": "hi"}).status_code == 403
-    r = client.post("/api/users/ana/chat", json={"message": "What is my dog called?",
-                                                "session_id": "s9"}, headers=h)
+    r = client.post(
+        "/api/users/ana/chat",
+        json={"message": "What is my dog called?", "session_id": "s9"},
+        headers=h,
+    )
     assert r.status_code == 200
     ex = r.json()
     assert ex["source"] == "offline" and ex["cited"] and "Pixel" in ex["reply"]
     first = ex["retrieval"]["hits"][ex["cited"][0]]
     assert first["cited"] and first["session_id"] == "s1"
-    assert client.get(f"/api/users/ana/exchanges/{ex['exchange_id']}").json()["reply"] == ex["reply"]
+    assert (
+        client.get(f"/api/users/ana/exchanges/{ex['exchange_id']}").json()["reply"] == ex["reply"]
+    )
     assert client.get(f"/api/users/bob/exchanges/{ex['exchange_id']}").status_code == 404
     for body in ({"message": ""}, {"message": 5}, {}, {"message": "x" * 9000}):
         assert client.post("/api/users/ana/chat", json=body, headers=h).status_code == 400
-    fb = client.post("/api/users/ana/feedback", headers=h,
-                     json={"exchange_id": ex["exchange_id"], "hit": 0, "helpful": True})
+    fb = client.post(
+        "/api/users/ana/feedback",
+        headers=h,
+        json={"exchange_id": ex["exchange_id"], "hit": 0, "helpful": True},
+    )
     assert fb.status_code == 200 and fb.json()["learned"] is True
     assert fb.json()["rewards"]
-    bad = client.post("/api/users/ana/feedback", headers=h,
-                      json={"exchange_id": ex["exchange_id"], "hit": -1, "helpful": True})
+    bad = client.post(
+        "/api/users/ana/feedback",
+        headers=h,
+        json={"exchange_id": ex["exchange_id"], "hit": -1, "helpful": True},
+    )
     assert bad.status_code == 400
     end = client.post("/api/users/ana/sessions/s9/end", headers=h)
     assert end.status_code == 200 and end.json()["memories"]
@@ -361,10 +398,16 @@ def test_token_is_required_everywhere(locked):
     for path in ("/", "/users/ana", "/api/users", "/static/style.css", "/api/openapi.json"):
         r = locked.get(path)
         assert r.status_code == 401, path
-    assert locked.get("/api/users", headers={"Authorization": "Bearer wrong-token-123456"}
-                      ).json()["detail"] == "this access token is not valid"
-    assert locked.post("/api/users/ana/delete",
-                       headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert (
+        locked.get("/api/users", headers={"Authorization": "Bearer wrong-token-123456"}).json()[
+            "detail"
+        ]
+        == "this access token is not valid"
+    )
+    assert (
+        locked.post("/api/users/ana/delete", headers={"Authorization": "Bearer nope"}).status_code
+        == 401
+    )
 
 
 def test_token_in_url_becomes_a_cookie(locked):
@@ -381,8 +424,12 @@ def test_user_token_reaches_only_its_user(locked, smem):
     assert [u["user_id"] for u in locked.get("/api/users", headers=h).json()["users"]] == ["ana"]
     assert locked.get("/api/users/ana", headers=h).status_code == 200
     bob_mid = _ids(smem, "bob")[0]
-    for path in ("/api/users/bob", f"/api/users/bob/memories/{bob_mid}",
-                 "/api/users/bob/search?q=sister", "/api/users/nobody"):
+    for path in (
+        "/api/users/bob",
+        f"/api/users/bob/memories/{bob_mid}",
+        "/api/users/bob/search?q=sister",
+        "/api/users/nobody",
+    ):
         r = locked.get(path, headers=h)
         assert r.status_code == 403 and "no rights to user" in r.json()["detail"], path
     r = locked.post("/api/users/bob/delete", headers=h)

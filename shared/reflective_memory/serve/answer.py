@@ -128,9 +128,10 @@ class OfflineAnswerer:
             floor = found[0][0] * self.keep_ratio
             found = [f for f in found if f[0] >= floor][: self.max_quotes]
         if not found:
-            raw = "I found nothing about that in our earlier conversations. [NO_CITE]"
+            text = "I have no earlier memory that matches this."
+            raw = f"{text} [NO_CITE]"
             return Answer(
-                text="I found nothing about that in our earlier conversations.",
+                text=text,
                 raw=raw,
                 cited=(),
                 no_cite=True,
