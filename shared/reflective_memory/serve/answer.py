@@ -21,6 +21,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+from reflective_memory.embed import Embedder
 from reflective_memory.errors import InvalidInputError, LLMError
 from reflective_memory.llm import LLMClient, as_llm
 from reflective_memory.rmm.citations import build_answer_prompt, parse_citations, split_sentences
@@ -83,47 +85,82 @@ def _speaker_lines(text: str) -> list[tuple[str, str]]:
 class OfflineAnswerer:
     """Quote the best-matching sentences of the top memories, citing each quoted memory.
 
+    Each sentence of the top hits' turns is scored by its cosine with the message (when an
+    embedder is given) plus the content words it shares with the message; a sentence counts
+    only if it shares a content word or reaches `min_similarity`. What the user said weighs
+    more than the assistant's words. The best sentence of each memory competes; the winners
+    are quoted verbatim with the memory's date and cited.
+
     Args:
+        embedder: Scores sentences by meaning too (e.g. the store's embedder); `None` matches
+            content words only.
         max_quotes: Most sentences quoted (each from a different memory).
         top_n: Only the first `top_n` hits are read.
         keep_ratio: A further quote must score at least this fraction of the best one.
+        min_similarity: Cosine at which a sentence counts without a shared word.
+        max_sentences: Most sentences embedded per answer.
     """
 
     source = "offline"
 
-    def __init__(self, max_quotes: int = 2, top_n: int = 5, keep_ratio: float = 0.6) -> None:
-        if max_quotes < 1 or top_n < 1 or not 0.0 < keep_ratio <= 1.0:
-            raise InvalidInputError("max_quotes, top_n >= 1 and 0 < keep_ratio <= 1 are required")
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        max_quotes: int = 2,
+        top_n: int = 5,
+        keep_ratio: float = 0.75,
+        min_similarity: float = 0.5,
+        max_sentences: int = 300,
+    ) -> None:
+        if max_quotes < 1 or top_n < 1 or max_sentences < 1 or not 0.0 < keep_ratio <= 1.0:
+            raise InvalidInputError(
+                "max_quotes, top_n, max_sentences >= 1 and 0 < keep_ratio <= 1 are required"
+            )
+        self.embedder = embedder
         self.max_quotes = max_quotes
         self.top_n = top_n
         self.keep_ratio = keep_ratio
+        self.min_similarity = min_similarity
+        self.max_sentences = max_sentences
 
-    def _best_sentence(self, hit: Hit, query_words: set[str]) -> tuple[float, str, str]:
-        best = (0.0, "", "")
-        for role, utterance in _speaker_lines(hit.memory.text):
-            for sentence in split_sentences(utterance) or [utterance]:
-                words = set(lexical_tokens(sentence))
-                shared = words & query_words
-                if not shared:
-                    continue
-                # Shared content words, favouring what the user said and short sentences.
-                score = len(shared) / (1.0 + 0.02 * len(words))
-                score *= 1.0 if role == "user" else 0.8
-                if score > best[0]:
-                    best = (score, role, sentence)
-        return best
+    def describe(self) -> str:
+        """A short name for the UI."""
+        return "offline extractive answerer"
+
+    def _candidates(self, hits: Sequence[Hit]) -> list[tuple[int, str, str, set[str]]]:
+        out = []
+        for pos, hit in enumerate(hits[: self.top_n]):
+            for role, utterance in _speaker_lines(hit.memory.text):
+                for sentence in split_sentences(utterance) or [utterance]:
+                    words = set(lexical_tokens(sentence))
+                    if words:
+                        out.append((pos, role, sentence, words))
+        return out[: self.max_sentences]
 
     def answer(self, query: str, hits: Sequence[Hit], context: str | None = None) -> Answer:
         """Answer `query` from `hits` (the retrieval's hits, in rank order)."""
         del context  # an extractive answer only quotes memories
         t0 = time.perf_counter()
         query_words = set(lexical_tokens(query)) - _ASKING
-        found = []
-        for pos, hit in enumerate(hits[: self.top_n]):
-            score, role, sentence = self._best_sentence(hit, query_words)
-            if score > 0:
-                found.append((score, pos, role, sentence))
-        found.sort(key=lambda f: (-f[0], f[1]))
+        cands = self._candidates(hits)
+        sims = np.zeros(len(cands), dtype=np.float32)
+        if self.embedder is not None and cands:
+            vecs = np.asarray(self.embedder.encode([query] + [c[2] for c in cands]))
+            sims = vecs[1:] @ vecs[0]
+        best: dict[int, tuple[float, str, str]] = {}
+        for (pos, role, sentence, words), sim in zip(cands, sims, strict=True):
+            shared = words & query_words
+            if not shared and sim < self.min_similarity:
+                continue
+            lexical = len(shared) / (1.0 + 0.05 * len(words))
+            score = (float(sim) + 0.25 * lexical) * (1.0 if role == "user" else 0.8)
+            if score > 0 and score > best.get(pos, (0.0, "", ""))[0]:
+                best[pos] = (score, role, sentence)
+        found = sorted(
+            ((sc, pos, role, sent) for pos, (sc, role, sent) in best.items()),
+            key=lambda f: (-f[0], f[1]),
+        )
         if found:
             floor = found[0][0] * self.keep_ratio
             found = [f for f in found if f[0] >= floor][: self.max_quotes]
@@ -245,8 +282,11 @@ class LLMAnswerer:
         )
 
 
-def make_answerer(llm: object | None, *, timeout_s: float = 60.0) -> OfflineAnswerer | LLMAnswerer:
-    """`LLMAnswerer` for an LLM, `OfflineAnswerer` for `None`."""
+def make_answerer(
+    llm: object | None, *, embedder: Embedder | None = None, timeout_s: float = 60.0
+) -> OfflineAnswerer | LLMAnswerer:
+    """`LLMAnswerer` for an LLM (falling back offline), `OfflineAnswerer` for `None`."""
+    offline = OfflineAnswerer(embedder)
     if llm is None:
-        return OfflineAnswerer()
-    return LLMAnswerer(llm, timeout_s=timeout_s)
+        return offline
+    return LLMAnswerer(llm, timeout_s=timeout_s, fallback=offline)

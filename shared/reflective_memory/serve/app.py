@@ -143,7 +143,7 @@ def create_app(
 
     Args:
         memory: The store to inspect and chat with.
-        answerer: Makes the replies (default: `OfflineAnswerer()`).
+        answerer: Makes the replies (default: `OfflineAnswerer` with the store's embedder).
         policy: Access tokens and CSRF secret (default: open, for a loopback bind).
         allowed_hosts: Accepted `Host` header names (without port); `None` accepts any. An open
             app on 127.0.0.1 should list only loopback names, so a page on another site that
@@ -156,7 +156,7 @@ def create_app(
     """
     from reflective_memory.serve import api, pages
 
-    answerer = answerer if answerer is not None else OfflineAnswerer()
+    answerer = answerer if answerer is not None else OfflineAnswerer(memory.embedder)
     policy = policy if policy is not None else AccessPolicy()
     if llm_name is None:
         describe = getattr(answerer, "describe", None)

@@ -106,9 +106,9 @@ def prepare(args: argparse.Namespace, *, embedder: Embedder | None = None) -> Pr
         raise ConfigError(f"--llm-timeout must be positive, got {args.llm_timeout}")
     _check_port(args.host, args.port)
     llm = None if args.llm is None else load_llm(args.llm)
-    answerer = make_answerer(llm, timeout_s=args.llm_timeout)
     memory = ReflectiveMemory(args.db, embedder=embedder)
     try:
+        answerer = make_answerer(llm, embedder=memory.embedder, timeout_s=args.llm_timeout)
         if args.demo:
             logger.warning("%s", load_demo(memory))
         allowed = None
