@@ -183,3 +183,34 @@ def test_load_llm_plain_objects(llm_module):
 def test_load_llm_errors(llm_module, spec, message):
     with pytest.raises(ConfigError, match=message):
         load_llm(spec.format(mod=llm_module))
+
+
+def test_offline_answer_with_an_embedder_uses_meaning_and_words(smem):
+    from reflective_memory import HashingEmbedder
+
+    hits = _hits(smem, "ana", "What is my dog called?")
+    ans = OfflineAnswerer(HashingEmbedder(dim=128)).answer("What is my dog called?", hits)
+    assert ans.cited and "Pixel" in ans.text
+
+
+@pytest.mark.integration
+def test_offline_answer_finds_a_paraphrase_with_minilm():
+    from reflective_memory import MemoryConfig, ReflectiveMemory, default_embedder
+
+    with ReflectiveMemory(embedder=default_embedder(), config=MemoryConfig()) as mem:
+        for i, text in enumerate(
+            [
+                "We finally moved into our new flat in Berlin last week.",
+                "Nice! How is the neighbourhood?",
+                "Quiet, and the bakery downstairs makes great pretzels.",
+                "That sounds lovely.",
+            ]
+        ):
+            mem.add_turn("u", "s", "user" if i % 2 == 0 else "assistant", text)
+        mem.end_session("u", "s")
+        query = "Which city is my home now?"
+        hits = list(mem.retrieve("u", query, k=3).hits)
+        words_only = OfflineAnswerer().answer(query, hits)
+        assert words_only.no_cite  # no content word in common
+        ans = OfflineAnswerer(mem.embedder).answer(query, hits)
+        assert ans.cited == (0,) and "Berlin" in ans.text

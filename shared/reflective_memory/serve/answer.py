@@ -88,8 +88,8 @@ class OfflineAnswerer:
     Each sentence of the top hits' turns is scored by its cosine with the message (when an
     embedder is given) plus the content words it shares with the message; a sentence counts
     only if it shares a content word or reaches `min_similarity`. What the user said weighs
-    more than the assistant's words. The best sentence of each memory competes; the winners
-    are quoted verbatim with the memory's date and cited.
+    more than the assistant's words, statements more than questions. The best sentence of each
+    memory competes; the winners are quoted verbatim with the memory's date and cited.
 
     Args:
         embedder: Scores sentences by meaning too (e.g. the store's embedder); `None` matches
@@ -97,7 +97,9 @@ class OfflineAnswerer:
         max_quotes: Most sentences quoted (each from a different memory).
         top_n: Only the first `top_n` hits are read.
         keep_ratio: A further quote must score at least this fraction of the best one.
-        min_similarity: Cosine at which a sentence counts without a shared word.
+        min_similarity: Cosine at which a sentence counts without a shared word (0.4 suits
+            all-MiniLM-L6-v2 sentence pairs: a paraphrase scores about 0.45-0.7, an unrelated
+            sentence of the same chat about 0.1-0.35).
         max_sentences: Most sentences embedded per answer.
     """
 
@@ -110,7 +112,7 @@ class OfflineAnswerer:
         max_quotes: int = 2,
         top_n: int = 5,
         keep_ratio: float = 0.75,
-        min_similarity: float = 0.5,
+        min_similarity: float = 0.4,
         max_sentences: int = 300,
     ) -> None:
         if max_quotes < 1 or top_n < 1 or max_sentences < 1 or not 0.0 < keep_ratio <= 1.0:
@@ -155,6 +157,8 @@ class OfflineAnswerer:
                 continue
             lexical = len(shared) / (1.0 + 0.05 * len(words))
             score = (float(sim) + 0.25 * lexical) * (1.0 if role == "user" else 0.8)
+            if sentence.rstrip().endswith("?"):
+                score *= 0.5  # a question rarely answers one
             if score > 0 and score > best.get(pos, (0.0, "", ""))[0]:
                 best[pos] = (score, role, sentence)
         found = sorted(
