@@ -464,3 +464,31 @@ def test_host_header_is_checked_for_an_open_loopback_app(smem):
 def test_chat_form_value_round_trip(client):
     page = client.get("/users/ana/chat?session=s1")
     assert form_value(page.text, "session_id") == "s1"
+
+
+def test_chat_with_an_llm_shows_its_citations_cost_and_training(smem):
+    from reflective_memory.serve.answer import LLMAnswerer
+
+    from tests.fakes import Scripted
+
+    llm = Scripted("Your beagle is called Pixel. [0]")
+    client = client_for(smem, answerer=LLMAnswerer(llm))
+    token = csrf(client)
+    r = client.post(
+        "/users/ana/chat",
+        data={"csrf_token": token, "session_id": "s5", "message": "What is my dog called?"},
+    )
+    assert r.status_code == 200
+    assert '<span class="src llm">LLM</span>' in r.text
+    assert "Your beagle is called Pixel." in r.text
+    assert "LLM 1 call(s)" in r.text
+    assert "The reply's citations trained the reranker: " in r.text
+    assert "not learned" not in r.text and "answers: Scripted" in r.text
+    assert "=== Memory [0] ===" in llm.prompts[0]
+    broken = client_for(smem, answerer=LLMAnswerer(Scripted(RuntimeError("quota exceeded"))))
+    r = broken.post(
+        "/users/ana/chat",
+        data={"csrf_token": csrf(broken), "session_id": "s6", "message": "What is my dog called?"},
+    )
+    assert r.status_code == 200 and "replaced by the offline answer" in r.text
+    assert "quota exceeded" in r.text and "offline extractive" in r.text

@@ -32,7 +32,7 @@ from reflective_memory.errors import (
 )
 from reflective_memory.serve.answer import OfflineAnswerer
 from reflective_memory.serve.chat import Answerer, ChatService, UnknownExchangeError
-from reflective_memory.serve.context import ServeState, principal, state
+from reflective_memory.serve.context import ServeState, state
 from reflective_memory.serve.security import AccessPolicy
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -245,8 +245,3 @@ def create_app(
     app.include_router(api.router)
     app.include_router(pages.router)
     return app
-
-
-def principal_name(request: Request) -> str:
-    """Name of the caller (for flashes)."""
-    return principal(request).name
