@@ -30,7 +30,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from reflective_memory.cli import build_parser
 from reflective_memory.serve import server as serve_server
 
-QUESTION = "Which city do I live in now, and what is my job?"
+QUESTION = "What was my half marathon time?"
 
 
 def main() -> int:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import InvalidInputError, LLMError
 from reflective_memory.llm import LLMClient, as_llm
@@ -100,7 +101,8 @@ class OfflineAnswerer:
         min_similarity: Cosine at which a sentence counts without a shared word (0.4 suits
             all-MiniLM-L6-v2 sentence pairs: a paraphrase scores about 0.45-0.7, an unrelated
             sentence of the same chat about 0.1-0.35).
-        max_sentences: Most sentences embedded per answer.
+        max_sentences: Most sentences scored per answer (those sharing a content word with the
+            message first, then the rest in rank order); bounds the embedding cost.
     """
 
     source = "offline"
@@ -113,7 +115,7 @@ class OfflineAnswerer:
         top_n: int = 5,
         keep_ratio: float = 0.75,
         min_similarity: float = 0.4,
-        max_sentences: int = 300,
+        max_sentences: int = 64,
     ) -> None:
         if max_quotes < 1 or top_n < 1 or max_sentences < 1 or not 0.0 < keep_ratio <= 1.0:
             raise InvalidInputError(
@@ -130,22 +132,26 @@ class OfflineAnswerer:
         """A short name for the UI."""
         return "offline extractive answerer"
 
-    def _candidates(self, hits: Sequence[Hit]) -> list[tuple[int, str, str, set[str]]]:
-        out = []
+    def _candidates(
+        self, hits: Sequence[Hit], query_words: set[str]
+    ) -> list[tuple[int, str, str, set[str]]]:
+        sharing, rest = [], []
         for pos, hit in enumerate(hits[: self.top_n]):
             for role, utterance in _speaker_lines(hit.memory.text):
                 for sentence in split_sentences(utterance) or [utterance]:
                     words = set(lexical_tokens(sentence))
                     if words:
-                        out.append((pos, role, sentence, words))
-        return out[: self.max_sentences]
+                        (sharing if words & query_words else rest).append(
+                            (pos, role, sentence, words)
+                        )
+        return (sharing + rest)[: self.max_sentences]
 
     def answer(self, query: str, hits: Sequence[Hit], context: str | None = None) -> Answer:
         """Answer `query` from `hits` (the retrieval's hits, in rank order)."""
         del context  # an extractive answer only quotes memories
         t0 = time.perf_counter()
         query_words = set(lexical_tokens(query)) - _ASKING
-        cands = self._candidates(hits)
+        cands = self._candidates(hits, query_words)
         sims = np.zeros(len(cands), dtype=np.float32)
         if self.embedder is not None and cands:
             vecs = np.asarray(self.embedder.encode([query] + [c[2] for c in cands]))

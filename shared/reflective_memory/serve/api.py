@@ -12,6 +12,9 @@ from typing import Any
 
 from fastapi import APIRouter, Header
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
 from reflective_memory.serve import inspect, views
 from reflective_memory.serve.chat import MAX_MESSAGE_CHARS, new_session_id
 from reflective_memory.serve.context import (
@@ -21,8 +24,6 @@ from reflective_memory.serve.context import (
     state,
     visible_user,
 )
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
 
 __all__ = ["router"]
 

@@ -8,16 +8,18 @@ and there is no JavaScript. The JSON API lives under `/api/`; its OpenAPI schema
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any
 from urllib.parse import urlencode
 
-import jinja2
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.staticfiles import StaticFiles
+
 from reflective_memory import __version__
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import (
@@ -30,16 +32,14 @@ from reflective_memory.errors import (
     UnknownSessionError,
     UnknownUserError,
 )
+from reflective_memory.serve import api, pages
 from reflective_memory.serve.answer import OfflineAnswerer
 from reflective_memory.serve.chat import Answerer, ChatService, UnknownExchangeError
 from reflective_memory.serve.context import ServeState, state
+from reflective_memory.serve.rendering import render, templates
 from reflective_memory.serve.security import AccessPolicy
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.staticfiles import StaticFiles
 
-__all__ = ["create_app", "render", "TOKEN_COOKIE"]
+__all__ = ["create_app", "TOKEN_COOKIE"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,40 +54,6 @@ _SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
-
-
-def _templates() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("reflective_memory.serve", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    from reflective_memory.serve.context import path_for
-
-    env.globals["path_for"] = path_for
-    env.filters["num"] = lambda x, d=3: "–" if x is None else f"{x:.{d}f}"
-    env.filters["tojson_pretty"] = lambda x: json.dumps(x, indent=2, default=str, sort_keys=True)
-    env.filters["urlencode_dict"] = lambda d: urlencode(d)
-    return env
-
-
-def render(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
-    """Render a page template with the values every page uses."""
-    st = state(request)
-    who = getattr(request.state, "principal", None)
-    env: jinja2.Environment = request.app.state.templates
-    page = env.get_template(name).render(
-        request=request,
-        principal=who,
-        csrf_token="" if who is None else st.policy.csrf_token(who),
-        llm_name=st.llm_name,
-        version=__version__,
-        notice=None if who is None else st.take_flash(request.query_params.get("notice"), who.name),
-        **ctx,
-    )
-    return HTMLResponse(page, status_code=status)
 
 
 def _status(exc: ReflectiveMemoryError) -> int:
@@ -154,8 +120,6 @@ def create_app(
     Returns:
         The FastAPI application (serve it with uvicorn).
     """
-    from reflective_memory.serve import api, pages
-
     answerer = answerer if answerer is not None else OfflineAnswerer(memory.embedder)
     policy = policy if policy is not None else AccessPolicy()
     if llm_name is None:
@@ -175,7 +139,7 @@ def create_app(
         policy=policy,
         llm_name=llm_name,
     )
-    app.state.templates = _templates()
+    app.state.templates = templates()
     hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
 
     @app.middleware("http")

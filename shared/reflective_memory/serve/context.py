@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError, UnknownUserError
 from reflective_memory.serve.chat import ChatService
 from reflective_memory.serve.security import AccessPolicy, Principal
 from reflective_memory.validation import check_id
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
 
 __all__ = [
     "ServeState",

@@ -10,8 +10,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
 from reflective_memory.serve import views
-from reflective_memory.serve.app import render
 from reflective_memory.serve.chat import new_session_id
 from reflective_memory.serve.context import (
     CSRF_FIELD,
@@ -33,11 +38,7 @@ from reflective_memory.serve.inspect import (
     user_detail,
     users_overview,
 )
-from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from reflective_memory.serve.rendering import render
 
 __all__ = ["router"]
 
