@@ -163,3 +163,29 @@ def test_binds():
     check_bind("0.0.0.0", AccessPolicy("t" * 16))
     with pytest.raises(ConfigError, match="give an access token"):
         check_bind("0.0.0.0", AccessPolicy())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "answer",
+        "api",
+        "app",
+        "chat",
+        "context",
+        "inspect",
+        "llm_spec",
+        "pages",
+        "rendering",
+        "security",
+        "server",
+        "views",
+    ],
+)
+def test_serve_modules_declare_all(name):
+    import importlib
+
+    module = importlib.import_module(f"reflective_memory.serve.{name}")
+    assert isinstance(module.__all__, list) and module.__all__
+    for symbol in module.__all__:
+        assert hasattr(module, symbol), f"{name}.{symbol}"

@@ -27,13 +27,18 @@ __all__ = [
     "AccessPolicy",
     "is_loopback",
     "check_bind",
-    "loopback_hosts",
+    "token_from_env",
+    "LOOPBACK_HOSTS",
 ]
 
 #: Environment variable read for the admin token when `--token` is not given.
 TOKEN_ENV = "REFLECTIVE_MEMORY_TOKEN"
 
 _MIN_TOKEN_CHARS = 16
+
+#: `Host` header names (port stripped) an open app bound to a loopback address accepts; a page
+#: of another site that re-points its domain to 127.0.0.1 (DNS rebinding) is refused.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -138,12 +143,6 @@ def check_bind(host: str, policy: AccessPolicy) -> None:
             f"binding to {host} exposes the memories to other machines: give an access token "
             f"(--token or the {TOKEN_ENV} environment variable) or bind to 127.0.0.1"
         )
-
-
-def loopback_hosts(port: int) -> list[str]:
-    """Host header values a loopback-bound open app accepts (blocks DNS-rebinding pages)."""
-    names = ["127.0.0.1", "localhost", "[::1]"]
-    return names + [f"{n}:{port}" for n in names]
 
 
 def token_from_env() -> str | None:

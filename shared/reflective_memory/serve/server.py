@@ -22,6 +22,7 @@ from reflective_memory.serve.answer import make_answerer
 from reflective_memory.serve.app import create_app
 from reflective_memory.serve.llm_spec import load_llm
 from reflective_memory.serve.security import (
+    LOOPBACK_HOSTS,
     AccessPolicy,
     check_bind,
     is_loopback,
@@ -113,7 +114,7 @@ def prepare(args: argparse.Namespace, *, embedder: Embedder | None = None) -> Pr
             logger.warning("%s", load_demo(memory))
         allowed = None
         if policy.open and is_loopback(args.host):
-            allowed = ["127.0.0.1", "localhost", "[::1]", args.host]
+            allowed = [*LOOPBACK_HOSTS, args.host]
         app = create_app(memory, answerer=answerer, policy=policy, allowed_hosts=allowed, k=args.k)
     except BaseException:
         memory.close()
