@@ -16,18 +16,18 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = next(
-    (p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and Path(p).exists()),
-    None,
-)
-CHROMEDRIVER = next(
-    (
-        p
-        for p in ("/usr/bin/chromedriver", shutil.which("chromedriver") or "")
-        if p and Path(p).exists()
-    ),
-    None,
-)
+
+def _find(env: str, name: str) -> str | None:
+    """The executable from `env` if set (tests of the skip path set a bad one), else Debian's."""
+    given = os.environ.get(env)
+    for path in [given] if given else [f"/usr/bin/{name}", shutil.which(name) or ""]:
+        if path and Path(path).is_file():
+            return path
+    return None
+
+
+CHROMIUM = _find("REFLECTIVE_CHROMIUM", "chromium")
+CHROMEDRIVER = _find("REFLECTIVE_CHROMEDRIVER", "chromedriver")
 REQUIRED = os.environ.get("REFLECTIVE_REQUIRE_BROWSER") == "1"
 
 
