@@ -1,4 +1,4 @@
-"""The `reflective-memory` command: demo, ingest, search, redenoise and benchmarks."""
+"""The `reflective-memory` command: demo, ingest, search, redenoise, serve and benchmarks."""
 
 from __future__ import annotations
 
@@ -175,6 +175,49 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from reflective_memory.serve.server import run
+    except ImportError as exc:
+        sys.stderr.write(
+            f"error: the web app needs its extra: pip install 'reflective-memory[serve]' ({exc})\n"
+        )
+        return 2
+    return run(args)
+
+
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The `serve` options (kept here so `--help` imports no web framework)."""
+    p.add_argument("--db", default=None, help="store directory (default: in memory, not kept)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    p.add_argument(
+        "--llm",
+        default=None,
+        metavar="MODULE:FACTORY",
+        help="chat model: a factory returning a LangChain chat model, a LlamaIndex LLM or a "
+        "callable prompt -> str (default: the offline extractive answerer)",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="access token for every user (default: env REFLECTIVE_MEMORY_TOKEN); required "
+        "for a non-loopback --host",
+    )
+    p.add_argument(
+        "--user-token",
+        action="append",
+        default=[],
+        metavar="USER=TOKEN",
+        help="access token that reaches only USER (repeatable)",
+    )
+    p.add_argument("--demo", action="store_true", help="load the bundled demo conversation")
+    p.add_argument("--k", type=int, default=5, help="memories recalled per message (default 5)")
+    p.add_argument(
+        "--llm-timeout", type=float, default=60.0, help="seconds to wait for the LLM (default 60)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `reflective-memory` command."""
     parser = argparse.ArgumentParser(
@@ -226,6 +269,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="LLMLingua-2 model name or folder")
     p.add_argument("--only-stale", action="store_true", help="only keys made by another denoiser")
     p.set_defaults(func=_redenoise)
+
+    p = sub.add_parser(
+        "serve",
+        help="web inspector and chat: see what is remembered and why it was recalled",
+        description="A local web app over a store: users, sessions, memories with provenance, "
+        "search with retrieval diagnostics, chat with cited memories and feedback buttons, and "
+        "deletion. JSON API under /api/. Needs the 'serve' extra.",
+    )
+    _serve_arguments(p)
+    p.set_defaults(func=_serve)
 
     p = sub.add_parser("bench", help="benchmarks")
     bench = p.add_subparsers(dest="bench", required=True)
