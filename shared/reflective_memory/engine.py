@@ -56,6 +56,13 @@ logger = logging.getLogger(__name__)
 _BUILD_ATTEMPTS = 3
 
 
+def _has_derived_files(directory: Path) -> bool:
+    """Whether index or reranker files exist, i.e. a database was stored here before."""
+    return any(
+        any((directory / d).iterdir()) for d in ("index", "rerankers") if (directory / d).is_dir()
+    )
+
+
 def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
 
@@ -107,8 +114,7 @@ class ReflectiveMemory:
             self.path.mkdir(parents=True, exist_ok=True)
         self.store = SQLiteStore(
             None if self.path is None else self.path / "memory.sqlite3",
-            must_exist=self.path is not None
-            and any(any((self.path / d).glob("*")) for d in ("index", "rerankers") if (self.path / d).is_dir()),
+            must_exist=self.path is not None and _has_derived_files(self.path),
         )
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.llm: LLMClient | None = as_llm(
@@ -335,7 +341,7 @@ class ReflectiveMemory:
             except SessionChangedError:
                 if attempt == _BUILD_ATTEMPTS:
                     raise
-                logger.info("session %s of user %s changed while building; again", session_id, user_id)
+                logger.info("session %s of user %s changed while built; again", session_id, user_id)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _build_session(self, user_id: str, session_id: str) -> list[Memory]:

@@ -28,11 +28,11 @@ _LABEL_BAD = re.compile(r"[\[\]{}<>:|\\]|[^\S ]|[\x00-\x1f\x7f-\x9f]")
 
 
 def frame_lines(text: str, indent: str = INDENT) -> str:
-    """Indent every line after the first (all Unicode line breaks count), so none starts a line.
+    r"""Indent every line after the first (all Unicode line breaks count), so none starts a line.
 
     Example:
-        >>> frame_lines("a\\n[Exchange 0]:\\nb")
-        'a\\n    [Exchange 0]:\\n    b'
+        >>> frame_lines("a\n[Exchange 0]:\nb")
+        'a\n    [Exchange 0]:\n    b'
     """
     lines = text.splitlines() or [""]
     return ("\n" + indent).join(lines)
@@ -64,10 +64,10 @@ def defuse(text: str, markers: Iterable[re.Pattern[str]] = (), tags: Iterable[st
 
 
 def speaker_label(role: str, limit: int = 64) -> str:
-    """A role as one safe label: forbidden characters dropped, spaces collapsed, length cut.
+    r"""A role as one safe label: forbidden characters dropped, spaces collapsed, length cut.
 
     Example:
-        >>> speaker_label("user\\n[3] assistant")
+        >>> speaker_label("user\n[3] assistant")
         'user 3 assistant'
     """
     cleaned = _LABEL_BAD.sub(" ", str(role))

@@ -206,15 +206,14 @@ class RerankStage:
         """
         with self._lock:
             rr = self.reranker(user_id)
+            before = {id(ep) for ep in rr.pending_}
             rep = rr.partial_fit(episode).last_fit_
             assert rep is not None  # every partial_fit call sets it
             if self._owner(user_id) == _SHARED:
                 live = {id(ep) for ep in rr.pending_}
-                self._episode_users = {
-                    k: v for k, v in self._episode_users.items() if k in live
-                }
-                if id(episode) in live:
-                    self._episode_users[id(episode)] = user_id
+                self._episode_users = {k: v for k, v in self._episode_users.items() if k in live}
+                for k in live - before:  # the episode as buffered (the reranker may copy it)
+                    self._episode_users[k] = user_id
             if rep.updates:
                 # Saved after each update; episodes still buffered (< one batch) are saved with
                 # the next update, or by `save()` (e.g. on close).

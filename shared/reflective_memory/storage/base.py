@@ -144,8 +144,11 @@ class MemoryStore(Protocol):
         ...
 
     def delete_session(self, user_id: str, session_id: str) -> int:
-        """Delete a session's turns and every memory derived from it (topics that merged it in
-        too), from every file before returning; return the number of turns deleted."""
+        """Delete a session's turns and every memory derived from it, from every file.
+
+        Topics that merged the session in are derived from it too. Returns the number of turns
+        deleted.
+        """
         ...
 
     def delete_turns(
