@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,7 +336,7 @@ class IndexCache:
 
     def _all_files(self, user_id: str) -> list[Path]:
         fidx, fmeta = self._files(user_id)
-        return [fidx, fmeta, fidx.with_suffix(".faiss.tmp"), fmeta.with_suffix(".json.tmp")]
+        return [fidx, fmeta, *fidx.parent.glob(f"{fidx.stem}.*.tmp")]
 
     def get(self, user_id: str) -> UserIndex:
         """The user's current index (built, loaded or reused)."""
@@ -419,7 +421,10 @@ class IndexCache:
                 vectors[chunk] = emb
                 self.store.set_embeddings(user_id, [ids[i] for i in chunk], emb, self.embedder.name)
         built = UserIndex(user_id, version, ids, build_dense_index(vectors, self.ann), keys)
-        self._save(built, epoch)
+        try:
+            self._save(built, epoch)
+        except (OSError, RuntimeError) as exc:  # derived data: a failed save costs a rebuild
+            logger.warning("could not save the index cache of user %s: %s", user_id, exc)
         return built
 
     def _current(self, user_id: str, version: int, epoch: int) -> bool:
@@ -455,7 +460,10 @@ class IndexCache:
             "vectors_sha256": vectors_sha,
             "digest": _digest(built.ids, built.keys, vectors_sha, built.version),
         }
-        tmp_idx, tmp_meta = fidx.with_suffix(".faiss.tmp"), fmeta.with_suffix(".json.tmp")
+        # Unique temporary names: other threads or processes may save the same user at once.
+        token = f"{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+        tmp_idx = fidx.with_name(f"{fidx.stem}.{token}.faiss.tmp")
+        tmp_meta = fmeta.with_name(f"{fmeta.stem}.{token}.json.tmp")
         faiss.write_index(built.dense.index, str(tmp_idx))
         tmp_meta.write_text(json.dumps(meta))
         tmp_idx.replace(fidx)
