@@ -146,6 +146,10 @@ class LLMClient:
         if self.max_chars is not None and len(out) > self.max_chars:
             logger.warning("LLM reply of %d characters cut to %d", len(out), self.max_chars)
             out = out[: self.max_chars]
+        try:
+            out.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates cannot be stored: mark them as unknown
+            out = out.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
         return out
 
     def _bounded(self, prompt: str) -> Any:

@@ -13,7 +13,8 @@ returned, and the id of each session right after `end_session` returned. The aud
 reopens the store and counts:
 
 * `lost`: acknowledged turns missing from the store (must be 0);
-* `stranded`: turns of sessions marked ended that no memory holds (must be 0);
+* `stranded`: turns of sessions marked ended that no memory holds (must be 0), at the audit and
+  in snapshots workers take right after each `end_session`;
 * `incomplete`: ended sessions without their `session` memory (must be 0);
 * `leaks`: retrieved hits that belonged to another user (must be 0);
 * `errors`: unexpected exceptions in workers (must be 0);
@@ -44,6 +45,7 @@ import numpy as np
 from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import HashingEmbedder
 from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import SessionChangedError
 
 __all__ = [
     "soak_config",
@@ -84,6 +86,27 @@ def _user_text(rng: random.Random, user: str) -> str:
     return f"I ({user}) noted {words} number {rng.randrange(10**6)}."
 
 
+def _stranded_now(mem: ReflectiveMemory, user: str, session: str) -> int:
+    """Turns of `session` missing from its memories while it is marked ended (one snapshot)."""
+    store = mem.store
+    with store._lock:  # one read transaction: status, turns and memories of the same moment
+        store.conn.execute("BEGIN")
+        try:
+            info = store.session(user, session)
+            if info is None or info.status != "ended":
+                return 0
+            tids = {t.turn_id for t in store.turns(user, session)}
+            covered = {
+                tid
+                for m in store.memories(user)
+                if m.session_id == session and m.granularity == "turn"
+                for tid in m.turn_ids
+            }
+        finally:
+            store.conn.execute("COMMIT")
+    return len(tids - covered)
+
+
 def _work(
     mem: ReflectiveMemory,
     ack: Any,
@@ -98,7 +121,8 @@ def _work(
     n = 0
     while time.monotonic() < deadline:
         user = rng.choice(users)
-        session = f"{tag}-{rng.randrange(4)}"
+        # Sessions are shared by all workers: turns arrive while others end the same session.
+        session = f"s{rng.randrange(3)}"
         try:
             turn = mem.add_turn(user, session, "user", _user_text(rng, user))
             with ack_lock:
@@ -107,11 +131,16 @@ def _work(
             stats["turns"] += 1
             n += 1
             if n % 5 == 0:
-                mem.end_session(user, session)
-                with ack_lock:
-                    ack.write(f"E\t{user}\t{session}\n")
-                    ack.flush()
-                stats["ends"] += 1
+                try:
+                    mem.end_session(user, session)
+                except SessionChangedError:  # turns kept arriving: the session stays open
+                    stats["ends_deferred"] += 1
+                else:
+                    with ack_lock:
+                        ack.write(f"E\t{user}\t{session}\t{tag}\n")
+                        ack.flush()
+                    stats["ends"] += 1
+                    stats["stranded_seen"] += _stranded_now(mem, user, session)
             if n % 3 == 0:
                 t0 = time.perf_counter()
                 r = mem.retrieve(user, rng.choice(_WORDS), k=5)
@@ -125,7 +154,15 @@ def _work(
 
 
 def _new_stats() -> dict[str, Any]:
-    return {"turns": 0, "ends": 0, "leaks": 0, "errors": 0, "latency_ms": []}
+    return {
+        "turns": 0,
+        "ends": 0,
+        "ends_deferred": 0,
+        "stranded_seen": 0,
+        "leaks": 0,
+        "errors": 0,
+        "latency_ms": [],
+    }
 
 
 def thread_soak(
@@ -234,7 +271,7 @@ def process_soak(
             stats["errors"] += 1  # the worker died
             continue
         got = json.loads(report.read_text())
-        for key in ("turns", "ends", "leaks", "errors"):
+        for key in ("turns", "ends", "ends_deferred", "stranded_seen", "leaks", "errors"):
             stats[key] += got[key]
         stats["latency_ms"] += got["latency_ms"]
         stats.setdefault("error_kinds", []).extend(got.get("error_kinds", []))
@@ -290,7 +327,7 @@ def _read_acks(paths: list[Path]) -> tuple[set[tuple[str, str, str]], set[tuple[
             parts = line.split("\t")
             if parts[0] == "T" and len(parts) == 4:
                 turns.add((parts[1], parts[2], parts[3]))
-            elif parts[0] == "E" and len(parts) == 3:
+            elif parts[0] == "E" and len(parts) >= 3:
                 ends.add((parts[1], parts[2]))
     return turns, ends
 
@@ -327,6 +364,7 @@ def _summary(kind: str, stats: dict[str, Any], checked: dict[str, int], elapsed:
         "seconds": round(elapsed, 1),
         "turns": stats["turns"],
         "ends": stats["ends"],
+        "ends_deferred": stats["ends_deferred"],
         "retrieves": len(stats["latency_ms"]),
         "turns_per_s": round(stats["turns"] / max(elapsed, 1e-9), 1),
         "retrieve_p50_ms": round(float(np.percentile(lat, 50)), 2),
@@ -334,6 +372,7 @@ def _summary(kind: str, stats: dict[str, Any], checked: dict[str, int], elapsed:
         "leaks": stats["leaks"],
         "errors": stats["errors"],
         **checked,
+        "stranded": checked["stranded"] + stats["stranded_seen"],
     }
 
 
