@@ -24,6 +24,10 @@ class Weird:
         return "<segmentation>{'start': 0, 'end': 99}</segmentation>"
 
 
+class Sleep:
+    """Hangs far beyond the configured timeout."""
+
+
 class HasText:
     text = '{"turn": 1, "keep": true, "knowledge": "The user likes tea."}'
 
@@ -74,10 +78,6 @@ CORPUS: list[object] = [
     MemoryError("out of memory in the client"),
     Sleep(),
 ]
-
-
-class Sleep:
-    """Hangs far beyond the configured timeout."""
 
 
 class Answer:
