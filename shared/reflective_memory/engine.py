@@ -320,6 +320,11 @@ class ReflectiveMemory:
 
         Ending a session again (for instance after more turns arrived) rebuilds its units.
 
+        The build is atomic and fenced: units, notes and topics are stored in one transaction
+        that also marks the session ended, and only if its turns did not change while they were
+        built (a turn added meanwhile triggers a rebuild that includes it). A crash at any point
+        leaves either the previous memories or the new ones.
+
         Args:
             user_id: Owner.
             session_id: The session.
@@ -329,6 +334,8 @@ class ReflectiveMemory:
 
         Raises:
             UnknownSessionError: The user has no such session.
+            SessionChangedError: Turns kept arriving or being deleted through every rebuild
+                attempt; the session stays open and nothing is lost.
         """
         self._open()
         check_id("user_id", user_id)
@@ -734,7 +741,11 @@ class ReflectiveMemory:
         return [s.session_id for s in self.store.sessions(user_id, status="open")]
 
     def delete_user(self, user_id: str) -> int:
-        """Delete every turn and memory of a user; return the number of turns deleted."""
+        """Erase a user: turns, memories, caches, reranker data and the id itself.
+
+        Nothing of the user remains in any file of the store when this returns (README,
+        "Deleting data"). Returns the number of turns deleted.
+        """
         self._open()
         check_id("user_id", user_id)
         n = self.store.delete_user(user_id)
@@ -743,7 +754,9 @@ class ReflectiveMemory:
         return n
 
     def delete_session(self, user_id: str, session_id: str) -> int:
-        """Delete a session's turns and memories; return the number of turns deleted.
+        """Erase a session's turns and every memory derived from it; return the turns deleted.
+
+        Topic memories that merged the session in are derived from it and go too.
 
         Raises:
             UnknownSessionError: The user has no such session.
@@ -761,8 +774,9 @@ class ReflectiveMemory:
     ) -> list[Turn]:
         """Delete some turns of a session (all of them when `turn_ids` is None).
 
-        The session's memories stay as they are until the session is ended again, which
-        rebuilds them from the turns that remain. Unknown turn ids are ignored.
+        Every memory holding a deleted turn's text is erased with it (units, notes, topics); the
+        session is reopened while turns remain, and ending it again rebuilds its memories from
+        them. Unknown turn ids are ignored.
 
         Returns:
             The deleted turns, in order.

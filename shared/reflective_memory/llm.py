@@ -74,6 +74,10 @@ class LLMClient:
         max_chars: Longest reply used; longer replies are cut to this length (`None`: no cut).
     """
 
+    llm: Any
+    timeout_s: float | None
+    max_chars: int | None
+
     def __init__(
         self, llm: Any, *, timeout_s: float | None = None, max_chars: int | None = None
     ) -> None:
