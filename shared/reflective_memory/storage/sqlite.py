@@ -255,7 +255,7 @@ class SQLiteStore:
         """Move every committed page into the database file and truncate the WAL to 0 bytes."""
         if self.path is None:
             return
-        for attempt in range(50):
+        for attempt in range(25):
             busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             if not busy:
                 return
