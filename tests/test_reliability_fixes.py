@@ -151,8 +151,10 @@ def _populate(mem: ReflectiveMemory, user: str = USER) -> None:
 
 
 def test_delete_user_leaves_no_copy_in_any_file(tmp_path: Path) -> None:
-    llm = Scripted('{"extracted_memories": [{"summary": "The user keeps a locker.", '
-                   '"reference": [0]}]}', "Add()")
+    llm = Scripted(
+        '{"extracted_memories": [{"summary": "The user keeps a locker.", "reference": [0]}]}',
+        "Add()",
+    )
     cfg = _cfg(prospective_reflection=True, rerank_batch_size=2)
     directory = tmp_path / "db"
     with ReflectiveMemory(directory, embedder=HashingEmbedder(64), llm=llm, config=cfg) as mem:
@@ -326,8 +328,10 @@ def test_index_cache_is_bounded_by_bytes() -> None:
     with ReflectiveMemory(embedder=HashingEmbedder(64), config=_cfg()) as mem:
         for u in range(12):
             mem.add_turns(
-                [{"user_id": f"u{u}", "session_id": "s", "role": "user", "text": f"t {i}"}
-                 for i in range(20)]
+                [
+                    {"user_id": f"u{u}", "session_id": "s", "role": "user", "text": f"t {i}"}
+                    for i in range(20)
+                ]
             )
             mem.end_session(f"u{u}", "s")
         one = mem.indexes.get("u0").nbytes()
@@ -432,3 +436,28 @@ def test_wrong_inputs_raise_invalid_input_error() -> None:
             mem.retrieve("u", "query \ud800")
         assert mem.users() == []
         assert isinstance(datetime.now(), datetime)
+
+
+def test_llm_bounds_survive_rewrapping_and_async() -> None:
+    import asyncio
+
+    from reflective_memory.errors import LLMError
+    from reflective_memory.llm import as_llm
+
+    client = as_llm(lambda p: "ok", timeout_s=0.2, max_chars=5)
+    assert as_llm(client) is client
+    again = LLMClient(client)
+    assert (again.timeout_s, again.max_chars) == (0.2, 5)
+
+    class SlowAsync:
+        def complete(self, prompt: str) -> str:
+            return "sync"
+
+        async def acomplete(self, prompt: str) -> str:
+            await asyncio.sleep(30)
+            return "late"
+
+    slow = LLMClient(SlowAsync(), timeout_s=0.2)
+    with pytest.raises(LLMError):
+        asyncio.run(slow.acomplete("hi"))
+    assert slow.usage.failures == 1

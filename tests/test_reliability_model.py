@@ -22,8 +22,9 @@ pytestmark = pytest.mark.reliability
 
 USERS = st.sampled_from(["ann", "bo", "cy"])
 SESSIONS = st.sampled_from(["s1", "s2"])
-WORDS = st.lists(st.sampled_from("apple river stone cloud ember violin tulip".split()), min_size=1,
-                 max_size=5)
+WORDS = st.lists(
+    st.sampled_from("apple river stone cloud ember violin tulip".split()), min_size=1, max_size=5
+)
 
 
 class StoreModel(RuleBasedStateMachine):
@@ -123,8 +124,12 @@ class StoreModel(RuleBasedStateMachine):
     def store_matches_model(self) -> None:
         for user in ("ann", "bo", "cy"):
             stored = {(t.session_id, t.turn_id): f"user: {t.text}" for t in self.mem.turns(user)}
-            want = {(s, tid): text for (u, s), v in self.turns.items() if u == user
-                    for tid, text in v.items()}
+            want = {
+                (s, tid): text
+                for (u, s), v in self.turns.items()
+                if u == user
+                for tid, text in v.items()
+            }
             assert stored == want
             assert set(self.mem.open_sessions(user)) == {s for (u, s) in self.open if u == user}
             texts = sorted(m.text for m in self.mem.memories(user))

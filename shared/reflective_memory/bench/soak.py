@@ -180,8 +180,16 @@ def thread_soak(
         workers = [
             threading.Thread(
                 target=_work,
-                args=(mem, ack, lock, random.Random(seed * 1000 + i), names, f"t{i}", deadline,
-                      stats),
+                args=(
+                    mem,
+                    ack,
+                    lock,
+                    random.Random(seed * 1000 + i),
+                    names,
+                    f"t{i}",
+                    deadline,
+                    stats,
+                ),
             )
             for i in range(threads)
         ]
@@ -335,8 +343,14 @@ def _read_acks(paths: list[Path]) -> tuple[set[tuple[str, str, str]], set[tuple[
 def audit(directory: Path, ack_paths: list[Path]) -> dict[str, int]:
     """Reopen the store and check it against the acknowledgements (see the module doc)."""
     acked, ended_acks = _read_acks(ack_paths)  # a session ended may be reopened by later turns
-    out = {"acknowledged": len(acked), "lost": 0, "stranded": 0, "incomplete": 0,
-           "ended_sessions": 0, "acknowledged_ends": len(ended_acks)}
+    out = {
+        "acknowledged": len(acked),
+        "lost": 0,
+        "stranded": 0,
+        "incomplete": 0,
+        "ended_sessions": 0,
+        "acknowledged_ends": len(ended_acks),
+    }
     with _open(Path(directory)) as mem:
         for user in mem.users():
             stored = {(user, t.session_id, t.turn_id) for t in mem.turns(user)}
@@ -393,8 +407,9 @@ def cache_rss(
     a fresh process). RSS is read after each of two passes over all users: with a bounded cache
     it stays flat however many users are served.
     """
-    cfg = soak_config(conditional_memory=False, granularities=("turn",),
-                      index_cache_bytes=cache_mb * 1024 * 1024)
+    cfg = soak_config(
+        conditional_memory=False, granularities=("turn",), index_cache_bytes=cache_mb * 1024 * 1024
+    )
     rng = random.Random(0)
     rss_start = _rss_mb()
     with ReflectiveMemory(directory, embedder=HashingEmbedder(384), config=cfg) as mem:
@@ -405,8 +420,12 @@ def cache_rss(
                 batch = range(first, min(first + 25, users))
                 mem.add_turns(
                     [
-                        {"user_id": f"user{u}", "session_id": "s", "role": "user",
-                         "text": _user_text(rng, f"user{u}")}
+                        {
+                            "user_id": f"user{u}",
+                            "session_id": "s",
+                            "role": "user",
+                            "text": _user_text(rng, f"user{u}"),
+                        }
                         for u in batch
                         for _ in range(turns_per_user)
                     ]
@@ -456,12 +475,14 @@ def _soak_cmd(args: argparse.Namespace) -> int:
 
 def _rss_cmd(args: argparse.Namespace) -> int:
     if args.db is not None:
-        out = cache_rss(Path(args.db), args.users, turns_per_user=args.turns,
-                        cache_mb=args.cache_mb)
+        out = cache_rss(
+            Path(args.db), args.users, turns_per_user=args.turns, cache_mb=args.cache_mb
+        )
     else:
         with tempfile.TemporaryDirectory(prefix="rm-rss-") as tmp:
-            out = cache_rss(Path(tmp) / "db", args.users, turns_per_user=args.turns,
-                            cache_mb=args.cache_mb)
+            out = cache_rss(
+                Path(tmp) / "db", args.users, turns_per_user=args.turns, cache_mb=args.cache_mb
+            )
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 
