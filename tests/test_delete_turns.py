@@ -42,12 +42,16 @@ def test_delete_last_then_add_does_not_collide(mem):
     assert mem.add_turn("ana", "s1", "user", "x").turn_id == "s1:2"
 
 
-def test_delete_all_turns_keeps_memories(mem):
+def test_delete_all_turns_deletes_their_memories(mem):
     _fill(mem)
-    built = mem.end_session("ana", "s1")
+    mem.add_turn("ana", "s2", "user", "kept elsewhere")
+    mem.end_session("ana", "s1")
+    mem.end_session("ana", "s2")
     gone = mem.delete_turns("ana", "s1")
     assert len(gone) == 3 and mem.turns("ana", "s1") == []
-    assert [m.id for m in mem.memories("ana")] == [m.id for m in built]
+    # delete means gone: no memory keeps the deleted turns' text
+    assert all(m.session_id == "s2" for m in mem.memories("ana"))
+    assert "turn number" not in " ".join(h.memory.text for h in mem.retrieve("ana", "turn number"))
     assert mem.open_sessions("ana") == []  # nothing left to rebuild from
 
 

@@ -30,6 +30,7 @@ BENCH_MODULES = [
     "reflective_memory.bench.feedback",
     "reflective_memory.bench.segmentation",
     "reflective_memory.bench.latency",
+    "reflective_memory.bench.soak",
 ]
 
 

@@ -131,6 +131,12 @@ class MemoryConfig:
             memories from answer-sentence / memory embedding similarity.
         attribution_threshold: Cosine an answer sentence must reach with a memory key for the
             fallback to count it as used (0.55 suits all-MiniLM-L6-v2).
+        llm_timeout_s: Longest wait for one LLM call, in seconds; a call that takes longer
+            counts as failed and its step falls back offline (`None`: wait forever).
+        llm_max_chars: Longest LLM reply used; a longer one is cut to this many characters
+            before parsing (lenient parsers read what fits; the rest is repaired offline).
+        index_cache_bytes: Memory the in-process index cache may hold, in bytes; the least
+            recently used users' indexes are dropped beyond it (they reload from disk).
     """
 
     granularities: tuple[str, ...] = ("segment",)
@@ -184,6 +190,9 @@ class MemoryConfig:
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
+    llm_timeout_s: float | None = 60.0
+    llm_max_chars: int = 200_000
+    index_cache_bytes: int = 512 * 1024 * 1024
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -225,6 +234,8 @@ class MemoryConfig:
             "max_text_chars",
             "embed_max_chars",
             "embed_batch_size",
+            "llm_max_chars",
+            "index_cache_bytes",
         ):
             val = getattr(self, name)
             if not isinstance(val, int) or isinstance(val, bool) or val < 1:
@@ -269,6 +280,9 @@ class MemoryConfig:
             if not isinstance(val, int) or isinstance(val, bool) or val < low:
                 raise ConfigError(f"{name} must be an integer >= {low}, got {val!r}")
         self._validate_rmm()
+        t = self.llm_timeout_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
+            raise ConfigError(f"llm_timeout_s must be None or a positive number, got {t!r}")
         if self.max_session_turns is not None and self.max_session_turns < 1:
             raise ConfigError("max_session_turns must be None or >= 1")
         if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:

@@ -28,6 +28,7 @@ from reflective_memory.embed import Embedder, default_embedder
 from reflective_memory.errors import (
     ConfigError,
     InvalidInputError,
+    SessionChangedError,
     StoreClosedError,
     UnknownMemoryError,
     UnknownSessionError,
@@ -39,17 +40,27 @@ from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
-from reflective_memory.storage.base import MemoryDraft
+from reflective_memory.storage.base import MemoryDraft, session_fence
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import GRANULARITIES, Memory, Retrieval, Turn, Usage
 from reflective_memory.units import BASE_UNITS, build_units, denoise_drafts, raw_key, source_turns
-from reflective_memory.validation import check_id, check_positive
+from reflective_memory.validation import check_encodable, check_id, check_positive, check_role
 
 __all__ = ["ReflectiveMemory"]
 
 logger = logging.getLogger(__name__)
+
+#: Builds of one `end_session` call before it gives up on a session that keeps changing.
+_BUILD_ATTEMPTS = 3
+
+
+def _has_derived_files(directory: Path) -> bool:
+    """Whether index or reranker files exist, i.e. a database was stored here before."""
+    return any(
+        any((directory / d).iterdir()) for d in ("index", "rerankers") if (directory / d).is_dir()
+    )
 
 
 def _comparable(a: datetime, b: datetime) -> bool:
@@ -101,9 +112,14 @@ class ReflectiveMemory:
             if self.path.exists() and not self.path.is_dir():
                 raise InvalidInputError(f"path {str(self.path)!r} exists and is not a directory")
             self.path.mkdir(parents=True, exist_ok=True)
-        self.store = SQLiteStore(None if self.path is None else self.path / "memory.sqlite3")
+        self.store = SQLiteStore(
+            None if self.path is None else self.path / "memory.sqlite3",
+            must_exist=self.path is not None and _has_derived_files(self.path),
+        )
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
-        self.llm: LLMClient | None = as_llm(llm)
+        self.llm: LLMClient | None = as_llm(
+            llm, timeout_s=self.config.llm_timeout_s, max_chars=self.config.llm_max_chars
+        )
         self.segmenter: Segmenter = (
             segmenter
             if segmenter is not None
@@ -122,6 +138,7 @@ class ReflectiveMemory:
             None if self.path is None else self.path / "index",
             batch_size=self.config.embed_batch_size,
             ann=self.config.ann_settings(),
+            max_bytes=self.config.index_cache_bytes,
         )
         # RMM: prospective reflection needs an LLM and the option; the reranker stage is local.
         self.reflector: ProspectiveReflector | None = None
@@ -172,9 +189,10 @@ class ReflectiveMemory:
     ) -> dict[str, Any]:
         check_id("user_id", user_id)
         check_id("session_id", session_id)
-        check_id("role", role)
+        check_role(role)
         if not isinstance(text, str):
             raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
+        check_encodable("text", text)
         if not text.strip():
             raise InvalidInputError("text must not be empty or whitespace")
         if len(text) > self.config.max_text_chars:
@@ -243,6 +261,10 @@ class ReflectiveMemory:
             The stored turns, in order.
         """
         self._open()
+        if isinstance(turns, (str, bytes, dict)) or not isinstance(turns, Iterable):
+            raise InvalidInputError(
+                f"turns must be an iterable of dicts, got {type(turns).__name__}"
+            )
         records = []
         for t in turns:
             if not isinstance(t, dict):
@@ -298,6 +320,11 @@ class ReflectiveMemory:
 
         Ending a session again (for instance after more turns arrived) rebuilds its units.
 
+        The build is atomic and fenced: units, notes and topics are stored in one transaction
+        that also marks the session ended, and only if its turns did not change while they were
+        built (a turn added meanwhile triggers a rebuild that includes it). A crash at any point
+        leaves either the previous memories or the new ones.
+
         Args:
             user_id: Owner.
             session_id: The session.
@@ -307,25 +334,53 @@ class ReflectiveMemory:
 
         Raises:
             UnknownSessionError: The user has no such session.
+            SessionChangedError: Turns kept arriving or being deleted through every rebuild
+                attempt; the session stays open and nothing is lost.
         """
         self._open()
         check_id("user_id", user_id)
         check_id("session_id", session_id)
-        if self.store.session(user_id, session_id) is None:
-            raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+        for attempt in range(1, _BUILD_ATTEMPTS + 1):
+            if self.store.session(user_id, session_id) is None:
+                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            try:
+                return self._build_session(user_id, session_id)
+            except SessionChangedError:
+                if attempt == _BUILD_ATTEMPTS:
+                    raise
+                logger.info("session %s of user %s changed while built; again", session_id, user_id)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _build_session(self, user_id: str, session_id: str) -> list[Memory]:
+        """One build of a session, stored in one transaction fenced on the turns it read.
+
+        Units, notes and topics are computed first (LLM calls included), then stored together
+        with the session marked ended; if a turn was added or deleted meanwhile the store
+        raises `SessionChangedError` and nothing is written (the session stays open).
+        """
         turns = self.store.turns(user_id, session_id)
+        fence = session_fence(turns)
         drafts = build_units(
             turns, self.config.granularities, self.segmenter, date_prefix=self.config.date_prefix
         )
         self.denoise_keys(user_id, drafts)
+        kinds: tuple[str, ...] = BASE_UNITS
+        if self.config.conditional_memory:
+            drafts = drafts + self._note_drafts(user_id, session_id, turns)
+            kinds = (*BASE_UNITS, NOTE_GRANULARITY)
+        report = None
+        if self.reflector is not None:
+            topics, report = self._reflect(user_id, session_id, turns)
+            drafts = drafts + topics
         vectors = self._embed_keys([d.key for d in drafts])
         memories = self.store.replace_session_memories(
-            user_id, session_id, BASE_UNITS, drafts, vectors, self.embedder.name
+            user_id, session_id, kinds, drafts, vectors, self.embedder.name, fence=fence
         )
-        if self.config.conditional_memory:
-            memories = memories + self._store_notes(user_id, session_id, turns)
-        if self.reflector is not None:
-            memories = memories + self._reflect(user_id, session_id, turns)
+        if report is not None:
+            try:
+                self.store.set_value(f"rmm.reflection/{user_id}/{session_id}", report.as_dict())
+            except Exception:
+                logger.exception("could not record the reflection report")
         logger.info(
             "session %s of user %s: %d turns -> %d memories",
             session_id,
@@ -335,8 +390,10 @@ class ReflectiveMemory:
         )
         return memories
 
-    def _store_notes(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> list[Memory]:
-        """Build, embed and store a session's conditional-memory notes, replacing any it had."""
+    def _note_drafts(
+        self, user_id: str, session_id: str, turns: Sequence[Turn]
+    ) -> list[MemoryDraft]:
+        """A session's conditional-memory note drafts (stored with the session's units)."""
         usage = Usage()
         drafts, diag = build_note_drafts(
             turns,
@@ -345,20 +402,16 @@ class ReflectiveMemory:
             max_prompt_chars=self.config.note_prompt_chars,
             usage=usage,
         )
-        vectors = self._embed_keys([d.key for d in drafts])
-        stored = self.store.replace_session_memories(
-            user_id, session_id, (NOTE_GRANULARITY,), drafts, vectors, self.embedder.name
-        )
         logger.info(
             "session %s of user %s: %d user turns -> %d notes (%d llm calls, %d failed)",
             session_id,
             user_id,
             diag["user_turns"],
-            len(stored),
+            len(drafts),
             diag["calls"],
             diag["failed_calls"],
         )
-        return stored
+        return drafts
 
     def _reflective_retrieve(
         self, user_id: str, query: str, retrieve_kwargs: dict[str, Any], t_start: float
@@ -377,24 +430,24 @@ class ReflectiveMemory:
         out.diagnostics["timings_ms"]["total"] = (time.perf_counter() - t_start) * 1000
         return out
 
-    def _reflect(self, user_id: str, session_id: str, turns: Sequence[Turn]) -> list[Memory]:
+    def _reflect(
+        self, user_id: str, session_id: str, turns: Sequence[Turn]
+    ) -> tuple[list[MemoryDraft], ReflectionReport]:
         """RMM prospective reflection of a finished session; never fails `end_session`.
 
-        Returns the topic memories added or updated. The report (counts and LLM usage) is kept
-        in the store under `rmm.reflection/<user>/<session>`.
+        Returns the topic drafts to add or replace (stored with the session's units) and the
+        report (counts and LLM usage), kept in the store under `rmm.reflection/<user>/<session>`.
         """
         assert self.reflector is not None
-        bank = StoreTopicBank(self.store, self.indexes, self._embed_keys, self.embedder.name)
+        bank = StoreTopicBank(
+            self.store, self.indexes, self._embed_keys, self.embedder.name, staged=True
+        )
         try:
             report = self.reflector.reflect(user_id, session_id, turns, bank)
-        except Exception:  # session units are committed; topics can be rebuilt later
+        except Exception:  # the session's units are still stored; topics come with a rebuild
             logger.exception("prospective reflection failed for session %s", session_id)
-            report = ReflectionReport()
-        try:
-            self.store.set_value(f"rmm.reflection/{user_id}/{session_id}", report.as_dict())
-        except Exception:
-            logger.exception("could not record the reflection report")
-        return list(bank.saved)
+            return [], ReflectionReport()
+        return bank.staged_drafts(), report
 
     def reflection_report(self, user_id: str, session_id: str) -> dict[str, Any] | None:
         """The last prospective-reflection report of a session (counts and LLM usage)."""
@@ -529,6 +582,7 @@ class ReflectiveMemory:
             raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
         if not query.strip():
             raise InvalidInputError("query must not be empty or whitespace")
+        check_encodable("query", query)
         k = check_positive("k", k)
         budget_tokens = check_positive("budget_tokens", budget_tokens)
         mode = self.config.retrieval_mode if mode is None else mode
@@ -687,7 +741,11 @@ class ReflectiveMemory:
         return [s.session_id for s in self.store.sessions(user_id, status="open")]
 
     def delete_user(self, user_id: str) -> int:
-        """Delete every turn and memory of a user; return the number of turns deleted."""
+        """Erase a user: turns, memories, caches, reranker data and the id itself.
+
+        Nothing of the user remains in any file of the store when this returns (README,
+        "Deleting data"). Returns the number of turns deleted.
+        """
         self._open()
         check_id("user_id", user_id)
         n = self.store.delete_user(user_id)
@@ -696,7 +754,9 @@ class ReflectiveMemory:
         return n
 
     def delete_session(self, user_id: str, session_id: str) -> int:
-        """Delete a session's turns and memories; return the number of turns deleted.
+        """Erase a session's turns and every memory derived from it; return the turns deleted.
+
+        Topic memories that merged the session in are derived from it and go too.
 
         Raises:
             UnknownSessionError: The user has no such session.
@@ -706,6 +766,7 @@ class ReflectiveMemory:
         check_id("session_id", session_id)
         n = self.store.delete_session(user_id, session_id)
         self.indexes.invalidate(user_id)
+        self.rerank_stage.forget_retrievals(user_id)
         return n
 
     def delete_turns(
@@ -713,8 +774,9 @@ class ReflectiveMemory:
     ) -> list[Turn]:
         """Delete some turns of a session (all of them when `turn_ids` is None).
 
-        The session's memories stay as they are until the session is ended again, which
-        rebuilds them from the turns that remain. Unknown turn ids are ignored.
+        Every memory holding a deleted turn's text is erased with it (units, notes, topics); the
+        session is reopened while turns remain, and ending it again rebuilds its memories from
+        them. Unknown turn ids are ignored.
 
         Returns:
             The deleted turns, in order.
@@ -729,7 +791,11 @@ class ReflectiveMemory:
             if isinstance(turn_ids, str):
                 raise InvalidInputError("turn_ids must be a list of turn ids, not a str")
             turn_ids = [check_id("turn_id", t) for t in turn_ids]
-        return self.store.delete_turns(user_id, session_id, turn_ids)
+        gone = self.store.delete_turns(user_id, session_id, turn_ids)
+        if gone:
+            self.indexes.invalidate(user_id)
+            self.rerank_stage.forget_retrievals(user_id)
+        return gone
 
     def put_memory(
         self,
@@ -765,8 +831,16 @@ class ReflectiveMemory:
         check_id("user_id", user_id)
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError("text must be a non-empty str")
+        check_encodable("text", text)
         if key is not None and (not isinstance(key, str) or not key.strip()):
             raise InvalidInputError("key must be None or a non-empty str")
+        if key is not None:
+            check_encodable("key", key)
+        if not isinstance(session_id, str):
+            raise InvalidInputError(f"session_id must be a str, got {type(session_id).__name__}")
+        if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
+            raise InvalidInputError("turn_ids must be a sequence of turn ids")
+        turn_ids = [check_id("turn_id", t) for t in turn_ids]
         if granularity not in GRANULARITIES:
             raise InvalidInputError(f"granularity must be one of {GRANULARITIES}")
         if memory_id is not None:

@@ -9,6 +9,8 @@ __all__ = [
     "UnknownSessionError",
     "UnknownMemoryError",
     "StoreClosedError",
+    "StoreCorruptedError",
+    "SessionChangedError",
     "LLMError",
     "LLMOutputError",
     "ConfigError",
@@ -47,6 +49,22 @@ class UnknownMemoryError(ReflectiveMemoryError, KeyError):
 
 class StoreClosedError(ReflectiveMemoryError, RuntimeError):
     """The memory store was closed; open a new ReflectiveMemory to continue."""
+
+
+class StoreCorruptedError(ReflectiveMemoryError, RuntimeError):
+    """The database is damaged, not a database, or vanished while its derived files remain.
+
+    Nothing is repaired or recreated silently: restore the directory from a backup, or move it
+    away to start an empty store.
+    """
+
+
+class SessionChangedError(ReflectiveMemoryError, RuntimeError):
+    """A session's turns changed while its memories were being built (the build was discarded).
+
+    `ReflectiveMemory.end_session` rebuilds on this; a store raises it from
+    `replace_session_memories(..., fence=...)` when the fence no longer matches.
+    """
 
 
 class LLMError(ReflectiveMemoryError, RuntimeError):

@@ -7,7 +7,8 @@ Any of these is accepted wherever the core takes an `llm`:
 * an `LLM` built here.
 
 LLM-backed steps always go through `LLMClient.complete`, which counts calls, characters and
-tokens into a `Usage`, and turns exceptions into `LLMError` so callers can fall back offline.
+tokens into a `Usage`, bounds every call in time (`timeout_s`) and size (`max_chars`), and turns
+exceptions and timeouts into `LLMError` so callers can fall back offline.
 """
 
 from __future__ import annotations
@@ -58,17 +59,42 @@ class LLM(Protocol):
 
 
 class LLMClient:
-    """Wraps any supported LLM object, counts usage and normalises failures.
+    """Wraps any supported LLM object, counts usage, bounds calls and normalises failures.
+
+    A sync call runs in a daemon worker thread and is abandoned after `timeout_s` (Python
+    cannot stop a thread: the call finishes in the background and its answer is dropped); an
+    async call is cancelled. Either way it counts as a failure and raises `LLMError`.
 
     Args:
         llm: A callable `prompt -> str`, or an object with `complete` (and maybe `acomplete`).
             Objects may also expose `last_usage` (a dict with `prompt_tokens` /
-            `completion_tokens`) after a call; the framework adapters do.
+            `completion_tokens`) after a call; the framework adapters do. Another `LLMClient`
+            is unwrapped (its bounds are kept unless given here).
+        timeout_s: Longest wait for one call in seconds (`None`: no limit).
+        max_chars: Longest reply used; longer replies are cut to this length (`None`: no cut).
     """
 
-    def __init__(self, llm: Any) -> None:
+    llm: Any
+    timeout_s: float | None
+    max_chars: int | None
+
+    def __init__(
+        self, llm: Any, *, timeout_s: float | None = None, max_chars: int | None = None
+    ) -> None:
         if isinstance(llm, LLMClient):
+            timeout_s = llm.timeout_s if timeout_s is None else timeout_s
+            max_chars = llm.max_chars if max_chars is None else max_chars
             llm = llm.llm
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0
+        ):
+            raise InvalidInputError(f"timeout_s must be None or > 0, got {timeout_s!r}")
+        if max_chars is not None and (
+            isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1
+        ):
+            raise InvalidInputError(f"max_chars must be None or a positive int, got {max_chars!r}")
+        self.timeout_s = None if timeout_s is None else float(timeout_s)
+        self.max_chars = max_chars
         has_complete = callable(getattr(llm, "complete", None))
         if not has_complete and not callable(llm):
             raise InvalidInputError(
@@ -96,24 +122,61 @@ class LLMClient:
                     continue
                 u.completion_chars += len(out)
                 reported = getattr(self.llm, "last_usage", None)
+                counted = None
                 if isinstance(reported, dict) and reported.get("prompt_tokens") is not None:
-                    u.prompt_tokens += int(reported.get("prompt_tokens") or 0)
-                    u.completion_tokens += int(reported.get("completion_tokens") or 0)
-                else:
-                    u.prompt_tokens += count_tokens(prompt)
-                    u.completion_tokens += count_tokens(out)
+                    try:
+                        counted = (
+                            int(reported.get("prompt_tokens") or 0),
+                            int(reported.get("completion_tokens") or 0),
+                        )
+                    except (TypeError, ValueError):
+                        counted = None  # unusable report: count ourselves
+                if counted is None:
+                    counted = (count_tokens(prompt), count_tokens(out))
+                u.prompt_tokens += counted[0]
+                u.completion_tokens += counted[1]
 
-    @staticmethod
-    def _text(out: Any) -> str:
-        if isinstance(out, str):
-            return out
-        for attr in ("text", "content"):
-            val = getattr(out, attr, None)
-            if isinstance(val, str):
-                return val
-        if out is None:
-            raise LLMError("the LLM returned None")
-        return str(out)
+    def _text(self, out: Any) -> str:
+        if not isinstance(out, str):
+            for attr in ("text", "content"):
+                val = getattr(out, attr, None)
+                if isinstance(val, str):
+                    out = val
+                    break
+            else:
+                if out is None:
+                    raise LLMError("the LLM returned None")
+                out = str(out)
+        if self.max_chars is not None and len(out) > self.max_chars:
+            logger.warning("LLM reply of %d characters cut to %d", len(out), self.max_chars)
+            out = out[: self.max_chars]
+        try:
+            out.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates cannot be stored: mark them as unknown
+            out = out.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return out
+
+    def _bounded(self, prompt: str) -> Any:
+        """Call the sync LLM, giving up after `timeout_s`."""
+        if self.timeout_s is None:
+            return self._sync(prompt)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["out"] = self._sync(prompt)
+            except BaseException as exc:  # handed to the caller below
+                box["exc"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="reflective-memory-llm", daemon=True).start()
+        if not done.wait(self.timeout_s):
+            raise TimeoutError(f"no answer within {self.timeout_s:g} s")
+        if "exc" in box:
+            raise box["exc"]
+        return box["out"]
 
     def complete(self, prompt: str, usage: Usage | None = None) -> str:
         """Call the LLM once.
@@ -126,10 +189,10 @@ class LLMClient:
             The completion text.
 
         Raises:
-            LLMError: The LLM raised or returned nothing usable.
+            LLMError: The LLM raised, timed out or returned nothing usable.
         """
         try:
-            out = self._text(self._sync(prompt))
+            out = self._text(self._bounded(prompt))
         except Exception as exc:
             self._record(prompt, None, usage)
             logger.warning("LLM call failed: %s", exc)
@@ -141,9 +204,9 @@ class LLMClient:
         """Async twin of `complete`; runs a sync-only LLM in a worker thread."""
         try:
             if self._async is not None:
-                out = self._text(await self._async(prompt))
+                out = self._text(await asyncio.wait_for(self._async(prompt), self.timeout_s))
             else:
-                out = self._text(await asyncio.to_thread(self._sync, prompt))
+                out = self._text(await asyncio.to_thread(self._bounded, prompt))
         except Exception as exc:
             self._record(prompt, None, usage)
             logger.warning("LLM call failed: %s", exc)
@@ -152,8 +215,15 @@ class LLMClient:
         return out
 
 
-def as_llm(llm: Any | None) -> LLMClient | None:
-    """Wrap an LLM-like object in an `LLMClient`; `None` stays `None` (offline)."""
+def as_llm(
+    llm: Any | None, *, timeout_s: float | None = None, max_chars: int | None = None
+) -> LLMClient | None:
+    """Wrap an LLM-like object in an `LLMClient`; `None` stays `None` (offline).
+
+    An `LLMClient` given without new bounds is returned as it is (its usage counts go on).
+    """
     if llm is None:
         return None
-    return LLMClient(llm)
+    if isinstance(llm, LLMClient) and timeout_s is None and max_chars is None:
+        return llm
+    return LLMClient(llm, timeout_s=timeout_s, max_chars=max_chars)

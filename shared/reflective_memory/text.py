@@ -8,7 +8,7 @@ from typing import Any
 
 from reflective_memory.errors import InvalidInputError
 
-__all__ = ["parse_timestamp", "lexical_tokens", "format_date", "STOPWORDS"]
+__all__ = ["parse_timestamp", "lexical_tokens", "format_date", "time_key", "STOPWORDS"]
 
 _FORMATS = (
     "%Y/%m/%d (%a) %H:%M",  # LongMemEval: 2023/05/21 (Sun) 11:54
@@ -69,6 +69,15 @@ def parse_timestamp(value: Any) -> datetime | None:
     raise InvalidInputError(
         f"timestamp must be a datetime, a number or a string, got {type(value).__name__}"
     )
+
+
+def time_key(ts: datetime) -> datetime:
+    """Sort key ordering naive (read as UTC) and aware timestamps together.
+
+    Turns may mix both (an ISO string without offset next to Unix seconds); `min`/`max` over
+    them need this key.
+    """
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
 
 
 def format_date(ts: datetime | None) -> str:

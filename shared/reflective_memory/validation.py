@@ -6,10 +6,30 @@ from typing import Any
 
 from reflective_memory.errors import InvalidInputError
 
-__all__ = ["check_id", "check_positive", "MAX_ID_CHARS"]
+__all__ = [
+    "check_id",
+    "check_positive",
+    "check_role",
+    "check_encodable",
+    "MAX_ID_CHARS",
+    "MAX_ROLE_CHARS",
+]
 
 #: Longest accepted id (user, session, turn, role).
 MAX_ID_CHARS = 512
+#: Longest accepted speaker label.
+MAX_ROLE_CHARS = 64
+
+
+def check_encodable(name: str, value: str) -> str:
+    """Check that a str can be stored as UTF-8 (no lone surrogates); return it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{name} is not valid Unicode text (lone surrogate at index {exc.start})"
+        ) from None
+    return value
 
 
 def check_id(name: str, value: Any) -> str:
@@ -20,6 +40,24 @@ def check_id(name: str, value: Any) -> str:
         raise InvalidInputError(f"{name} must not be empty")
     if len(value) > MAX_ID_CHARS:
         raise InvalidInputError(f"{name} is longer than {MAX_ID_CHARS} characters")
+    return check_encodable(name, value)
+
+
+def check_role(value: Any) -> str:
+    """Check a speaker label: one printable line of at most `MAX_ROLE_CHARS`, no brackets.
+
+    Labels are shown to LLMs as `role: text`; a newline, control character, bracket or colon
+    in a label could make a prompt show a turn that was never said.
+    """
+    check_id("role", value)
+    if len(value) > MAX_ROLE_CHARS:
+        raise InvalidInputError(f"role is longer than {MAX_ROLE_CHARS} characters")
+    bad = [c for c in value if not c.isprintable() or c in "[]{}<>:|\\"]
+    if bad:
+        raise InvalidInputError(
+            f"role {value!r} contains {bad[0]!r}; a speaker label is one line without "
+            "control characters, brackets, colons or bars"
+        )
     return value
 
 

@@ -54,9 +54,10 @@ from reflective_memory.conditional.memorize import (
     parse_yes_no,
 )
 from reflective_memory.errors import InvalidInputError, LLMError, LLMOutputError
+from reflective_memory.framing import frame_lines, speaker_label
 from reflective_memory.llm import LLMClient
 from reflective_memory.storage.base import MemoryDraft
-from reflective_memory.text import format_date
+from reflective_memory.text import format_date, time_key
 from reflective_memory.types import Turn, Usage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +85,8 @@ NOTE_GRANULARITY = "note"
 # -- LLM path -------------------------------------------------------------------------------------
 
 _NOTE_PROMPT = """You help an AI assistant keep a long-term memory of its conversations with one \
-user. Below is part of a conversation; every turn has a number in square brackets.
+user. Below is part of a conversation; every turn starts a line with its number in square \
+brackets and its speaker; the further lines of a turn are indented and belong to it.
 
 For EVERY user turn listed under "Decide for", judge whether it is worth remembering for future \
 conversations with this user.
@@ -146,6 +148,16 @@ def _as_text(value: Any) -> str:
     return "" if text.lower() in {"nan", "none", "n/a", "null", "-"} else text
 
 
+_ASCII_INT = re.compile(r"[0-9]{1,9}")
+
+
+def _ascii_int(value: Any) -> int | None:
+    """An ASCII decimal string as int (`"²"` or `"٣"` are no turn numbers), else None."""
+    if isinstance(value, str) and _ASCII_INT.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
+
+
 def parse_note_output(
     output: str, targets: Mapping[int, int], n_turns: int
 ) -> dict[int, NoteDecision]:
@@ -170,8 +182,8 @@ def parse_note_output(
         if obj is None:
             continue
         number = obj.get("turn", obj.get("id", obj.get("u")))
-        if isinstance(number, str) and number.strip().strip("[]").isdigit():
-            number = int(number.strip().strip("[]"))
+        if isinstance(number, str):
+            number = _ascii_int(number.strip().strip("[]"))
         if not isinstance(number, int) or isinstance(number, bool) or number not in targets:
             continue
         position = targets[number]
@@ -188,16 +200,12 @@ def parse_note_output(
             continue
         related_raw = obj.get("related", [])
         related_raw = related_raw if isinstance(related_raw, list) else [related_raw]
+        numbers = [
+            r if isinstance(r, int) and not isinstance(r, bool) else _ascii_int(r)
+            for r in related_raw
+        ]
         related = sorted(
-            {
-                int(r) - 1
-                for r in related_raw
-                if isinstance(r, (int, str))
-                and not isinstance(r, bool)
-                and str(r).strip().isdigit()
-                and 1 <= int(r) <= n_turns
-                and int(r) - 1 != position
-            }
+            {r - 1 for r in numbers if r is not None and 1 <= r <= n_turns and r - 1 != position}
         )
         found[position] = NoteDecision(
             position, True, _as_text(obj.get("context")), knowledge, related, "llm"
@@ -245,7 +253,10 @@ class LLMNoteMaker:
     def prompt(self, turns: Sequence[Turn], start: int, end: int) -> tuple[str, dict[int, int]]:
         """The prompt for the chunk `[start, end)` and its shown-number -> position targets."""
         first = max(0, start - self.overlap_turns)
-        lines = [f"[{i + 1}] {turns[i].role}: {_shown(turns[i])}" for i in range(first, end)]
+        lines = [
+            f"[{i + 1}] {speaker_label(turns[i].role)}: {frame_lines(_shown(turns[i]))}"
+            for i in range(first, end)
+        ]
         targets = {i + 1: i for i in range(start, end) if is_user_turn(turns[i])}
         date = format_date(turns[0].timestamp)
         text = _NOTE_PROMPT.format(
@@ -364,15 +375,17 @@ def build_note_drafts(
 def _draft(turns: Sequence[Turn], d: NoteDecision, date: str) -> MemoryDraft:
     turn = turns[d.position]
     ctx_turns = [turns[p] for p in d.context_positions if 0 <= p < len(turns)]
-    times = [t.timestamp for t in [turn, *ctx_turns] if t.timestamp is not None]
+    times = sorted(
+        (t.timestamp for t in [turn, *ctx_turns] if t.timestamp is not None), key=time_key
+    )
     return MemoryDraft(
         session_id=turn.session_id,
         granularity=NOTE_GRANULARITY,
         text=note_text(d.context, d.knowledge, date),
         key=note_key(d.context, d.knowledge),
         turn_ids=(turn.turn_id, *(t.turn_id for t in ctx_turns)),
-        start_time=min(times) if times else None,
-        end_time=max(times) if times else None,
+        start_time=times[0] if times else None,
+        end_time=times[-1] if times else None,
         metadata={
             "context": d.context,
             "knowledge": d.knowledge,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory.errors import InvalidInputError, LLMError, LLMOutputError
+from reflective_memory.framing import frame_lines
 from reflective_memory.llm import LLMClient, count_tokens
 from reflective_memory.text import lexical_tokens
 from reflective_memory.types import Hit, Retrieval, Usage
@@ -101,7 +102,8 @@ def reflection_prompt(query: str, memories: Sequence[str], show_chars: int = SHO
         )
     else:
         shown = "(no memories were found)"
-    return _PROMPT.format(query=query, memories=shown)
+    # The query's further lines are indented, so it cannot add a numbered memory line.
+    return _PROMPT.format(query=frame_lines(query.strip()), memories=shown)
 
 
 _MARKDOWN = re.compile(r"[*_#`>]+")

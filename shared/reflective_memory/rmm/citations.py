@@ -24,6 +24,7 @@ import numpy as np
 
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.framing import frame_lines
 from reflective_memory.types import Hit, Memory
 
 __all__ = [
@@ -169,7 +170,7 @@ def build_answer_prompt(
     if context is not None and context.strip():
         ctx = "Current conversation so far:\n" + _quote(context) + "\n"
     return ANSWER_PROMPT.format(
-        context=ctx, query=query.strip(), memories=format_memories(memories)
+        context=ctx, query=frame_lines(query.strip()), memories=format_memories(memories)
     )
 
 

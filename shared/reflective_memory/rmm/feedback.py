@@ -88,6 +88,7 @@ class _Context:
     prior: np.ndarray
     ids: list[str]
     features: np.ndarray | None = None
+    user_id: str = ""
 
 
 class RerankStage:
@@ -105,6 +106,8 @@ class RerankStage:
         self.directory = directory
         self._rerankers: OrderedDict[str, Reranker] = OrderedDict()
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
+        # Which user gave each buffered episode of the shared reranker (by object id).
+        self._episode_users: dict[int, str] = {}
         self._lock = threading.RLock()
 
     # -------------------------------------------------------------- rerankers
@@ -203,24 +206,66 @@ class RerankStage:
         """
         with self._lock:
             rr = self.reranker(user_id)
+            before = {id(ep) for ep in rr.pending_}
             rep = rr.partial_fit(episode).last_fit_
             assert rep is not None  # every partial_fit call sets it
+            if self._owner(user_id) == _SHARED:
+                live = {id(ep) for ep in rr.pending_}
+                self._episode_users = {k: v for k, v in self._episode_users.items() if k in live}
+                for k in live - before:  # the episode as buffered (the reranker may copy it)
+                    self._episode_users[k] = user_id
             if rep.updates:
                 # Saved after each update; episodes still buffered (< one batch) are saved with
                 # the next update, or by `save()` (e.g. on close).
                 self.save(user_id)
             return rep
 
-    def forget(self, user_id: str) -> None:
-        """Drop a user's own reranker (memory and files); a shared one is kept."""
-        if self.config.rerank_scope == "shared":
-            return
+    def forget_retrievals(self, user_id: str) -> int:
+        """Drop the kept query and candidate vectors of a user's retrievals; return how many."""
         with self._lock:
+            gone = [rid for rid, ctx in self._contexts.items() if ctx.user_id == user_id]
+            for rid in gone:
+                del self._contexts[rid]
+        return len(gone)
+
+    def forget(self, user_id: str) -> None:
+        """Erase what the rerankers hold of a user, in memory and on disk.
+
+        Per-user scope: the user's reranker and its files go, whatever the current scope (a
+        store may have been used with both). Shared scope: the user's buffered feedback
+        episodes (query and memory vectors) are removed from the shared reranker and its file
+        is rewritten; buffered episodes whose user is unknown (loaded from disk) are dropped
+        too, as the user's could be among them (at most `rerank_batch_size - 1` episodes). The
+        weights learned from earlier updates are an aggregate and stay.
+        """
+        with self._lock:
+            self.forget_retrievals(user_id)
             self._rerankers.pop(user_id, None)
             path = self._file(user_id)
             if path is not None:
-                for suffix in (".safetensors", ".json"):
+                for suffix in (".safetensors", ".json", ".safetensors.tmp", ".json.tmp"):
                     (path.parent / f"{path.name}{suffix}").unlink(missing_ok=True)
+            shared = self._file(_SHARED)
+            on_disk = shared is not None and (shared.parent / f"{shared.name}.safetensors").exists()
+            if _SHARED not in self._rerankers and not on_disk:
+                return
+            try:
+                if self.config.rerank_scope != "shared" and _SHARED not in self._rerankers:
+                    rr = Reranker.load(shared, **self._params())  # type: ignore[arg-type]
+                else:
+                    rr = self._rerankers.get(_SHARED) or self.reranker(user_id)
+            except (ModelLoadError, ConfigError) as exc:
+                logger.warning("could not open the shared reranker to erase a user: %s", exc)
+                return
+            keep = [
+                ep
+                for ep in rr.pending_
+                if self._episode_users.get(id(ep)) not in (None, user_id)
+            ]
+            if len(keep) != len(rr.pending_):
+                rr.pending_ = keep
+                if shared is not None:
+                    rr.save(shared)
 
     # -------------------------------------------------------------- retrieval
     def apply(
@@ -269,7 +314,7 @@ class RerankStage:
             "prior": [round(float(x), 6) for x in prior],
         }
         with self._lock:
-            self._contexts[retrieval_id] = _Context(q, cand.copy(), prior, ids, feats)
+            self._contexts[retrieval_id] = _Context(q, cand.copy(), prior, ids, feats, user_id)
             while len(self._contexts) > _EPISODE_CACHE:
                 self._contexts.popitem(last=False)
         return new_head + order[k:], new_scores + scores[k:]
@@ -293,7 +338,7 @@ class RerankStage:
         cand = index.dense.vectors[pos]
         prior = np.asarray(info.get("prior") or rank_prior(cand @ q), dtype=np.float32)
         feats = self.reranker(retrieval.user_id).feature_matrix([index.keys[p] for p in pos])
-        return _Context(q, cand.copy(), prior, ids, feats)
+        return _Context(q, cand.copy(), prior, ids, feats, retrieval.user_id)
 
     def feedback(
         self,

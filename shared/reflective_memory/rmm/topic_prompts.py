@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reflective_memory.errors import LLMOutputError
+from reflective_memory.framing import speaker_label
 from reflective_memory.types import Turn
 
 __all__ = [
@@ -119,13 +120,16 @@ def build_extraction_prompt(
         offset: Number of the first turn (its position in the session).
         max_turn_chars: Each turn is cut to this many characters in the prompt.
     """
+    # `_clip` puts each text on one line; labels are cleaned, so every "Turn N |" line is real.
     lines = [
-        f"Turn {offset + i} | {t.role}: {_clip(t.text, max_turn_chars)}"
+        f"Turn {offset + i} | {speaker_label(t.role)}: {_clip(t.text, max_turn_chars)}"
         for i, t in enumerate(turns)
     ]
     stamps = [t.timestamp for t in turns if t.timestamp is not None]
     date = f" (on {stamps[0]:%Y-%m-%d})" if stamps else ""
-    return EXTRACTION_PROMPT.format(speaker=speaker, date=date, turns="\n".join(lines))
+    return EXTRACTION_PROMPT.format(
+        speaker=speaker_label(speaker), date=date, turns="\n".join(lines)
+    )
 
 
 def build_update_prompt(new_summary: str, history: Sequence[str]) -> str:

@@ -24,6 +24,7 @@ from reflective_memory.rmm.topic_prompts import (
     parse_update,
 )
 from reflective_memory.storage.base import MemoryDraft
+from reflective_memory.text import time_key
 from reflective_memory.types import Memory, Turn, Usage
 
 __all__ = [
@@ -134,15 +135,17 @@ class InMemoryTopicBank:
 class StoreTopicBank:
     """The engine's `TopicBank`, over its store and index cache.
 
-    Topics are written to the store at once (durable) and searched in the user's dense index,
-    overlaid with the topics saved since the bank was made (so one session's topics see each
-    other without an index rebuild per topic).
+    Topics are searched in the user's dense index, overlaid with the topics saved since the bank
+    was made (so one session's topics see each other without an index rebuild per topic). They
+    are written to the store at once, or, with `staged=True`, kept until the caller stores
+    `staged_drafts()` in the same transaction as the session's other memories.
 
     Args:
         store: The engine's store (`upsert_memories`, `memories`).
         indexes: The engine's `IndexCache`.
         embed: Embeds a list of keys into `(n, dim)` normalised vectors.
         model: The embedder name recorded with the vectors.
+        staged: Keep saved topics in memory instead of writing them.
     """
 
     def __init__(
@@ -151,13 +154,17 @@ class StoreTopicBank:
         indexes: Any,
         embed: Callable[[list[str]], np.ndarray],
         model: str,
+        *,
+        staged: bool = False,
     ) -> None:
         self.store = store
         self.indexes = indexes
         self.embed = embed
         self.model = model
+        self.staged = staged
         self._overlay: dict[str, tuple[Memory, np.ndarray]] = {}
         self._snapshots: dict[str, Any] = {}
+        self._drafts: dict[str, MemoryDraft] = {}
         self.saved: list[Memory] = []
 
     def similar_topics(self, user_id: str, text: str, k: int) -> list[Memory]:
@@ -199,9 +206,18 @@ class StoreTopicBank:
             metadata=memory.metadata,
             id=memory.id,
         )
-        (stored,) = self.store.upsert_memories(memory.user_id, [draft], vec, self.model)
+        if self.staged:
+            stored = memory
+            self._drafts.pop(memory.id, None)
+            self._drafts[memory.id] = draft
+        else:
+            (stored,) = self.store.upsert_memories(memory.user_id, [draft], vec, self.model)
         self._overlay[stored.id] = (stored, vec.reshape(-1))
         self.saved = [m for m in self.saved if m.id != stored.id] + [stored]
+
+    def staged_drafts(self) -> list[MemoryDraft]:
+        """Topics saved in staged mode, as drafts with fixed ids, in save order."""
+        return list(self._drafts.values())
 
 
 # ---------------------------------------------------------- topic memories
@@ -244,7 +260,7 @@ def new_topic_memory(
     src = [turns[p] for p in draft.turn_positions]
     stamps = [t.timestamp for t in src if t.timestamp is not None]
     lines = [_turn_line(t) for t in src]
-    date = min(stamps) if stamps and date_prefix else None
+    date = min(stamps, key=time_key) if stamps and date_prefix else None
     return Memory(
         id=f"topic-{uuid.uuid4().hex}",
         user_id=user_id,
@@ -255,8 +271,8 @@ def new_topic_memory(
         turn_ids=tuple(t.turn_id for t in src),
         created_at=now,
         updated_at=now,
-        start_time=min(stamps) if stamps else None,
-        end_time=max(stamps) if stamps else None,
+        start_time=min(stamps, key=time_key) if stamps else None,
+        end_time=max(stamps, key=time_key) if stamps else None,
         metadata={
             "rmm": {
                 "summary": draft.summary,
@@ -304,7 +320,7 @@ def merge_topic_memory(
         source_lines=lines,
         speaker=rmm.get("speaker", draft.speaker),
     )
-    date = min(stamps) if stamps and date_prefix else None
+    date = min(stamps, key=time_key) if stamps and date_prefix else None
     return replace(
         existing,
         session_id=session_id,
@@ -312,8 +328,8 @@ def merge_topic_memory(
         key=merged_summary,
         turn_ids=tuple(old_ids + [t.turn_id for t in new_src]),
         updated_at=now,
-        start_time=min(stamps) if stamps else None,
-        end_time=max(stamps) if stamps else None,
+        start_time=min(stamps, key=time_key) if stamps else None,
+        end_time=max(stamps, key=time_key) if stamps else None,
         metadata={**existing.metadata, "rmm": rmm},
     )
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory.errors import ConfigError, LLMError
+from reflective_memory.framing import defuse, frame_lines, speaker_label
 from reflective_memory.llm import LLMClient, as_llm
 from reflective_memory.segment.base import (
     UNITS,
@@ -57,7 +58,8 @@ You split a conversation into topical segments.
 A segment is a run of consecutive exchanges about one topic. Begin a new segment where the
 conversation moves to a different subject; keep follow-up questions, clarifications and answers
 about the same subject together. The exchanges are numbered from 0 to {last}, each block
-starting with "[Exchange N]".
+starting with "[Exchange N]:" at the start of a line. Within a block every turn starts a line
+with its speaker in brackets; the further lines of a turn are indented and belong to it.
 
 Answer with one JSON object per line, one line per segment, in order, wrapped in
 <segmentation> and </segmentation>. Each object has these keys:
@@ -82,18 +84,25 @@ _RANGE_RE = re.compile(r"(\d+)\s*(?:-|–|to|through)\s*(\d+)")
 _START_KEYS = ("start_exchange_number", "start_exchange", "start", "first", "from", "begin")
 _END_KEYS = ("end_exchange_number", "end_exchange", "end", "last", "to", "stop")
 _COUNT_KEYS = ("num_exchanges", "count", "n_exchanges", "length")
+_EXCHANGE_MARK = re.compile(r"\[\s*exchange\b[^\]\n]*\]?", re.IGNORECASE)
 
 
 def format_exchanges(
     turns: Sequence[Turn], units: Sequence[tuple[int, int]], offset: int = 0, max_chars: int = 2000
 ) -> str:
-    """Render units as numbered blocks: `[Exchange k]:` then one `[role]: text` line per turn."""
+    """Render units as numbered blocks: `[Exchange k]:` then one `[role]: text` line per turn.
+
+    Turn text is framed (`reflective_memory.framing`): its further lines are indented and any
+    `[Exchange ...]` or `<segmentation>` marker in it is made inert, so a turn cannot open a
+    block or close the answer.
+    """
     blocks = []
     for k, (a, b) in enumerate(units):
         lines = [f"[Exchange {k + offset}]:"]
         for t in turns[a:b]:
             text = t.text if len(t.text) <= max_chars else t.text[:max_chars] + " ..."
-            lines.append(f"[{t.role}]: {text}")
+            text = frame_lines(defuse(text, [_EXCHANGE_MARK], ["segmentation"]))
+            lines.append(f"[{speaker_label(t.role)}]: {text}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

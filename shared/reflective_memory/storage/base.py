@@ -16,7 +16,16 @@ import numpy as np
 
 from reflective_memory.types import Memory, Turn
 
-__all__ = ["MemoryStore", "MemoryDraft", "SessionInfo"]
+__all__ = ["MemoryStore", "MemoryDraft", "SessionInfo", "session_fence"]
+
+
+def session_fence(turns: Sequence[Turn]) -> tuple[int, int]:
+    """What a session build consumed: `(number of turns, largest turn seq)`.
+
+    Any turn added to the session raises the largest seq, any deletion lowers the count, so a
+    store compares this pair inside the transaction that stores the build.
+    """
+    return len(turns), max((int(t.seq) for t in turns), default=0)
 
 
 @dataclass
@@ -87,8 +96,16 @@ class MemoryStore(Protocol):
         drafts: Sequence[MemoryDraft],
         embeddings: np.ndarray,
         embed_model: str,
+        *,
+        fence: tuple[int, int] | None = None,
     ) -> list[Memory]:
-        """Atomically replace a session's memories of the given kinds and mark it ended."""
+        """Atomically replace a session's memories of the given kinds and mark it ended.
+
+        `drafts` may also hold memories of other kinds (e.g. topics); those are inserted or
+        replaced by id in the same transaction. With `fence` (see `session_fence`), the
+        session's current `(turn count, largest seq)` is compared with it inside the
+        transaction; on a mismatch nothing is written and `SessionChangedError` is raised.
+        """
         ...
 
     def upsert_memories(
@@ -112,21 +129,35 @@ class MemoryStore(Protocol):
         ...
 
     def version(self, user_id: str) -> int:
-        """A counter that changes whenever the user's memories change."""
+        """A counter that changes whenever the user's memories change; 0 for an unknown user.
+
+        A version is never repeated for a user id, even after `delete_user` and reuse of the id
+        (derived caches are keyed by it).
+        """
         ...
 
     def delete_user(self, user_id: str) -> int:
-        """Delete everything of a user; return the number of turns deleted."""
+        """Delete everything of a user, its id included, from every file before returning.
+
+        Returns the number of turns deleted.
+        """
         ...
 
     def delete_session(self, user_id: str, session_id: str) -> int:
-        """Delete a session's turns and memories; return the number of turns deleted."""
+        """Delete a session's turns and every memory derived from it, from every file.
+
+        Topics that merged the session in are derived from it too. Returns the number of turns
+        deleted.
+        """
         ...
 
     def delete_turns(
         self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
     ) -> list[Turn]:
-        """Delete some (or all) turns of a session, keeping its memories; return them."""
+        """Delete some (or all) turns of a session and the memories holding their text.
+
+        The session is reopened when turns remain. Returns the deleted turns.
+        """
         ...
 
     def users(self) -> list[str]:

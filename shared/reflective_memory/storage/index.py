@@ -3,8 +3,11 @@
 `DenseIndex` wraps a FAISS inner-product index over L2-normalised key embeddings (cosine): exact
 (`IndexFlatIP`) for small users, approximate (IVF or HNSW, see `AnnSettings`) above a configurable
 size, always built from the stored embeddings; `LexicalIndex` wraps a bm25s index over the keys.
-`IndexCache` keeps one `UserIndex` per user, keyed by the store's per-user version, and persists
-dense indexes under the store directory.
+`IndexCache` keeps one `UserIndex` per user, keyed by the store's per-user version, in a
+least-recently-used cache bounded by memory, and persists dense indexes under the store
+directory. A persisted index is trusted only when it matches the store version, the embedder
+(name and dimension), its own counts and the checksums written with it; anything else is
+rebuilt from the stored embeddings.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
+import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,6 +228,19 @@ class UserIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def nbytes(self) -> int:
+        """Approximate memory held: vectors (ours and FAISS's copy), keys, ids, BM25."""
+        vec = int(self.dense.vectors.nbytes)
+        text = sum(len(k) for k in self.keys) + sum(len(i) + 56 for i in self.ids)
+        lexical = 0 if self._lexical is None else 3 * text
+        return 2 * vec + 2 * text + lexical + 4096
+
+
+def _digest(ids: list[str], keys: list[str], vectors_sha: str, version: int) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([version, ids, keys, vectors_sha]).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
 
 class IndexCache:
     """One `UserIndex` per user, rebuilt from the store when its version moves.
@@ -234,6 +253,8 @@ class IndexCache:
         directory: Where dense indexes are persisted (`None`: memory only).
         batch_size: Embedding batch size.
         ann: When users switch to approximate search (`None`: always exact).
+        max_bytes: Memory the cached indexes may hold (`UserIndex.nbytes`); least recently used
+            users are dropped beyond it (the most recent one always stays). `None`: unbounded.
     """
 
     def __init__(
@@ -243,48 +264,97 @@ class IndexCache:
         directory: Path | None = None,
         batch_size: int = 64,
         ann: AnnSettings | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.directory = directory
         self.batch_size = batch_size
         self.ann = AnnSettings(threshold=None) if ann is None else ann
-        self._cache: dict[str, UserIndex] = {}
+        self.max_bytes = max_bytes
+        self._cache: OrderedDict[str, UserIndex] = OrderedDict()
+        self._sizes: dict[str, int] = {}
+        self._bytes = 0
         self._locks: dict[str, threading.Lock] = {}
+        self._epochs: dict[str, int] = {}
         self._guard = threading.Lock()
+
+    @property
+    def cached_bytes(self) -> int:
+        """Approximate memory held by the cached indexes."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._cache)
 
     def _user_lock(self, user_id: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(user_id, threading.Lock())
 
-    def invalidate(self, user_id: str) -> None:
-        """Drop a user's cached index (and its persisted file)."""
+    def _put(self, built: UserIndex) -> None:
         with self._guard:
-            self._cache.pop(user_id, None)
-        if self.directory is not None:
-            for f in self._files(user_id):
-                f.unlink(missing_ok=True)
+            self._drop(built.user_id)
+            size = built.nbytes()
+            self._cache[built.user_id] = built
+            self._sizes[built.user_id] = size
+            self._bytes += size
+            limit = self.max_bytes
+            while limit is not None and self._bytes > limit and len(self._cache) > 1:
+                self._drop(next(iter(self._cache)))
+
+    def _drop(self, user_id: str) -> None:
+        """Forget a cached index (caller holds `_guard`)."""
+        if self._cache.pop(user_id, None) is not None:
+            self._bytes -= self._sizes.pop(user_id, 0)
+
+    def _cached(self, user_id: str, version: int) -> UserIndex | None:
+        with self._guard:
+            cached = self._cache.get(user_id)
+            if cached is None or cached.version != version:
+                return None
+            self._cache.move_to_end(user_id)
+            return cached
+
+    def invalidate(self, user_id: str) -> None:
+        """Drop a user's cached index and its persisted files, waiting for a build in flight.
+
+        A build that started before this call cannot save its files afterwards: it sees the
+        epoch change (and the store version change) and discards them.
+        """
+        with self._user_lock(user_id):
+            with self._guard:
+                self._drop(user_id)
+                self._epochs[user_id] = self._epochs.get(user_id, 0) + 1
+            if self.directory is not None:
+                for f in self._all_files(user_id):
+                    f.unlink(missing_ok=True)
 
     def _files(self, user_id: str) -> tuple[Path, Path]:
         assert self.directory is not None
-        h = hashlib.sha1(user_id.encode()).hexdigest()[:20]
+        h = hashlib.sha1(user_id.encode("utf-8", "surrogatepass")).hexdigest()[:20]
         return self.directory / f"{h}.faiss", self.directory / f"{h}.json"
+
+    def _all_files(self, user_id: str) -> list[Path]:
+        fidx, fmeta = self._files(user_id)
+        return [fidx, fmeta, *fidx.parent.glob(f"{fidx.stem}.*.tmp")]
 
     def get(self, user_id: str) -> UserIndex:
         """The user's current index (built, loaded or reused)."""
         version = self.store.version(user_id)
-        cached = self._cache.get(user_id)
-        if cached is not None and cached.version == version:
+        cached = self._cached(user_id, version)
+        if cached is not None:
             return cached
         with self._user_lock(user_id):
             version = self.store.version(user_id)
-            cached = self._cache.get(user_id)
-            if cached is not None and cached.version == version:
+            cached = self._cached(user_id, version)
+            if cached is not None:
                 return cached
             t0 = time.perf_counter()
-            built = self._load(user_id, version) or self._build(user_id, version)
             with self._guard:
-                self._cache[user_id] = built
+                epoch = self._epochs.get(user_id, 0)
+            built = self._load(user_id, version) or self._build(user_id, version, epoch)
+            if version != 0:
+                self._put(built)
             logger.debug(
                 "index for user %s: %d memories in %.1f ms",
                 user_id,
@@ -305,9 +375,12 @@ class IndexCache:
                 meta.get("version") != version
                 or meta.get("model") != self.embedder.name
                 or meta.get("user_id") != user_id
+                or meta.get("dim") != self.embedder.dim
             ):
                 return None
             index = faiss.read_index(str(fidx))
+            if index.d != self.embedder.dim:
+                raise ValueError(f"index dimension {index.d}, the embedder has {self.embedder.dim}")
             if _index_kind(index) != self.ann.kind_for(index.ntotal):
                 return None  # the switch settings changed: rebuild from stored embeddings
             ivf = faiss.try_extract_index_ivf(index)
@@ -317,15 +390,20 @@ class IndexCache:
             if vectors is None:
                 vectors = np.zeros((0, index.d), np.float32)
             ids, keys = meta["ids"], meta["keys"]
-            if len(ids) != index.ntotal:
-                return None
+            if not (len(ids) == len(keys) == index.ntotal == meta.get("count")):
+                raise ValueError("the index and its metadata disagree on the count")
+            vectors_sha = hashlib.sha256(np.ascontiguousarray(vectors).tobytes()).hexdigest()
+            if vectors_sha != meta.get("vectors_sha256") or meta.get("digest") != _digest(
+                ids, keys, vectors_sha, version
+            ):
+                raise ValueError("checksum mismatch: the files were changed after saving")
             dense = DenseIndex(vectors, index, self.ann)
             return UserIndex(user_id, version, ids, dense, keys)
         except Exception as exc:  # a damaged cache file is rebuilt, never trusted
             logger.warning("ignoring damaged index cache for user %s: %s", user_id, exc)
             return None
 
-    def _build(self, user_id: str, version: int) -> UserIndex:
+    def _build(self, user_id: str, version: int, epoch: int = 0) -> UserIndex:
         ids, keys, blobs, models = self.store.embeddings(user_id)
         dim = self.embedder.dim
         vectors = np.zeros((len(ids), dim), np.float32)
@@ -343,23 +421,53 @@ class IndexCache:
                 vectors[chunk] = emb
                 self.store.set_embeddings(user_id, [ids[i] for i in chunk], emb, self.embedder.name)
         built = UserIndex(user_id, version, ids, build_dense_index(vectors, self.ann), keys)
-        self._save(built)
+        try:
+            self._save(built, epoch)
+        except (OSError, RuntimeError) as exc:  # derived data: a failed save costs a rebuild
+            logger.warning("could not save the index cache of user %s: %s", user_id, exc)
         return built
 
-    def _save(self, built: UserIndex) -> None:
-        if self.directory is None:
+    def _current(self, user_id: str, version: int, epoch: int) -> bool:
+        with self._guard:
+            if self._epochs.get(user_id, 0) != epoch:
+                return False
+        return self.store.version(user_id) == version
+
+    def _save(self, built: UserIndex, epoch: int = 0) -> None:
+        """Persist an index, unless the user changed or was deleted since the build began.
+
+        Checked before writing and again after (another process may delete the user in
+        between; then the files just written are removed).
+        """
+        if self.directory is None or built.version == 0 or not built.ids:
+            return
+        user_id = built.user_id
+        if not self._current(user_id, built.version, epoch):
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        fidx, fmeta = self._files(built.user_id)
+        fidx, fmeta = self._files(user_id)
+        vectors_sha = hashlib.sha256(
+            np.ascontiguousarray(built.dense.vectors, dtype=np.float32).tobytes()
+        ).hexdigest()
         meta = {
-            "user_id": built.user_id,
+            "user_id": user_id,
             "version": built.version,
             "model": self.embedder.name,
+            "dim": self.embedder.dim,
+            "count": len(built.ids),
             "ids": built.ids,
             "keys": built.keys,
+            "vectors_sha256": vectors_sha,
+            "digest": _digest(built.ids, built.keys, vectors_sha, built.version),
         }
-        tmp_idx, tmp_meta = fidx.with_suffix(".faiss.tmp"), fmeta.with_suffix(".json.tmp")
+        # Unique temporary names: other threads or processes may save the same user at once.
+        token = f"{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+        tmp_idx = fidx.with_name(f"{fidx.stem}.{token}.faiss.tmp")
+        tmp_meta = fmeta.with_name(f"{fmeta.stem}.{token}.json.tmp")
         faiss.write_index(built.dense.index, str(tmp_idx))
         tmp_meta.write_text(json.dumps(meta))
         tmp_idx.replace(fidx)
         tmp_meta.replace(fmeta)
+        if not self._current(user_id, built.version, epoch):
+            for f in self._all_files(user_id):
+                f.unlink(missing_ok=True)

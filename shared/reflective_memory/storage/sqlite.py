@@ -6,19 +6,27 @@ lexical indexes are derived caches (see `reflective_memory.storage.index`) rebui
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sqlite3
 import threading
+import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from reflective_memory.errors import InvalidInputError, StoreClosedError, UnknownSessionError
+from reflective_memory.errors import (
+    InvalidInputError,
+    SessionChangedError,
+    StoreClosedError,
+    StoreCorruptedError,
+    UnknownSessionError,
+)
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
 from reflective_memory.types import Memory, Turn
 
@@ -83,7 +91,50 @@ CREATE TABLE IF NOT EXISTS kv (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS store_clock (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    value INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO store_clock (id, value)
+    VALUES (0, (SELECT COALESCE(MAX(version), 0) FROM user_state));
 """
+
+# SQLite result codes (low byte) that mean the file is damaged or is no database at all.
+_CORRUPT_CODES = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+# Memories derived from one session: its own units and notes, and topics that merged it in.
+_FROM_SESSION = (
+    "(session_id = :s OR (granularity = 'topic' AND EXISTS (SELECT 1 FROM "
+    "json_each(memories.metadata, '$.rmm.sessions') WHERE json_each.value = :s)))"
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _corruption(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (int(code) & 0xFF) in _CORRUPT_CODES
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text
+
+
+def _guarded(method: _F) -> _F:
+    """Turn SQLite's corruption errors into `StoreCorruptedError` naming the database."""
+
+    @functools.wraps(method)
+    def wrapper(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.IntegrityError) or not _corruption(exc):
+                raise
+            raise StoreCorruptedError(
+                f"the memory database {str(self.path or ':memory:')!r} is damaged ({exc}); "
+                "restore it from a backup or move the directory away"
+            ) from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
 _EDGE_TS = "SELECT ts FROM turns WHERE user_id=? AND session_id=? AND ts IS NOT NULL"
@@ -101,6 +152,11 @@ def _dt(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
+def marker_path(path: Path) -> Path:
+    """The file that records that a database was created at `path` (see `SQLiteStore`)."""
+    return path.with_name(path.name + ".created")
+
+
 class SQLiteStore:
     """`MemoryStore` on one SQLite database in WAL mode.
 
@@ -108,23 +164,52 @@ class SQLiteStore:
     turn survives a crash of the process (and of the machine). One connection is shared by all
     threads behind a lock.
 
+    Deletions are real: `secure_delete` zeroes freed pages and every delete ends with a WAL
+    checkpoint that truncates the WAL, so deleted text is in no file when the call returns.
+
+    A damaged database raises `StoreCorruptedError`, at open or at any later call. A database
+    file that was created once (its `<name>.created` marker exists) but is now missing or empty
+    raises it too instead of opening as an empty store.
+
     Args:
         path: Database file, or `None` for an in-memory database.
+        must_exist: The caller knows a database was stored here (e.g. derived index files
+            exist): a missing or empty file is `StoreCorruptedError`.
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, must_exist: bool = False) -> None:
         self.path = None if path is None else Path(path)
-        target = ":memory:" if self.path is None else str(self.path)
         self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            target, check_same_thread=False, isolation_level=None, timeout=30.0
-        )
-        conn = self._conn
+        self._conn: sqlite3.Connection | None = None
         if self.path is not None:
-            conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(_SCHEMA)
+            had = marker_path(self.path).exists() or must_exist
+            empty = not self.path.exists() or self.path.stat().st_size == 0
+            if had and empty:
+                raise StoreCorruptedError(
+                    f"the memory database {str(self.path)!r} is missing or empty although this "
+                    "directory held a store; restore it from a backup or move the directory away"
+                )
+        self._open()
+        if self.path is not None:
+            marker = marker_path(self.path)
+            if not marker.exists():
+                marker.write_text("reflective-memory store\n")
+
+    @_guarded
+    def _open(self) -> None:
+        target = ":memory:" if self.path is None else str(self.path)
+        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, timeout=30.0)
+        try:
+            if self.path is not None:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA secure_delete=ON")
+            conn.executescript(_SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
 
     # -- plumbing -------------------------------------------------------------------------
     @property
@@ -144,6 +229,8 @@ class SQLiteStore:
                 try:
                     if self.path is not None:
                         self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as exc:  # closing must not fail on a damaged file
+                    logger.warning("checkpoint at close failed: %s", exc)
                 finally:
                     self._conn.close()
                     self._conn = None
@@ -154,13 +241,29 @@ class SQLiteStore:
         return self._conn is None
 
     def _bump(self, user_id: str) -> None:
+        # Versions come from one store-wide clock, so a user id deleted and used again never
+        # sees a version it had before (a stale index cache can never match).
+        self.conn.execute("UPDATE store_clock SET value = value + 1 WHERE id = 0")
         self.conn.execute(
-            "INSERT INTO user_state (user_id, version) VALUES (?, 1) "
-            "ON CONFLICT(user_id) DO UPDATE SET version = version + 1",
+            "INSERT INTO user_state (user_id, version) "
+            "VALUES (?, (SELECT value FROM store_clock WHERE id = 0)) "
+            "ON CONFLICT(user_id) DO UPDATE SET version = excluded.version",
             (user_id,),
         )
 
+    def _scrub(self) -> None:
+        """Move every committed page into the database file and truncate the WAL to 0 bytes."""
+        if self.path is None:
+            return
+        for attempt in range(25):
+            busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            time.sleep(0.02 * (attempt + 1))  # another connection is reading: let it finish
+        logger.warning("WAL checkpoint stayed busy; deleted data may remain in the WAL")
+
     # -- turns and sessions ---------------------------------------------------------------
+    @_guarded
     def add_turns(self, turns: Sequence[dict[str, Any]]) -> list[Turn]:
         """Commit turns (dicts with user_id, session_id, role, text, timestamp, turn_id).
 
@@ -231,6 +334,7 @@ class SQLiteStore:
         seq, user_id, session_id, turn_id, position, role, text, ts = row
         return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), seq)
 
+    @_guarded
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
         """See `MemoryStore.turns`."""
         cols = "seq, user_id, session_id, turn_id, position, role, text, ts"
@@ -251,6 +355,7 @@ class SQLiteStore:
         u, s, status, n, first, last, created, ended = row
         return SessionInfo(u, s, status, n, _dt(first), _dt(last), _dt(created), _dt(ended))  # type: ignore[arg-type]
 
+    @_guarded
     def session(self, user_id: str, session_id: str) -> SessionInfo | None:
         """See `MemoryStore.session`."""
         with self._lock:
@@ -261,6 +366,7 @@ class SQLiteStore:
             ).fetchone()
         return None if row is None else self._session(row)
 
+    @_guarded
     def sessions(self, user_id: str, status: str | None = None) -> list[SessionInfo]:
         """See `MemoryStore.sessions`."""
         sql = (
@@ -332,6 +438,7 @@ class SQLiteStore:
         self._bump(user_id)
         return out
 
+    @_guarded
     def replace_session_memories(
         self,
         user_id: str,
@@ -340,11 +447,23 @@ class SQLiteStore:
         drafts: Sequence[MemoryDraft],
         embeddings: np.ndarray,
         embed_model: str,
+        *,
+        fence: tuple[int, int] | None = None,
     ) -> list[Memory]:
         """See `MemoryStore.replace_session_memories`."""
         with self._lock, self._tx():
             if self.session(user_id, session_id) is None:
                 raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            if fence is not None:
+                n, top = self.conn.execute(
+                    "SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM turns "
+                    "WHERE user_id=? AND session_id=?",
+                    (user_id, session_id),
+                ).fetchone()
+                if (int(n), int(top)) != tuple(fence):
+                    raise SessionChangedError(
+                        f"session {session_id!r} of user {user_id!r} changed during the build"
+                    )
             marks = ",".join("?" * len(granularities))
             self.conn.execute(
                 "DELETE FROM memories WHERE user_id=? AND session_id=? "
@@ -359,6 +478,7 @@ class SQLiteStore:
             self._bump(user_id)
         return out
 
+    @_guarded
     def upsert_memories(
         self, user_id: str, drafts: Sequence[MemoryDraft], embeddings: np.ndarray, embed_model: str
     ) -> list[Memory]:
@@ -366,6 +486,7 @@ class SQLiteStore:
         with self._lock, self._tx():
             return self._insert_memories(user_id, drafts, embeddings, embed_model)
 
+    @_guarded
     def delete_memories(self, user_id: str, ids: Iterable[str]) -> int:
         """Delete memories of a user by id; return how many were deleted."""
         ids = list(ids)
@@ -402,6 +523,7 @@ class SQLiteStore:
             json.loads(meta),
         )
 
+    @_guarded
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
         """See `MemoryStore.memories`."""
         with self._lock:
@@ -423,6 +545,7 @@ class SQLiteStore:
                     found[r[0]] = self._memory(r)
         return [found[i] for i in ids if i in found]
 
+    @_guarded
     def embeddings(
         self, user_id: str
     ) -> tuple[list[str], list[str], list[bytes | None], list[str]]:
@@ -440,6 +563,7 @@ class SQLiteStore:
             [r[3] for r in rows],
         )
 
+    @_guarded
     def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
         """See `MemoryStore.set_embeddings`."""
         with self._lock, self._tx():
@@ -451,6 +575,7 @@ class SQLiteStore:
                 ],
             )
 
+    @_guarded
     def set_keys(self, user_id: str, ids: Sequence[str], keys: Sequence[str]) -> None:
         """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""
         with self._lock, self._tx():
@@ -461,6 +586,7 @@ class SQLiteStore:
             )
             self._bump(user_id)
 
+    @_guarded
     def version(self, user_id: str) -> int:
         """See `MemoryStore.version`."""
         with self._lock:
@@ -469,6 +595,7 @@ class SQLiteStore:
             ).fetchone()
         return 0 if row is None else int(row[0])
 
+    @_guarded
     def count(self, user_id: str) -> dict[str, Any]:
         """Counts of a user's turns, sessions and memories by granularity."""
         with self._lock:
@@ -497,74 +624,116 @@ class SQLiteStore:
         }
 
     # -- deletion -------------------------------------------------------------------------
+    def _delete_values(self, where: str, args: tuple[Any, ...]) -> None:
+        """Delete per-user kv rows: their keys look like `<namespace>/<user_id>/<rest>`."""
+        self.conn.execute(
+            f"DELETE FROM kv WHERE instr(key, '/') > 0 AND {where}", args
+        )
+
+    @_guarded
     def delete_user(self, user_id: str) -> int:
-        """See `MemoryStore.delete_user`."""
-        with self._lock, self._tx():
-            n = self.conn.execute("DELETE FROM turns WHERE user_id=?", (user_id,)).rowcount
-            self.conn.execute("DELETE FROM turn_extra WHERE user_id=?", (user_id,))
-            self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
-            self.conn.execute("DELETE FROM memories WHERE user_id=?", (user_id,))
-            self._bump(user_id)
+        """See `MemoryStore.delete_user`.
+
+        Every row naming the user goes (turns, sessions, memories, turn extras, its version
+        row and its `<namespace>/<user_id>/...` kv rows), then the WAL is checkpointed and
+        truncated so no copy stays in any file.
+        """
+        with self._lock:
+            with self._tx():
+                n = self.conn.execute("DELETE FROM turns WHERE user_id=?", (user_id,)).rowcount
+                self.conn.execute("DELETE FROM turn_extra WHERE user_id=?", (user_id,))
+                self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
+                self.conn.execute("DELETE FROM memories WHERE user_id=?", (user_id,))
+                self.conn.execute("DELETE FROM user_state WHERE user_id=?", (user_id,))
+                self._delete_values(
+                    "substr(key, instr(key, '/') + 1, ?) = ?", (len(user_id) + 1, user_id + "/")
+                )
+            self._scrub()
         return int(n)
 
+    @_guarded
     def delete_session(self, user_id: str, session_id: str) -> int:
-        """See `MemoryStore.delete_session`."""
-        with self._lock, self._tx():
-            if self.session(user_id, session_id) is None:
-                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
-            n = self.conn.execute(
-                "DELETE FROM turns WHERE user_id=? AND session_id=?", (user_id, session_id)
-            ).rowcount
-            self.conn.execute(
-                "DELETE FROM sessions WHERE user_id=? AND session_id=?", (user_id, session_id)
-            )
-            self.conn.execute(
-                "DELETE FROM turn_extra WHERE user_id=? AND session_id=?", (user_id, session_id)
-            )
-            self.conn.execute(
-                "DELETE FROM memories WHERE user_id=? AND session_id=?", (user_id, session_id)
-            )
-            self._bump(user_id)
+        """See `MemoryStore.delete_session`.
+
+        Removes the session's turns and memories, topic memories that merged it in, and its
+        `<namespace>/<user_id>/<session_id>` kv rows; the WAL is truncated before returning.
+        """
+        with self._lock:
+            with self._tx():
+                if self.session(user_id, session_id) is None:
+                    raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+                n = self.conn.execute(
+                    "DELETE FROM turns WHERE user_id=? AND session_id=?", (user_id, session_id)
+                ).rowcount
+                self.conn.execute(
+                    "DELETE FROM sessions WHERE user_id=? AND session_id=?", (user_id, session_id)
+                )
+                self.conn.execute(
+                    "DELETE FROM turn_extra WHERE user_id=? AND session_id=?",
+                    (user_id, session_id),
+                )
+                self.conn.execute(
+                    f"DELETE FROM memories WHERE user_id=:u AND {_FROM_SESSION}",
+                    {"u": user_id, "s": session_id},
+                )
+                self._delete_values(
+                    "substr(key, instr(key, '/') + 1) = ?", (f"{user_id}/{session_id}",)
+                )
+                self._bump(user_id)
+            self._scrub()
         return int(n)
 
+    @_guarded
     def delete_turns(
         self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
     ) -> list[Turn]:
         """See `MemoryStore.delete_turns`.
 
         Unknown turn ids are ignored. The session keeps its other turns (their positions do not
-        change), its memories and its row; if turns remain it is marked open, so the next
-        `end_session` rebuilds its memories without the deleted turns.
+        change) and its row. Memories that hold a deleted turn's text (units, notes, topics
+        citing it) are deleted too; if turns remain the session is marked open, so the next
+        `end_session` rebuilds its memories from them. The WAL is truncated before returning.
         """
-        with self._lock, self._tx():
-            if self.session(user_id, session_id) is None:
-                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
-            stored = self.turns(user_id, session_id)
-            wanted = None if turn_ids is None else set(turn_ids)
-            gone = [t for t in stored if wanted is None or t.turn_id in wanted]
-            if not gone:
-                return []
-            for i in range(0, len(gone), 500):
-                chunk = [t.turn_id for t in gone[i : i + 500]]
-                marks = ",".join("?" * len(chunk))
-                for table in ("turns", "turn_extra"):
+        with self._lock:
+            with self._tx():
+                if self.session(user_id, session_id) is None:
+                    raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+                stored = self.turns(user_id, session_id)
+                wanted = None if turn_ids is None else set(turn_ids)
+                gone = [t for t in stored if wanted is None or t.turn_id in wanted]
+                if not gone:
+                    return []
+                for i in range(0, len(gone), 500):
+                    chunk = [t.turn_id for t in gone[i : i + 500]]
+                    marks = ",".join("?" * len(chunk))
+                    for table in ("turns", "turn_extra"):
+                        self.conn.execute(
+                            f"DELETE FROM {table} WHERE user_id=? AND session_id=? "
+                            f"AND turn_id IN ({marks})",
+                            (user_id, session_id, *chunk),
+                        )
+                    named = {f"t{j}": tid for j, tid in enumerate(chunk)}
                     self.conn.execute(
-                        f"DELETE FROM {table} WHERE user_id=? AND session_id=? "
-                        f"AND turn_id IN ({marks})",
-                        (user_id, session_id, *chunk),
+                        f"DELETE FROM memories WHERE user_id=:u AND {_FROM_SESSION} AND EXISTS "
+                        "(SELECT 1 FROM json_each(memories.turn_ids) WHERE json_each.value IN "
+                        f"({','.join(':' + k for k in named)}))",
+                        {"u": user_id, "s": session_id, **named},
                     )
-            left = len(stored) - len(gone)
-            self.conn.execute(
-                "UPDATE sessions SET n_turns=?, "
-                "status = CASE WHEN ? > 0 THEN 'open' ELSE status END, "
-                f"first_ts=({_EDGE_TS} ORDER BY position LIMIT 1), "
-                f"last_ts=({_EDGE_TS} ORDER BY position DESC LIMIT 1) "
-                "WHERE user_id=? AND session_id=?",
-                (left, left, user_id, session_id, user_id, session_id, user_id, session_id),
-            )
+                left = len(stored) - len(gone)
+                self.conn.execute(
+                    "UPDATE sessions SET n_turns=?, "
+                    "status = CASE WHEN ? > 0 THEN 'open' ELSE status END, "
+                    f"first_ts=({_EDGE_TS} ORDER BY position LIMIT 1), "
+                    f"last_ts=({_EDGE_TS} ORDER BY position DESC LIMIT 1) "
+                    "WHERE user_id=? AND session_id=?",
+                    (left, left, user_id, session_id, user_id, session_id, user_id, session_id),
+                )
+                self._bump(user_id)
+            self._scrub()
         return gone
 
     # -- per-turn extra data (adapters keep framework message fields here) ----------------
+    @_guarded
     def set_turn_extra(
         self, user_id: str, session_id: str, extras: dict[str, dict[str, Any]]
     ) -> None:
@@ -581,6 +750,7 @@ class SQLiteStore:
                 ],
             )
 
+    @_guarded
     def turn_extra(self, user_id: str, session_id: str) -> dict[str, dict[str, Any]]:
         """The extra data of a session's turns, by turn id."""
         with self._lock:
@@ -590,6 +760,7 @@ class SQLiteStore:
             ).fetchall()
         return {r[0]: json.loads(r[1]) for r in rows}
 
+    @_guarded
     def users(self) -> list[str]:
         """See `MemoryStore.users`."""
         with self._lock:
@@ -599,12 +770,14 @@ class SQLiteStore:
         return [r[0] for r in rows]
 
     # -- small key/value area for components (reranker config, rubric, ...) ----------------
+    @_guarded
     def get_value(self, key: str) -> Any | None:
         """Read a JSON value stored by `set_value`, or None."""
         with self._lock:
             row = self.conn.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
         return None if row is None else json.loads(row[0])
 
+    @_guarded
     def set_value(self, key: str, value: Any) -> None:
         """Store a JSON-serialisable value durably."""
         with self._lock, self._tx():
