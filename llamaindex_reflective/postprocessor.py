@@ -45,7 +45,11 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle  # 
 from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 from reflective_memory.errors import ConfigError, InvalidInputError  # noqa: E402
 from reflective_memory.recall import ArrayIndex, recall  # noqa: E402
-from reflective_memory.rmm.citations import echoes_instructions, parse_citations  # noqa: E402
+from reflective_memory.rmm.citations import (  # noqa: E402
+    echoes_instructions,
+    parse_citations,
+    register_instructions,
+)
 from reflective_memory.rmm.episodes import Episode
 from reflective_memory.rmm.features import citation_rewards, features_for
 from reflective_memory.rmm.feedback import FeedbackResult
@@ -54,6 +58,19 @@ __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 
 logger = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
+
+try:  # the instruction of LlamaIndex's citation prompts, which an answer must not echo
+    from llama_index.core.query_engine.citation_query_engine import (  # noqa: E402
+        CITATION_QA_TEMPLATE,
+        CITATION_REFINE_TEMPLATE,
+    )
+
+    register_instructions(
+        CITATION_QA_TEMPLATE.get_template().split("Example:")[0],
+        CITATION_REFINE_TEMPLATE.get_template().split("Example:")[0],
+    )
+except (ImportError, AttributeError):  # pragma: no cover - other llama-index versions
+    pass
 
 _SOURCE_PREFIX = re.compile(r"^\s*Source\s+\d+\s*:\s*", re.IGNORECASE)
 # LlamaIndex's citation prompts number sources "Source 1:"; answers may name them that way.
