@@ -39,7 +39,7 @@ NOTES = [
 
 
 def make_llm(openai_model: str | None):
-    """The offline extractive LLM; an OpenAI model when asked for (needs llama-index-llms-openai)."""
+    """The offline extractive LLM, or an OpenAI model (needs llama-index-llms-openai)."""
     if openai_model is None:
         return llamaindex_llm()
     from llama_index.llms.openai import OpenAI  # type: ignore[import-not-found]

@@ -5,8 +5,8 @@ embedded with the core's embedder and ordered by the user's reranker: by default
 (`memory.rerank_stage.reranker(user_id)`, RMM's residual linear reranker), the one
 `memory.retrieve(user_id, ...)` applies. The best `top_n` are kept. `feedback(query, documents,
 answer)` reads the answer's citations (`[0]`, `[0, 2]`, `[NO_CITE]`; positions among the
-documents as shown, parsed by `reflective_memory.rmm.citations`) as REINFORCE rewards; the engine's reranker
-learns them and is saved with the store, exactly like `memory.feedback`.
+documents as shown, parsed by `reflective_memory.rmm.citations`) as REINFORCE rewards; the
+engine's reranker learns them and is saved with the store, exactly like `memory.feedback`.
 """
 
 from __future__ import annotations

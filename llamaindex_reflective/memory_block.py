@@ -227,7 +227,6 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
                 last.retrieval_id, self.user_id, reason="reranking is off (config.rerank)"
             )
         if echoes_instructions(answer, [self.instruction or ""]):
-            return FeedbackResult(
-                last.retrieval_id, self.user_id, reason="the answer echoes the prompt's instructions"
-            )
+            reason = "the answer echoes the prompt's instructions"
+            return FeedbackResult(last.retrieval_id, self.user_id, reason=reason)
         return self.memory.feedback(last, answer)

@@ -5,7 +5,8 @@ Pipeline over the nodes a retriever returned (in its order):
 1. keys: each node's text, optionally denoised by the engine's denoiser (`denoise=True`; used
    for scoring only: the nodes returned keep their text, ids and metadata untouched);
 2. candidates: the first `candidate_k` nodes, or, with `recollect=True`, the `candidate_k`
-   nodes RF-Mem recollection (`reflective_memory.recall`) picks among all given nodes' key embeddings;
+   nodes RF-Mem recollection (`reflective_memory.recall`) picks among all given nodes' key
+   embeddings;
 3. scores: the engine's reranker for the user (`memory.rerank_stage.reranker(user_id)`, the one
    `memory.retrieve` applies) over the core embedder's vectors of query and keys; an untrained
    reranker, or an engine with reranking off, gives their cosine;
@@ -50,9 +51,9 @@ from reflective_memory.rmm.citations import (  # noqa: E402
     parse_citations,
     register_instructions,
 )
-from reflective_memory.rmm.episodes import Episode
-from reflective_memory.rmm.features import citation_rewards, features_for
-from reflective_memory.rmm.feedback import FeedbackResult
+from reflective_memory.rmm.episodes import Episode  # noqa: E402
+from reflective_memory.rmm.features import citation_rewards, features_for  # noqa: E402
+from reflective_memory.rmm.feedback import FeedbackResult  # noqa: E402
 
 __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 
@@ -123,9 +124,9 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         denoise: Score denoised node text (`denoiser`, else the engine's `memory.denoiser`);
             nodes keep their text. If the denoiser fails, the raw text is scored.
         denoiser: An object with `denoise(list[str]) -> list[str]`.
-        recollect: Choose the candidates among all given nodes with `reflective_memory.recall` and the
-            engine's `config.recall` settings; its default `familiarity` mode (a plain top-K)
-            is replaced by `recollection`, a configured `rfmem` gate is kept.
+        recollect: Choose the candidates among all given nodes with `reflective_memory.recall`
+            and the engine's `config.recall` settings; its default `familiarity` mode (a plain
+            top-K) is replaced by `recollection`, a configured `rfmem` gate is kept.
         recollector: Custom recollection function (see `Recollector`).
         metadata_mode: Which node content is scored (default: text without metadata).
         citation_base: Number of the first source in answers (`1` for LlamaIndex's
@@ -330,12 +331,12 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         """Turn a query engine's cited answer into reranker training.
 
         The answer's citations (`[1]`, `[1, 3]`, `Source 2`, `[NO_CITE]`; numbered from
-        `citation_base` over `response.source_nodes`; parsed by `reflective_memory.rmm.citations`) are mapped
-        back to the nodes this postprocessor returned for that query; each returned node gets
-        reward +1 when cited and -1 when not. The engine's reranker for `user_id` learns the
-        episode and is saved with the store after each optimizer step (one per
-        `config.rerank_batch_size` episodes); an explicit `reranker` gets `partial_fit`. An
-        answer that echoes the prompt's instructions back teaches nothing.
+        `citation_base` over `response.source_nodes`; parsed by
+        `reflective_memory.rmm.citations`) are mapped back to the nodes this postprocessor
+        returned for that query; each returned node gets reward +1 when cited and -1 when not.
+        The engine's reranker for `user_id` learns the episode and is saved with the store after
+        each optimizer step (one per `config.rerank_batch_size` episodes); an explicit
+        `reranker` gets `partial_fit`. An answer that echoes the prompt's instructions back teaches nothing.
 
         Args:
             response: A LlamaIndex `Response` (anything with `response` and `source_nodes`).

@@ -90,7 +90,8 @@ def test_relevance_is_in_unit_range() -> None:
 
 @pytest.mark.parametrize("mode", ["hybrid", "dense", "lexical"])
 def test_engine_hits_carry_a_relevance_comparable_across_queries(mode) -> None:
-    with ReflectiveMemory(embedder=HashingEmbedder(128), config=MemoryConfig(granularities=("turn",))) as mem:
+    cfg = MemoryConfig(granularities=("turn",))
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")
         mem.add_turn("ana", "s1", "user", "Tax forms are due in April.")
         mem.end_session("ana", "s1")
@@ -139,7 +140,9 @@ def test_llmlingua_missing_hub_model_fails_fast_without_network(monkeypatch) -> 
 
 
 def test_end_session_still_falls_back_when_llmlingua_is_missing(caplog) -> None:
-    cfg = MemoryConfig(granularities=("turn",), denoiser="llmlingua", denoiser_model="/nope/xlm-roberta-large")
+    cfg = MemoryConfig(
+        granularities=("turn",), denoiser="llmlingua", denoiser_model="/nope/xlm-roberta-large"
+    )
     with ReflectiveMemory(embedder=HashingEmbedder(64), config=cfg) as mem:
         mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")
         (m,) = mem.end_session("ana", "s1")  # turns are never lost to a denoiser
@@ -168,7 +171,7 @@ def test_model_loading_is_quiet_unless_verbose() -> None:
     assert "Loading weights" in loud.stderr and "loaded embedder" in loud.stderr
 
 
-# -- bench ingest -----------------------------------------------------------------------------------
+# -- bench ingest ------------------------------------------------------------------------------
 def test_bench_ingest_measures_both_rates_and_stages() -> None:
     convs = load_conversations(DEMO)
     inner = HashingEmbedder(64)

@@ -49,7 +49,9 @@ def _use_hashing_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(engine_mod, "default_embedder", lambda: HashingEmbedder(256))
     # `bench ingest` builds MiniLM embedders itself
-    monkeypatch.setattr(embed_mod, "SentenceTransformerEmbedder", lambda *a, **kw: HashingEmbedder())
+    monkeypatch.setattr(
+        embed_mod, "SentenceTransformerEmbedder", lambda *a, **kw: HashingEmbedder()
+    )
 
 
 def _needs(code: str) -> None:

@@ -327,7 +327,8 @@ def _stats(args: argparse.Namespace) -> int:
     if not rows:
         _out(f"the store at {args.db} is empty")
     for u, s in rows.items():
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.get("memories_by_granularity", {}).items()))
+        by_kind = sorted(s.get("memories_by_granularity", {}).items())
+        kinds = ", ".join(f"{k} {n}" for k, n in by_kind)
         _out(
             f"{u}: {s.get('turns', 0)} turns, {s.get('sessions', 0)} sessions, "
             f"{s.get('memories', 0)} memories" + (f" ({kinds})" if kinds else "")
@@ -372,8 +373,13 @@ def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
     p.add_argument("--k", type=_positive_int, default=3, help="memories shown per question")
     p.add_argument("--questions", type=_positive_int, default=8, help="questions to ask")
-    p.add_argument("--export", type=_output_file, default=None, metavar="FILE",
-                   help="write the bundled conversation to FILE and exit")
+    p.add_argument(
+        "--export",
+        type=_output_file,
+        default=None,
+        metavar="FILE",
+        help="write the bundled conversation to FILE and exit",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_demo)
 

@@ -13,8 +13,8 @@ from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.query_engine import CitationQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from reflective_memory import (
-    FeedbackResult,
     ConfigError,
+    FeedbackResult,
     HashingEmbedder,
     InvalidInputError,
     MemoryConfig,
