@@ -336,7 +336,8 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         returned for that query; each returned node gets reward +1 when cited and -1 when not.
         The engine's reranker for `user_id` learns the episode and is saved with the store after
         each optimizer step (one per `config.rerank_batch_size` episodes); an explicit
-        `reranker` gets `partial_fit`. An answer that echoes the prompt's instructions back teaches nothing.
+        `reranker` gets `partial_fit`. An answer that echoes the prompt's instructions back
+        teaches nothing.
 
         Args:
             response: A LlamaIndex `Response` (anything with `response` and `source_nodes`).
