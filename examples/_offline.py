@@ -101,21 +101,25 @@ def extractive_answer(question: str, sources: dict[int, list[str]]) -> str:
 
     Returns:
         `"<best line> [i]"`, or an admission with `[NO_CITE]` when no line shares a content word
-        with the question. Ties go to the earlier source (the better ranked memory).
+        with the question. Ties go to the newer memory (by the date that heads its text), then
+        to the earlier source (the better ranked memory).
     """
     wanted = _stems(question)
-    best: tuple[int, int, str] | None = None
+    best: tuple[int, str, int, str] | None = None
     for number, lines in sources.items():
+        dated = re.match(r"^\[(\d{4}-\d{2}-\d{2})", lines[0]) if lines else None
+        date = dated.group(1) if dated else ""
         for line in lines:
             text = _ROLE.sub("", line).strip()
             if not text or text.startswith("["):
                 continue
             overlap = len(wanted & _stems(text))
-            if overlap and (best is None or overlap > best[0]):
-                best = (overlap, number, text)
+            # more shared words first; on a tie the newer memory (what is true now), then rank
+            if overlap and (best is None or (overlap, date) > (best[0], best[1])):
+                best = (overlap, date, number, text)
     if best is None:
         return _NO_ANSWER
-    return f"{best[2]} [{best[1]}]"
+    return f"{best[3]} [{best[2]}]"
 
 
 def answer_prompt(prompt: str) -> str:
