@@ -78,6 +78,11 @@ def test_python_block_runs(line, marker, code, tmp_path, monkeypatch, capsys) ->
     _use_hashing_embedder(monkeypatch)
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "__readme__"})  # noqa: S102
+    out = capsys.readouterr().out
+    if "MockLLM" in code:  # what the block's comment promises
+        assert "False the answer has no citation" in out
+    if "FakeListChatModel" in code:
+        assert "(0,) True" in out
 
 
 @pytest.mark.integration
