@@ -178,7 +178,15 @@ def test_bench_ingest_measures_both_rates_and_stages() -> None:
     res = run_ingest_bench(convs, embedder=inner, bare_embedder=HashingEmbedder(64), progress=False)
     assert res.turns == convs[0].n_turns and res.sessions == 7 and res.memories > 0
     assert res.bare_seconds > 0 and res.ingest_seconds > 0 and 0 < res.ratio
-    assert set(res.stages) == {"embed", "segment", "denoise", "store", "other"}
+    assert set(res.stages) == {
+        "embed_segmenter",
+        "embed_keys",
+        "segment",
+        "denoise",
+        "store",
+        "other",
+    }
+    assert res.stages["embed_segmenter"] > 0 and res.stages["embed_keys"] > 0
     assert sum(res.stages.values()) == pytest.approx(res.ingest_seconds, rel=0.05)
     # the default config embeds the segmenter's units and the segment keys: two calls a session
     assert res.embed_calls == 2 * res.sessions
