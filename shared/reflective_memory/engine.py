@@ -657,7 +657,9 @@ class ReflectiveMemory:
             cited: The cited hit positions, given directly instead of an answer.
 
         Returns:
-            A `FeedbackResult` saying what was learned (or why nothing was).
+            A `FeedbackResult` saying what was learned (or why nothing was). Only the answer is
+            read: an answer that echoes the prompt's instructions or its memory blocks back
+            (`reflective_memory.rmm.citations.echoes_instructions`) teaches nothing.
 
         Raises:
             InvalidInputError: Neither `answer` nor `cited` given, or a cited position is no hit.
