@@ -200,7 +200,7 @@ def run(embedder: str = "minilm", path: str | None = None) -> dict[str, Any]:
                 print(
                     f"   [{i}] session {d.metadata['session_id']}: {said[0][:60] if said else ''}"
                 )
-            print(f"   cited {report['cited']}, reranker trained: {report['trained']}")
+            print(f"   cited {list(report.cited)}, reranker trained: {report.learned}")
         out["today"] = [t.text for t in memory.turns(USER, "today")]
         today.end_session()  # today's chat becomes memories too
         out["stats"] = memory.stats(USER)

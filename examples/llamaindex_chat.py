@@ -4,12 +4,14 @@ Seven past sessions of the bundled demo conversation (user `maya`) are stored th
 store; a new chat then runs with LlamaIndex's `Memory`, whose `ReflectiveMemoryBlock` puts the
 relevant long-term memories, numbered for citation, into the system message.
 
-    python examples/llamaindex_chat.py                      # offline (MiniLM + MockLLM)
+    python examples/llamaindex_chat.py                      # offline (MiniLM + extractive LLM)
     python examples/llamaindex_chat.py --embedder hashing   # no model at all (fast)
     python examples/llamaindex_chat.py --openai gpt-4o-mini # a real LLM (needs
         # llama-index-llms-openai and OPENAI_API_KEY)
 
-`MockLLM` echoes its prompt, so offline the reply shows exactly what the model would read.
+Offline, a small extractive stand-in (`examples/_offline.py`) answers with the memory line that
+best matches the message and cites that memory, so the feedback trains the reranker on a real
+citation.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import argparse
 import json
 import sys
 from importlib import resources
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the examples' shared helpers
+from _offline import llamaindex_llm  # noqa: E402
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.chat_engine import SimpleChatEngine
-from llama_index.core.llms import MockLLM
 from llama_index.core.memory import Memory
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
@@ -35,9 +39,9 @@ USER = "maya"
 
 
 def make_llm(openai_model: str | None):
-    """`MockLLM` offline; an OpenAI model when asked for (needs llama-index-llms-openai)."""
+    """The offline extractive LLM, or an OpenAI model (needs llama-index-llms-openai)."""
     if openai_model is None:
-        return MockLLM()
+        return llamaindex_llm()
     from llama_index.llms.openai import OpenAI  # type: ignore[import-not-found]
 
     return OpenAI(model=openai_model)
@@ -89,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         print("assistant:", str(reply).strip()[:1500])
         hits = block.last_retrieval.hits if block.last_retrieval is not None else []
         print("memories used:", [h.memory.turn_ids[0] for h in hits])
-        print("feedback:", block.feedback(str(reply)))
+        report = block.feedback(str(reply))
+        print(f"feedback: cited {list(report.cited)}, learned {report.learned}", report.reason)
     return 0
 
 

@@ -1,6 +1,8 @@
 """A LlamaIndex query engine whose retrieved nodes are reranked by reflective-memory.
 
-Offline by default: the bundled MiniLM embedder and LlamaIndex's `MockLLM`. Run:
+Offline by default: the bundled MiniLM embedder and a small extractive stand-in for an LLM
+(`examples/_offline.py`: it answers with the source line that best matches the question and
+cites that source). Run:
 
     python examples/llamaindex_query_engine.py                # offline
     python examples/llamaindex_query_engine.py --embedder hashing   # no model at all (fast)
@@ -15,11 +17,12 @@ answer's citations (`[1]`, `[2]`, ... as `CitationQueryEngine` asks for) become 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the examples' shared helpers
+from _offline import llamaindex_llm  # noqa: E402
 from llama_index.core import Document, VectorStoreIndex
-from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import CitationQueryEngine
 from reflective_memory import HashingEmbedder, ReflectiveMemory
 
@@ -36,9 +39,9 @@ NOTES = [
 
 
 def make_llm(openai_model: str | None):
-    """`MockLLM` offline; an OpenAI model when asked for (needs llama-index-llms-openai)."""
+    """The offline extractive LLM, or an OpenAI model (needs llama-index-llms-openai)."""
     if openai_model is None:
-        return MockLLM(max_tokens=24)
+        return llamaindex_llm()
     from llama_index.llms.openai import OpenAI  # type: ignore[import-not-found]
 
     return OpenAI(model=openai_model)
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, node in enumerate(response.source_nodes, start=1):
             print(f"  source {i} (score {node.score:.3f}):", node.node.get_content().strip())
         report = rerank.feedback(response)
-        print("feedback:", json.dumps({k: report[k] for k in ("signal", "cited", "rewards")}))
+        print(f"feedback: cited {list(report.cited)}, learned {report.learned}", report.reason)
     return 0
 
 

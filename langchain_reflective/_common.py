@@ -16,6 +16,7 @@ from typing import Any
 
 from reflective_memory.errors import InvalidInputError, UnknownSessionError
 from reflective_memory.rmm.citations import format_memories as quote_memories
+from reflective_memory.rmm.citations import register_instructions
 from reflective_memory.types import Hit, Memory, Retrieval
 
 __all__ = [
@@ -38,6 +39,8 @@ CITATION_INSTRUCTION = (
     "they help. After each statement that relies on a memory, cite it by its number in square "
     "brackets, e.g. [0] or [0, 2]. If no memory helped, end your answer with [NO_CITE]."
 )
+
+register_instructions(CITATION_INSTRUCTION)
 
 #: LangChain message `type` -> role stored in the core.
 ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}

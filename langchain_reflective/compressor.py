@@ -5,8 +5,8 @@ embedded with the core's embedder and ordered by the user's reranker: by default
 (`memory.rerank_stage.reranker(user_id)`, RMM's residual linear reranker), the one
 `memory.retrieve(user_id, ...)` applies. The best `top_n` are kept. `feedback(query, documents,
 answer)` reads the answer's citations (`[0]`, `[0, 2]`, `[NO_CITE]`; positions among the
-documents as shown, parsed by `reflective_memory.rmm.citations`) as REINFORCE rewards; the engine's reranker
-learns them and is saved with the store, exactly like `memory.feedback`.
+documents as shown, parsed by `reflective_memory.rmm.citations`) as REINFORCE rewards; the
+engine's reranker learns them and is saved with the store, exactly like `memory.feedback`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict, Field, PrivateAttr
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError
-from reflective_memory.rmm.citations import parse_citations
+from reflective_memory.rmm.citations import echoes_instructions, parse_citations
 from reflective_memory.rmm.episodes import Episode
 from reflective_memory.rmm.features import citation_rewards, features_for
+from reflective_memory.rmm.feedback import FeedbackResult
 
 __all__ = ["ReflectiveCompressor", "CitationReranker"]
 
@@ -152,8 +153,13 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         )
         return out
 
-    def feedback(self, query: str, documents: Sequence[Document], answer: str) -> dict[str, Any]:
+    def feedback(
+        self, query: str, documents: Sequence[Document], answer: str
+    ) -> FeedbackResult:
         """Train the reranker from the citations of an answer.
+
+        Only the answer is read; an answer that echoes the prompt's instructions back teaches
+        nothing.
 
         Args:
             query: The query the documents were compressed for.
@@ -163,23 +169,39 @@ class ReflectiveCompressor(BaseDocumentCompressor):
                 `[NO_CITE]`.
 
         Returns:
-            `cited` positions, `rewards`, and `trained` (whether a reranker received the
-            episode) with `updates` (optimizer steps it took, when it reports them). The
-            engine's reranker takes one step per `config.rerank_batch_size` episodes and is
-            saved after each step.
+            The same `FeedbackResult` as `ReflectiveMemory.feedback`: `cited` positions,
+            `rewards` by document id (the position as a string for documents without an id),
+            `learned` (whether a reranker received the episode), `updates` / `pending` (the
+            engine reranker takes one step per `config.rerank_batch_size` episodes and is saved
+            after each step), and `reason` when nothing was learned.
         """
         docs = list(documents)
         if not docs:
             raise InvalidInputError("feedback needs the documents that were shown")
         if not isinstance(answer, str):
             raise InvalidInputError(f"answer must be a str, got {type(answer).__name__}")
-        cited = list(parse_citations(answer, len(docs)).indices)
+        result = FeedbackResult("", self.user_id)
+        if echoes_instructions(answer):
+            result.reason = "the answer echoes the prompt's instructions"
+            return result
+        parsed = parse_citations(answer, len(docs))
+        cited = list(parsed.indices)
         rewards = citation_rewards(len(docs), cited)
-        report: dict[str, Any] = {"cited": cited, "rewards": rewards.tolist(), "trained": False}
+        result.cited = tuple(cited)
+        result.no_cite, result.out_of_range, result.repeated = (
+            parsed.no_cite,
+            parsed.out_of_range,
+            parsed.repeated,
+        )
+        result.rewards = {
+            (d.id if d.id else str(i)): float(r)
+            for i, (d, r) in enumerate(zip(docs, rewards, strict=True))
+        }
         reranker = self.get_reranker()
         if reranker is None:
-            logger.info("reranking is off: citations of user %s not learned", self.user_id)
-            return report
+            result.reason = "reranking is off (config.rerank)"
+            logger.info("citations of user %s not learned: %s", self.user_id, result.reason)
+            return result
         key = (query, tuple(d.page_content for d in docs))
         with self._lock:
             cached = self._episodes.pop(key, None)
@@ -193,14 +215,16 @@ class ReflectiveCompressor(BaseDocumentCompressor):
                 "features": features_for(reranker, [d.page_content for d in docs]),
             }
         episode = Episode(rewards=rewards, **cached)
-        report["trained"] = True
         if self.reranker is None:
             fit = self.memory.rerank_stage.learn(self.user_id, episode)
-            report["updates"], report["pending"] = fit.updates, fit.pending
+            result.updates, result.pending, result.loss = fit.updates, fit.pending, fit.loss
         else:
             self.reranker.partial_fit(episode)
-            report["updates"] = getattr(getattr(self.reranker, "last_fit_", None), "updates", None)
-        return report
+            fit = getattr(self.reranker, "last_fit_", None)
+            result.updates = int(getattr(fit, "updates", 0) or 0)
+            result.pending = int(getattr(fit, "pending", 0) or 0)
+        result.learned = True
+        return result
 
 
 #: The name used in the issue text; the same class.

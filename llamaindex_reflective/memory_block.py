@@ -24,6 +24,8 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr  # n
 from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
 from reflective_memory.llm import count_tokens  # noqa: E402
+from reflective_memory.rmm.citations import echoes_instructions, register_instructions  # noqa: E402
+from reflective_memory.rmm.feedback import FeedbackResult  # noqa: E402
 from reflective_memory.types import Hit, Retrieval  # noqa: E402
 
 from .chat_store import _role, message_text  # noqa: E402
@@ -37,6 +39,8 @@ CITATION_INSTRUCTION = (
     "Memories from earlier conversations with this user, numbered. When an answer uses one, "
     "cite its number like [0] or [0, 2]; write [NO_CITE] when none of them helped."
 )
+
+register_instructions(CITATION_INSTRUCTION)
 
 _ENTRY_SEPARATOR = "\n\n"
 
@@ -204,13 +208,25 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         return _ENTRY_SEPARATOR.join(head + entries)
 
     # -- feedback -------------------------------------------------------------------------
-    def feedback(self, answer: str) -> Any:
+    def feedback(self, answer: str) -> FeedbackResult:
         """Send an answer's citations about the last `get` to the core (`memory.feedback`).
+
+        Only the answer is read: an answer that echoes this block's instruction (or the
+        library's prompts) back teaches nothing.
 
         Returns:
             The engine's `FeedbackResult` (its reranker for the user learns and is saved with the
-            store), or None when nothing was retrieved or the engine has reranking off.
+            store); with `learned=False` and a `reason` when nothing was retrieved, the engine
+            has reranking off, or the answer echoes the instructions.
         """
-        if self._last is None or not self._last.hits or not self.memory.config.rerank:
-            return None
-        return self.memory.feedback(self._last, answer)
+        last = self._last
+        if last is None or not last.hits:
+            return FeedbackResult("", self.user_id, reason="nothing was retrieved yet")
+        if not self.memory.config.rerank:
+            return FeedbackResult(
+                last.retrieval_id, self.user_id, reason="reranking is off (config.rerank)"
+            )
+        if echoes_instructions(answer, [self.instruction or ""]):
+            reason = "the answer echoes the prompt's instructions"
+            return FeedbackResult(last.retrieval_id, self.user_id, reason=reason)
+        return self.memory.feedback(last, answer)

@@ -5,7 +5,8 @@ Pipeline over the nodes a retriever returned (in its order):
 1. keys: each node's text, optionally denoised by the engine's denoiser (`denoise=True`; used
    for scoring only: the nodes returned keep their text, ids and metadata untouched);
 2. candidates: the first `candidate_k` nodes, or, with `recollect=True`, the `candidate_k`
-   nodes RF-Mem recollection (`reflective_memory.recall`) picks among all given nodes' key embeddings;
+   nodes RF-Mem recollection (`reflective_memory.recall`) picks among all given nodes' key
+   embeddings;
 3. scores: the engine's reranker for the user (`memory.rerank_stage.reranker(user_id)`, the one
    `memory.retrieve` applies) over the core embedder's vectors of query and keys; an untrained
    reranker, or an engine with reranking off, gives their cosine;
@@ -45,14 +46,32 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle  # 
 from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 from reflective_memory.errors import ConfigError, InvalidInputError  # noqa: E402
 from reflective_memory.recall import ArrayIndex, recall  # noqa: E402
-from reflective_memory.rmm.citations import parse_citations  # noqa: E402
-from reflective_memory.rmm.episodes import Episode
-from reflective_memory.rmm.features import citation_rewards, features_for
+from reflective_memory.rmm.citations import (  # noqa: E402
+    echoes_instructions,
+    parse_citations,
+    register_instructions,
+)
+from reflective_memory.rmm.episodes import Episode  # noqa: E402
+from reflective_memory.rmm.features import citation_rewards, features_for  # noqa: E402
+from reflective_memory.rmm.feedback import FeedbackResult  # noqa: E402
 
 __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 
 logger = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
+
+try:  # the instruction of LlamaIndex's citation prompts, which an answer must not echo
+    from llama_index.core.query_engine.citation_query_engine import (  # noqa: E402
+        CITATION_QA_TEMPLATE,
+        CITATION_REFINE_TEMPLATE,
+    )
+
+    register_instructions(
+        CITATION_QA_TEMPLATE.get_template().split("Example:")[0],
+        CITATION_REFINE_TEMPLATE.get_template().split("Example:")[0],
+    )
+except (ImportError, AttributeError):  # pragma: no cover - other llama-index versions
+    pass
 
 _SOURCE_PREFIX = re.compile(r"^\s*Source\s+\d+\s*:\s*", re.IGNORECASE)
 # LlamaIndex's citation prompts number sources "Source 1:"; answers may name them that way.
@@ -105,9 +124,9 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         denoise: Score denoised node text (`denoiser`, else the engine's `memory.denoiser`);
             nodes keep their text. If the denoiser fails, the raw text is scored.
         denoiser: An object with `denoise(list[str]) -> list[str]`.
-        recollect: Choose the candidates among all given nodes with `reflective_memory.recall` and the
-            engine's `config.recall` settings; its default `familiarity` mode (a plain top-K)
-            is replaced by `recollection`, a configured `rfmem` gate is kept.
+        recollect: Choose the candidates among all given nodes with `reflective_memory.recall`
+            and the engine's `config.recall` settings; its default `familiarity` mode (a plain
+            top-K) is replaced by `recollection`, a configured `rfmem` gate is kept.
         recollector: Custom recollection function (see `Recollector`).
         metadata_mode: Which node content is scored (default: text without metadata).
         citation_base: Number of the first source in answers (`1` for LlamaIndex's
@@ -308,24 +327,28 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
                 return ranking, where
         return None
 
-    def feedback(self, response: Any, *, cited: Sequence[int] | None = None) -> dict[str, Any]:
+    def feedback(self, response: Any, *, cited: Sequence[int] | None = None) -> FeedbackResult:
         """Turn a query engine's cited answer into reranker training.
 
         The answer's citations (`[1]`, `[1, 3]`, `Source 2`, `[NO_CITE]`; numbered from
-        `citation_base` over `response.source_nodes`; parsed by `reflective_memory.rmm.citations`) are mapped
-        back to the nodes this postprocessor returned for that query; each returned node gets
-        reward +1 when cited and -1 when not. The engine's reranker for `user_id` learns the
-        episode and is saved with the store after each optimizer step (one per
-        `config.rerank_batch_size` episodes); an explicit `reranker` gets `partial_fit`.
+        `citation_base` over `response.source_nodes`; parsed by
+        `reflective_memory.rmm.citations`) are mapped back to the nodes this postprocessor
+        returned for that query; each returned node gets reward +1 when cited and -1 when not.
+        The engine's reranker for `user_id` learns the episode and is saved with the store after
+        each optimizer step (one per `config.rerank_batch_size` episodes); an explicit
+        `reranker` gets `partial_fit`. An answer that echoes the prompt's instructions back
+        teaches nothing.
 
         Args:
             response: A LlamaIndex `Response` (anything with `response` and `source_nodes`).
             cited: Source numbers cited (same numbering), instead of parsing the answer.
 
         Returns:
-            A report: `ranking_id`, `cited` (candidate positions), `shown`, `rewards`, `signal`
-            (`citations`, `given` or `none`), `trained` (whether a reranker learned) and, for
-            the engine's reranker, `updates` and `pending` (its `FitReport`).
+            The same `FeedbackResult` as `ReflectiveMemory.feedback`: `retrieval_id` is the
+            ranking's id, `cited` the cited positions among the nodes this postprocessor
+            returned (0-based, best first), `rewards` the reward of each returned node by node
+            id, `learned` whether a reranker learned, `updates` / `pending` the engine
+            reranker's step report, and `reason` why nothing was learned.
 
         Raises:
             InvalidInputError: The response has no source nodes this postprocessor ranked.
@@ -340,31 +363,35 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
                 f"(it remembers the last {self.max_rankings} rankings)"
             )
         ranking, where = found
+        result = FeedbackResult(ranking.ranking_id, self.user_id)
         if cited is not None:
-            numbers, signal = [int(c) for c in cited], "given"
+            numbers = [int(c) for c in cited]
         else:
-            answer = _SOURCE_WORD.sub(r"[\1]", str(getattr(response, "response", "") or ""))
-            parsed = parse_citations(answer, len(where) + self.citation_base)
+            answer = str(getattr(response, "response", "") or "")
+            if echoes_instructions(answer):
+                result.reason = "the answer echoes the prompt's instructions"
+                return result
+            parsed = parse_citations(
+                _SOURCE_WORD.sub(r"[\1]", answer), len(where) + self.citation_base
+            )
             numbers = list(parsed.indices)
-            signal = "citations" if parsed.found else "none"
+            result.no_cite, result.out_of_range = parsed.no_cite, parsed.out_of_range
+            result.repeated = parsed.repeated
+            if not parsed.found:
+                result.reason = "the answer has no citation"
         cited_pos: set[int] = set()
         for n in numbers:
             i = n - self.citation_base
             if 0 <= i < len(where) and where[i] is not None:
                 cited_pos.add(int(where[i]))  # type: ignore[arg-type]
-        rewards = citation_rewards(
-            len(ranking.shown), [j for j, p in enumerate(ranking.shown) if p in cited_pos]
-        )
-        report: dict[str, Any] = {
-            "ranking_id": ranking.ranking_id,
-            "cited": sorted(cited_pos),
-            "shown": list(ranking.shown),
-            "rewards": rewards.tolist(),
-            "signal": signal,
-            "trained": False,
+        hits = [j for j, p in enumerate(ranking.shown) if p in cited_pos]
+        rewards = citation_rewards(len(ranking.shown), hits)
+        result.cited = tuple(hits)
+        result.rewards = {
+            ranking.node_ids[p]: float(r) for p, r in zip(ranking.shown, rewards, strict=True)
         }
-        if signal == "none":
-            return report
+        if result.reason:
+            return result
         episode = Episode(
             query=ranking.query_vec,
             candidates=ranking.candidate_vecs,
@@ -374,14 +401,16 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         )
         if self.reranker is not None:
             if not callable(getattr(self.reranker, "partial_fit", None)):
-                logger.info("feedback for user %s not learned: reranker cannot learn", self.user_id)
-                return report
+                result.reason = "the reranker given cannot learn (no partial_fit)"
+                logger.info("feedback for user %s not learned: %s", self.user_id, result.reason)
+                return result
             self.reranker.partial_fit(episode)
         elif not self.memory.config.rerank:
-            logger.info("feedback for user %s not learned: reranking is off", self.user_id)
-            return report
+            result.reason = "reranking is off (config.rerank)"
+            logger.info("feedback for user %s not learned: %s", self.user_id, result.reason)
+            return result
         else:
             fit = self.memory.rerank_stage.learn(self.user_id, episode)
-            report["updates"], report["pending"] = fit.updates, fit.pending
-        report["trained"] = True
-        return report
+            result.updates, result.pending, result.loss = fit.updates, fit.pending, fit.loss
+        result.learned = True
+        return result

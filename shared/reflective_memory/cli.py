@@ -1,4 +1,12 @@
-"""The `reflective-memory` command: demo, ingest, search, redenoise, serve and benchmarks."""
+"""The `reflective-memory` command: demo, ingest, search, stats, redenoise, serve and benchmarks.
+
+Every argument is checked while the command line is parsed, before any model loads or any file
+is created. Heavy modules (the engine, torch, FAISS) are imported inside the commands that need
+them, so `--help` and `--version` stay fast.
+
+Exit codes: 0 success; 1 nothing to show (e.g. `search` for a user the store does not have,
+unless `--allow-empty`); 2 bad arguments or an error (one line on stderr).
+"""
 
 from __future__ import annotations
 
@@ -10,20 +18,30 @@ import sys
 import time
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
+from reflective_memory import __version__
+from reflective_memory.errors import ReflectiveMemoryError, UnknownUserError
+from reflective_memory.validation import MAX_ID_CHARS
 
-from reflective_memory.bench.datasets import Conversation, load_conversations
-from reflective_memory.config import MemoryConfig
-from reflective_memory.engine import ReflectiveMemory
-from reflective_memory.errors import ReflectiveMemoryError
+if TYPE_CHECKING:
+    from reflective_memory.bench.datasets import Conversation
+    from reflective_memory.engine import ReflectiveMemory
 
-__all__ = ["main", "build_parser", "ingest_conversations", "BENCH_MODULES"]
+__all__ = [
+    "main",
+    "build_parser",
+    "ingest_conversations",
+    "BENCH_MODULES",
+    "STORE_FILE",
+    "DEMO_FILE",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Modules that add `bench` sub-commands through a `register(bench_subparsers)` function.
+#: Modules that add `bench` sub-commands through a `register(bench_subparsers)` function. They
+#: are imported only when the command line asks for `bench`.
 BENCH_MODULES = [
     "reflective_memory.bench.retrieval",
     "reflective_memory.bench.conditional",
@@ -31,13 +49,95 @@ BENCH_MODULES = [
     "reflective_memory.bench.segmentation",
     "reflective_memory.bench.latency",
     "reflective_memory.bench.soak",
+    "reflective_memory.bench.ingest",
 ]
+
+#: The SQLite file that marks a directory as a store.
+STORE_FILE = "memory.sqlite3"
+
+#: The bundled demo conversation (inside the package's `data` folder).
+DEMO_FILE = "demo_conversation.json"
 
 
 def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
 
+# -- argument types: each fails at parse time, before any work -------------------------------
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return n
+
+
+def _rate(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {value!r}") from None
+    if not 0.0 < x <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {value!r}")
+    return x
+
+
+def _user_id(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if len(value) > MAX_ID_CHARS:
+        raise argparse.ArgumentTypeError(f"is longer than {MAX_ID_CHARS} characters")
+    return value
+
+
+def _text(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def _input_file(value: str) -> str:
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {value}")
+    return value
+
+
+def _new_or_store_dir(value: str) -> str:
+    """A directory a write command may create (or an existing store)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} exists and is not a directory")
+    return value
+
+
+def _store_dir(value: str) -> str:
+    """An existing store directory (read-only commands never create one)."""
+    path = Path(value)
+    if not (path / STORE_FILE).is_file():
+        what = "is not a directory" if path.exists() and not path.is_dir() else "holds no store"
+        if not path.exists():
+            what = "does not exist"
+        raise argparse.ArgumentTypeError(
+            f"{value} {what} (no {STORE_FILE}); create a store with `reflective-memory ingest`"
+        )
+    return value
+
+
+def _output_file(value: str) -> str:
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a directory")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {str(path.parent)!r} does not exist")
+    return value
+
+
+# -- shared helpers ----------------------------------------------------------------------------
 def ingest_conversations(
     mem: ReflectiveMemory,
     conversations: Sequence[Conversation],
@@ -55,8 +155,10 @@ def ingest_conversations(
         progress: Show a progress bar over sessions.
 
     Returns:
-        Turns and sessions ingested per user id.
+        Turns ingested per user id.
     """
+    from tqdm import tqdm
+
     counts: dict[str, int] = {}
     todo = []
     for conv in conversations:
@@ -78,17 +180,40 @@ def ingest_conversations(
     return counts
 
 
+def _open(db: str | None, **kwargs: Any) -> ReflectiveMemory:
+    from reflective_memory.engine import ReflectiveMemory
+
+    return ReflectiveMemory(db, **kwargs)
+
+
+def _check_user(mem: ReflectiveMemory, user: str, db: str) -> None:
+    users = mem.users()
+    if user not in users:
+        some = ", ".join(repr(u) for u in users[:5]) + (", ..." if len(users) > 5 else "")
+        raise UnknownUserError(
+            f"the store at {db} has no user {user!r} "
+            f"({len(users)} user{'s' if len(users) != 1 else ''}{': ' + some if users else ''})"
+        )
+
+
+# -- commands ----------------------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    src = resources.files("reflective_memory") / "data" / "demo_conversation.json"
+    from reflective_memory.bench.datasets import load_conversations
+
+    src = resources.files("reflective_memory") / "data" / DEMO_FILE
+    if args.export is not None:
+        Path(args.export).write_bytes(src.read_bytes())
+        _out(f"wrote the demo conversation to {args.export} (user 'maya')")
+        return 0
     with resources.as_file(src) as path:
         convs = load_conversations(path)
     conv = convs[0]
     _out(
         f"reflective-memory demo: {len(conv.sessions)} sessions, {conv.n_turns} turns of "
-        f"{conv.user_id!r}'s conversations with an assistant (offline, CPU)."
+        f"{conv.user_id}'s conversations with an assistant (offline, CPU)."
     )
     t0 = time.perf_counter()
-    with ReflectiveMemory(args.db, config=MemoryConfig()) as mem:
+    with _open(args.db) as mem:
         if args.db is not None and mem.stats(conv.user_id)["turns"]:
             mem.delete_user(conv.user_id)
         ingest_conversations(mem, [conv], progress=not args.quiet)
@@ -98,7 +223,8 @@ def _demo(args: argparse.Namespace) -> int:
             f"{stats['memories_by_granularity']}"
         )
         found = 0
-        for q in conv.questions[: args.questions]:
+        asked = conv.questions[: args.questions]
+        for q in asked:
             r = mem.retrieve(conv.user_id, q.question, k=args.k)
             ms = r.diagnostics["timings_ms"]["total"]
             _out("")
@@ -109,7 +235,7 @@ def _demo(args: argparse.Namespace) -> int:
                 first = h.memory.text.splitlines()
                 head = first[0] if first else ""
                 _out(
-                    f"  #{h.rank} score={h.score:.4f} session={h.memory.session_id} "
+                    f"  #{h.rank} relevance={h.relevance:.2f} session={h.memory.session_id} "
                     f"turns={','.join(h.memory.turn_ids)}  {head}"
                 )
                 for line in first[1:4]:
@@ -118,15 +244,16 @@ def _demo(args: argparse.Namespace) -> int:
             found += hit
             _out(f"  expected answer: {q.answer}")
             _out(f"  evidence turn retrieved: {'yes' if hit else 'no'} ({', '.join(q.evidence)})")
-        n = min(len(conv.questions), args.questions)
         _out("")
-        _out(f"{found}/{n} questions got an evidence turn in their top {args.k} memories.")
+        _out(f"{found}/{len(asked)} questions got an evidence turn in their top {args.k} memories.")
     return 0
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    convs = load_conversations(args.file, default_user=args.user)
-    with ReflectiveMemory(args.db) as mem:
+    from reflective_memory.bench.datasets import load_conversations
+
+    convs = load_conversations(args.file, default_user=args.user)  # parsed before the store opens
+    with _open(args.db) as mem:
         counts = ingest_conversations(mem, convs, user=args.user, progress=not args.quiet)
         for uid, n in counts.items():
             _out(f"{uid}: {n} turns -> {mem.stats(uid)['memories']} memories")
@@ -134,34 +261,44 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _redenoise(args: argparse.Namespace) -> int:
+    from reflective_memory.config import MemoryConfig
+
     cfg = MemoryConfig(denoiser=args.denoiser, denoise_rate=args.rate, denoiser_model=args.model)
-    with ReflectiveMemory(args.db, config=cfg) as mem:
+    with _open(args.db, config=cfg) as mem:
+        _check_user(mem, args.user, args.db)
+        warm_up = getattr(mem.denoiser, "warm_up", None)
+        if callable(warm_up):
+            warm_up()  # a denoiser that cannot load fails here, before anything changes
         n = mem.redenoise(args.user, only_stale=args.only_stale)
     _out(f"{args.user}: re-keyed and re-embedded {n} memories with {args.denoiser}")
     return 0
 
 
+def _hit_payload(h: Any) -> dict[str, Any]:
+    return {
+        "rank": h.rank,
+        "relevance": h.relevance,
+        "score": h.score,
+        "scores": h.scores,
+        "memory_id": h.memory.id,
+        "session_id": h.memory.session_id,
+        "granularity": h.memory.granularity,
+        "turn_ids": list(h.memory.turn_ids),
+        "text": h.memory.text,
+    }
+
+
 def _search(args: argparse.Namespace) -> int:
-    with ReflectiveMemory(args.db) as mem:
+    with _open(args.db) as mem:
+        if not args.allow_empty:
+            _check_user(mem, args.user, args.db)
         r = mem.retrieve(args.user, args.query, k=args.k)
     if args.json:
         payload: dict[str, Any] = {
             "query": r.query,
             "user_id": r.user_id,
             "diagnostics": r.diagnostics,
-            "hits": [
-                {
-                    "rank": h.rank,
-                    "score": h.score,
-                    "scores": h.scores,
-                    "memory_id": h.memory.id,
-                    "session_id": h.memory.session_id,
-                    "granularity": h.memory.granularity,
-                    "turn_ids": list(h.memory.turn_ids),
-                    "text": h.memory.text,
-                }
-                for h in r.hits
-            ],
+            "hits": [_hit_payload(h) for h in r.hits],
         }
         _out(json.dumps(payload, indent=2, default=str))
         return 0
@@ -169,7 +306,7 @@ def _search(args: argparse.Namespace) -> int:
         _out(f"no memories for user {args.user!r}")
     for h in r.hits:
         _out(
-            f"#{h.rank} score={h.score:.4f} session={h.memory.session_id} "
+            f"#{h.rank} relevance={h.relevance:.2f} session={h.memory.session_id} "
             f"turns={','.join(h.memory.turn_ids)}"
         )
         _out("   " + h.memory.text.replace("\n", "\n   "))
@@ -219,55 +356,126 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the `reflective-memory` command."""
+def _stats(args: argparse.Namespace) -> int:
+    from reflective_memory.embed import HashingEmbedder
+
+    # Counting needs no model: a throwaway embedder keeps this command fast.
+    with _open(args.db, embedder=HashingEmbedder()) as mem:
+        if args.user is not None:
+            _check_user(mem, args.user, args.db)
+        users = [args.user] if args.user is not None else mem.users()
+        rows = {u: mem.stats(u) for u in users}
+    if args.json:
+        _out(json.dumps(rows, indent=2, default=str))
+        return 0
+    if not rows:
+        _out(f"the store at {args.db} is empty")
+    for u, s in rows.items():
+        by_kind = sorted(s.get("memories_by_granularity", {}).items())
+        kinds = ", ".join(f"{k} {n}" for k, n in by_kind)
+        _out(
+            f"{u}: {s.get('turns', 0)} turns, {s.get('sessions', 0)} sessions, "
+            f"{s.get('memories', 0)} memories" + (f" ({kinds})" if kinds else "")
+        )
+    return 0
+
+
+# -- parser ------------------------------------------------------------------------------------
+#: Commands whose arguments are defined by modules with heavy imports (numpy, the engine).
+_HEAVY_COMMANDS = ("segment", "bench")
+
+
+def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
+    """The argument parser of the `reflective-memory` command.
+
+    Args:
+        full: Define the `segment` and `bench` sub-commands' arguments, which imports their
+            modules. `main` passes False unless the command line names one of them, so `--help`
+            and the other commands do not pay for those imports (the commands are still
+            listed).
+    """
     parser = argparse.ArgumentParser(
         prog="reflective-memory",
         description="Long-term conversational memory for LLM apps (offline, CPU).",
+        epilog="Try it: reflective-memory demo --export conv.json && reflective-memory ingest "
+        "conv.json --user maya --db ./memory && reflective-memory search 'where do I live now?' "
+        "--user maya --db ./memory. Exit codes: 0 ok, 1 unknown user, 2 error.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log details, model-loading bars included"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("demo", help="ingest a bundled conversation and answer questions from it")
-    p.add_argument("--db", default=None, help="store directory (default: in memory)")
-    p.add_argument("--k", type=int, default=3, help="memories shown per question")
-    p.add_argument("--questions", type=int, default=8, help="how many questions to ask")
+    p = sub.add_parser(
+        "demo",
+        help="ingest a bundled conversation and answer questions from it",
+        description="Ingests the bundled 7-session conversation of user 'maya' and retrieves "
+        "memories for its questions. `--export FILE` only writes that conversation to FILE "
+        "(the reflective-memory/v1 JSON that `ingest` reads).",
+    )
+    p.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
+    p.add_argument("--k", type=_positive_int, default=3, help="memories shown per question")
+    p.add_argument("--questions", type=_positive_int, default=8, help="questions to ask")
+    p.add_argument(
+        "--export",
+        type=_output_file,
+        default=None,
+        metavar="FILE",
+        help="write the bundled conversation to FILE and exit",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_demo)
 
     p = sub.add_parser(
         "ingest",
         help="add a conversation file to a store",
-        description="Formats: reflective-memory/v1 JSON (see reflective_memory.bench.datasets), LongMemEval, "
-        "LoCoMo. Each session is ended after ingestion, so it becomes memories.",
+        description="Formats: reflective-memory/v1 JSON (see reflective_memory.bench.datasets; "
+        "`reflective-memory demo --export conv.json` writes a sample), LongMemEval, LoCoMo. "
+        "Each session is ended after ingestion, so it becomes memories.",
     )
-    p.add_argument("file", help="conversation file (.json or .json.gz)")
-    p.add_argument("--user", required=True, help="user id to store under")
-    p.add_argument("--db", required=True, help="store directory")
+    p.add_argument("file", type=_input_file, help="conversation file (.json or .json.gz)")
+    p.add_argument("--user", type=_user_id, required=True, help="user id to store under")
+    p.add_argument("--db", type=_new_or_store_dir, required=True, help="store directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_ingest)
 
     p = sub.add_parser("search", help="retrieve a user's memories for a query")
-    p.add_argument("query", help="query text")
-    p.add_argument("--user", required=True, help="user id")
-    p.add_argument("--db", required=True, help="store directory")
-    p.add_argument("--k", type=int, default=5, help="number of hits")
+    p.add_argument("query", type=_text, help="query text")
+    p.add_argument("--user", type=_user_id, required=True, help="user id")
+    p.add_argument("--db", type=_store_dir, required=True, help="existing store directory")
+    p.add_argument("--k", type=_positive_int, default=5, help="number of hits")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--allow-empty", action="store_true", help="an unknown user gives no hits, not exit 1"
+    )
     p.set_defaults(func=_search)
 
-    importlib.import_module("reflective_memory.bench.segmentation").register_segment_command(sub)
+    p = sub.add_parser("stats", help="count a store's turns, sessions and memories per user")
+    p.add_argument("--db", type=_store_dir, required=True, help="existing store directory")
+    p.add_argument("--user", type=_user_id, default=None, help="only this user")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_stats)
+
+    if full:
+        importlib.import_module("reflective_memory.bench.segmentation").register_segment_command(
+            sub
+        )
+    else:
+        sub.add_parser("segment", help="print the topical segments of each session of a file")
 
     p = sub.add_parser(
         "redenoise",
         help="re-key and re-embed a user's memories with another key denoiser",
         description="Rebuilds each turn/session/segment memory's key from its stored raw turns, "
-        "denoises it (SeCom compression) and re-embeds it. Texts and ids do not change.",
+        "denoises it (SeCom compression) and re-embeds it. Texts and ids do not change. A "
+        "denoiser that cannot load (e.g. llmlingua without a local model) is an error.",
     )
-    p.add_argument("--user", required=True, help="user id")
-    p.add_argument("--db", required=True, help="store directory")
+    p.add_argument("--user", type=_user_id, required=True, help="user id")
+    p.add_argument("--db", type=_store_dir, required=True, help="existing store directory")
     p.add_argument("--denoiser", default="offline", choices=["none", "offline", "llmlingua"])
-    p.add_argument("--rate", type=float, default=0.75, help="fraction of each key kept")
-    p.add_argument("--model", default=None, help="LLMLingua-2 model name or folder")
+    p.add_argument("--rate", type=_rate, default=0.75, help="fraction of each key kept")
+    p.add_argument("--model", default=None, help="local LLMLingua-2 model folder")
     p.add_argument("--only-stale", action="store_true", help="only keys made by another denoiser")
     p.set_defaults(func=_redenoise)
 
@@ -281,22 +489,33 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_arguments(p)
     p.set_defaults(func=_serve)
 
-    p = sub.add_parser("bench", help="benchmarks")
+    p = sub.add_parser("bench", help="benchmarks (reflective-memory bench --help lists them)")
     bench = p.add_subparsers(dest="bench", required=True)
-    for name in BENCH_MODULES:
-        importlib.import_module(name).register(bench)
+    if full:
+        for name in BENCH_MODULES:
+            importlib.import_module(name).register(bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `reflective-memory` command."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(full=any(a in _HEAVY_COMMANDS for a in argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad argument (already reported)
+        return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if args.verbose:
+        logging.getLogger("reflective_memory").setLevel(logging.INFO)
     try:
         return int(args.func(args))
+    except UnknownUserError as exc:
+        sys.stderr.write(f"error: {exc.args[0] if exc.args else exc}\n")
+        return 1
     except ReflectiveMemoryError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

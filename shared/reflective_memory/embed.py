@@ -10,6 +10,7 @@ import logging
 import re
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Protocol, overload, runtime_checkable
 import numpy as np
 
 from reflective_memory.errors import InvalidInputError, ModelLoadError
+from reflective_memory.quiet import quiet_model_loading
 
 __all__ = [
     "Embedder",
@@ -124,12 +126,16 @@ class SentenceTransformerEmbedder:
         max_chars: Texts are cut to this many characters before tokenising (the model reads at
             most its own maximum sequence length anyway; this bounds tokenisation cost on huge
             inputs).
-        show_progress: Show a progress bar on large batches.
+        show_progress: Show a progress bar on large batches (model loading is quiet unless the
+            `reflective_memory` logger is enabled for INFO; see `reflective_memory.quiet`).
         query_threads: Torch threads used for small inputs (at most `small_batch` texts, such
             as a query). One thread is several times faster than two for a single short text
             when the CPU is busy (measured p50 14 ms vs 147 ms for one MiniLM query on the
             2-core dev machine under load); `None` leaves torch's setting alone.
         small_batch: Inputs up to this many texts count as small.
+        cache_size: Vectors of this many recent texts are kept in memory, so a text seen again
+            (a session ended twice, a key equal to a turn) is not embedded again; 0 disables.
+            Identical texts within one call are always embedded once.
     """
 
     def __init__(
@@ -142,6 +148,7 @@ class SentenceTransformerEmbedder:
         show_progress: bool = False,
         query_threads: int | None = 1,
         small_batch: int = 8,
+        cache_size: int = 4096,
     ) -> None:
         self.model = DEFAULT_MODEL if model is None else model
         self.query_threads = query_threads
@@ -150,8 +157,13 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.max_chars = max_chars
         self.show_progress = show_progress
+        self.cache_size = max(0, int(cache_size))
         self.name = f"st:{self.model}"
         self._dim: int | None = None
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._recent_lock = threading.Lock()
+        #: Texts given to `encode` and texts the model actually embedded (for benchmarks).
+        self.counts = {"requested": 0, "embedded": 0}
 
     def _path(self) -> str:
         if self.model in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
@@ -166,9 +178,10 @@ class SentenceTransformerEmbedder:
             if st is None:
                 path = self._path()
                 try:
-                    from sentence_transformers import SentenceTransformer
+                    with quiet_model_loading():
+                        from sentence_transformers import SentenceTransformer
 
-                    st = SentenceTransformer(path, device=self.device)
+                        st = SentenceTransformer(path, device=self.device)
                 except Exception as exc:
                     raise ModelLoadError(
                         f"Could not load sentence-transformers model {self.model!r} ({exc}). "
@@ -196,23 +209,50 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: list[str]) -> np.ndarray: ...
 
     def encode(self, texts: str | list[str]) -> np.ndarray:
-        """Embed texts; see `Embedder.encode`."""
+        """Embed texts; see `Embedder.encode`.
+
+        Each distinct text is embedded once per call, and texts embedded recently (the last
+        `cache_size`) are not embedded again; sentence-transformers sorts each call's texts by
+        length, so batches carry little padding. A single `str` (a query) is always embedded,
+        so query latency stays real.
+        """
         items, single = _check_texts(texts)
         st = self.warm_up()
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         items = [t[: self.max_chars] for t in items]
-        threads = self.query_threads if len(items) <= self.small_batch else None
-        with _torch_threads(threads):
-            vecs = st.encode(
-                items,
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=self.show_progress and len(items) > 4 * self.batch_size,
-            )
-        vecs = _normalise(vecs)
-        return vecs[0] if single else vecs
+        self.counts["requested"] += len(items)
+        found: dict[str, np.ndarray] = {}
+        if self.cache_size and not single:
+            with self._recent_lock:
+                for t in items:
+                    v = self._recent.get(t)
+                    if v is not None:
+                        found[t] = v
+                        self._recent.move_to_end(t)
+        todo = [t for t in dict.fromkeys(items) if t not in found]
+        if todo:
+            threads = self.query_threads if len(todo) <= self.small_batch else None
+            with _torch_threads(threads):
+                vecs = st.encode(
+                    todo,
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=self.show_progress and len(todo) > 4 * self.batch_size,
+                )
+            vecs = _normalise(vecs)
+            self.counts["embedded"] += len(todo)
+            found.update(zip(todo, vecs, strict=True))
+            if self.cache_size and not single:
+                with self._recent_lock:
+                    for t, v in zip(todo, vecs, strict=True):
+                        self._recent[t] = v
+                        self._recent.move_to_end(t)
+                    while len(self._recent) > self.cache_size:
+                        self._recent.popitem(last=False)
+        out = np.stack([found[t] for t in items]).astype(np.float32, copy=False)
+        return out[0] if single else out
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder(model={self.model!r}, device={self.device!r})"

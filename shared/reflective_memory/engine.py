@@ -469,10 +469,19 @@ class ReflectiveMemory:
             turns, self.config.granularities, self.segmenter, date_prefix=self.config.date_prefix
         )
 
-    def denoise_keys(self, user_id: str, drafts: Sequence[MemoryDraft]) -> None:
-        """Replace each draft's key by its denoised form, in place (texts stay raw)."""
+    def denoise_keys(
+        self, user_id: str, drafts: Sequence[MemoryDraft], *, strict: bool = False
+    ) -> None:
+        """Replace each draft's key by its denoised form, in place (texts stay raw).
+
+        With `strict`, a failing denoiser raises instead of leaving the raw keys.
+        """
         denoise_drafts(
-            self.denoiser, drafts, lambda: [t.text for t in self.store.turns(user_id)], user_id
+            self.denoiser,
+            drafts,
+            lambda: [t.text for t in self.store.turns(user_id)],
+            user_id,
+            strict=strict,
         )
 
     def redenoise(self, user_id: str, *, only_stale: bool = False) -> int:
@@ -489,6 +498,10 @@ class ReflectiveMemory:
 
         Returns:
             The number of memories re-keyed.
+
+        Raises:
+            ReflectiveMemoryError: The denoiser failed (e.g. `ModelLoadError`: its model is not
+                on disk); nothing was changed.
         """
         self._open()
         check_id("user_id", user_id)
@@ -527,7 +540,7 @@ class ReflectiveMemory:
             )
             for m, src in zip(todo, sources, strict=True)
         ]
-        self.denoise_keys(user_id, drafts)
+        self.denoise_keys(user_id, drafts, strict=True)
         vectors = self._embed_keys([d.key for d in drafts])
         self.store.upsert_memories(user_id, drafts, vectors, self.embedder.name)
         self.indexes.invalidate(user_id)
@@ -698,7 +711,9 @@ class ReflectiveMemory:
             cited: The cited hit positions, given directly instead of an answer.
 
         Returns:
-            A `FeedbackResult` saying what was learned (or why nothing was).
+            A `FeedbackResult` saying what was learned (or why nothing was). Only the answer is
+            read: an answer that echoes the prompt's instructions or its memory blocks back
+            (`reflective_memory.rmm.citations.echoes_instructions`) teaches nothing.
 
         Raises:
             InvalidInputError: Neither `answer` nor `cited` given, or a cited position is no hit.

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["Turn", "Memory", "Hit", "Retrieval", "Usage", "GRANULARITIES"]
+__all__ = [
+    "Turn",
+    "Memory",
+    "Hit",
+    "Retrieval",
+    "Usage",
+    "GRANULARITIES",
+    "LEXICAL_HALF_RELEVANCE",
+]
 
 #: Memory unit kinds. `turn`, `session` and `segment` are built from a session's turns;
 #: `topic` (RMM topic memories) and `note` (conditional memory records) come from reflection;
@@ -113,21 +121,48 @@ class Usage:
         return dict(self.__dict__)
 
 
+#: BM25 score at which `Hit.relevance` of a memory found by BM25 alone reaches 0.5.
+LEXICAL_HALF_RELEVANCE = 10.0
+
+
 @dataclass(frozen=True)
 class Hit:
     """A memory in a ranking.
 
     Attributes:
         memory: The memory.
-        score: The final score used for ranking (higher is better).
+        score: The score the ranking was sorted by (higher is better). Its scale depends on the
+            ranker, so compare it only within one `Retrieval`: with the default hybrid mode it
+            is a reciprocal-rank-fusion score, `sum(weight / (rrf_k + rank))` over the dense and
+            BM25 rankings (about 0.016 for a memory ranked near the top of one ranker with
+            `rrf_k=60`); in `dense` mode a cosine, in `lexical` mode a BM25 score; with the
+            reranker on, the reranker's score. For an absolute threshold use `relevance`.
         rank: 0-based position in the ranking.
-        scores: Component scores (`dense`, `lexical`, `fused`, `rerank`, ...).
+        scores: Component scores (`dense` cosine, `lexical` BM25, `fused`, `rerank`, ...).
     """
 
     memory: Memory
     score: float
     rank: int
     scores: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def relevance(self) -> float:
+        """How well the memory matches the query, in [0, 1], comparable across queries.
+
+        The dense ranker's cosine similarity between the query and the memory's indexed key,
+        clipped to [0, 1]. Keys are denoised and segments hold several turns, so values are
+        modest: with all-MiniLM-L6-v2 on the bundled demo, memories that hold the answer score
+        about 0.2-0.3 and unrelated ones about 0.1. A memory found by BM25 alone gets
+        `s / (s + LEXICAL_HALF_RELEVANCE)` of its BM25 score `s`; a hit with neither gets 0.
+        """
+        dense = self.scores.get("dense")
+        if dense is not None:
+            return float(min(1.0, max(0.0, dense)))
+        lexical = self.scores.get("lexical")
+        if lexical is not None and lexical > 0:
+            return float(lexical / (lexical + LEXICAL_HALF_RELEVANCE))
+        return 0.0
 
 
 @dataclass

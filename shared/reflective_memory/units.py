@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from reflective_memory.denoise import Denoiser, denoiser_name, fitted_on
-from reflective_memory.errors import ModelLoadError
+from reflective_memory.errors import ModelLoadError, ReflectiveMemoryError
 from reflective_memory.segment.base import Segmenter, check_spans
 from reflective_memory.storage.base import MemoryDraft
 from reflective_memory.text import format_date
@@ -131,6 +131,8 @@ def denoised_keys(
     sources: list[str],
     corpus: Callable[[], Sequence[str]],
     user_id: str,
+    *,
+    strict: bool = False,
 ) -> list[str] | None:
     """Denoised keys, or `None` when no denoiser is set or it failed (raw keys are kept).
 
@@ -139,6 +141,11 @@ def denoised_keys(
         sources: Raw keys.
         corpus: The user's turn texts, for denoisers fitted to corpus statistics.
         user_id: Owner (for the log).
+        strict: A failing denoiser raises instead of falling back to raw keys.
+
+    Raises:
+        ReflectiveMemoryError: With `strict`, the denoiser failed (a `ModelLoadError` when its
+            model could not load).
     """
     if denoiser is None:
         return None
@@ -152,6 +159,12 @@ def denoised_keys(
         if not all(isinstance(k, str) for k in keys):
             raise TypeError("denoise returned a non-str key")
     except Exception as exc:  # keys fall back to raw text; nothing is lost
+        if strict:
+            if isinstance(exc, ReflectiveMemoryError):
+                raise
+            raise ReflectiveMemoryError(
+                f"denoiser {denoiser_name(denoiser)} failed: {type(exc).__name__}: {exc}"
+            ) from exc
         logger.log(
             logging.ERROR if isinstance(exc, ModelLoadError) else logging.WARNING,
             "denoiser %s failed for user %s; indexing raw keys (redenoise later): %s",
@@ -169,6 +182,8 @@ def denoise_drafts(
     drafts: Sequence[MemoryDraft],
     corpus: Callable[[], Sequence[str]],
     user_id: str,
+    *,
+    strict: bool = False,
 ) -> None:
     """Replace each draft's key by its denoised form, in place (texts stay raw).
 
@@ -180,10 +195,11 @@ def denoise_drafts(
         drafts: Memory drafts of one user.
         corpus: The user's turn texts (called only for denoisers with corpus statistics).
         user_id: Owner of the drafts.
+        strict: A failing denoiser raises (see `denoised_keys`) instead of keeping raw keys.
     """
     if not drafts:
         return
-    keys = denoised_keys(denoiser, [d.key for d in drafts], corpus, user_id)
+    keys = denoised_keys(denoiser, [d.key for d in drafts], corpus, user_id, strict=strict)
     name = denoiser_name(denoiser) if keys is not None else "none"
     for i, draft in enumerate(drafts):
         meta = dict(draft.metadata) if draft.metadata is not None else {}

@@ -7,9 +7,16 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from lc_helpers import populate
-from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
+from reflective_memory import (
+    FeedbackResult,
+    HashingEmbedder,
+    InvalidInputError,
+    MemoryConfig,
+    ReflectiveMemory,
+)
 
 from langchain_reflective import CitationReranker, ReflectiveCompressor, ReflectiveRetriever
+from langchain_reflective._common import CITATION_INSTRUCTION
 
 DOCS = [
     Document(page_content="The museum opens at nine on weekdays.", id="a"),
@@ -54,7 +61,11 @@ def test_cosine_order_when_engine_reranking_is_off():
     assert DOCS[2].metadata == {}  # inputs are not mutated
     assert comp.compress_documents([], "x") == []
     report = comp.feedback("q", out, "It is [0].")
-    assert report == {"cited": [0], "rewards": [1.0, -1.0], "trained": False}
+    assert isinstance(report, FeedbackResult)
+    assert report.cited == (0,) and list(report.rewards.values()) == [1.0, -1.0]
+    assert not report.learned and "reranking is off" in report.reason
+    echoed = comp.feedback("q", out, CITATION_INSTRUCTION + " It is [0].")
+    assert not echoed.learned and "echoes" in echoed.reason
 
 
 def test_reranker_hook_orders_and_learns_from_citations(mem):
@@ -68,7 +79,8 @@ def test_reranker_hook_orders_and_learns_from_citations(mem):
     assert [d.id for d in out] == [DOCS[i].id for i in np.argsort(prior)[:2]]
 
     report = comp.feedback(query, out, "You can buy it there [1].")
-    assert report["cited"] == [1] and report["rewards"] == [-1.0, 1.0] and report["trained"]
+    assert report.cited == (1,) and list(report.rewards.values()) == [-1.0, 1.0]
+    assert report.learned and list(report.rewards) == [d.id for d in out]
     ep = rr.episodes[0]
     assert ep.candidates.shape == (4, mem.embedder.dim)  # all candidates, not only the shown
     assert ep.shown == [int(i) for i in np.argsort(prior)[:2]]
@@ -147,7 +159,7 @@ def test_feedback_trains_persists_and_isolates_the_engines_reranker(tmp_path):
     assert before.diagnostics["rerank"]["updates"] == 0
     comp = CitationReranker(memory=mem, user_id="ana", top_n=2)
     report = comp.feedback(BREAD_QUERY, comp.compress_documents(DOCS, BREAD_QUERY), "Yes [1].")
-    assert report["trained"] and report["updates"] == 1 and report["pending"] == 0
+    assert report.learned and report.updates == 1 and report.pending == 0
     second = _train_second_first(comp)
     assert comp.compress_documents(DOCS, BREAD_QUERY)[0].id == second
     ana = mem.rerank_stage.reranker("ana")
@@ -182,7 +194,7 @@ def test_engine_reranker_buffers_until_a_batch_is_full(mem):
     comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=2)  # rerank_batch_size=4
     shown = comp.compress_documents(DOCS, BREAD_QUERY)
     first = comp.feedback(BREAD_QUERY, shown, "[0]")
-    assert first["trained"] and first["updates"] == 0 and first["pending"] == 1
+    assert first.learned and first.updates == 0 and first.pending == 1
     assert mem.rerank_stage.reranker("ana").is_identity
 
 
@@ -190,4 +202,5 @@ def test_citations_parsed_by_the_core_parser(mem):
     comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=3)
     shown = comp.compress_documents(DOCS, BREAD_QUERY)
     report = comp.feedback(BREAD_QUERY, shown, "Memory [2] and [0-1], again [2], not [9].")
-    assert report["cited"] == [2, 0, 1] and report["rewards"] == [1.0, 1.0, 1.0]
+    assert report.cited == (2, 0, 1) and list(report.rewards.values()) == [1.0, 1.0, 1.0]
+    assert report.repeated == 1 and report.out_of_range == 1

@@ -59,7 +59,7 @@ def test_rag_chat_example(tmp_path, capsys):
     assert "18 kilometres" in run and "nurse" in work
     for sources, report in zip(out["sources"], out["feedback"], strict=True):
         assert len(sources) == 3 and all(md["user_id"] == "ana" for md in sources)
-        assert "relevance_score" in sources[0] and report["cited"] == [0]
+        assert "relevance_score" in sources[0] and report.cited == (0,)
     assert out["sources"][1][0]["session_id"] == "2024-03-05"
     assert len(out["today"]) == 2 * len(ex.QUESTIONS)
     assert out["stats"]["open_sessions"] == 0

@@ -4,7 +4,13 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory_blocks import StaticMemoryBlock
-from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
+from reflective_memory import (
+    FeedbackResult,
+    HashingEmbedder,
+    InvalidInputError,
+    MemoryConfig,
+    ReflectiveMemory,
+)
 
 from llamaindex_reflective import ReflectiveMemoryBlock
 from llamaindex_reflective.memory_block import CITATION_INSTRUCTION, format_hits
@@ -110,7 +116,8 @@ def test_priority_truncation_in_memory(mem):
 def test_feedback_delegates(mem):
     _seed(mem)
     block = ReflectiveMemoryBlock(memory=mem, user_id="ana")
-    assert block.feedback("[0]") is None  # nothing retrieved yet
+    nothing = block.feedback("[0]")  # nothing retrieved yet
+    assert isinstance(nothing, FeedbackResult) and not nothing.learned and nothing.reason
     asyncio.run(block.aget([U("dog")]))
     calls = []
     object.__setattr__(mem, "feedback", lambda r, a: calls.append((r, a)) or "learned")
@@ -126,5 +133,9 @@ def test_feedback_trains_the_engines_reranker_for_the_user():
         asyncio.run(block.aget([U("dog")]))
         result = block.feedback("Pixel loves the beach [0].")
         assert result.learned and result.cited == (0,) and result.updates == 1
+        # a reply that echoes the block's instructions (a model repeating its prompt) teaches
+        # nothing, although it is full of citation markers
+        echoed = block.feedback("System: " + block.get([U("dog")]) + "\nAssistant: ok")
+        assert not echoed.learned and "echoes" in echoed.reason
         assert mem.retrieve("ana", "dog", k=1).diagnostics["rerank"]["updates"] == 1
         assert mem.retrieve("bob", "dog", k=1).diagnostics["rerank"]["updates"] == 0

@@ -14,6 +14,7 @@ from llama_index.core.query_engine import CitationQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from reflective_memory import (
     ConfigError,
+    FeedbackResult,
     HashingEmbedder,
     InvalidInputError,
     MemoryConfig,
@@ -190,9 +191,11 @@ def test_feedback_maps_citations_and_trains(mem):
     ids = [n.node.node_id for n in shown]
     resp = Response(response="Pixel runs on the beach [2].", source_nodes=shown)
     report = pp.feedback(resp)
-    assert report["signal"] == "citations" and report["trained"]
-    assert report["rewards"] == [-1.0, 1.0, -1.0]
-    assert len(rr.episodes) == 1 and rr.episodes[0].shown == report["shown"]
+    assert isinstance(report, FeedbackResult)
+    assert report.learned and not report.reason and report.cited == (1,)
+    assert list(report.rewards.values()) == [-1.0, 1.0, -1.0] and list(report.rewards) == ids
+    assert report.retrieval_id == pp.rankings[-1].ranking_id
+    assert len(rr.episodes) == 1 and rr.episodes[0].shown == pp.rankings[-1].shown
     # the cited node now ranks first for the same query
     again = pp.postprocess_nodes(_nodes(), query_str="Pixel dog beach")
     assert again[0].node.node_id == ids[1]
@@ -205,12 +208,12 @@ def test_feedback_without_reranker_reports_only():
     assert pp._reranker() is None
     shown = pp.postprocess_nodes(_nodes(), query_str="Pixel dog")
     report = pp.feedback(Response(response="I do not know. [NO_CITE]", source_nodes=shown))
-    assert report["rewards"] == [-1.0, -1.0] and report["signal"] == "citations"
-    assert report["trained"] is False
+    assert list(report.rewards.values()) == [-1.0, -1.0] and report.no_cite
+    assert report.learned is False and "reranking is off" in report.reason
     none = pp.feedback(Response(response="no citations at all", source_nodes=shown))
-    assert none["signal"] == "none"
+    assert not none.learned and none.reason == "the answer has no citation"
     given = pp.feedback(Response(response="x", source_nodes=shown), cited=[1])
-    assert given["rewards"] == [1.0, -1.0] and given["signal"] == "given"
+    assert list(given.rewards.values()) == [1.0, -1.0] and given.cited == (0,)
     with pytest.raises(InvalidInputError):
         pp.feedback(Response(response="[1]", source_nodes=[]))
     other = NodeWithScore(node=TextNode(text="never ranked", id_="zz"))
@@ -228,7 +231,7 @@ def test_query_engines_with_postprocessor(mem):
     assert len(resp.source_nodes) == 2
     assert {n.node.node_id for n in resp.source_nodes} <= {"n1", "n3", "n0", "n2", "n4"}
     report = pp.feedback(resp)
-    assert report["cited"] == [report["shown"][1]]
+    assert report.cited == (1,)
     # CitationQueryEngine re-chunks nodes under new ids; feedback still finds them
     cqe = CitationQueryEngine.from_args(
         index, llm=llm, similarity_top_k=5, node_postprocessors=[pp], citation_chunk_size=512
@@ -236,7 +239,7 @@ def test_query_engines_with_postprocessor(mem):
     cresp = cqe.query("Who is Pixel?")
     assert all(n.node.node_id not in {"n0", "n1", "n2", "n3", "n4"} for n in cresp.source_nodes)
     creport = pp.feedback(cresp)
-    assert creport["cited"] == [creport["shown"][0]]
+    assert creport.cited == (0,)
     assert Settings is not None
 
 
@@ -284,7 +287,8 @@ def test_feedback_trains_persists_and_isolates_the_engines_reranker(tmp_path):
     pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=3)
     shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
     report = pp.feedback(Response(response="It runs there [2][1].", source_nodes=shown))
-    assert report["trained"] and report["updates"] == 1 and report["rewards"] == [1.0, 1.0, -1.0]
+    assert report.learned and report.updates == 1
+    assert list(report.rewards.values()) == [1.0, 1.0, -1.0]
     second = _train_second_first(pp)
     assert pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)[0].node.node_id == second
     ana = mem.rerank_stage.reranker("ana")
@@ -312,7 +316,7 @@ def test_shared_scope_feedback_reaches_every_user():
     mem = _learning_memory(rerank_scope="shared")
     pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=2)
     shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
-    assert pp.feedback(Response(response="[1]", source_nodes=shown))["updates"] == 1
+    assert pp.feedback(Response(response="[1]", source_nodes=shown)).updates == 1
     assert mem.retrieve("bob", "bike", k=1).diagnostics["rerank"]["updates"] == 1
 
 
@@ -321,8 +325,8 @@ def test_citations_parsed_by_the_core_parser(mem):
     shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
     resp = Response(response="See [3], Source 1 and [1-2]; [7] is no source.", source_nodes=shown)
     report = pp.feedback(resp)
-    assert report["signal"] == "citations" and report["rewards"] == [1.0, 1.0, 1.0]
-    assert report["trained"] and report["pending"] == 1  # rerank_batch_size=4: buffered
+    assert list(report.rewards.values()) == [1.0, 1.0, 1.0] and report.out_of_range == 1
+    assert report.learned and report.pending == 1  # rerank_batch_size=4: buffered
     assert mem.rerank_stage.reranker("ana").is_identity
 
 
@@ -356,7 +360,7 @@ def test_denoise_uses_the_engines_denoiser_on_chatty_text():
     report = clean.feedback(Response(response="Rex [1].", source_nodes=out))
     vecs = clean.rankings[-1].candidate_vecs
     keys = mem.denoiser.denoise(list(CHATTY))
-    assert report["cited"] == [1]
+    assert report.cited == (0,) and clean.rankings[-1].shown[0] == 1
     assert abs(float(vecs[1] @ mem.embedder.encode(keys[1])) - 1.0) < 1e-5
 
 

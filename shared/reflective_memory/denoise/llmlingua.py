@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
 import random
 import re
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,8 +25,14 @@ from reflective_memory.errors import (
     ModelLoadError,
     ReflectiveMemoryError,
 )
+from reflective_memory.quiet import quiet_model_loading
 
-__all__ = ["ensure_tiktoken_cache", "LLMLinguaDenoiser"]
+__all__ = [
+    "ensure_tiktoken_cache",
+    "tiktoken_encoding_cached",
+    "model_on_disk",
+    "LLMLinguaDenoiser",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +68,30 @@ def ensure_tiktoken_cache() -> str | None:
 
 
 _DEFAULT_FOLDER = DEFAULT_LLMLINGUA_MODEL.rsplit("/", 1)[-1]
+_CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+
+def tiktoken_encoding_cached() -> bool:
+    """Whether tiktoken's `cl100k_base` (which llmlingua needs) is on disk, so no download."""
+    name = hashlib.sha1(_CL100K_URL.encode()).hexdigest()
+    folders = [os.environ.get("TIKTOKEN_CACHE_DIR"), os.environ.get("DATA_GYM_CACHE_DIR")]
+    folders.append(os.path.join(tempfile.gettempdir(), "data-gym-cache"))
+    return any(f and os.path.isfile(os.path.join(f, name)) for f in folders)
+
+
+def model_on_disk(model: str) -> bool:
+    """Whether `model` is a local folder or a Hugging Face model already in the local cache."""
+    if Path(model).expanduser().is_dir():
+        return True
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - a transformers dependency
+        return False
+    try:
+        found = try_to_load_from_cache(model, "config.json")
+    except Exception:  # noqa: BLE001 - a malformed name is simply not cached
+        return False
+    return isinstance(found, str) and os.path.isfile(found)
 _SENTENCE_RE = re.compile(r"(?<=[.!?\n])\s+")
 
 
@@ -71,8 +103,10 @@ class LLMLinguaDenoiser:
     most `max_chunk_tokens` model tokens; chunks are cut at sentence ends and their compressions
     joined with a space). The model loads lazily on first use, once; `warm_up()` loads it now.
 
-    Offline use: the model must be on disk. llmlingua recognises a model by its name, so a local
-    folder's path must contain `bert-base-multilingual-cased` or `xlm-roberta-large`.
+    Offline by default: the model must be on disk (a local folder, or a Hugging Face name already
+    in the local cache); a missing model fails at once with `ModelLoadError`, without trying
+    the network, unless `allow_download=True`. llmlingua recognises a model by its name, so a
+    local folder's path must contain `bert-base-multilingual-cased` or `xlm-roberta-large`.
     `TIKTOKEN_CACHE_DIR` is pointed at llama-index-core's cached `cl100k_base` when not set.
 
     Args:
@@ -84,8 +118,9 @@ class LLMLinguaDenoiser:
         max_chunk_tokens: Longest chunk given to the model, in model tokens (at most 510).
         force_tokens: Tokens always kept (e.g. `["\\n", "?"]`).
         force_reserve_digit: Always keep tokens that contain a digit.
-        model_config: Extra keyword arguments for `from_pretrained` (e.g.
-            `{"local_files_only": True}`).
+        model_config: Extra keyword arguments for `from_pretrained`.
+        allow_download: Let llmlingua download a model (and tiktoken's encoding) that is not
+            on disk; off by default (nothing touches the network).
 
     Raises:
         ConfigError: A setting is out of range.
@@ -102,6 +137,7 @@ class LLMLinguaDenoiser:
         force_tokens: Sequence[str] | None = None,
         force_reserve_digit: bool = False,
         model_config: dict[str, Any] | None = None,
+        allow_download: bool = False,
     ) -> None:
         if not isinstance(model, (str, os.PathLike)) or not str(model).strip():
             raise ConfigError(f"model must be a model name or a folder path, got {model!r}")
@@ -128,6 +164,7 @@ class LLMLinguaDenoiser:
             raise ConfigError("llmlingua accepts at most 100 force_tokens")
         self.force_reserve_digit = bool(force_reserve_digit)
         self.model_config = dict(model_config) if model_config is not None else {}
+        self.allow_download = bool(allow_download)
         self._compressor: Any = None
         self._lock = threading.Lock()
 
@@ -183,13 +220,30 @@ class LLMLinguaDenoiser:
                 f"{DEFAULT_LLMLINGUA_MODEL!r} or save/symlink the model in a folder whose name "
                 "contains 'xlm-roberta-large' or 'bert-base-multilingual-cased'."
             )
+        ensure_tiktoken_cache()
+        model_config = dict(self.model_config)
+        if not self.allow_download:
+            if not model_on_disk(self.model):
+                raise ModelLoadError(
+                    f"LLMLingua-2 model {self.model!r} is not on this machine (no such folder, "
+                    "not in the Hugging Face cache) and downloads are off: pass "
+                    "denoiser_model=<local folder> (e.g. from `huggingface-cli download "
+                    f"{DEFAULT_LLMLINGUA_MODEL} --local-dir <dir>/{_DEFAULT_FOLDER}`), or "
+                    "use denoiser='offline'"
+                )
+            if not tiktoken_encoding_cached():
+                raise ModelLoadError(
+                    "llmlingua needs tiktoken's cl100k_base, which is not cached and downloads "
+                    "are off: set TIKTOKEN_CACHE_DIR to a folder holding it (llama-index-core "
+                    "ships one), or use denoiser='offline'"
+                )
+            model_config.setdefault("local_files_only", True)
         try:
             from llmlingua import PromptCompressor
         except ImportError as exc:
             raise ModelLoadError(
                 "LLMLinguaDenoiser needs the 'llmlingua' package: pip install llmlingua"
             ) from exc
-        ensure_tiktoken_cache()
         # llmlingua seeds every global RNG when it loads; keep the caller's random state.
         import numpy as np
         import torch
@@ -197,13 +251,14 @@ class LLMLinguaDenoiser:
         saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
         saved_hash_seed = os.environ.get("PYTHONHASHSEED")
         try:
-            compressor = PromptCompressor(
-                model_name=self.model,
-                device_map=self.device,
-                model_config=dict(self.model_config),
-                use_llmlingua2=True,
-                llmlingua2_config={"max_batch_size": self.batch_size},
-            )
+            with quiet_model_loading():
+                compressor = PromptCompressor(
+                    model_name=self.model,
+                    device_map=self.device,
+                    model_config=model_config,
+                    use_llmlingua2=True,
+                    llmlingua2_config={"max_batch_size": self.batch_size},
+                )
         except Exception as exc:  # noqa: BLE001 - anything here means "cannot load"
             tiktoken_dir = os.environ.get("TIKTOKEN_CACHE_DIR")
             raise ModelLoadError(
@@ -333,6 +388,7 @@ class LLMLinguaDenoiser:
                 "force_tokens": self.force_tokens or None,
                 "force_reserve_digit": self.force_reserve_digit,
                 "model_config": self.model_config or None,
+                "allow_download": self.allow_download,
             },
         }
 

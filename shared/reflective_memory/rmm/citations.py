@@ -12,6 +12,9 @@ become rewards for the reranker (`reflective_memory.rmm.reranker`).
   counted.
 * `attribute` is the fallback for answers without any citation marker: answer sentences are
   embedded and a memory counts as used when its key embedding is close enough to one of them.
+* `echoes_instructions` recognises an "answer" that repeats the prompt (a model that echoes its
+  input, or a template mistake): its citation markers come from the instructions and the quoted
+  memories, not from an answer, so feedback learns nothing from it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ __all__ = [
     "parse_citations",
     "split_sentences",
     "attribute",
+    "echoes_instructions",
+    "register_instructions",
 ]
 
 #: Cosine similarity (L2-normalised embeddings) an answer sentence must reach with a memory's key
@@ -85,6 +90,13 @@ _MEMORY_WORD_RE = re.compile(
 # "[0]", "[0, 2]", "[0;2]", "[0-2]", "[ 1 ]", "[Memory 1]" (handled by the word pattern first)
 _BRACKET_RE = re.compile(r"\[\s*(\d+(?:\s*(?:,|;|&|and|-)\s*\d+)*)\s*\]", re.I)
 _NUM_OR_RANGE_RE = re.compile(r"(\d+)\s*-\s*(\d+)|(\d+)")
+# The delimiters `format_memories` puts around each memory: never part of a real answer.
+_MEMORY_MARKER_RE = re.compile(r"===\s*(?:end of\s+)?memory\s*\[\d+\]\s*===", re.I)
+_SPACE_RE = re.compile(r"\s+")
+_INSTRUCTION_SENT_RE = re.compile(r"(?<=[.!?:;])\s+|\s+-\s+")
+#: Shortest instruction sentence that counts as evidence of an echo (shorter ones are generic).
+_MIN_ECHO_CHARS = 30
+_KNOWN_INSTRUCTIONS: list[str] = []
 _MAX_RANGE = 100
 
 
@@ -252,6 +264,57 @@ def parse_citations(answer: str, n_memories: int) -> Citations:
         repeated=repeated,
         text=text,
     )
+
+
+def _normal(text: str) -> str:
+    return _SPACE_RE.sub(" ", text).strip().lower()
+
+
+def _instruction_sentences(text: str) -> list[str]:
+    out = []
+    for part in _INSTRUCTION_SENT_RE.split(_normal(text)):
+        part = part.strip("-* ")
+        if len(part) >= _MIN_ECHO_CHARS and "{" not in part:
+            out.append(part)
+    return out
+
+
+def register_instructions(*texts: str) -> None:
+    """Add instruction texts (e.g. an adapter's citation instruction) that answers must not echo.
+
+    `echoes_instructions` checks every registered text; `ANSWER_PROMPT` is registered here.
+    """
+    for text in texts:
+        for sentence in _instruction_sentences(text):
+            if sentence not in _KNOWN_INSTRUCTIONS:
+                _KNOWN_INSTRUCTIONS.append(sentence)
+
+
+def echoes_instructions(answer: str, instructions: Sequence[str] = ()) -> bool:
+    """Whether an answer repeats the prompt it was given instead of answering.
+
+    True when the answer contains the delimiters of `format_memories` (`=== Memory [i] ===`), or
+    a sentence of at least 30 characters of `instructions` or of a registered instruction text
+    (`register_instructions`; the library's own prompts are registered). Such an answer's
+    citation markers were copied from the prompt, so they say nothing about what was used.
+
+    Example:
+        >>> echoes_instructions("You play the cello. [1]")
+        False
+        >>> echoes_instructions("Cite a memory only if your reply uses what its original "
+        ...                     "turns say; ... [0]")
+        True
+    """
+    if not isinstance(answer, str) or not answer.strip():
+        return False
+    if _MEMORY_MARKER_RE.search(answer):
+        return True
+    text = _normal(answer)
+    extra = [s for t in instructions if isinstance(t, str) for s in _instruction_sentences(t)]
+    return any(s in text for s in [*extra, *_KNOWN_INSTRUCTIONS])
+
+
+register_instructions(ANSWER_PROMPT.split("Example")[0])
 
 
 _SENT_RE = re.compile(r"(?<=[.!?])\s+|\n+")

@@ -27,7 +27,7 @@ import numpy as np
 from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
-from reflective_memory.rmm.citations import attribute, parse_citations
+from reflective_memory.rmm.citations import attribute, echoes_instructions, parse_citations
 from reflective_memory.rmm.episodes import Episode, FitReport
 from reflective_memory.rmm.features import citation_rewards, rank_prior
 from reflective_memory.rmm.reranker import Reranker
@@ -45,13 +45,19 @@ _RERANKER_CACHE = 64
 
 @dataclass
 class FeedbackResult:
-    """What one `ReflectiveMemory.feedback` call learned.
+    """What one feedback call learned: the one result type of every feedback API.
+
+    Returned by `ReflectiveMemory.feedback`, LlamaIndex's `ReflectiveNodePostprocessor.feedback`
+    and `ReflectiveMemoryBlock.feedback`, and LangChain's `CitationReranker.feedback` (and the
+    chat memory / middleware that send answers back).
 
     Attributes:
-        retrieval_id: The retrieval the feedback is about.
+        retrieval_id: The retrieval (or adapter ranking) the feedback is about.
         user_id: Its user.
-        cited: Positions in `retrieval.hits` counted as cited.
-        rewards: Reward per memory id (+1 cited, -1 not) fed to the reranker.
+        cited: Positions in the shown list (`retrieval.hits`, or the nodes / documents the
+            adapter returned) counted as cited.
+        rewards: Reward per shown item (+1 cited, -1 not) fed to the reranker, by memory id (or
+            node / document id in the adapters).
         inferred: The citations were inferred by the attribution fallback (no marker in the
             answer).
         no_cite: The answer said `[NO_CITE]`.
@@ -358,6 +364,9 @@ class RerankStage:
             raise InvalidInputError(f"answer must be a str, got {type(answer).__name__}")
         n = len(retrieval.hits)
         out = FeedbackResult(retrieval.retrieval_id, retrieval.user_id)
+        if cited is None and echoes_instructions(answer):  # type: ignore[arg-type]
+            out.reason = "the answer echoes the prompt's instructions"
+            return out
         if cited is not None:
             if isinstance(cited, (str, bytes)) or not isinstance(cited, Sequence):
                 raise InvalidInputError("cited must be a sequence of hit positions")

@@ -1,0 +1,178 @@
+"""The CLI fails fast and honestly, creates nothing for read-only commands, and starts light."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from reflective_memory import HashingEmbedder, ReflectiveMemory, __version__
+from reflective_memory.bench.datasets import load_conversations
+from reflective_memory.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "faiss", "transformers", "sentence_transformers", "reflective_memory.engine")
+
+
+@pytest.fixture
+def hashing(monkeypatch):
+    import reflective_memory.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "default_embedder", lambda: HashingEmbedder(128))
+
+
+@pytest.fixture
+def store(tmp_path, hashing):
+    db = tmp_path / "db"
+    with ReflectiveMemory(db, embedder=HashingEmbedder(128)) as mem:
+        mem.add_turn("ana", "s1", "user", "I moved to Berlin with my dog Pixel.")
+        mem.add_turn("ana", "s1", "assistant", "Welcome to Berlin!")
+        mem.end_session("ana", "s1")
+    return db
+
+
+def _import_probe(code: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_help_and_version_import_nothing_heavy_and_are_fast() -> None:
+    code = (
+        "import contextlib, io, json, sys, time\n"
+        "t = time.perf_counter()\n"
+        "from reflective_memory.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = [main(['--help']), main(['--version']), main(['search', '--help'])]\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "print(json.dumps({'rc': rc, 'heavy': heavy, 's': time.perf_counter() - t}))\n"
+    )
+    res = _import_probe(code)
+    assert res["rc"] == [0, 0, 0]
+    assert res["heavy"] == []
+    assert res["s"] < 1.5  # import + three parses; ~0.1 s on an idle machine
+
+
+def test_version(capsys) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"reflective-memory {__version__}"
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["demo", "--k", "-1"], "--k: must be a positive integer"),
+        (["demo", "--questions", "-1"], "--questions: must be a positive integer"),
+        (["demo", "--questions", "0"], "--questions: must be a positive integer"),
+        (["search", "q", "--user", "", "--db", "X"], "--user: must not be empty"),
+        (["ingest", "MISSING.json", "--user", "u", "--db", "X"], "no such file"),
+        (["search", "q", "--user", "u", "--db", "X"], "does not exist"),
+        (["search", "   ", "--user", "u", "--db", "X"], "query: must not be empty"),
+        (["stats", "--db", "X"], "does not exist"),
+        (["redenoise", "--user", "u", "--db", "X"], "does not exist"),
+        (["redenoise", "--rate", "2", "--user", "u", "--db", "X"], "--rate: must be a number"),
+        (["search", "q", "--k", "0", "--user", "u", "--db", "X"], "--k: must be a positive"),
+    ],
+)
+def test_bad_arguments_fail_at_once_and_create_nothing(
+    argv, message, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    t0 = time.perf_counter()
+    assert main(argv) == 2
+    assert time.perf_counter() - t0 < 2.0  # no ingest, no model load
+    err = capsys.readouterr().err
+    assert message in err
+    assert list(tmp_path.iterdir()) == []  # no store directory, nothing
+
+
+def test_demo_with_a_bad_user_db_path_fails_before_work(tmp_path, capsys) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["demo", "--db", str(f)]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_read_only_commands_never_create_a_store(tmp_path, capsys) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for argv in (
+        ["search", "q", "--user", "u", "--db", str(empty)],
+        ["stats", "--db", str(empty)],
+        ["redenoise", "--user", "u", "--db", str(empty)],
+    ):
+        assert main(argv) == 2
+        assert "holds no store" in capsys.readouterr().err
+        assert list(empty.iterdir()) == []
+
+
+def test_search_unknown_user_exits_1_unless_allowed(store, capsys) -> None:
+    assert main(["search", "dog", "--user", "bob", "--db", str(store)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no user 'bob'" in err and "'ana'" in err
+    assert main(["search", "dog", "--user", "bob", "--db", str(store), "--allow-empty"]) == 0
+    assert "no memories for user 'bob'" in capsys.readouterr().out
+    assert main(["search", "dog", "--user", "ana", "--db", str(store), "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert hits and all(0.0 <= h["relevance"] <= 1.0 for h in hits)
+
+
+def test_stats(store, capsys) -> None:
+    assert main(["stats", "--db", str(store)]) == 0
+    assert capsys.readouterr().out.startswith("ana: 2 turns, 1 sessions")
+    assert main(["stats", "--db", str(store), "--user", "ana", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ana"]["turns"] == 2
+    assert main(["stats", "--db", str(store), "--user", "zoe"]) == 1
+
+
+def test_redenoise_llmlingua_without_a_model_is_an_error(store, capsys) -> None:
+    with ReflectiveMemory(store, embedder=HashingEmbedder(128)) as mem:
+        before = {m.id: (m.key, m.metadata.get("key_denoiser")) for m in mem.memories("ana")}
+    t0 = time.perf_counter()
+    code = main(["redenoise", "--user", "ana", "--db", str(store), "--denoiser", "llmlingua"])
+    assert code == 2
+    assert time.perf_counter() - t0 < 10.0  # no hub retries
+    out = capsys.readouterr()
+    assert "re-keyed" not in out.out
+    assert out.err.startswith("error: ") and out.err.count("\n") == 1
+    assert "not on this machine" in out.err and "Traceback" not in out.err
+    with ReflectiveMemory(store, embedder=HashingEmbedder(128)) as mem:
+        after = {m.id: (m.key, m.metadata.get("key_denoiser")) for m in mem.memories("ana")}
+    assert after == before
+
+
+def test_engine_redenoise_raises_when_the_denoiser_fails(tmp_path) -> None:
+    class Broken:
+        name = "broken"
+
+        def denoise(self, texts):
+            raise RuntimeError("boom")
+
+    with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(64), denoiser="none") as mem:
+        mem.add_turn("ana", "s1", "user", "I moved to Berlin with my dog Pixel.")
+        mem.end_session("ana", "s1")
+        keys = [m.key for m in mem.memories("ana")]
+        mem.denoiser = Broken()
+        with pytest.raises(Exception, match="denoiser broken failed: RuntimeError: boom"):
+            mem.redenoise("ana")
+        assert [m.key for m in mem.memories("ana")] == keys
+
+
+def test_demo_export_writes_the_bundled_conversation(tmp_path, capsys) -> None:
+    out = tmp_path / "conv.json"
+    assert main(["demo", "--export", str(out)]) == 0
+    conv = load_conversations(out)[0]
+    assert conv.user_id == "maya" and len(conv.sessions) == 7 and conv.questions
+    assert main(["demo", "--export", str(tmp_path / "no-such-dir" / "x.json")]) == 2
+
+
+def test_demo_header_and_question_count(hashing, capsys) -> None:
+    assert main(["demo", "--quiet", "--questions", "2", "--k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "of maya's conversations" in out and "''s" not in out
+    assert out.count("Q: ") == 2 and "relevance=" in out
+    assert out.strip().splitlines()[-1].endswith("in their top 2 memories.")
