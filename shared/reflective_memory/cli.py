@@ -26,13 +26,11 @@ from reflective_memory.errors import ReflectiveMemoryError, UnknownUserError
 from reflective_memory.validation import MAX_ID_CHARS
 
 if TYPE_CHECKING:
-    from reflective_memory.bench.datasets import Conversation
     from reflective_memory.engine import ReflectiveMemory
 
 __all__ = [
     "main",
     "build_parser",
-    "ingest_conversations",
     "BENCH_MODULES",
     "STORE_FILE",
     "DEMO_FILE",
@@ -138,48 +136,6 @@ def _output_file(value: str) -> str:
 
 
 # -- shared helpers ----------------------------------------------------------------------------
-def ingest_conversations(
-    mem: ReflectiveMemory,
-    conversations: Sequence[Conversation],
-    *,
-    user: str | None = None,
-    progress: bool = True,
-) -> dict[str, int]:
-    """Add every session of `conversations` to `mem` and end each session.
-
-    Args:
-        mem: Target memory.
-        conversations: Loaded conversations.
-        user: Store under this user id; with several conversations each goes to
-            `<user>/<conversation user id>`.
-        progress: Show a progress bar over sessions.
-
-    Returns:
-        Turns ingested per user id.
-    """
-    from tqdm import tqdm
-
-    counts: dict[str, int] = {}
-    todo = []
-    for conv in conversations:
-        if user is None:
-            uid = conv.user_id
-        elif len(conversations) == 1:
-            uid = user
-        else:
-            uid = f"{user}/{conv.user_id}"
-        todo += [(uid, s) for s in conv.sessions]
-    for uid, session in tqdm(todo, desc="ingest sessions", unit="session", disable=not progress):
-        if not session.turns:
-            continue
-        mem.add_turns(
-            [{**t, "user_id": uid, "session_id": session.session_id} for t in session.turns]
-        )
-        mem.end_session(uid, session.session_id)
-        counts[uid] = counts.get(uid, 0) + len(session.turns)
-    return counts
-
-
 def _open(db: str | None, **kwargs: Any) -> ReflectiveMemory:
     from reflective_memory.engine import ReflectiveMemory
 
@@ -198,7 +154,7 @@ def _check_user(mem: ReflectiveMemory, user: str, db: str) -> None:
 
 # -- commands ----------------------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    from reflective_memory.bench.datasets import load_conversations
+    from reflective_memory.bench.datasets import ingest_conversations, load_conversations
 
     src = resources.files("reflective_memory") / "data" / DEMO_FILE
     if args.export is not None:
@@ -250,7 +206,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from reflective_memory.bench.datasets import load_conversations
+    from reflective_memory.bench.datasets import ingest_conversations, load_conversations
 
     convs = load_conversations(args.file, default_user=args.user)  # parsed before the store opens
     with _open(args.db) as mem:

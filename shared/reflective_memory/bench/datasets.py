@@ -30,11 +30,22 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from reflective_memory.errors import InvalidInputError
 
-__all__ = ["Conversation", "SessionData", "Question", "load_conversations", "SCHEMA_ID"]
+if TYPE_CHECKING:
+    from reflective_memory.engine import ReflectiveMemory
+
+__all__ = [
+    "ingest_conversations",
+    "Conversation",
+    "SessionData",
+    "Question",
+    "load_conversations",
+    "SCHEMA_ID",
+]
 
 SCHEMA_ID = "reflective-memory/v1"
 
@@ -235,3 +246,45 @@ def load_conversations(path: str | Path, default_user: str | None = None) -> lis
     raise InvalidInputError(
         f"{path}: unknown format; expected reflective-memory/v1, LongMemEval or LoCoMo JSON"
     )
+
+
+def ingest_conversations(
+    mem: ReflectiveMemory,
+    conversations: Sequence[Conversation],
+    *,
+    user: str | None = None,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Add every session of `conversations` to `mem` and end each session.
+
+    Args:
+        mem: Target memory.
+        conversations: Loaded conversations.
+        user: Store under this user id; with several conversations each goes to
+            `<user>/<conversation user id>`.
+        progress: Show a progress bar over sessions.
+
+    Returns:
+        Turns ingested per user id.
+    """
+    from tqdm import tqdm
+
+    counts: dict[str, int] = {}
+    todo = []
+    for conv in conversations:
+        if user is None:
+            uid = conv.user_id
+        elif len(conversations) == 1:
+            uid = user
+        else:
+            uid = f"{user}/{conv.user_id}"
+        todo += [(uid, s) for s in conv.sessions]
+    for uid, session in tqdm(todo, desc="ingest sessions", unit="session", disable=not progress):
+        if not session.turns:
+            continue
+        mem.add_turns(
+            [{**t, "user_id": uid, "session_id": session.session_id} for t in session.turns]
+        )
+        mem.end_session(uid, session.session_id)
+        counts[uid] = counts.get(uid, 0) + len(session.turns)
+    return counts
