@@ -331,7 +331,11 @@ class IndexCache:
             if cached is not None and cached.version == version:
                 return cached
             t0 = time.perf_counter()
-            built = self._load(user_id, version) or self._build(user_id, version)
+            server = getattr(self.store, "server_index", None)
+            if callable(server):  # searched on the database server: nothing to load or save
+                built = server(user_id, self.embedder)
+            else:
+                built = self._load(user_id, version) or self._build(user_id, version)
             with self._guard:
                 self._cache[user_id] = built
             logger.debug(
