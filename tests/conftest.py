@@ -81,8 +81,3 @@ def pg_dsn(pg_cluster: _pg.Cluster, request: pytest.FixtureRequest) -> str:
     """DSN of a fresh database for this test module."""
     base = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
     return pg_cluster.create_database(f"{base[:40]}_{uuid.uuid4().hex[:8]}")
-
-
-def pg_schema() -> str:
-    """A fresh schema name (tests that need an empty store use one per test)."""
-    return f"t_{uuid.uuid4().hex[:12]}"

@@ -18,9 +18,15 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 VECTOR_MISSING = "pgvector is not installed for this PostgreSQL (run .ci/install-postgres.sh)"
+
+
+def pg_schema() -> str:
+    """A fresh schema name (tests that need an empty store use one per test)."""
+    return f"t_{uuid.uuid4().hex[:12]}"
 
 
 def find_bindir() -> Path | None:

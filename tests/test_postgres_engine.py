@@ -27,7 +27,7 @@ from reflective_memory import (
 )
 from reflective_memory.errors import StoreUnavailableError
 
-from conftest import pg_schema
+from pg_cluster import pg_schema
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = (

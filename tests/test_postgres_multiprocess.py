@@ -21,7 +21,7 @@ from pathlib import Path
 
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
-from conftest import pg_schema
+from pg_cluster import pg_schema
 
 REPO = Path(__file__).resolve().parents[1]
 USERS = ["u0", "u1", "u2", "u3"]

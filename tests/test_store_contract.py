@@ -13,7 +13,7 @@ from reflective_memory import InvalidInputError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft
 from reflective_memory.storage.sqlite import SQLiteStore
 
-from conftest import pg_schema
+from pg_cluster import pg_schema
 
 
 def _turn(user: str, session: str, text: str, **kw):
