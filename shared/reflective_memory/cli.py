@@ -17,7 +17,7 @@ from tqdm import tqdm
 from reflective_memory.bench.datasets import Conversation, load_conversations
 from reflective_memory.config import MemoryConfig
 from reflective_memory.engine import ReflectiveMemory
-from reflective_memory.errors import ReflectiveMemoryError
+from reflective_memory.errors import ConfigError, ReflectiveMemoryError
 
 __all__ = ["main", "build_parser", "ingest_conversations", "BENCH_MODULES"]
 
@@ -30,6 +30,7 @@ BENCH_MODULES = [
     "reflective_memory.bench.feedback",
     "reflective_memory.bench.segmentation",
     "reflective_memory.bench.latency",
+    "reflective_memory.bench.storage",
 ]
 
 
@@ -175,6 +176,25 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _db_init(args: argparse.Namespace) -> int:
+    """Create or migrate the PostgreSQL schema (and HNSW indexes for the given sizes)."""
+    from reflective_memory.storage.pg_schema import SCHEMA_VERSION, ensure_vector_index
+    from reflective_memory.storage.postgres import PostgresStore, is_postgres_dsn
+
+    if not is_postgres_dsn(args.dsn):
+        raise ConfigError("--dsn must be a postgresql://... URI")
+    store = PostgresStore(args.dsn, schema=args.schema, pool_max=2)
+    try:
+        with store._raw() as conn:
+            made = [d for d in args.dim if ensure_vector_index(conn, store.schema, d)]
+    finally:
+        store.close()
+    _out(f"schema {args.schema!r} is at level {SCHEMA_VERSION}")
+    for d in args.dim:
+        _out(f"HNSW index for {d}-dim embeddings: {'created' if d in made else 'present'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `reflective-memory` command."""
     parser = argparse.ArgumentParser(
@@ -226,6 +246,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="LLMLingua-2 model name or folder")
     p.add_argument("--only-stale", action="store_true", help="only keys made by another denoiser")
     p.set_defaults(func=_redenoise)
+
+    p = sub.add_parser("db", help="database server administration (PostgreSQL store)")
+    db = p.add_subparsers(dest="db", required=True)
+    p = db.add_parser(
+        "init",
+        help="create or migrate the PostgreSQL schema",
+        description="Creates the vector and btree_gin extensions (needs a role allowed to), "
+        "the schema and its tables, or migrates them to this version; idempotent and safe "
+        "to run from several hosts at once.",
+    )
+    p.add_argument("--dsn", required=True, help="postgresql://user@host:5432/db")
+    p.add_argument("--schema", default="reflective_memory", help="schema holding the tables")
+    p.add_argument(
+        "--dim",
+        type=int,
+        action="append",
+        default=[],
+        help="also build the HNSW index for this embedding size (repeatable; e.g. 384)",
+    )
+    p.set_defaults(func=_db_init)
 
     p = sub.add_parser("bench", help="benchmarks")
     bench = p.add_subparsers(dest="bench", required=True)

@@ -51,6 +51,11 @@ _LEVEL_1 = [
     " created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL, metadata jsonb NOT NULL,"
     " embedding vector, embed_dim integer, embed_model text,"
     " PRIMARY KEY (user_id, id))",
+    # keep vectors and lexemes inside the row (pgvector's default is out-of-line TOAST
+    # storage, which makes a per-user scan read every vector through the TOAST table); the
+    # raw texts are what gets compressed or moved out of line when a row is too long
+    "ALTER TABLE {s}.memories ALTER COLUMN embedding SET STORAGE MAIN",
+    "ALTER TABLE {s}.memories ALTER COLUMN tsv SET STORAGE MAIN",
     "CREATE INDEX IF NOT EXISTS memories_by_user_seq ON {s}.memories (user_id, seq)",
     "CREATE INDEX IF NOT EXISTS memories_by_session ON {s}.memories (user_id, session_id)",
     "CREATE INDEX IF NOT EXISTS memories_lexical ON {s}.memories USING gin (user_id, tsv)",
