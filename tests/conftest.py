@@ -8,10 +8,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pg_cluster as _pg
 import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
-
-import pg_cluster as _pg
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

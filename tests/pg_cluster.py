@@ -125,7 +125,8 @@ class Cluster:
         )  # fmt: skip
         opts = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-            f"-c max_connections=200 -c shared_buffers=256MB -c fsync={'on' if self.fsync else 'off'}"
+            "-c max_connections=200 -c shared_buffers=256MB "
+            f"-c fsync={'on' if self.fsync else 'off'}"
         )
         res = self._run(
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts,
@@ -133,7 +134,11 @@ class Cluster:
             check=False,
         )  # fmt: skip
         if res.returncode != 0:
-            log = (self.root / "server.log").read_text() if (self.root / "server.log").exists() else ""
+            log = (
+                (self.root / "server.log").read_text()
+                if (self.root / "server.log").exists()
+                else ""
+            )
             raise RuntimeError(f"pg_ctl start failed: {res.stderr}\n{log[-2000:]}")
         import psycopg
 

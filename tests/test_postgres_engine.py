@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pg_cluster import pg_schema
 from reflective_memory import (
     ConfigError,
     HashingEmbedder,
@@ -26,8 +27,6 @@ from reflective_memory import (
     ReflectiveMemory,
 )
 from reflective_memory.errors import StoreUnavailableError
-
-from pg_cluster import pg_schema
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = (

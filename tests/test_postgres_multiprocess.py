@@ -19,9 +19,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
-
 from pg_cluster import pg_schema
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 REPO = Path(__file__).resolve().parents[1]
 USERS = ["u0", "u1", "u2", "u3"]
@@ -106,8 +105,14 @@ def test_writers_readers_and_a_killed_writer(tmp_path: Path, pg_dsn) -> None:
     names = [f"w{i}" for i in range(4)] + ["r0", "r1"]
     procs = {
         n: subprocess.Popen(
-            [sys.executable, str(tmp_path / ("writer.py" if n[0] == "w" else "reader.py")),
-             pg_dsn, schema, str(tmp_path), n],
+            [
+                sys.executable,
+                str(tmp_path / ("writer.py" if n[0] == "w" else "reader.py")),
+                pg_dsn,
+                schema,
+                str(tmp_path),
+                n,
+            ],
             env=env,
         )  # fmt: skip
         for n in names

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pg_cluster import pg_schema
 from reflective_memory import InvalidInputError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft
 from reflective_memory.storage.sqlite import SQLiteStore
-
-from pg_cluster import pg_schema
 
 
 def _turn(user: str, session: str, text: str, **kw):

@@ -76,7 +76,9 @@ def _unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
 
 
 # -- bulk loading (benchmark only: bypasses the engine to load a million rows in minutes) ----
-def _load_sqlite(store: Any, rows: list[tuple[str, str, str]], vectors: np.ndarray, model: str) -> None:
+def _load_sqlite(
+    store: Any, rows: list[tuple[str, str, str]], vectors: np.ndarray, model: str
+) -> None:
     now = "2026-01-01T00:00:00+00:00"
     users = sorted({r[0] for r in rows})
     with store._lock, store._tx():
@@ -93,7 +95,9 @@ def _load_sqlite(store: Any, rows: list[tuple[str, str, str]], vectors: np.ndarr
             store._bump(u)
 
 
-def _load_postgres(store: Any, rows: list[tuple[str, str, str]], vectors: np.ndarray, model: str) -> None:
+def _load_postgres(
+    store: Any, rows: list[tuple[str, str, str]], vectors: np.ndarray, model: str
+) -> None:
     from reflective_memory.storage.postgres import _lex
 
     s = store._s
@@ -206,7 +210,10 @@ def _many_users(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     base = synthetic_texts(20_000, seed=4)
     out: dict[str, Any] = {"users": users, "per_user": per, "rows": users * per}
     qrng = np.random.default_rng(5)
-    picked = [f"user{int(u):05d}" for u in qrng.choice(users, size=min(args.queries, users), replace=False)]
+    picked = [
+        f"user{int(u):05d}"
+        for u in qrng.choice(users, size=min(args.queries, users), replace=False)
+    ]
     qtexts = synthetic_texts(len(picked), seed=6)
     pairs = [(u, " ".join(t.split()[:6])) for u, t in zip(picked, qtexts, strict=True)]
     stores = {
@@ -226,7 +233,9 @@ def _many_users(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             ]
             vectors = _unit(rng, len(rows), dim)
             t0 = time.perf_counter()
-            (_load_sqlite if name == "embedded" else _load_postgres)(store, rows, vectors, f"hashing:{dim}")
+            (_load_sqlite if name == "embedded" else _load_postgres)(
+                store, rows, vectors, f"hashing:{dim}"
+            )
             load_s += time.perf_counter() - t0
         logger.info("many-users %s: loaded %d rows in %.0f s", name, users * per, load_s)
         with _mem(store, dim) as mem:
@@ -260,7 +269,9 @@ def _writer(spec: dict[str, Any], user: str, ready: Any, go: Any, results: Any) 
     n = 0
     t0 = time.perf_counter()
     while time.time() < deadline:
-        mem.add_turn(user, f"{user}-s{n // 10}", "user" if n % 2 == 0 else "assistant", texts[n % 500])
+        mem.add_turn(
+            user, f"{user}-s{n // 10}", "user" if n % 2 == 0 else "assistant", texts[n % 500]
+        )
         n += 1
     results.put((user, n, time.perf_counter() - t0))
     mem.close()

@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -31,12 +31,9 @@ from reflective_memory.errors import (
     UnknownSessionError,
 )
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
-from reflective_memory.storage.pg_schema import (
-    check_schema_name,
-    ensure_vector_index,
-    migrate,
-    vector_index_name,
-)
+from reflective_memory.storage.pg_schema import check_schema_name, migrate
+from reflective_memory.storage.pg_search import PgSearchMixin, to_vector
+from reflective_memory.storage.pg_state import PgStateMixin
 from reflective_memory.text import lexical_tokens
 from reflective_memory.types import Memory, Turn
 
@@ -73,23 +70,12 @@ def _dt(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
-def _vec(value: Any) -> np.ndarray:
-    """A pgvector value as a float32 array."""
-    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, np.float32)
-
-
 def _lex(key: str) -> str:
     """The key's lexical tokens (the library tokenizer), as the text the tsvector is built on."""
     return " ".join(lexical_tokens(key))
 
 
-def _tsquery(tokens: Sequence[str]) -> str:
-    """An OR query of quoted lexemes for `to_tsquery('simple', ...)`."""
-    quoted = ["'" + t.replace("\\", "").replace("'", "''") + "'" for t in dict.fromkeys(tokens)]
-    return " | ".join(q for q in quoted if q != "''")
-
-
-class PostgresStore:
+class PostgresStore(PgSearchMixin, PgStateMixin):
     """`MemoryStore` on PostgreSQL with pgvector.
 
     Every acknowledged write is committed (PostgreSQL's default `synchronous_commit=on` makes it
@@ -382,15 +368,35 @@ class PostgresStore:
                 f" embed_model = EXCLUDED.embed_model, seq = nextval('{s}.memories_seq') "
                 "RETURNING m.created_at, m.updated_at",
                 (
-                    user_id, mid, d.session_id, d.granularity, d.text, d.key, _lex(d.key),
-                    json.dumps(list(d.turn_ids)), _ts(d.start_time), _ts(d.end_time),
-                    json.dumps(meta, default=str), v, int(v.shape[0]), model,
+                    user_id,
+                    mid,
+                    d.session_id,
+                    d.granularity,
+                    d.text,
+                    d.key,
+                    _lex(d.key),
+                    json.dumps(list(d.turn_ids)),
+                    _ts(d.start_time),
+                    _ts(d.end_time),
+                    json.dumps(meta, default=str),
+                    v,
+                    int(v.shape[0]),
+                    model,
                 ),  # fmt: skip
             ).fetchone()
             out.append(
                 Memory(
-                    mid, user_id, d.session_id, d.granularity, d.text, d.key,
-                    tuple(d.turn_ids), created, updated, d.start_time, d.end_time,
+                    mid,
+                    user_id,
+                    d.session_id,
+                    d.granularity,
+                    d.text,
+                    d.key,
+                    tuple(d.turn_ids),
+                    created,
+                    updated,
+                    d.start_time,
+                    d.end_time,
                     dict(meta),
                 )  # fmt: skip
             )
@@ -499,7 +505,7 @@ class PostgresStore:
                 "WHERE user_id=%s ORDER BY seq",
                 (user_id,),
             ).fetchall()
-        blobs = [None if r[2] is None else _vec(r[2]).tobytes() for r in rows]
+        blobs = [None if r[2] is None else to_vector(r[2]).tobytes() for r in rows]
         return [r[0] for r in rows], [r[1] for r in rows], blobs, [r[3] for r in rows]
 
     def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
@@ -615,7 +621,9 @@ class PostgresStore:
             args: tuple[Any, ...] = (user_id, session_id)
             if turn_ids is not None:
                 args += (list(turn_ids),)
-            gone = sorted((self._turn(r) for r in conn.execute(sql, args)), key=lambda t: t.position)
+            gone = sorted(
+                (self._turn(r) for r in conn.execute(sql, args)), key=lambda t: t.position
+            )
             if not gone:
                 return []
             conn.execute(
@@ -636,34 +644,6 @@ class PostgresStore:
             )
         return gone
 
-    # -- per-turn extra data (adapters keep framework message fields here) ----------------
-    def set_turn_extra(
-        self, user_id: str, session_id: str, extras: dict[str, dict[str, Any]]
-    ) -> None:
-        """Attach JSON data to stored turns (by turn id); deleted together with the turns."""
-        if not extras:
-            return
-        with self._conn() as conn, conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {self._s}.turn_extra (user_id, session_id, turn_id, data) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (user_id, session_id, turn_id) "
-                "DO UPDATE SET data = EXCLUDED.data",
-                [
-                    (user_id, session_id, tid, json.dumps(data, default=str))
-                    for tid, data in extras.items()
-                ],
-            )
-
-    def turn_extra(self, user_id: str, session_id: str) -> dict[str, dict[str, Any]]:
-        """The extra data of a session's turns, by turn id."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT turn_id, data FROM {self._s}.turn_extra WHERE user_id=%s "
-                "AND session_id=%s",
-                (user_id, session_id),
-            ).fetchall()
-        return {r[0]: r[1] for r in rows}
-
     def users(self) -> list[str]:
         """See `MemoryStore.users`."""
         s = self._s
@@ -673,193 +653,3 @@ class PostgresStore:
                 "ORDER BY 1"
             ).fetchall()
         return [r[0] for r in rows]
-
-    # -- small key/value area and versioned blobs -----------------------------------------
-    def get_value(self, key: str) -> Any | None:
-        """Read a JSON value stored by `set_value`, or None."""
-        with self._conn() as conn:
-            row = conn.execute(f"SELECT value FROM {self._s}.kv WHERE key=%s", (key,)).fetchone()
-        return None if row is None else row[0]
-
-    def set_value(self, key: str, value: Any) -> None:
-        """Store a JSON-serialisable value durably."""
-        text = json.dumps(value)
-        with self._conn() as conn:
-            conn.execute(
-                f"INSERT INTO {self._s}.kv (key, value) VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                (key, text),
-            )
-
-    def blob_version(self, owner: str, name: str) -> int:
-        """Version of a stored blob (0 when there is none)."""
-        with self._conn() as conn:
-            row = conn.execute(
-                f"SELECT version FROM {self._s}.blobs WHERE owner=%s AND name=%s", (owner, name)
-            ).fetchone()
-        return 0 if row is None else int(row[0])
-
-    def get_blob(self, owner: str, name: str) -> tuple[int, bytes] | None:
-        """`(version, data)` of a stored blob, or None."""
-        with self._conn() as conn:
-            row = conn.execute(
-                f"SELECT version, data FROM {self._s}.blobs WHERE owner=%s AND name=%s",
-                (owner, name),
-            ).fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]))
-
-    def update_blob(
-        self, owner: str, name: str, update: Callable[[int, bytes | None], bytes]
-    ) -> int:
-        """Read-modify-write a blob atomically across processes; return the new version.
-
-        `update(version, data)` gets the current blob (0, None when absent) while a
-        transaction-level advisory lock on `(owner, name)` is held, so concurrent updates from
-        several processes apply one after the other and none is lost.
-        """
-        s = self._s
-        with self._conn() as conn:
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))",
-                (f"blob\x1f{self.schema}\x1f{owner}\x1f{name}",),
-            )
-            row = conn.execute(
-                f"SELECT version, data FROM {s}.blobs WHERE owner=%s AND name=%s", (owner, name)
-            ).fetchone()
-            version = 0 if row is None else int(row[0])
-            data = update(version, None if row is None else bytes(row[1]))
-            conn.execute(
-                f"INSERT INTO {s}.blobs (owner, name, version, data, updated_at) "
-                "VALUES (%s, %s, %s, %s, now()) ON CONFLICT (owner, name) DO UPDATE SET "
-                "version = EXCLUDED.version, data = EXCLUDED.data, updated_at = now()",
-                (owner, name, version + 1, data),
-            )
-        return version + 1
-
-    def delete_blob(self, owner: str, name: str) -> bool:
-        """Delete a blob; return whether it existed."""
-        with self._conn() as conn:
-            n = conn.execute(
-                f"DELETE FROM {self._s}.blobs WHERE owner=%s AND name=%s", (owner, name)
-            ).rowcount
-        return n > 0
-
-    # -- server-side search ---------------------------------------------------------------
-    def index_snapshot(self, user_id: str) -> tuple[int, list[str], list[str]]:
-        """`(version, ids, keys)` of a user's memories, read in one consistent snapshot."""
-        with self._raw() as conn:
-            if conn.adapters.types.get("vector") is None:
-                self._register_vector(conn)
-                conn.commit()
-            conn.isolation_level = self._psycopg.IsolationLevel.REPEATABLE_READ
-            try:
-                with conn.transaction():
-                    row = conn.execute(
-                        f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
-                    ).fetchone()
-                    rows = conn.execute(
-                        f"SELECT id, key FROM {self._s}.memories WHERE user_id=%s ORDER BY seq",
-                        (user_id,),
-                    ).fetchall()
-            finally:
-                conn.isolation_level = None
-        return (0 if row is None else int(row[0])), [r[0] for r in rows], [r[1] for r in rows]
-
-    def stale_embeddings(self, user_id: str, model: str, dim: int) -> tuple[list[str], list[str]]:
-        """Ids and keys of a user's memories with no embedding of `model` and size `dim`."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT id, key FROM {self._s}.memories WHERE user_id=%s AND (embedding IS NULL"
-                " OR embed_model IS DISTINCT FROM %s OR embed_dim IS DISTINCT FROM %s) ORDER BY seq",
-                (user_id, model, dim),
-            ).fetchall()
-        return [r[0] for r in rows], [r[1] for r in rows]
-
-    def ensure_vector_index(self, dim: int) -> None:
-        """Make sure the HNSW index for `dim`-sized embeddings exists (once per process)."""
-        if dim in self._dims:
-            return
-        with self._lock:
-            if dim not in self._dims:
-                with self._raw() as conn:
-                    if ensure_vector_index(conn, self.schema, dim):
-                        logger.info("created HNSW index %s", vector_index_name(dim))
-                self._dims.add(dim)
-
-    def vectors(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """Stored embeddings of some of a user's memories, by id (missing ids left out)."""
-        with self._conn() as conn, conn.cursor(binary=True) as cur:
-            rows = cur.execute(
-                f"SELECT id, embedding FROM {self._s}.memories WHERE user_id=%s AND id = ANY(%s) "
-                "AND embedding IS NOT NULL",
-                (user_id, list(ids)),
-            ).fetchall()
-        return {r[0]: _vec(r[1]) for r in rows}
-
-    def dense_search(
-        self, user_id: str, query: np.ndarray, n: int, model: str, *, approximate: bool
-    ) -> tuple[list[str], np.ndarray]:
-        """The `n` memories of a user whose embeddings have the largest inner product.
-
-        Exact (a scan of the user's rows through the `(user_id, ...)` btree) unless
-        `approximate`, which walks the HNSW index with pgvector's iterative scan
-        (`hnsw.iterative_scan = relaxed_order`) until `n` rows of this user are found or
-        `max_scan_tuples` rows were visited, then orders the hits exactly.
-
-        Returns:
-            Ids and inner-product scores, best first.
-        """
-        q = np.asarray(query, dtype=np.float32).reshape(-1)
-        dim = int(q.shape[0])
-        s = self._s
-        with self._conn() as conn:
-            if approximate:
-                self.ensure_vector_index(dim)
-                conn.execute(
-                    "SELECT set_config('hnsw.ef_search', %s, true),"
-                    " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-                    " set_config('hnsw.max_scan_tuples', %s, true)",
-                    (str(min(1000, max(self.ef_search, n))), str(self.max_scan_tuples)),
-                )
-                rows = conn.execute(
-                    f"WITH hits AS MATERIALIZED (SELECT id, (embedding::vector({dim}) <#> %s)"
-                    f" AS d FROM {s}.memories WHERE user_id=%s AND embed_dim={dim}"
-                    " AND embed_model=%s"
-                    f" ORDER BY embedding::vector({dim}) <#> %s LIMIT %s)"
-                    " SELECT id, d FROM hits ORDER BY d, id",
-                    (q, user_id, model, q, n),
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    f"SELECT id, embedding <#> %s AS d FROM {s}.memories WHERE user_id=%s"
-                    f" AND embed_dim={dim} AND embed_model=%s ORDER BY d, seq LIMIT %s",
-                    (q, user_id, model, n),
-                ).fetchall()
-        return [r[0] for r in rows], np.asarray([-float(r[1]) for r in rows], np.float32)
-
-    def lexical_search(self, user_id: str, query: str, n: int) -> tuple[list[str], np.ndarray]:
-        """Full-text search of a user's keys on the server (tsvector + GIN, `ts_rank`).
-
-        Keys and query go through the library's tokenizer (`lexical_tokens`); a memory matches
-        when it shares a token with the query, ranked by `ts_rank` normalised by key length.
-
-        Returns:
-            Ids and positive scores, best first.
-        """
-        tsq = _tsquery(lexical_tokens(query))
-        if not tsq or n <= 0:
-            return [], np.zeros(0, np.float32)
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT id, ts_rank(tsv, q, 1) AS r FROM {self._s}.memories,"
-                " to_tsquery('simple', %s) AS q WHERE user_id=%s AND tsv @@ q"
-                " ORDER BY r DESC, seq LIMIT %s",
-                (tsq, user_id, n),
-            ).fetchall()
-        return [r[0] for r in rows], np.asarray([float(r[1]) for r in rows], np.float32)
-
-    def server_index(self, user_id: str, embedder: Any) -> Any:
-        """A `UserIndex` whose searches run on this server (see `storage.server_index`)."""
-        from reflective_memory.storage.server_index import build_server_index
-
-        return build_server_index(self, user_id, embedder)

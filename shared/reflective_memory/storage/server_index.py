@@ -146,7 +146,9 @@ class ServerLexicalIndex:
         if n <= 0 or self.size == 0:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
         ids, sc = self.store.lexical_search(self.user_id, query, n)
-        keep = [(self._where[m], s) for m, s in zip(ids, sc.tolist(), strict=True) if m in self._where]
+        keep = [
+            (self._where[m], s) for m, s in zip(ids, sc.tolist(), strict=True) if m in self._where
+        ]
         if not keep:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
         return (
