@@ -64,6 +64,12 @@ def test_bad_store_arguments_fail_before_any_work(tmp_path, pg_dsn) -> None:
         PostgresStore(pg_dsn, schema="Bad-Name")
     with pytest.raises(InvalidInputError):
         PostgresStore(12345)
+    with ReflectiveMemory(store=pg_dsn, embedder=HashingEmbedder(16)) as mem:
+        with pytest.raises(InvalidInputError, match="NUL"):
+            mem.add_turn("ana", "s1", "user", "a\x00b")
+        with pytest.raises(InvalidInputError, match="NUL"):
+            mem.put_memory("ana", "x\x00y")
+        assert mem.users() == []
     with pytest.raises(StoreUnavailableError):
         PostgresStore("postgresql://postgres@127.0.0.1:9/none", timeout=1.5)
 
@@ -260,3 +266,36 @@ def test_sigkill_during_ingest_loses_no_acknowledged_turn(tmp_path: Path, pg_dsn
             mem.end_session("u", session)
         assert len(mem.retrieve("u", "fact number 3 about zebras", k=3)) == 3
         assert mem.stats("u")["memories"] == len(stored)
+
+
+def test_db_init_command_is_idempotent(pg_dsn, capsys) -> None:
+    from reflective_memory.cli import main
+
+    schema = pg_schema()
+    args = ["db", "init", "--dsn", pg_dsn, "--schema", schema, "--dim", "64"]
+    assert main(args) == 0
+    assert "created" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "present" in capsys.readouterr().out
+    assert main(["db", "init", "--dsn", "sqlite:///x"]) == 2
+    with _mem(pg_dsn, schema) as mem:
+        mem.add_turn("u", "s", "user", "schema made by db init works")
+        assert len(mem.end_session("u", "s")) == 1
+
+
+def test_bench_storage_small_run(pg_dsn, tmp_path) -> None:
+    from reflective_memory.bench.storage import run_storage_bench
+    from reflective_memory.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["bench", "storage", "--dsn", pg_dsn, "--parts", "one-user,many-users",
+         "--one-user", "300", "--users", "4", "--per-user", "50", "--dim", "32",
+         "--queries", "2", "--tmp", str(tmp_path), "--out", str(tmp_path / "r.json")]
+    )  # fmt: skip
+    res = run_storage_bench(args)
+    one = res["one_user"]
+    for name in ("embedded", "postgres", "postgres_hnsw"):
+        assert one[name]["n"] == 2 and one[name]["p95_ms"] >= one[name]["p50_ms"] > 0
+    assert res["many_users"]["rows"] == 200
+    assert res["many_users"]["postgres"]["warm"]["n"] == 2
+    assert (tmp_path / "r.json").exists()

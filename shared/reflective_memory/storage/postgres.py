@@ -217,6 +217,10 @@ class PostgresStore(PgSearchMixin, PgStateMixin):
         session row's lock, so concurrent writers to one session never collide.
         """
         s = self._s
+        for t in turns:
+            for field in ("user_id", "session_id", "turn_id", "role", "text"):
+                if "\x00" in (t.get(field) or ""):
+                    raise InvalidInputError(f"{field} contains a NUL character (0x00)")
         out: list[Turn] = []
         with self._conn() as conn:
             for t in turns:
@@ -349,6 +353,9 @@ class PostgresStore(PgSearchMixin, PgStateMixin):
         if len(drafts) != len(embeddings):
             raise InvalidInputError("one embedding per memory is required")
         s = self._s
+        for d in drafts:
+            if any("\x00" in x for x in (d.text, d.key, d.session_id, d.id or "", *d.turn_ids)):
+                raise InvalidInputError("memory text, key or ids contain a NUL character (0x00)")
         out: list[Memory] = []
         for d, vec in zip(drafts, embeddings, strict=True):
             mid = d.id if d.id is not None else f"{d.granularity}-{uuid.uuid4().hex[:16]}"
