@@ -299,3 +299,35 @@ def test_bench_storage_small_run(pg_dsn, tmp_path) -> None:
     assert res["many_users"]["rows"] == 200
     assert res["many_users"]["postgres"]["warm"]["n"] == 2
     assert (tmp_path / "r.json").exists()
+
+
+def test_concurrent_writers_to_one_session_get_distinct_positions(pg_dsn) -> None:
+    from reflective_memory.storage.postgres import PostgresStore
+
+    schema = pg_schema()
+    stores = [PostgresStore(pg_dsn, schema=schema, pool_max=2) for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def write(w: int) -> None:
+        try:
+            for i in range(15):
+                stores[w].add_turns(
+                    [{"user_id": "u", "session_id": "s", "role": "user", "text": f"{w}-{i}"}]
+                )
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        turns = stores[0].turns("u", "s")
+        assert [t.position for t in turns] == list(range(45))
+        assert [t.turn_id for t in turns] == [f"s:{i}" for i in range(45)]
+        assert stores[0].session("u", "s").n_turns == 45
+    finally:
+        for s in stores:
+            s.close()

@@ -103,7 +103,7 @@ class PgSearchMixin:
 
     def dense_search(
         self, user_id: str, query: np.ndarray, n: int, model: str, *, approximate: bool
-    ) -> tuple[list[str], np.ndarray]:
+    ) -> tuple[list[str], np.ndarray, np.ndarray]:
         """The `n` memories of a user whose embeddings have the largest inner product.
 
         Exact (a scan of the user's rows through the `(user_id, ...)` btree) unless
@@ -112,35 +112,40 @@ class PgSearchMixin:
         `max_scan_tuples` rows were visited, then orders the hits exactly.
 
         Returns:
-            Ids and inner-product scores, best first.
+            Ids, inner-product scores and the embeddings themselves (`(len(ids), dim)`; callers
+            keep them so reranking needs no second round trip), best first.
         """
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         dim = int(q.shape[0])
         s = self._s
-        with self._conn() as conn:
+        with self._conn() as conn, conn.cursor(binary=True) as cur:
             if approximate:
                 self.ensure_vector_index(dim)
-                conn.execute(
+                cur.execute(
                     "SELECT set_config('hnsw.ef_search', %s, true),"
                     " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
                     " set_config('hnsw.max_scan_tuples', %s, true)",
                     (str(min(1000, max(self.ef_search, n))), str(self.max_scan_tuples)),
                 )
-                rows = conn.execute(
+                rows = cur.execute(
                     f"WITH hits AS MATERIALIZED (SELECT id, (embedding::vector({dim}) <#> %s)"
-                    f" AS d FROM {s}.memories WHERE user_id=%s AND embed_dim={dim}"
+                    f" AS d, embedding FROM {s}.memories WHERE user_id=%s AND embed_dim={dim}"
                     " AND embed_model=%s"
                     f" ORDER BY embedding::vector({dim}) <#> %s LIMIT %s)"
-                    " SELECT id, d FROM hits ORDER BY d, id",
+                    " SELECT id, d, embedding FROM hits ORDER BY d, id",
                     (q, user_id, model, q, n),
                 ).fetchall()
             else:
-                rows = conn.execute(
-                    f"SELECT id, embedding <#> %s AS d FROM {s}.memories WHERE user_id=%s"
+                rows = cur.execute(
+                    f"SELECT id, embedding <#> %s AS d, embedding FROM {s}.memories"
+                    " WHERE user_id=%s"
                     f" AND embed_dim={dim} AND embed_model=%s ORDER BY d, seq LIMIT %s",
                     (q, user_id, model, n),
                 ).fetchall()
-        return [r[0] for r in rows], np.asarray([-float(r[1]) for r in rows], np.float32)
+        vecs = np.zeros((len(rows), dim), np.float32)
+        for i, r in enumerate(rows):
+            vecs[i] = to_vector(r[2])
+        return [r[0] for r in rows], np.asarray([-float(r[1]) for r in rows], np.float32), vecs
 
     def lexical_search(self, user_id: str, query: str, n: int) -> tuple[list[str], np.ndarray]:
         """Full-text search of a user's keys on the server (tsvector + GIN, `ts_rank`).

@@ -234,26 +234,26 @@ class PostgresStore(PgSearchMixin, PgStateMixin):
                     " last_ts = COALESCE(EXCLUDED.last_ts, sessions.last_ts)",
                     (user_id, session_id, _ts(ts), _ts(ts)),
                 )
-                top = conn.execute(
-                    f"SELECT MAX(position) FROM {s}.turns WHERE user_id=%s AND session_id=%s",
-                    (user_id, session_id),
-                ).fetchone()[0]
-                position = 0 if top is None else int(top) + 1
+                # A new statement, so its snapshot sees every turn committed before the
+                # session row's lock (taken just above) was granted.
                 turn_id = t.get("turn_id")
-                if turn_id is None:
-                    turn_id = f"{session_id}:{position}"
                 row = conn.execute(
                     f"INSERT INTO {s}.turns (user_id, session_id, position, turn_id, role, text,"
-                    " ts) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
-                    (user_id, session_id, position, turn_id, t["role"], t["text"], _ts(ts)),
-                ).fetchone()
+                    " ts) SELECT %s, %s, p, COALESCE(%s, %s || ':' || p), %s, %s, %s FROM"
+                    f" (SELECT COALESCE(MAX(position) + 1, 0) AS p FROM {s}.turns"
+                    "  WHERE user_id=%s AND session_id=%s) AS next"
+                    " ON CONFLICT DO NOTHING RETURNING seq, position, turn_id",
+                    (user_id, session_id, turn_id, session_id, t["role"], t["text"], _ts(ts),
+                     user_id, session_id),
+                ).fetchone()  # fmt: skip
                 if row is None:
                     raise InvalidInputError(
                         f"turn_id {turn_id!r} already exists in session {session_id!r} "
                         f"of user {user_id!r}"
                     )
+                seq, position, turn_id = row
                 out.append(
-                    Turn(user_id, session_id, t["role"], t["text"], turn_id, position, ts, row[0])
+                    Turn(user_id, session_id, t["role"], t["text"], turn_id, position, ts, seq)
                 )
         return out
 

@@ -55,6 +55,11 @@ class _Rows:
             return np.zeros((0, o.dim), np.float32)
         return np.vstack(rows).astype(np.float32)
 
+    def keep(self, position: int, vector: np.ndarray) -> None:
+        """Remember a row the server already sent (e.g. with a search result)."""
+        with self._lock:
+            self._cache[int(position)] = vector
+
     def __getitem__(self, positions: Any) -> np.ndarray:
         if isinstance(positions, (int, np.integer)):
             return self([positions])[0]
@@ -119,15 +124,16 @@ class ServerDenseIndex:
             return scores, pos
         take = min(width, self.ntotal)
         for i in range(m):
-            ids, sc = self.store.dense_search(
+            ids, sc, vecs = self.store.dense_search(
                 self.user_id, q[i], take, self.model, approximate=self.approximate
             )
             j = 0
-            for mid, s in zip(ids, sc.tolist(), strict=True):
+            for mid, s, v in zip(ids, sc.tolist(), vecs, strict=True):
                 p = self._where.get(mid)
                 if p is None:
                     continue
                 scores[i, j], pos[i, j] = s, p
+                self.vectors.keep(p, v)
                 j += 1
         return scores, pos
 
