@@ -7,7 +7,8 @@ Three measurements, each on both backends in the same process and run:
    Query p50 / p95 of `ReflectiveMemory.retrieve(k=10)` with the default configuration
    (hybrid dense + lexical, RF-Mem gate, reranker), embedded (SQLite + FAISS + BM25 caches) vs
    PostgreSQL (exact per-user pgvector scan, server full-text search), plus PostgreSQL forced
-   onto the HNSW index with iterative scans.
+   onto the HNSW index with iterative scans; the three are queried interleaved (rotating order),
+   so a noisy machine loads them alike.
 2. `many-users`: `--users` users x `--per-user` memories (default 1,000 x 1,000 = 1M rows), with
    precomputed random unit vectors (embedding a million texts is not what is measured; say so
    when quoting). Queries go to random users: first touch of a user (`cold`: the embedded store
@@ -171,31 +172,49 @@ def _one_user(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     rows = [("one", f"turn-one-{i}", t) for i, t in enumerate(texts)]
     queries = [("one", " ".join(t.split()[:6])) for t in synthetic_texts(args.queries, seed=2)]
     out: dict[str, Any] = {"memories": n, "embed_s": round(embed_s, 1)}
-    backends = {
-        "embedded": lambda: SQLiteStore(tmp / "one.sqlite3"),
-        "postgres": lambda: _fresh_pg(args.dsn, "bench_one"),
+    from reflective_memory.storage.postgres import PostgresStore
+
+    sqlite_store = SQLiteStore(tmp / "one.sqlite3")
+    t0 = time.perf_counter()
+    _load_sqlite(sqlite_store, rows, vectors, emb.name)
+    loads = {"embedded": time.perf_counter() - t0}
+    pg_store = _fresh_pg(args.dsn, "bench_one")
+    t0 = time.perf_counter()
+    _load_postgres(pg_store, rows, vectors, emb.name)
+    loads["postgres"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pg_store.ensure_vector_index(dim)
+    build_s = time.perf_counter() - t0
+    # the same rows through the HNSW index (iterative scans): a second store, threshold 0
+    hnsw_store = PostgresStore(args.dsn, schema="bench_one", hnsw_threshold=0)
+    mems = {
+        "embedded": _mem(sqlite_store, dim),
+        "postgres": _mem(pg_store, dim),
+        "postgres_hnsw": _mem(hnsw_store, dim),
     }
-    for name, make in backends.items():
-        store = make()
-        t0 = time.perf_counter()
-        (_load_sqlite if name == "embedded" else _load_postgres)(store, rows, vectors, emb.name)
-        load_s = time.perf_counter() - t0
-        with _mem(store, dim) as mem:
+    lat: dict[str, list[float]] = {k: [] for k in mems}
+    stages: dict[str, dict[str, list[float]]] = {k: {} for k in mems}
+    try:
+        for mem in mems.values():
             _time_queries(mem, queries[:5], args.k)  # warm: index cache, reranker, pool
-            lat, stages = _time_queries(mem, queries, args.k)
-            out[name] = {**_pct(lat), "load_s": round(load_s, 1), "stages_median_ms": stages}
-            if name == "postgres":
-                store.hnsw_threshold = 0  # same data, through the HNSW index
-                mem.indexes.invalidate("one")
-                t0 = time.perf_counter()
-                store.ensure_vector_index(dim)
-                build_s = time.perf_counter() - t0
-                _time_queries(mem, queries[:5], args.k)
-                lat, stages = _time_queries(mem, queries, args.k)
-                out["postgres_hnsw"] = {
-                    **_pct(lat), "index_build_s": round(build_s, 1), "stages_median_ms": stages
-                }  # fmt: skip
+        names = list(mems)
+        # interleaved, rotating order: every backend sees the same load over the run
+        for i, pair in enumerate(queries):
+            for name in names[i % 3 :] + names[: i % 3]:
+                one, st = _time_queries(mems[name], [pair], args.k)
+                lat[name] += one
+                for key, v in st.items():
+                    stages[name].setdefault(key, []).append(v)
+    finally:
+        for mem in mems.values():
+            mem.close()
+    for name in mems:
+        med = {k: round(float(np.median(v)), 2) for k, v in stages[name].items()}
+        out[name] = {**_pct(lat[name]), "stages_median_ms": med}
+        if name in loads:
+            out[name]["load_s"] = round(loads[name], 1)
         logger.info("one-user %s: %s", name, out[name])
+    out["postgres_hnsw"]["index_build_s"] = round(build_s, 1)
     out["ratio_p50_postgres_vs_embedded"] = round(
         out["postgres"]["p50_ms"] / out["embedded"]["p50_ms"], 2
     )
