@@ -5,7 +5,7 @@ root, the server runs as the unprivileged `postgres` user (PostgreSQL refuses to
 The cluster lives in a temporary directory and is stopped and removed by `stop()`.
 
 Run it by hand to get a server for `reflective-memory bench storage`:
-`python tests/pg_cluster.py` prints a DSN and keeps the server up until Ctrl-C.
+`python tests/pg_cluster.py` prints a DSN and keeps the server up until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -178,6 +178,14 @@ if __name__ == "__main__":  # pragma: no cover - manual use
     reason = missing_reason()
     if reason:
         sys.exit(reason)
+    import signal
+
+    def _stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    # a background job starts with SIGINT ignored: stop cleanly on SIGINT and SIGTERM alike
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     c = Cluster(fsync="--no-fsync" not in sys.argv).start()
     print(c.dsn, flush=True)
     try:
