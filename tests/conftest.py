@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pg_cluster as _pg
 import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
@@ -46,3 +50,33 @@ def add_session(
         mem.add_turn(user, session, "user" if i % 2 == 0 else "assistant", text)
     if end:
         mem.end_session(user, session)
+
+
+# -- PostgreSQL: one throwaway cluster per test session, one fresh database per test module ---
+def _postgres_unavailable(reason: str) -> None:
+    if os.environ.get("REFLECTIVE_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"REFLECTIVE_REQUIRE_POSTGRES=1 but PostgreSQL is unusable: {reason}")
+    pytest.skip(f"PostgreSQL tests skipped: {reason}")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[_pg.Cluster]:
+    """A PostgreSQL + pgvector cluster started for this test session (skips if unavailable)."""
+    reason = _pg.missing_reason()
+    if reason is not None:
+        _postgres_unavailable(reason)
+    cluster = _pg.Cluster()
+    try:
+        cluster.start()
+    except Exception as exc:  # noqa: BLE001 - reported as the skip / failure reason
+        cluster.stop()
+        _postgres_unavailable(f"could not start a cluster: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_dsn(pg_cluster: _pg.Cluster, request: pytest.FixtureRequest) -> str:
+    """DSN of a fresh database for this test module."""
+    base = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
+    return pg_cluster.create_database(f"{base[:40]}_{uuid.uuid4().hex[:8]}")

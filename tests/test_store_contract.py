@@ -1,9 +1,15 @@
-"""Store contract as a mixin: every `MemoryStore` implementation runs the same tests."""
+"""Store contract as a mixin: every `MemoryStore` implementation runs the same tests.
+
+`StoreContract` holds the tests; each backend has one class with a `store` fixture giving an
+empty store: SQLite in memory, SQLite on disk, PostgreSQL (a fresh schema per test in the
+module's database; skipped without a local PostgreSQL + pgvector, failed in CI).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from pg_cluster import pg_schema
 from reflective_memory import InvalidInputError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft
 from reflective_memory.storage.sqlite import SQLiteStore
@@ -58,6 +64,66 @@ class StoreContract:
         assert store.users() == ["b"]
         assert store.delete_user("b") == 1 and store.users() == []
 
+    def test_sessions_and_counts(self, store) -> None:
+        store.add_turns([_turn("u", "s1", "a"), _turn("u", "s2", "b"), _turn("u", "s2", "c")])
+        d = MemoryDraft("s1", "turn", "a", "a", ("s1:0",))
+        store.replace_session_memories("u", "s1", ["turn"], [d], np.ones((1, 4)), "f")
+        assert [s.session_id for s in store.sessions("u", status="open")] == ["s2"]
+        assert {s.session_id for s in store.sessions("u")} == {"s1", "s2"}
+        c = store.count("u")
+        assert c["turns"] == 3 and c["sessions"] == 2 and c["open_sessions"] == 1
+        assert c["memories_by_granularity"] == {"turn": 1}
+        assert store.session("u", "nope") is None and store.turns("nobody") == []
+
+    def test_delete_turns_reopens_and_keeps_positions(self, store) -> None:
+        store.add_turns([_turn("u", "s", t) for t in ("a", "b", "c")])
+        d = MemoryDraft("s", "turn", "a", "a", ("s:0",))
+        store.replace_session_memories("u", "s", ["turn"], [d], np.ones((1, 4)), "f")
+        store.set_turn_extra("u", "s", {"s:1": {"x": 1}, "s:2": {"y": [2]}})
+        gone = store.delete_turns("u", "s", ["s:1", "unknown"])
+        assert [t.turn_id for t in gone] == ["s:1"]
+        left = store.turns("u", "s")
+        assert [(t.turn_id, t.position) for t in left] == [("s:0", 0), ("s:2", 2)]
+        info = store.session("u", "s")
+        assert info.status == "open" and info.n_turns == 2
+        assert store.turn_extra("u", "s") == {"s:2": {"y": [2]}}
+        assert len(store.memories("u")) == 1  # memories stay until the session is rebuilt
+        with pytest.raises(UnknownSessionError):
+            store.delete_turns("u", "zz")
+
+    def test_users_never_read_each_other(self, store) -> None:
+        store.add_turns([_turn("a", "s", "alpha secret"), _turn("b", "s", "beta")])
+        da = MemoryDraft("s", "turn", "alpha secret", "alpha secret", ("s:0",), id="m-a")
+        (ma,) = store.replace_session_memories("a", "s", ["turn"], [da], np.ones((1, 4)), "f")
+        assert store.memories("b", [ma.id]) == []
+        assert store.memories("b") == [] and store.embeddings("b")[0] == []
+        assert store.delete_memories("b", [ma.id]) == 0
+        assert [m.id for m in store.memories("a")] == ["m-a"]
+        assert [t.text for t in store.turns("b")] == ["beta"]
+        store.delete_user("a")
+        assert store.memories("a") == [] and store.turns("a") == []
+        assert [t.text for t in store.turns("b")] == ["beta"]
+
+    def test_embeddings_and_keys(self, store) -> None:
+        d = MemoryDraft("s", "item", "text", "old key", (), id="i1")
+        store.upsert_memories("u", [d], np.zeros((1, 3)), "m1")
+        store.set_embeddings("u", ["i1"], np.array([[1.0, 2.0, 3.0]]), "m2")
+        ids, keys, blobs, models = store.embeddings("u")
+        assert ids == ["i1"] and models == ["m2"]
+        assert np.frombuffer(blobs[0], np.float32).tolist() == [1, 2, 3]
+        v = store.version("u")
+        store.set_keys("u", ["i1"], ["new key"])
+        ids, keys, blobs, models = store.embeddings("u")
+        assert keys == ["new key"] and blobs == [None] and store.version("u") > v
+        assert store.memories("u")[0].key == "new key"
+
+    def test_duplicate_turn_rolls_back_the_batch(self, store) -> None:
+        store.add_turns([_turn("u", "s", "one", turn_id="t1")])
+        with pytest.raises(InvalidInputError):
+            store.add_turns([_turn("u", "s", "two"), _turn("u", "s", "three", turn_id="t1")])
+        assert [t.text for t in store.turns("u")] == ["one"]
+        assert store.session("u", "s").n_turns == 1
+
     def test_key_value(self, store) -> None:
         assert store.get_value("k") is None
         store.set_value("k", {"a": [1, 2]})
@@ -76,5 +142,15 @@ class TestSQLiteFile(StoreContract):
     @pytest.fixture
     def store(self, tmp_path):
         s = SQLiteStore(tmp_path / "m.sqlite3")
+        yield s
+        s.close()
+
+
+class TestPostgres(StoreContract):
+    @pytest.fixture
+    def store(self, pg_dsn):
+        from reflective_memory.storage.postgres import PostgresStore
+
+        s = PostgresStore(pg_dsn, schema=pg_schema(), pool_max=4)
         yield s
         s.close()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory import __version__
-from reflective_memory.errors import ReflectiveMemoryError, UnknownUserError
+from reflective_memory.errors import ConfigError, ReflectiveMemoryError, UnknownUserError
 from reflective_memory.validation import MAX_ID_CHARS
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ BENCH_MODULES = [
     "reflective_memory.bench.latency",
     "reflective_memory.bench.soak",
     "reflective_memory.bench.ingest",
+    "reflective_memory.bench.storage",
 ]
 
 #: The SQLite file that marks a directory as a store.
@@ -312,6 +313,25 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _db_init(args: argparse.Namespace) -> int:
+    """Create or migrate the PostgreSQL schema (and HNSW indexes for the given sizes)."""
+    from reflective_memory.storage.pg_schema import SCHEMA_VERSION, ensure_vector_index
+    from reflective_memory.storage.postgres import PostgresStore, is_postgres_dsn
+
+    if not is_postgres_dsn(args.dsn):
+        raise ConfigError("--dsn must be a postgresql://... URI")
+    store = PostgresStore(args.dsn, schema=args.schema, pool_max=2)
+    try:
+        with store._raw() as conn:
+            made = [d for d in args.dim if ensure_vector_index(conn, store.schema, d)]
+    finally:
+        store.close()
+    _out(f"schema {args.schema!r} is at level {SCHEMA_VERSION}")
+    for d in args.dim:
+        _out(f"HNSW index for {d}-dim embeddings: {'created' if d in made else 'present'}")
+    return 0
+
+
 def _stats(args: argparse.Namespace) -> int:
     from reflective_memory.embed import HashingEmbedder
 
@@ -444,6 +464,26 @@ def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
     )
     _serve_arguments(p)
     p.set_defaults(func=_serve)
+
+    p = sub.add_parser("db", help="database server administration (PostgreSQL store)")
+    db = p.add_subparsers(dest="db", required=True)
+    p = db.add_parser(
+        "init",
+        help="create or migrate the PostgreSQL schema",
+        description="Creates the vector and btree_gin extensions (needs a role allowed to), "
+        "the schema and its tables, or migrates them to this version; idempotent and safe "
+        "to run from several hosts at once.",
+    )
+    p.add_argument("--dsn", required=True, help="postgresql://user@host:5432/db")
+    p.add_argument("--schema", default="reflective_memory", help="schema holding the tables")
+    p.add_argument(
+        "--dim",
+        type=int,
+        action="append",
+        default=[],
+        help="also build the HNSW index for this embedding size (repeatable; e.g. 384)",
+    )
+    p.set_defaults(func=_db_init)
 
     p = sub.add_parser("bench", help="benchmarks (reflective-memory bench --help lists them)")
     bench = p.add_subparsers(dest="bench", required=True)

@@ -37,10 +37,12 @@ from reflective_memory.llm import LLMClient, as_llm
 from reflective_memory.ranking import FusionWeights, pack_hits, rank_candidates
 from reflective_memory.recall import RecallConfig
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
+from reflective_memory.rmm.stored_rerank import StoredRerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
 from reflective_memory.storage.base import MemoryDraft, session_fence
+from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.text import parse_timestamp
@@ -86,6 +88,10 @@ class ReflectiveMemory:
             `reflective_memory.denoise.Denoiser`). `None` uses `config.denoiser`. Only keys are denoised;
             the LLM always gets the raw text. After changing it, `redenoise(user_id)` re-keys
             a user's existing memories.
+        store: Keep everything in a database server instead of `path`: a
+            `postgresql://...` URI (a `reflective_memory.storage.postgres.PostgresStore` with its
+            own pool) or a store object (closed with this memory). Many processes may share one
+            database; see the README's "Scaling out".
 
     Example:
         >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -105,17 +111,23 @@ class ReflectiveMemory:
         config: MemoryConfig | None = None,
         segmenter: Segmenter | None = None,
         denoiser: Denoiser | str | None = None,
+        store: Any | None = None,
     ) -> None:
         self.config = (config if config is not None else MemoryConfig()).validate()
+        if store is not None and path is not None:
+            raise InvalidInputError("give either path (embedded store) or store, not both")
         self.path = None if path is None else Path(path)
         if self.path is not None:
             if self.path.exists() and not self.path.is_dir():
                 raise InvalidInputError(f"path {str(self.path)!r} exists and is not a directory")
             self.path.mkdir(parents=True, exist_ok=True)
-        self.store = SQLiteStore(
-            None if self.path is None else self.path / "memory.sqlite3",
-            must_exist=self.path is not None and _has_derived_files(self.path),
-        )
+        if store is not None:
+            self.store: Any = open_store(store)
+        else:
+            self.store = SQLiteStore(
+                None if self.path is None else self.path / "memory.sqlite3",
+                must_exist=self.path is not None and _has_derived_files(self.path),
+            )
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.llm: LLMClient | None = as_llm(
             llm, timeout_s=self.config.llm_timeout_s, max_chars=self.config.llm_max_chars
@@ -150,9 +162,14 @@ class ReflectiveMemory:
                 date_prefix=self.config.date_prefix,
             )
         self._fusion = FusionWeights(cfg.dense_weight, cfg.lexical_weight, cfg.rrf_k)
-        self.rerank_stage = RerankStage(
-            self.config, self.embedder, None if self.path is None else self.path / "rerankers"
-        )
+        if hasattr(self.store, "update_blob"):  # rerankers live in the database
+            self.rerank_stage: RerankStage = StoredRerankStage(
+                self.config, self.embedder, self.store
+            )
+        else:
+            self.rerank_stage = RerankStage(
+                self.config, self.embedder, None if self.path is None else self.path / "rerankers"
+            )
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -318,7 +335,33 @@ class ReflectiveMemory:
     def end_session(self, user_id: str, session_id: str) -> list[Memory]:
         """Turn a session's turns into memories and index them.
 
-        Ending a session again (for instance after more turns arrived) rebuilds its units.
+        Ending a session again (for instance after more turns arrived) rebuilds its units. On a
+        store shared by several processes (one with `session_build`), one process builds and
+        the others wait and get the memories it built.
+
+        Args:
+            user_id: Owner.
+            session_id: The session.
+
+        Returns:
+            The memories built from the session.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
+        guard = getattr(self.store, "session_build", None)
+        if guard is None:
+            return self._end_session(user_id, session_id)
+        with guard(user_id, session_id) as built:
+            if built is not None:
+                return list(built)
+            return self._end_session(user_id, session_id)
+
+    def _end_session(self, user_id: str, session_id: str) -> list[Memory]:
+        """Build a session's memories (see `end_session`).
 
         The build is atomic and fenced: units, notes and topics are stored in one transaction
         that also marks the session ended, and only if its turns did not change while they were

@@ -15,6 +15,7 @@ __all__ = [
     "LLMOutputError",
     "ConfigError",
     "ModelLoadError",
+    "StoreUnavailableError",
 ]
 
 
@@ -81,3 +82,7 @@ class ConfigError(ReflectiveMemoryError, ValueError):
 
 class ModelLoadError(ReflectiveMemoryError, RuntimeError):
     """A model (embedder, compressor) could not be loaded; the message says how to provide it."""
+
+
+class StoreUnavailableError(ReflectiveMemoryError, ConnectionError):
+    """A database server backing the store could not be reached or refused the request."""

@@ -350,9 +350,13 @@ class IndexCache:
             if cached is not None:
                 return cached
             t0 = time.perf_counter()
-            with self._guard:
-                epoch = self._epochs.get(user_id, 0)
-            built = self._load(user_id, version) or self._build(user_id, version, epoch)
+            server = getattr(self.store, "server_index", None)
+            if callable(server):  # searched on the database server: nothing to load or save
+                built = server(user_id, self.embedder)
+            else:
+                with self._guard:
+                    epoch = self._epochs.get(user_id, 0)
+                built = self._load(user_id, version) or self._build(user_id, version, epoch)
             if version != 0:
                 self._put(built)
             logger.debug(

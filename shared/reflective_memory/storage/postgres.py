@@ -1,0 +1,662 @@
+"""The server store: PostgreSQL + pgvector holds everything, for many processes and hosts.
+
+`PostgresStore` implements `reflective_memory.storage.base.MemoryStore` (and every other method
+the engine and adapters use on `SQLiteStore`) over a psycopg 3 connection pool. Besides the
+contract it searches on the server (`dense_search`, `lexical_search`; see
+`reflective_memory.storage.server_index`), keeps versioned blobs (reranker state shared by all
+processes) and serialises the building of a session's memories across processes with an advisory
+lock (`session_build`). The schema lives in `reflective_memory.storage.pg_schema`.
+
+Needs the `postgres` extra: `pip install 'reflective-memory[postgres]'`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.errors import (
+    ConfigError,
+    InvalidInputError,
+    StoreClosedError,
+    StoreUnavailableError,
+    UnknownSessionError,
+)
+from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.pg_schema import check_schema_name, migrate
+from reflective_memory.storage.pg_search import PgSearchMixin, to_vector
+from reflective_memory.storage.pg_state import PgStateMixin
+from reflective_memory.text import lexical_tokens
+from reflective_memory.types import Memory, Turn
+
+__all__ = ["PostgresStore", "is_postgres_dsn"]
+
+logger = logging.getLogger(__name__)
+
+_DSN_PREFIXES = ("postgresql://", "postgres://")
+
+
+def is_postgres_dsn(value: object) -> bool:
+    """Whether `value` is a PostgreSQL connection URI (`postgresql://...` or `postgres://...`)."""
+    return isinstance(value, str) and value.startswith(_DSN_PREFIXES)
+
+
+def _import_driver() -> tuple[Any, Any, Any]:
+    try:
+        import psycopg
+        import psycopg_pool
+        from pgvector.psycopg import register_vector
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError(
+            "the PostgreSQL store needs psycopg, psycopg_pool and pgvector: "
+            "pip install 'reflective-memory[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool, register_vector
+
+
+def _ts(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _dt(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def _lex(key: str) -> str:
+    """The key's lexical tokens (the library tokenizer), as the text the tsvector is built on."""
+    return " ".join(lexical_tokens(key))
+
+
+class PostgresStore(PgSearchMixin, PgStateMixin):
+    """`MemoryStore` on PostgreSQL with pgvector.
+
+    Every acknowledged write is committed (PostgreSQL's default `synchronous_commit=on` makes it
+    durable). No state that can go stale is kept in the process: callers cache derived indexes by
+    `version(user_id)`, which every memory change bumps in the same transaction.
+
+    Args:
+        dsn_or_pool: A connection URI (`postgresql://user@host:5432/db`) or an open
+            `psycopg_pool.ConnectionPool` you own (it is not closed by `close()`).
+        schema: Schema holding the tables (created when `create` is True).
+        create: Create or migrate the schema on first connect (`reflective-memory db init`
+            does the same ahead of time).
+        pool_min: Connections kept open (URI only).
+        pool_max: Most connections (URI only); ending sessions concurrently holds one extra
+            connection per build for its lock.
+        timeout: Seconds to wait for a pooled connection before raising.
+        hnsw_threshold: Users with more stored memories than this are searched through the
+            HNSW index with iterative scans; smaller ones exactly (`None`: always exact).
+        ef_search: HNSW search breadth (raised to the number of results asked for, at most
+            1000).
+        max_scan_tuples: Upper bound of rows an iterative HNSW scan visits.
+
+    Raises:
+        InvalidInputError: `dsn_or_pool` is neither a PostgreSQL URI nor a pool.
+        StoreUnavailableError: The server cannot be reached.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: Any,
+        *,
+        schema: str = "reflective_memory",
+        create: bool = True,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        timeout: float = 30.0,
+        hnsw_threshold: int | None = 50_000,
+        ef_search: int = 64,
+        max_scan_tuples: int = 50_000,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        if hnsw_threshold is not None and (
+            not isinstance(hnsw_threshold, int) or hnsw_threshold < 0
+        ):
+            raise ConfigError(f"hnsw_threshold must be None or >= 0, got {hnsw_threshold!r}")
+        for name, val in (("pool_min", pool_min), ("pool_max", pool_max)):
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {val!r}")
+        self.hnsw_threshold = hnsw_threshold
+        self.ef_search = int(ef_search)
+        self.max_scan_tuples = int(max_scan_tuples)
+        self.timeout = float(timeout)
+        psycopg, psycopg_pool, self._register_vector = _import_driver()
+        self._psycopg = psycopg
+        self._own_pool = False
+        if is_postgres_dsn(dsn_or_pool):
+            self.dsn: str | None = dsn_or_pool
+            try:
+                pool = psycopg_pool.ConnectionPool(
+                    dsn_or_pool,
+                    min_size=min(pool_min, pool_max),
+                    max_size=pool_max,
+                    timeout=self.timeout,
+                    open=False,
+                    name="reflective-memory",
+                )
+                pool.open(wait=True, timeout=self.timeout)
+            except psycopg_pool.PoolTimeout as exc:
+                pool.close()
+                raise StoreUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
+            self._own_pool = True
+        elif isinstance(dsn_or_pool, psycopg_pool.ConnectionPool):
+            self.dsn = None
+            pool = dsn_or_pool
+        else:
+            raise InvalidInputError(
+                "dsn_or_pool must be a 'postgresql://...' URI or a psycopg_pool.ConnectionPool, "
+                f"got {type(dsn_or_pool).__name__}"
+            )
+        self._pool: Any | None = pool
+        self._s = f'"{self.schema}"'
+        self._lock = threading.Lock()
+        self._dims: set[int] = set()
+        if create:
+            with self._raw() as conn:
+                migrate(conn, self.schema)
+
+    # -- plumbing -------------------------------------------------------------------------
+    @property
+    def pool(self) -> Any:
+        """The connection pool; raises `StoreClosedError` after `close()`."""
+        if self._pool is None:
+            raise StoreClosedError("the memory store is closed")
+        return self._pool
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._pool is None
+
+    def close(self) -> None:
+        """Close the pool if this store opened it (idempotent)."""
+        pool, self._pool = self._pool, None
+        if pool is not None and self._own_pool:
+            pool.close()
+
+    @contextmanager
+    def _raw(self) -> Iterator[Any]:
+        """A pooled connection without type registration (schema work)."""
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except self._psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"PostgreSQL request failed: {exc}") from exc
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        """A pooled connection with pgvector types; one transaction, committed on exit."""
+        with self._raw() as conn:
+            if conn.adapters.types.get("vector") is None:
+                self._register_vector(conn)
+                conn.commit()
+            with conn.transaction():
+                yield conn
+
+    def _bump(self, conn: Any, user_id: str) -> None:
+        conn.execute(
+            f"INSERT INTO {self._s}.user_state (user_id, version) VALUES (%s, 1) "
+            "ON CONFLICT (user_id) DO UPDATE SET version = user_state.version + 1",
+            (user_id,),
+        )
+
+    # -- turns and sessions ---------------------------------------------------------------
+    def add_turns(self, turns: Sequence[dict[str, Any]]) -> list[Turn]:
+        """Commit turns (dicts with user_id, session_id, role, text, timestamp, turn_id).
+
+        One transaction for all; a duplicate `turn_id` within a session raises
+        `InvalidInputError` and commits none of them. Positions are allocated under the
+        session row's lock, so concurrent writers to one session never collide.
+        """
+        s = self._s
+        for t in turns:
+            for field in ("user_id", "session_id", "turn_id", "role", "text"):
+                if "\x00" in (t.get(field) or ""):
+                    raise InvalidInputError(f"{field} contains a NUL character (0x00)")
+        out: list[Turn] = []
+        with self._conn() as conn:
+            for t in turns:
+                user_id, session_id, ts = t["user_id"], t["session_id"], t.get("timestamp")
+                conn.execute(
+                    f"INSERT INTO {s}.sessions (user_id, session_id, status, n_turns, first_ts,"
+                    " last_ts, created_at) VALUES (%s, %s, 'open', 1, %s, %s, now()) "
+                    "ON CONFLICT (user_id, session_id) DO UPDATE SET"
+                    " n_turns = sessions.n_turns + 1, status = 'open',"
+                    " first_ts = COALESCE(sessions.first_ts, EXCLUDED.first_ts),"
+                    " last_ts = COALESCE(EXCLUDED.last_ts, sessions.last_ts)",
+                    (user_id, session_id, _ts(ts), _ts(ts)),
+                )
+                # A new statement, so its snapshot sees every turn committed before the
+                # session row's lock (taken just above) was granted.
+                turn_id = t.get("turn_id")
+                row = conn.execute(
+                    f"INSERT INTO {s}.turns (user_id, session_id, position, turn_id, role, text,"
+                    " ts) SELECT %s, %s, p, COALESCE(%s, %s || ':' || p), %s, %s, %s FROM"
+                    f" (SELECT COALESCE(MAX(position) + 1, 0) AS p FROM {s}.turns"
+                    "  WHERE user_id=%s AND session_id=%s) AS next"
+                    " ON CONFLICT DO NOTHING RETURNING seq, position, turn_id",
+                    (user_id, session_id, turn_id, session_id, t["role"], t["text"], _ts(ts),
+                     user_id, session_id),
+                ).fetchone()  # fmt: skip
+                if row is None:
+                    raise InvalidInputError(
+                        f"turn_id {turn_id!r} already exists in session {session_id!r} "
+                        f"of user {user_id!r}"
+                    )
+                seq, position, turn_id = row
+                out.append(
+                    Turn(user_id, session_id, t["role"], t["text"], turn_id, position, ts, seq)
+                )
+        return out
+
+    _TURN_COLS = "seq, user_id, session_id, turn_id, position, role, text, ts"
+
+    @staticmethod
+    def _turn(row: Sequence[Any]) -> Turn:
+        seq, user_id, session_id, turn_id, position, role, text, ts = row
+        return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), int(seq))
+
+    def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
+        """See `MemoryStore.turns`."""
+        with self._conn() as conn:
+            if session_id is None:
+                rows = conn.execute(
+                    f"SELECT {self._TURN_COLS} FROM {self._s}.turns WHERE user_id=%s ORDER BY seq",
+                    (user_id,),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT {self._TURN_COLS} FROM {self._s}.turns WHERE user_id=%s AND "
+                    "session_id=%s ORDER BY position",
+                    (user_id, session_id),
+                ).fetchall()
+        return [self._turn(r) for r in rows]
+
+    _SESSION_COLS = "user_id, session_id, status, n_turns, first_ts, last_ts, created_at, ended_at"
+
+    @staticmethod
+    def _session(row: Sequence[Any]) -> SessionInfo:
+        u, s, status, n, first, last, created, ended = row
+        return SessionInfo(u, s, status, int(n), _dt(first), _dt(last), created, ended)
+
+    def session(self, user_id: str, session_id: str) -> SessionInfo | None:
+        """See `MemoryStore.session`."""
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT {self._SESSION_COLS} FROM {self._s}.sessions "
+                "WHERE user_id=%s AND session_id=%s",
+                (user_id, session_id),
+            ).fetchone()
+        return None if row is None else self._session(row)
+
+    def sessions(self, user_id: str, status: str | None = None) -> list[SessionInfo]:
+        """See `MemoryStore.sessions`."""
+        sql = f"SELECT {self._SESSION_COLS} FROM {self._s}.sessions WHERE user_id=%s"
+        args: tuple[Any, ...] = (user_id,)
+        if status is not None:
+            sql += " AND status=%s"
+            args += (status,)
+        with self._conn() as conn:
+            rows = conn.execute(sql + " ORDER BY created_at, session_id", args).fetchall()
+        return [self._session(r) for r in rows]
+
+    def session_builds(self, user_id: str, session_id: str) -> int:
+        """How many times a session's memories were built (0 for an unknown session)."""
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT builds FROM {self._s}.sessions WHERE user_id=%s AND session_id=%s",
+                (user_id, session_id),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    @contextmanager
+    def session_build(self, user_id: str, session_id: str) -> Iterator[list[Memory] | None]:
+        """Hold the cross-process lock for building one session's memories.
+
+        Yields None when the caller should build, or the session's stored memories when it is
+        already ended with no turn added since (another process built it while this one waited).
+        The lock is a PostgreSQL session-level advisory lock on a connection held for the block;
+        it is released when the block exits, or by the server if this process dies.
+        """
+        key = f"session-build\x1f{self.schema}\x1f{user_id}\x1f{session_id}"
+        with self._raw() as conn:
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+            conn.commit()
+            try:
+                info = self.session(user_id, session_id)
+                if info is not None and info.status == "ended":
+                    yield self.session_memories(user_id, session_id)
+                else:
+                    yield None
+            finally:
+                conn.rollback()
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+                conn.commit()
+
+    # -- memories -------------------------------------------------------------------------
+    def _insert_memories(
+        self,
+        conn: Any,
+        user_id: str,
+        drafts: Sequence[MemoryDraft],
+        embeddings: np.ndarray,
+        model: str,
+    ) -> list[Memory]:
+        if len(drafts) != len(embeddings):
+            raise InvalidInputError("one embedding per memory is required")
+        s = self._s
+        for d in drafts:
+            if any("\x00" in x for x in (d.text, d.key, d.session_id, d.id or "", *d.turn_ids)):
+                raise InvalidInputError("memory text, key or ids contain a NUL character (0x00)")
+        out: list[Memory] = []
+        for d, vec in zip(drafts, embeddings, strict=True):
+            mid = d.id if d.id is not None else f"{d.granularity}-{uuid.uuid4().hex[:16]}"
+            meta = d.metadata if d.metadata is not None else {}
+            v = np.asarray(vec, dtype=np.float32).reshape(-1)
+            created, updated = conn.execute(
+                f"INSERT INTO {s}.memories AS m (user_id, id, session_id, granularity, text, key,"
+                " lex, turn_ids, start_ts, end_ts, created_at, updated_at, metadata, embedding,"
+                " embed_dim, embed_model) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                " clock_timestamp(), clock_timestamp(), %s, %s, %s, %s) "
+                "ON CONFLICT (user_id, id) DO UPDATE SET session_id = EXCLUDED.session_id,"
+                " granularity = EXCLUDED.granularity, text = EXCLUDED.text, key = EXCLUDED.key,"
+                " lex = EXCLUDED.lex, turn_ids = EXCLUDED.turn_ids,"
+                " start_ts = EXCLUDED.start_ts, end_ts = EXCLUDED.end_ts,"
+                f" updated_at = EXCLUDED.updated_at, metadata = EXCLUDED.metadata,"
+                " embedding = EXCLUDED.embedding, embed_dim = EXCLUDED.embed_dim,"
+                f" embed_model = EXCLUDED.embed_model, seq = nextval('{s}.memories_seq') "
+                "RETURNING m.created_at, m.updated_at",
+                (
+                    user_id,
+                    mid,
+                    d.session_id,
+                    d.granularity,
+                    d.text,
+                    d.key,
+                    _lex(d.key),
+                    json.dumps(list(d.turn_ids)),
+                    _ts(d.start_time),
+                    _ts(d.end_time),
+                    json.dumps(meta, default=str),
+                    v,
+                    int(v.shape[0]),
+                    model,
+                ),  # fmt: skip
+            ).fetchone()
+            out.append(
+                Memory(
+                    mid,
+                    user_id,
+                    d.session_id,
+                    d.granularity,
+                    d.text,
+                    d.key,
+                    tuple(d.turn_ids),
+                    created,
+                    updated,
+                    d.start_time,
+                    d.end_time,
+                    dict(meta),
+                )  # fmt: skip
+            )
+        self._bump(conn, user_id)
+        return out
+
+    def replace_session_memories(
+        self,
+        user_id: str,
+        session_id: str,
+        granularities: Sequence[str],
+        drafts: Sequence[MemoryDraft],
+        embeddings: np.ndarray,
+        embed_model: str,
+    ) -> list[Memory]:
+        """See `MemoryStore.replace_session_memories` (also counts the session's builds)."""
+        s = self._s
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT 1 FROM {s}.sessions WHERE user_id=%s AND session_id=%s FOR UPDATE",
+                (user_id, session_id),
+            ).fetchone()
+            if row is None:
+                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            conn.execute(
+                f"DELETE FROM {s}.memories WHERE user_id=%s AND session_id=%s "
+                "AND granularity = ANY(%s)",
+                (user_id, session_id, list(granularities)),
+            )
+            out = self._insert_memories(conn, user_id, drafts, embeddings, embed_model)
+            conn.execute(
+                f"UPDATE {s}.sessions SET status='ended', ended_at=now(), builds = builds + 1 "
+                "WHERE user_id=%s AND session_id=%s",
+                (user_id, session_id),
+            )
+        return out
+
+    def upsert_memories(
+        self, user_id: str, drafts: Sequence[MemoryDraft], embeddings: np.ndarray, embed_model: str
+    ) -> list[Memory]:
+        """See `MemoryStore.upsert_memories`."""
+        with self._conn() as conn:
+            return self._insert_memories(conn, user_id, drafts, embeddings, embed_model)
+
+    def delete_memories(self, user_id: str, ids: Iterable[str]) -> int:
+        """Delete memories of a user by id; return how many were deleted."""
+        ids = list(ids)
+        if not ids:
+            return 0
+        with self._conn() as conn:
+            n = conn.execute(
+                f"DELETE FROM {self._s}.memories WHERE user_id=%s AND id = ANY(%s)",
+                (user_id, ids),
+            ).rowcount
+            self._bump(conn, user_id)
+        return int(n)
+
+    _MEM_COLS = (
+        "id, user_id, session_id, granularity, text, key, turn_ids, created_at, updated_at,"
+        " start_ts, end_ts, metadata"
+    )
+
+    @staticmethod
+    def _memory(row: Sequence[Any]) -> Memory:
+        mid, u, s, g, text, key, tids, created, updated, start, end, meta = row
+        return Memory(
+            mid, u, s, g, text, key, tuple(tids), created, updated, _dt(start), _dt(end), meta
+        )
+
+    def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
+        """See `MemoryStore.memories`."""
+        with self._conn() as conn:
+            if ids is None:
+                rows = conn.execute(
+                    f"SELECT {self._MEM_COLS} FROM {self._s}.memories WHERE user_id=%s "
+                    "ORDER BY seq",
+                    (user_id,),
+                ).fetchall()
+                return [self._memory(r) for r in rows]
+            ids = list(ids)
+            rows = conn.execute(
+                f"SELECT {self._MEM_COLS} FROM {self._s}.memories WHERE user_id=%s "
+                "AND id = ANY(%s)",
+                (user_id, ids),
+            ).fetchall()
+        found = {r[0]: self._memory(r) for r in rows}
+        return [found[i] for i in ids if i in found]
+
+    def session_memories(self, user_id: str, session_id: str) -> list[Memory]:
+        """A session's memories, in storage order."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT {self._MEM_COLS} FROM {self._s}.memories WHERE user_id=%s "
+                "AND session_id=%s ORDER BY seq",
+                (user_id, session_id),
+            ).fetchall()
+        return [self._memory(r) for r in rows]
+
+    def embeddings(
+        self, user_id: str
+    ) -> tuple[list[str], list[str], list[bytes | None], list[str]]:
+        """See `MemoryStore.embeddings`."""
+        with self._conn() as conn, conn.cursor(binary=True) as cur:
+            rows = cur.execute(
+                f"SELECT id, key, embedding, COALESCE(embed_model, '') FROM {self._s}.memories "
+                "WHERE user_id=%s ORDER BY seq",
+                (user_id,),
+            ).fetchall()
+        blobs = [None if r[2] is None else to_vector(r[2]).tobytes() for r in rows]
+        return [r[0] for r in rows], [r[1] for r in rows], blobs, [r[3] for r in rows]
+
+    def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
+        """See `MemoryStore.set_embeddings`."""
+        rows = []
+        for i, v in zip(ids, emb, strict=True):
+            v = np.asarray(v, dtype=np.float32).reshape(-1)
+            rows.append((v, int(v.shape[0]), model, user_id, i))
+        with self._conn() as conn, conn.cursor() as cur:
+            cur.executemany(
+                f"UPDATE {self._s}.memories SET embedding=%s, embed_dim=%s, embed_model=%s "
+                "WHERE user_id=%s AND id=%s",
+                rows,
+            )
+
+    def set_keys(self, user_id: str, ids: Sequence[str], keys: Sequence[str]) -> None:
+        """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""
+        with self._conn() as conn:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    f"UPDATE {self._s}.memories SET key=%s, lex=%s, embedding=NULL,"
+                    " embed_dim=NULL, embed_model=NULL WHERE user_id=%s AND id=%s",
+                    [(k, _lex(k), user_id, i) for i, k in zip(ids, keys, strict=True)],
+                )
+            self._bump(conn, user_id)
+
+    def version(self, user_id: str) -> int:
+        """See `MemoryStore.version`."""
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def count(self, user_id: str) -> dict[str, Any]:
+        """Counts of a user's turns, sessions and memories by granularity."""
+        s = self._s
+        with self._conn() as conn:
+            n_turns = conn.execute(
+                f"SELECT COUNT(*) FROM {s}.turns WHERE user_id=%s", (user_id,)
+            ).fetchone()[0]
+            sess = dict(
+                conn.execute(
+                    f"SELECT status, COUNT(*) FROM {s}.sessions WHERE user_id=%s GROUP BY status",
+                    (user_id,),
+                ).fetchall()
+            )
+            mems = dict(
+                conn.execute(
+                    f"SELECT granularity, COUNT(*) FROM {s}.memories WHERE user_id=%s "
+                    "GROUP BY granularity",
+                    (user_id,),
+                ).fetchall()
+            )
+        return {
+            "turns": int(n_turns),
+            "sessions": int(sum(sess.values())),
+            "open_sessions": int(sess.get("open", 0)),
+            "memories": int(sum(mems.values())),
+            "memories_by_granularity": {k: int(v) for k, v in mems.items()},
+        }
+
+    # -- deletion -------------------------------------------------------------------------
+    def delete_user(self, user_id: str) -> int:
+        """See `MemoryStore.delete_user` (the user's own reranker state goes too)."""
+        s = self._s
+        with self._conn() as conn:
+            n = conn.execute(f"DELETE FROM {s}.turns WHERE user_id=%s", (user_id,)).rowcount
+            for table in ("turn_extra", "sessions", "memories"):
+                conn.execute(f"DELETE FROM {s}.{table} WHERE user_id=%s", (user_id,))
+            conn.execute(f"DELETE FROM {s}.blobs WHERE owner=%s", (user_id,))
+            self._bump(conn, user_id)
+        return int(n)
+
+    def delete_session(self, user_id: str, session_id: str) -> int:
+        """See `MemoryStore.delete_session`."""
+        s = self._s
+        with self._conn() as conn:
+            n = conn.execute(
+                f"DELETE FROM {s}.sessions WHERE user_id=%s AND session_id=%s",
+                (user_id, session_id),
+            ).rowcount
+            if n == 0:
+                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            n = conn.execute(
+                f"DELETE FROM {s}.turns WHERE user_id=%s AND session_id=%s", (user_id, session_id)
+            ).rowcount
+            for table in ("turn_extra", "memories"):
+                conn.execute(
+                    f"DELETE FROM {s}.{table} WHERE user_id=%s AND session_id=%s",
+                    (user_id, session_id),
+                )
+            self._bump(conn, user_id)
+        return int(n)
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """See `SQLiteStore.delete_turns` (same semantics)."""
+        s = self._s
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT 1 FROM {s}.sessions WHERE user_id=%s AND session_id=%s FOR UPDATE",
+                (user_id, session_id),
+            ).fetchone()
+            if row is None:
+                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            sql = (
+                f"DELETE FROM {s}.turns WHERE user_id=%s AND session_id=%s"
+                + ("" if turn_ids is None else " AND turn_id = ANY(%s)")
+                + f" RETURNING {self._TURN_COLS}"
+            )
+            args: tuple[Any, ...] = (user_id, session_id)
+            if turn_ids is not None:
+                args += (list(turn_ids),)
+            gone = sorted(
+                (self._turn(r) for r in conn.execute(sql, args)), key=lambda t: t.position
+            )
+            if not gone:
+                return []
+            conn.execute(
+                f"DELETE FROM {s}.turn_extra WHERE user_id=%s AND session_id=%s "
+                "AND turn_id = ANY(%s)",
+                (user_id, session_id, [t.turn_id for t in gone]),
+            )
+            edge = f"SELECT ts FROM {s}.turns WHERE user_id=%s AND session_id=%s AND ts IS NOT NULL"
+            conn.execute(
+                f"UPDATE {s}.sessions SET n_turns = (SELECT COUNT(*) FROM {s}.turns WHERE"
+                " user_id=%s AND session_id=%s),"
+                f" status = CASE WHEN EXISTS (SELECT 1 FROM {s}.turns WHERE user_id=%s AND"
+                " session_id=%s) THEN 'open' ELSE status END,"
+                f" first_ts = ({edge} ORDER BY position LIMIT 1),"
+                f" last_ts = ({edge} ORDER BY position DESC LIMIT 1)"
+                " WHERE user_id=%s AND session_id=%s",
+                (user_id, session_id) * 5,
+            )
+        return gone
+
+    def users(self) -> list[str]:
+        """See `MemoryStore.users`."""
+        s = self._s
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT user_id FROM {s}.sessions UNION SELECT user_id FROM {s}.memories "
+                "ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
