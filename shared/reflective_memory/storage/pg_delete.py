@@ -29,13 +29,9 @@ class PgDeleteMixin:
 
     _s: str
     _TURN_COLS: str
-
-    def _conn(self) -> Any: ...  # provided by PostgresStore
-
-    def _bump(self, conn: Any, user_id: str) -> None: ...  # provided by PostgresStore
-
-    @staticmethod
-    def _turn(row: Sequence[Any]) -> Turn: ...  # provided by PostgresStore
+    _conn: Any
+    _bump: Any
+    _turn: Any
 
     def _lock_session(self, conn: Any, user_id: str, session_id: str) -> None:
         row = conn.execute(
