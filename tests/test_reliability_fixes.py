@@ -92,7 +92,7 @@ def test_stale_fence_writes_nothing() -> None:
 
 # -- 2. atomic builds, note parsing, mixed timestamps ----------------------------------------------
 def test_failed_note_build_leaves_session_open_without_partial_memories(monkeypatch) -> None:
-    import reflective_memory.engine as engine
+    import reflective_memory.sessions as sessions
 
     with ReflectiveMemory(
         embedder=HashingEmbedder(64), config=_cfg(conditional_memory=True)
@@ -102,7 +102,7 @@ def test_failed_note_build_leaves_session_open_without_partial_memories(monkeypa
         def boom(*a, **k):
             raise RuntimeError("killed between units and notes")
 
-        monkeypatch.setattr(engine, "build_note_drafts", boom)
+        monkeypatch.setattr(sessions, "build_note_drafts", boom)
         with pytest.raises(RuntimeError):
             mem.end_session("u", "s")
         assert mem.memories("u") == []  # old state: nothing stored

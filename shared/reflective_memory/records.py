@@ -1,0 +1,214 @@
+"""Reading and editing stored records: turns, memories, sessions, users and deletes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from reflective_memory.errors import (
+    InvalidInputError,
+    UnknownMemoryError,
+)
+from reflective_memory.storage.base import MemoryDraft
+from reflective_memory.types import GRANULARITIES, Memory, Turn
+from reflective_memory.validation import check_encodable, check_id
+
+logger = logging.getLogger(__name__)
+
+#: Builds of one `end_session` call before it gives up on a session that keeps changing.
+
+
+__all__ = ["MemoryRecords"]
+
+
+class MemoryRecords:
+    """`ReflectiveMemory`'s record API (a mixin over its `store`, `indexes` and `rerank_stage`)."""
+
+    store: Any
+    indexes: Any
+    embedder: Any
+    config: Any
+    rerank_stage: Any
+
+    def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
+        """Stored turns of a user, or of one session, in order (unknown ids give `[]`)."""
+        self._open()
+        check_id("user_id", user_id)
+        if session_id is not None:
+            check_id("session_id", session_id)
+        return self.store.turns(user_id, session_id)
+
+    def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
+        """A user's memories (all of them, or the given ids in that order)."""
+        self._open()
+        check_id("user_id", user_id)
+        return self.store.memories(user_id, ids)
+
+    def open_sessions(self, user_id: str) -> list[str]:
+        """Ids of the user's sessions that have turns not yet turned into memories."""
+        self._open()
+        check_id("user_id", user_id)
+        return [s.session_id for s in self.store.sessions(user_id, status="open")]
+
+    def delete_user(self, user_id: str) -> int:
+        """Erase a user: turns, memories, caches, reranker data and the id itself.
+
+        Nothing of the user remains in any file of the store when this returns (README,
+        "Deleting data"). Returns the number of turns deleted.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        n = self.store.delete_user(user_id)
+        self.indexes.invalidate(user_id)
+        self.rerank_stage.forget(user_id)
+        return n
+
+    def delete_session(self, user_id: str, session_id: str) -> int:
+        """Erase a session's turns and every memory derived from it; return the turns deleted.
+
+        Topic memories that merged the session in are derived from it and go too.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
+        n = self.store.delete_session(user_id, session_id)
+        self.indexes.invalidate(user_id)
+        self.rerank_stage.forget_retrievals(user_id)
+        return n
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """Delete some turns of a session (all of them when `turn_ids` is None).
+
+        Every memory holding a deleted turn's text is erased with it (units, notes, topics); the
+        session is reopened while turns remain, and ending it again rebuilds its memories from
+        them. Unknown turn ids are ignored.
+
+        Returns:
+            The deleted turns, in order.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
+        if turn_ids is not None:
+            if isinstance(turn_ids, str):
+                raise InvalidInputError("turn_ids must be a list of turn ids, not a str")
+            turn_ids = [check_id("turn_id", t) for t in turn_ids]
+        gone = self.store.delete_turns(user_id, session_id, turn_ids)
+        if gone:
+            self.indexes.invalidate(user_id)
+            self.rerank_stage.forget_retrievals(user_id)
+        return gone
+
+    def put_memory(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        memory_id: str | None = None,
+        key: str | None = None,
+        granularity: str = "item",
+        session_id: str = "",
+        turn_ids: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> Memory:
+        """Store (or replace, by id) one memory written directly rather than built from turns.
+
+        Framework stores (a LangGraph `BaseStore`, say) keep their items this way. The memory is
+        indexed like any other and found by `retrieve`.
+
+        Args:
+            user_id: Owner.
+            text: What an LLM should read.
+            memory_id: Replace the memory with this id if it exists (else a new id is made).
+            key: Text to index (default: `text`).
+            granularity: Unit kind; `item` unless it is a `topic` or `note` written elsewhere.
+            session_id: Session it came from, if any.
+            turn_ids: Source turn ids, if any.
+            metadata: JSON-serialisable extra fields.
+
+        Returns:
+            The stored memory.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("text must be a non-empty str")
+        check_encodable("text", text)
+        if key is not None and (not isinstance(key, str) or not key.strip()):
+            raise InvalidInputError("key must be None or a non-empty str")
+        if key is not None:
+            check_encodable("key", key)
+        if not isinstance(session_id, str):
+            raise InvalidInputError(f"session_id must be a str, got {type(session_id).__name__}")
+        if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
+            raise InvalidInputError("turn_ids must be a sequence of turn ids")
+        turn_ids = [check_id("turn_id", t) for t in turn_ids]
+        if granularity not in GRANULARITIES:
+            raise InvalidInputError(f"granularity must be one of {GRANULARITIES}")
+        if memory_id is not None:
+            check_id("memory_id", memory_id)
+        if metadata is not None:
+            if not isinstance(metadata, dict):
+                raise InvalidInputError("metadata must be a dict")
+            try:
+                json.dumps(metadata)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"metadata is not JSON-serialisable: {exc}") from exc
+        key = text if key is None else key
+        draft = MemoryDraft(
+            session_id=session_id,
+            granularity=granularity,
+            text=text,
+            key=key,
+            turn_ids=tuple(turn_ids),
+            metadata=dict(metadata) if metadata is not None else {},
+            id=memory_id,
+        )
+        (stored,) = self.store.upsert_memories(
+            user_id, [draft], self._embed_keys([key]), self.embedder.name
+        )
+        return stored
+
+    def get_memory(self, user_id: str, memory_id: str) -> Memory:
+        """One memory of a user by id.
+
+        Raises:
+            UnknownMemoryError: The user has no memory with that id.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        check_id("memory_id", memory_id)
+        found = self.store.memories(user_id, [memory_id])
+        if not found:
+            raise UnknownMemoryError(f"user {user_id!r} has no memory {memory_id!r}")
+        return found[0]
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        """Delete one memory of a user; return whether it existed."""
+        self._open()
+        check_id("user_id", user_id)
+        check_id("memory_id", memory_id)
+        return self.store.delete_memories(user_id, [memory_id]) > 0
+
+    def users(self) -> list[str]:
+        """Every user with stored turns or memories."""
+        self._open()
+        return self.store.users()
+
+    def stats(self, user_id: str) -> dict[str, Any]:
+        """Counts of a user's turns, sessions (open ones too) and memories by granularity."""
+        self._open()
+        check_id("user_id", user_id)
+        return self.store.count(user_id)
+
+    # -- async twins ----------------------------------------------------------------------
