@@ -197,6 +197,12 @@ def thread_soak(
             w.start()
         for w in workers:
             w.join()
+        # Quiet phase: with the writers gone, every session left open must end cleanly (under
+        # heavy load the fence may have deferred every end while turns kept arriving).
+        for user in names:
+            for session in mem.open_sessions(user):
+                mem.end_session(user, session)
+                stats["quiet_ends"] = stats.get("quiet_ends", 0) + 1
     elapsed = time.monotonic() - t0
     return _summary("threads", stats, audit(directory, [ack_path]), elapsed)
 
@@ -379,6 +385,7 @@ def _summary(kind: str, stats: dict[str, Any], checked: dict[str, int], elapsed:
         "turns": stats["turns"],
         "ends": stats["ends"],
         "ends_deferred": stats["ends_deferred"],
+        "quiet_ends": stats.get("quiet_ends", 0),
         "retrieves": len(stats["latency_ms"]),
         "turns_per_s": round(stats["turns"] / max(elapsed, 1e-9), 1),
         "retrieve_p50_ms": round(float(np.percentile(lat, 50)), 2),
