@@ -133,7 +133,7 @@ class MemoryConfig:
             fallback to count it as used (0.55 suits all-MiniLM-L6-v2).
     """
 
-    granularities: tuple[str, ...] = ("segment",)
+    granularities: tuple[str, ...] = ("turn", "segment")
     segmenter: str = "auto"
     segment_unit: str = "exchange"
     segment_window: int = 6
@@ -146,13 +146,13 @@ class MemoryConfig:
     rrf_k: int = 60
     default_k: int = 5
     candidate_k: int = 50
-    max_session_turns: int | None = None
-    session_idle_seconds: float | None = None
+    max_session_turns: int | None = 500
+    session_idle_seconds: float | None = 1800.0
     date_prefix: bool = True
     max_text_chars: int = 2_000_000
     embed_max_chars: int = 4000
     embed_batch_size: int = 64
-    denoiser: str = "offline"
+    denoiser: str = "none"
     denoise_rate: float = 0.5
     denoiser_model: str | None = None
     denoiser_device: str = "cpu"
@@ -184,6 +184,13 @@ class MemoryConfig:
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
+    passages: bool = True
+    context_weight: float = 0.5
+    neighbour_weight: float = 0.0
+    neighbour_span: int = 1
+    recency_weight: float = 1.0
+    segment_vectors: str = "mean"
+    budget_unit: str = "tokens"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -269,11 +276,29 @@ class MemoryConfig:
             if not isinstance(val, int) or isinstance(val, bool) or val < low:
                 raise ConfigError(f"{name} must be an integer >= {low}, got {val!r}")
         self._validate_rmm()
+        self._validate_passages()
         if self.max_session_turns is not None and self.max_session_turns < 1:
             raise ConfigError("max_session_turns must be None or >= 1")
         if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:
             raise ConfigError("session_idle_seconds must be None or > 0")
         return self
+
+    def _validate_passages(self) -> None:
+        if not isinstance(self.passages, bool):
+            raise ConfigError("passages must be True or False")
+        for name in ("context_weight", "neighbour_weight", "recency_weight"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or not val >= 0:
+                raise ConfigError(f"{name} must be a number >= 0, got {val!r}")
+        span = self.neighbour_span
+        if isinstance(span, bool) or not isinstance(span, int) or span < 1:
+            raise ConfigError(f"neighbour_span must be a positive integer, got {span!r}")
+        if self.segment_vectors not in ("mean", "embed"):
+            raise ConfigError(
+                f"segment_vectors must be 'mean' or 'embed', got {self.segment_vectors!r}"
+            )
+        if self.budget_unit not in ("tokens", "words"):
+            raise ConfigError(f"budget_unit must be 'tokens' or 'words', got {self.budget_unit!r}")
 
     def ann_settings(self) -> AnnSettings:
         """The exact/approximate switch as `reflective_memory.storage.index.AnnSettings`."""

@@ -14,7 +14,8 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,14 @@ from reflective_memory.errors import (
     UnknownMemoryError,
     UnknownSessionError,
 )
-from reflective_memory.llm import LLMClient, as_llm
+from reflective_memory.llm import LLMClient, as_llm, count_tokens
+from reflective_memory.passages import (
+    PassageSettings,
+    apply_recency,
+    collect_votes,
+    pack_passages,
+    present_tense,
+)
 from reflective_memory.ranking import FusionWeights, pack_hits, rank_candidates
 from reflective_memory.recall import RecallConfig
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
@@ -43,8 +51,16 @@ from reflective_memory.storage.base import MemoryDraft
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.text import parse_timestamp
-from reflective_memory.types import GRANULARITIES, Memory, Retrieval, Turn, Usage
-from reflective_memory.units import BASE_UNITS, build_units, denoise_drafts, raw_key, source_turns
+from reflective_memory.types import GRANULARITIES, Hit, Memory, Retrieval, Turn, Usage
+from reflective_memory.units import (
+    BASE_UNITS,
+    build_units,
+    denoise_drafts,
+    raw_key,
+    source_turns,
+    turn_unit_id,
+    unit_draft,
+)
 from reflective_memory.validation import check_id, check_positive
 
 __all__ = ["ReflectiveMemory"]
@@ -54,6 +70,20 @@ logger = logging.getLogger(__name__)
 
 def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
+
+
+def _count_words(text: str) -> int:
+    return len(text.split())
+
+
+def _age_seconds(then: datetime | None) -> float | None:
+    """Seconds from `then` to now (naive times are read as UTC), or None."""
+    if then is None:
+        return None
+    now = datetime.now(timezone.utc)
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return (now - then).total_seconds()
 
 
 class ReflectiveMemory:
@@ -133,9 +163,19 @@ class ReflectiveMemory:
                 date_prefix=self.config.date_prefix,
             )
         self._fusion = FusionWeights(cfg.dense_weight, cfg.lexical_weight, cfg.rrf_k)
+        self._passage_settings = PassageSettings(
+            rrf_k=cfg.rrf_k,
+            context_weight=cfg.context_weight,
+            neighbour_weight=cfg.neighbour_weight,
+            neighbour_span=cfg.neighbour_span,
+            recency_weight=cfg.recency_weight,
+        )
+        self._count = count_tokens if cfg.budget_unit == "tokens" else _count_words
         self.rerank_stage = RerankStage(
             self.config, self.embedder, None if self.path is None else self.path / "rerankers"
         )
+        if self.path is not None:
+            self._end_stale_sessions()
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -261,8 +301,57 @@ class ReflectiveMemory:
                 )
             )
         stored = self.store.add_turns(records)
+        self._index_turns(stored)
         self._auto_end(stored)
         return stored
+
+    def _index_turns(self, stored: Sequence[Turn]) -> None:
+        """Index newly stored turns as `turn` units so the next `retrieve` finds them.
+
+        The turns are already committed; if embedding fails the units are stored with a
+        placeholder vector marked `pending`, which the index build embeds again (so the turn
+        is still found by BM25 at once and by dense search as soon as the embedder works).
+        """
+        if not stored or "turn" not in self.config.granularities:
+            return
+        by_user: dict[str, list[MemoryDraft]] = {}
+        for t in stored:
+            info = self.store.session(t.user_id, t.session_id) if t.position else None
+            first = info.first_time if info is not None else t.timestamp
+            draft = unit_draft("turn", [t], first, date_prefix=self.config.date_prefix)
+            draft.id = turn_unit_id(t.user_id, t.session_id, t.turn_id)
+            draft.metadata = {**(draft.metadata or {}), "key_denoiser": "none"}
+            by_user.setdefault(t.user_id, []).append(draft)
+        for user_id, drafts in by_user.items():
+            model = self.embedder.name
+            try:
+                vectors = self._embed_keys([d.key for d in drafts])
+            except Exception:  # the turns are committed; the index build embeds them later
+                logger.exception("embedding new turns of user %s failed; indexed later", user_id)
+                vectors = np.zeros((len(drafts), self.embedder.dim), np.float32)
+                model = "pending"
+            self.store.upsert_memories(user_id, drafts, vectors, model)
+
+    def _end_stale_sessions(self) -> None:
+        """On reopening a store, end open sessions idle longer than `session_idle_seconds`.
+
+        A session's last activity is its last turn's timestamp (its creation time when its
+        turns carry none). Failures are logged; the turns stay committed and indexed.
+        """
+        idle = self.config.session_idle_seconds
+        if idle is None:
+            return
+        for user_id in self.store.users():
+            for info in self.store.sessions(user_id, status="open"):
+                age = _age_seconds(info.last_time or info.created_at)
+                if age is None or age <= idle:
+                    continue
+                try:
+                    self.end_session(user_id, info.session_id)
+                except Exception:
+                    logger.exception(
+                        "ending stale session %s of user %s failed", info.session_id, user_id
+                    )
 
     def _auto_end(self, stored: Sequence[Turn]) -> None:
         """End sessions that hit the turn cap or went idle (never fails the write)."""
@@ -314,11 +403,19 @@ class ReflectiveMemory:
         if self.store.session(user_id, session_id) is None:
             raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
         turns = self.store.turns(user_id, session_id)
+        turn_vecs = self._turn_vectors(user_id, session_id, turns)
         drafts = build_units(
-            turns, self.config.granularities, self.segmenter, date_prefix=self.config.date_prefix
+            turns,
+            self.config.granularities,
+            self.segmenter,
+            date_prefix=self.config.date_prefix,
+            turn_vectors=turn_vecs,
         )
+        for d in drafts:
+            if d.granularity == "turn" and len(d.turn_ids) == 1:
+                d.id = turn_unit_id(user_id, session_id, d.turn_ids[0])
         self.denoise_keys(user_id, drafts)
-        vectors = self._embed_keys([d.key for d in drafts])
+        vectors = self._unit_vectors(drafts, turns, turn_vecs)
         memories = self.store.replace_session_memories(
             user_id, session_id, BASE_UNITS, drafts, vectors, self.embedder.name
         )
@@ -400,6 +497,57 @@ class ReflectiveMemory:
         """The last prospective-reflection report of a session (counts and LLM usage)."""
         self._open()
         return self.store.get_value(f"rmm.reflection/{user_id}/{session_id}")
+
+    def _turn_vectors(
+        self, user_id: str, session_id: str, turns: Sequence[Turn]
+    ) -> np.ndarray | None:
+        """Stored vectors of a session's raw turn keys (embedding the ones missing), or None.
+
+        The turn units indexed by `add_turn` already hold them, so ending a session embeds
+        nothing twice.
+        """
+        if not turns:
+            return None
+        ids = [turn_unit_id(user_id, session_id, t.turn_id) for t in turns]
+        found = {m.id: m for m in self.store.memories(user_id, ids)}
+        stored = self.store.vectors(user_id, ids, self.embedder.name)
+        out = np.zeros((len(turns), self.embedder.dim), np.float32)
+        missing = []
+        for i, (mid, t) in enumerate(zip(ids, turns, strict=True)):
+            mem = found.get(mid)
+            vec = stored.get(mid)
+            if mem is not None and vec is not None and mem.key == t.text:
+                out[i] = vec
+            else:
+                missing.append(i)
+        if missing:
+            out[missing] = self._embed_keys([turns[i].text for i in missing])
+        return out
+
+    def _unit_vectors(
+        self, drafts: Sequence[MemoryDraft], turns: Sequence[Turn], turn_vecs: np.ndarray | None
+    ) -> np.ndarray:
+        """Vectors of a session's unit keys: reused for raw turn keys; for multi-turn units with
+        raw keys, the normalised mean of their turns' vectors when `segment_vectors="mean"`;
+        embedded otherwise (denoised keys, `segment_vectors="embed"`)."""
+        out = np.zeros((len(drafts), self.embedder.dim), np.float32)
+        todo: list[int] = []
+        pos = {t.turn_id: i for i, t in enumerate(turns)}
+        for i, d in enumerate(drafts):
+            idx = [pos[tid] for tid in d.turn_ids if tid in pos]
+            raw = raw_key([turns[j] for j in idx]) if idx else None
+            if turn_vecs is None or not idx or d.key != raw:
+                todo.append(i)
+            elif len(idx) == 1:
+                out[i] = turn_vecs[idx[0]]
+            elif self.config.segment_vectors == "mean":
+                v = turn_vecs[idx].mean(axis=0)
+                out[i] = v / max(float(np.linalg.norm(v)), 1e-12)
+            else:
+                todo.append(i)
+        if todo:
+            out[todo] = self._embed_keys([drafts[i].key for i in todo])
+        return out
 
     def _embed_keys(self, keys: list[str]) -> np.ndarray:
         cut = [k[: self.config.embed_max_chars] for k in keys]
@@ -582,7 +730,17 @@ class ReflectiveMemory:
             qvec = self.embedder.encode(query[: self.config.embed_max_chars])
             timings["embed"] = (time.perf_counter() - t0) * 1000
 
-        want = k if k is not None else max(1, budget_tokens // 50)  # type: ignore[operator]
+        if k is not None:
+            want = k
+        elif self.config.passages:  # enough turns to fill the budget, by the mean key length
+            mean = index.extras.get("mean_key_words")
+            if mean is None:
+                mean = index.extras["mean_key_words"] = max(
+                    4.0, float(np.mean([len(x.split()) for x in index.keys]))
+                )
+            want = int(2 * budget_tokens / mean)  # type: ignore[operator]
+        else:
+            want = max(1, budget_tokens // 50)  # type: ignore[operator]
         n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
         explore = self.config.rerank_explore if explore is None else bool(explore)
         while True:
@@ -604,21 +762,108 @@ class ReflectiveMemory:
                     diagnostics=diagnostics,
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
-            hits, filled = pack_hits(
-                lambda ids: self.store.memories(user_id, ids),
-                index,
-                order,
-                scores,
-                k,
-                budget_tokens,
-                timings,
-                views,
-            )
+            if self.config.passages:
+                hits, filled = self._pack_passages(
+                    user_id, query, index, order, k, budget_tokens, views, timings, diagnostics
+                )
+            else:
+                hits, filled = pack_hits(
+                    lambda ids: self.store.memories(user_id, ids),
+                    index,
+                    order,
+                    scores,
+                    k,
+                    budget_tokens,
+                    timings,
+                    views,
+                    count=self._count,
+                )
             if filled or n >= len(index):
                 break
             n = min(len(index), n * 4)
         timings["total"] = (time.perf_counter() - t_start) * 1000
         return Retrieval(user_id, query, hits, diagnostics, retrieval_id=rid)
+
+    def _unit_table(self, user_id: str, index: Any) -> list[Memory | None]:
+        """Each index position's memory without its text (cached per index version)."""
+        table = index.extras.get("units")
+        if table is None:
+            light = {
+                m.id: replace(m, text="", key="") for m in self.store.memories(user_id)
+            }
+            table = [light.get(i) for i in index.ids]
+            index.extras["units"] = table
+        return table
+
+    def _segment_bounds(self, user_id: str, index: Any) -> dict[str, list[tuple[int, int]]]:
+        """Topical segments of the user's sessions as turn-position spans (cached per index)."""
+        cached = index.extras.get("segment_bounds")
+        if cached is None:
+            cached = {}
+            for mem in self._unit_table(user_id, index):
+                if mem is None:
+                    continue
+                pos = mem.metadata.get("positions") if mem.granularity == "segment" else None
+                if isinstance(pos, (list, tuple)) and len(pos) == 2:
+                    cached.setdefault(mem.session_id, []).append((int(pos[0]), int(pos[1])))
+            index.extras["segment_bounds"] = cached
+        return cached
+
+    def _pack_passages(
+        self,
+        user_id: str,
+        query: str,
+        index: Any,
+        order: list[int],
+        k: int | None,
+        budget: int | None,
+        views: Sequence[str] | None,
+        timings: dict[str, float],
+        diagnostics: dict[str, Any],
+    ) -> tuple[list[Hit], bool]:
+        """Small-to-big: resolve ranked units to turns and pack them into passages."""
+        t0 = time.perf_counter()
+        units = self._unit_table(user_id, index)
+        ranked = [units[p] for p in order if units[p] is not None]
+        if views is not None:
+            ranked = [m for m in ranked if m.granularity in views]
+        loose = [m.id for m in ranked if not m.turn_ids]
+        if loose:  # memories without turns are read whole
+            full = {m.id: m for m in self.store.memories(user_id, loose)}
+            ranked = [full.get(m.id, m) if not m.turn_ids else m for m in ranked]
+        cache: dict[str, list[Turn]] = index.extras.setdefault("session_turns", {})
+
+        def session_turns(sid: str) -> list[Turn]:
+            got = cache.get(sid)
+            if got is None:
+                got = cache[sid] = self.store.turns(user_id, sid)
+            return got
+
+        spans = self._segment_bounds(user_id, index) if self.config.neighbour_weight > 0 else {}
+
+        def bounds(sid: str, p: int) -> tuple[int, int]:
+            for a, b in spans.get(sid, ()):
+                if a <= p < b:
+                    return a, b
+            return 0, len(session_turns(sid))
+
+        settings = self._passage_settings
+        votes = collect_votes(ranked, session_turns, bounds, settings)
+        recency = False
+        if settings.recency_weight > 0 and present_tense(query):
+            recency = apply_recency(votes, session_turns, settings.recency_weight)
+        hits, used, filled = pack_passages(
+            user_id, votes, session_turns, self._count, k=k, budget=budget
+        )
+        diagnostics["passages"] = {
+            "units_ranked": len(ranked),
+            "turns_voted": len(votes.turn),
+            "turns_packed": sum(len(h.memory.turn_ids) for h in hits),
+            "tokens_used": used,
+            "present_tense": recency,
+        }
+        timings["passages"] = (time.perf_counter() - t0) * 1000
+        return hits, filled
 
     # -- feedback (RMM retrospective reflection) -------------------------------------------
     def feedback(
@@ -729,7 +974,13 @@ class ReflectiveMemory:
             if isinstance(turn_ids, str):
                 raise InvalidInputError("turn_ids must be a list of turn ids, not a str")
             turn_ids = [check_id("turn_id", t) for t in turn_ids]
-        return self.store.delete_turns(user_id, session_id, turn_ids)
+        deleted = self.store.delete_turns(user_id, session_id, turn_ids)
+        if deleted:  # a deleted turn is no longer found through its own unit
+            self.store.delete_memories(
+                user_id, [turn_unit_id(user_id, session_id, t.turn_id) for t in deleted]
+            )
+            self.indexes.invalidate(user_id)
+        return deleted
 
     def put_memory(
         self,

@@ -7,9 +7,13 @@ SeCom segmenter, whole sessions); `denoise_drafts` replaces each unit's key by i
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+
+import numpy as np
 
 from reflective_memory.denoise import Denoiser, denoiser_name, fitted_on
 from reflective_memory.errors import ModelLoadError
@@ -21,6 +25,7 @@ from reflective_memory.types import Memory, Turn
 __all__ = [
     "BASE_UNITS",
     "build_units",
+    "turn_unit_id",
     "unit_draft",
     "raw_key",
     "source_turns",
@@ -32,6 +37,26 @@ logger = logging.getLogger(__name__)
 
 #: Unit kinds built from a session's turns (rebuilt by `end_session` and `redenoise`).
 BASE_UNITS = ("turn", "session", "segment")
+
+
+def turn_unit_id(user_id: str, session_id: str, turn_id: str) -> str:
+    """The stable memory id of a turn's `turn` unit (the same at `add_turn` and `end_session`)."""
+    h = hashlib.sha1("\x1f".join([user_id, session_id, turn_id]).encode()).hexdigest()
+    return f"turn-{h[:20]}"
+
+
+def _segment(
+    segmenter: Segmenter, turns: Sequence[Turn], turn_vectors: np.ndarray | None
+) -> list[tuple[int, int]]:
+    """Cut a session, handing the turns' vectors to segmenters that accept them."""
+    if turn_vectors is not None:
+        try:
+            accepts = "turn_vectors" in inspect.signature(segmenter.segment).parameters
+        except (TypeError, ValueError):
+            accepts = False
+        if accepts:
+            return segmenter.segment(turns, turn_vectors=turn_vectors)  # type: ignore[call-arg]
+    return segmenter.segment(turns)
 
 
 def raw_key(turns: Sequence[Turn]) -> str:
@@ -94,6 +119,7 @@ def build_units(
     segmenter: Segmenter,
     *,
     date_prefix: bool = True,
+    turn_vectors: np.ndarray | None = None,
 ) -> list[MemoryDraft]:
     """Memory units of one session for every granularity in `granularities` (not yet stored).
 
@@ -102,6 +128,8 @@ def build_units(
         granularities: Unit kinds among `BASE_UNITS`.
         segmenter: Cuts the session for the `segment` kind.
         date_prefix: Start each unit's text with the session date.
+        turn_vectors: Embeddings of the raw turns (one row per turn), handed to segmenters
+            that can use them instead of embedding the session again.
 
     Returns:
         Drafts whose `text` is the raw turns (with the session date first when known) and
@@ -116,7 +144,7 @@ def build_units(
         elif granularity == "session":
             spans = [(0, len(turns))]
         else:
-            spans = check_spans(segmenter.segment(turns), len(turns))
+            spans = check_spans(_segment(segmenter, turns, turn_vectors), len(turns))
         for start, end in spans:
             drafts.append(
                 unit_draft(

@@ -30,7 +30,7 @@ from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadEr
 from reflective_memory.rmm.citations import attribute, parse_citations
 from reflective_memory.rmm.episodes import Episode, FitReport
 from reflective_memory.rmm.features import citation_rewards, rank_prior
-from reflective_memory.rmm.reranker import Reranker
+from reflective_memory.rmm.reranker import Reranker, RerankResult
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.types import Retrieval
 
@@ -249,8 +249,12 @@ class RerankStage:
         prior = rank_prior(cand @ q)
         rr = self.reranker(user_id)
         feats = rr.feature_matrix([index.keys[p] for p in head])
-        with self._lock:
-            res = rr.rerank(q, cand, prior, explore=explore, features=feats)
+        if rr.n_updates_ == 0 and not explore:
+            # an untrained reranker keeps the retriever's order: skip scoring it
+            res = RerankResult(list(range(k)), np.asarray(prior, dtype=np.float32), False)
+        else:
+            with self._lock:
+                res = rr.rerank(q, cand, prior, explore=explore, features=feats)
         new_head = [head[i] for i in res.order]
         new_scores = []
         for i in res.order:
