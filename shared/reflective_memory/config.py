@@ -185,6 +185,7 @@ class MemoryConfig:
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
     passages: bool = True
+    speaker_keys: bool = True
     context_weight: float = 0.5
     neighbour_weight: float = 0.0
     neighbour_span: int = 1
@@ -284,8 +285,9 @@ class MemoryConfig:
         return self
 
     def _validate_passages(self) -> None:
-        if not isinstance(self.passages, bool):
-            raise ConfigError("passages must be True or False")
+        for name in ("passages", "speaker_keys"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False")
         for name in ("context_weight", "neighbour_weight", "recency_weight"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not val >= 0:

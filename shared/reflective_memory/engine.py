@@ -315,17 +315,25 @@ class ReflectiveMemory:
         if not stored or "turn" not in self.config.granularities:
             return
         by_user: dict[str, list[MemoryDraft]] = {}
+        texts: dict[str, list[str]] = {}
         for t in stored:
+            texts.setdefault(t.user_id, []).append(t.text)
             info = self.store.session(t.user_id, t.session_id) if t.position else None
             first = info.first_time if info is not None else t.timestamp
-            draft = unit_draft("turn", [t], first, date_prefix=self.config.date_prefix)
+            draft = unit_draft(
+                "turn",
+                [t],
+                first,
+                date_prefix=self.config.date_prefix,
+                speaker_keys=self.config.speaker_keys,
+            )
             draft.id = turn_unit_id(t.user_id, t.session_id, t.turn_id)
             draft.metadata = {**(draft.metadata or {}), "key_denoiser": "none"}
             by_user.setdefault(t.user_id, []).append(draft)
         for user_id, drafts in by_user.items():
             model = self.embedder.name
             try:
-                vectors = self._embed_keys([d.key for d in drafts])
+                vectors = self._embed_keys(texts[user_id])
             except Exception:  # the turns are committed; the index build embeds them later
                 logger.exception("embedding new turns of user %s failed; indexed later", user_id)
                 vectors = np.zeros((len(drafts), self.embedder.dim), np.float32)
@@ -410,6 +418,7 @@ class ReflectiveMemory:
             self.segmenter,
             date_prefix=self.config.date_prefix,
             turn_vectors=turn_vecs,
+            speaker_keys=self.config.speaker_keys,
         )
         for d in drafts:
             if d.granularity == "turn" and len(d.turn_ids) == 1:
@@ -512,11 +521,12 @@ class ReflectiveMemory:
         found = {m.id: m for m in self.store.memories(user_id, ids)}
         stored = self.store.vectors(user_id, ids, self.embedder.name)
         out = np.zeros((len(turns), self.embedder.dim), np.float32)
+        speakers = self.config.speaker_keys
         missing = []
         for i, (mid, t) in enumerate(zip(ids, turns, strict=True)):
             mem = found.get(mid)
             vec = stored.get(mid)
-            if mem is not None and vec is not None and mem.key == t.text:
+            if mem is not None and vec is not None and mem.key == raw_key([t], speakers):
                 out[i] = vec
             else:
                 missing.append(i)
@@ -535,7 +545,7 @@ class ReflectiveMemory:
         pos = {t.turn_id: i for i, t in enumerate(turns)}
         for i, d in enumerate(drafts):
             idx = [pos[tid] for tid in d.turn_ids if tid in pos]
-            raw = raw_key([turns[j] for j in idx]) if idx else None
+            raw = raw_key([turns[j] for j in idx], self.config.speaker_keys) if idx else None
             if turn_vecs is None or not idx or d.key != raw:
                 todo.append(i)
             elif len(idx) == 1:
@@ -605,7 +615,7 @@ class ReflectiveMemory:
                     logger.warning("cannot rebuild the key of memory %s; left as is", mem.id)
                     continue
                 todo.append(mem)
-                sources.append(raw_key(src))
+                sources.append(raw_key(src, self.config.speaker_keys))
         if not todo:
             return 0
         drafts = [

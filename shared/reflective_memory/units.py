@@ -59,8 +59,16 @@ def _segment(
     return segmenter.segment(turns)
 
 
-def raw_key(turns: Sequence[Turn]) -> str:
-    """The undenoised key of a unit: its turns' texts, one per line."""
+def raw_key(turns: Sequence[Turn], speakers: bool = False) -> str:
+    """The undenoised key of a unit: its turns' texts, one per line.
+
+    Args:
+        turns: The unit's turns.
+        speakers: Start each line with the speaker (`Kate: ...`), so keyword search finds
+            what a named person said. Dense vectors are still made from the utterances alone.
+    """
+    if speakers:
+        return "\n".join(f"{t.role}: {t.text}" for t in turns)
     return "\n".join(t.text for t in turns)
 
 
@@ -88,6 +96,7 @@ def unit_draft(
     session_time: datetime | None,
     *,
     date_prefix: bool = True,
+    speaker_keys: bool = False,
 ) -> MemoryDraft:
     """One memory unit over consecutive turns of a session.
 
@@ -96,6 +105,7 @@ def unit_draft(
         turns: The unit's turns, in order.
         session_time: The session's time (its date heads the text when `date_prefix`).
         date_prefix: Start the text with the session date.
+        speaker_keys: Put the speaker in front of each line of the key (see `raw_key`).
     """
     body = "\n".join(f"{t.role}: {t.text}" for t in turns)
     date = format_date(session_time) if date_prefix else ""
@@ -105,7 +115,7 @@ def unit_draft(
         session_id=turns[0].session_id,
         granularity=granularity,
         text=text,
-        key=raw_key(turns),
+        key=raw_key(turns, speaker_keys),
         turn_ids=tuple(t.turn_id for t in turns),
         start_time=times[0] if times else None,
         end_time=times[-1] if times else None,
@@ -120,6 +130,7 @@ def build_units(
     *,
     date_prefix: bool = True,
     turn_vectors: np.ndarray | None = None,
+    speaker_keys: bool = False,
 ) -> list[MemoryDraft]:
     """Memory units of one session for every granularity in `granularities` (not yet stored).
 
@@ -130,6 +141,7 @@ def build_units(
         date_prefix: Start each unit's text with the session date.
         turn_vectors: Embeddings of the raw turns (one row per turn), handed to segmenters
             that can use them instead of embedding the session again.
+        speaker_keys: Put the speaker in front of each line of the keys (see `raw_key`).
 
     Returns:
         Drafts whose `text` is the raw turns (with the session date first when known) and
@@ -148,7 +160,11 @@ def build_units(
         for start, end in spans:
             drafts.append(
                 unit_draft(
-                    granularity, turns[start:end], turns[0].timestamp, date_prefix=date_prefix
+                    granularity,
+                    turns[start:end],
+                    turns[0].timestamp,
+                    date_prefix=date_prefix,
+                    speaker_keys=speaker_keys,
                 )
             )
     return drafts
