@@ -159,12 +159,25 @@ def test_budget_counts_headers_and_labels() -> None:
         assert mem.retrieve("u", "Pixel", budget_tokens=8).hits == []
 
 
-def test_k_caps_the_turns_put_into_passages() -> None:
+def test_k_alone_gives_the_top_k_turns_as_stored_units() -> None:
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
         _add(mem, "u", "pets", PETS, "2024-01-01")
         _add(mem, "u", "work", WORK, "2024-02-01")
-        r = mem.retrieve("u", "Pixel", k=3)
-        assert sum(len(h.memory.turn_ids) for h in r.hits) == 3
+        stored = {m.id: m for m in mem.memories("u")}
+        for k in (1, 3, 5):
+            r = mem.retrieve("u", "Pixel leash night shifts", k=k)
+            assert len(r) == k
+            assert all(len(h.memory.turn_ids) == 1 for h in r.hits)
+            assert all(stored[h.memory.id] == h.memory for h in r.hits)
+        assert len(mem.retrieve("u", "Pixel", k=100)) == 10
+
+
+def test_k_with_a_budget_caps_the_passages() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        _add(mem, "u", "work", WORK, "2024-02-01")
+        r = mem.retrieve("u", "Pixel leash night shifts", k=1, budget_tokens=1000)
+        assert len(r) == 1 and len(r.hits[0].memory.turn_ids) >= 2
 
 
 def test_deleted_turns_are_gone_from_passages_at_once() -> None:

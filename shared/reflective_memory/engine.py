@@ -865,6 +865,21 @@ class ReflectiveMemory:
         hits, used, filled = pack_passages(
             user_id, votes, session_turns, self._count, k=k, budget=budget
         )
+        if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
+            want = [
+                turn_unit_id(user_id, h.memory.session_id, h.memory.turn_ids[0])
+                for h in hits
+                if h.memory.granularity == "passage"
+            ]
+            stored = {m.id: m for m in self.store.memories(user_id, want)} if want else {}
+            hits = [
+                replace(h, memory=stored.get(
+                    turn_unit_id(user_id, h.memory.session_id, h.memory.turn_ids[0]), h.memory
+                ))
+                if h.memory.granularity == "passage"
+                else h
+                for h in hits
+            ]
         diagnostics["passages"] = {
             "units_ranked": len(ranked),
             "turns_voted": len(votes.turn),

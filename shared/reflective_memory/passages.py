@@ -234,6 +234,43 @@ def _render(turns: Sequence[Turn], positions: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
+def _passage(
+    user_id: str,
+    sid: str,
+    turns: Sequence[Turn],
+    positions: Sequence[int],
+    votes: TurnVotes,
+) -> Memory:
+    span = [turns[p] for p in positions]
+    times = [t.timestamp for t in span if t.timestamp is not None]
+    sources: list[str] = []
+    for p in positions:
+        for src in votes.sources.get((sid, p), []):
+            if src not in sources:
+                sources.append(src)
+    turn_ids = tuple(t.turn_id for t in span)
+    created = turns[0].timestamp or datetime.fromtimestamp(0, timezone.utc)
+    text = _render(turns, positions)
+    return Memory(
+        id=_passage_id(user_id, sid, turn_ids),
+        user_id=user_id,
+        session_id=sid,
+        granularity=PASSAGE_GRANULARITY,
+        text=text,
+        key=text,
+        turn_ids=turn_ids,
+        created_at=created,
+        updated_at=created,
+        start_time=times[0] if times else None,
+        end_time=times[-1] if times else None,
+        metadata={
+            "positions": list(positions),
+            "sources": sources,
+            "turn_votes": [round(votes.turn.get((sid, p), 0.0), 6) for p in positions],
+        },
+    )
+
+
 def pack_passages(
     user_id: str,
     votes: TurnVotes,
@@ -245,17 +282,21 @@ def pack_passages(
 ) -> tuple[list[Hit], int, bool]:
     """Take turns (and turnless memories) in vote order and group them into passages.
 
-    With a budget, an item whose cost (its line, plus the session's header when it opens a new
-    passage, plus a gap mark when it is not next to a chosen turn) does not fit is skipped and
-    later, smaller ones may still fit; packing stops when fewer than 10 tokens are left. With
-    only `k`, the top `k` items are taken.
+    With a budget, a session's chosen turns form one passage (one date header, `…` between
+    runs that are not adjacent); an item whose cost (its line, plus the header when it opens a
+    passage, plus a gap mark when it starts a new run) does not fit is skipped and later,
+    smaller ones may still fit; packing stops when fewer than 10 tokens are left. With `k` as
+    well, turns that would open a passage beyond the `k`-th are skipped.
+
+    With only `k`, the top `k` turns are taken and each is a passage of its own (`k` hits, as
+    a caller of `retrieve(k=...)` expects), in vote order.
 
     Args:
         user_id: Owner (for passage ids).
         votes: Turn votes from `collect_votes`.
         session_turns: The turns of a session, in order.
         count: Token counter.
-        k: Most items (turns or turnless memories) taken.
+        k: Most passages (hits).
         budget: Token budget of the passages' texts.
 
     Returns:
@@ -267,85 +308,70 @@ def pack_passages(
     ]
     items += [(v, votes.first_seen[mid], mid) for mid, v in votes.loose.items()]
     items.sort(key=lambda x: (-x[0], x[1]))
+    by_session = budget is not None
     chosen: dict[str, set[int]] = {}
-    best: dict[str, tuple[float, int]] = {}
+    best: dict[tuple[str, int], tuple[float, int]] = {}
     loose: list[tuple[float, int, Memory]] = []
     used = 0
-    taken = 0
+    passages = 0
     filled = False
+    gap = count(GAP_MARK)
     for vote, seen, key in items:
         if budget is not None and budget - used < 10:
             filled = True
             break
-        if k is not None and taken >= k:
-            filled = True
-            break
         if isinstance(key, str):
+            if k is not None and passages >= k:
+                if budget is None:
+                    filled = True
+                    break
+                continue
             mem = votes.loose_memories[key]
             cost = count(mem.text)
             if budget is not None and used + cost > budget:
                 continue
             used += cost
-            taken += 1
+            passages += 1
             loose.append((vote, seen, mem))
             continue
         sid, p = key
         turns = session_turns(sid)
         cost = count(turn_line(turns[p]))
-        have = chosen.get(sid)
-        if have is None:
-            header = _header(turns)
-            cost += count(header) if header else 0
+        have = chosen.get(sid, set())
+        header = _header(turns)
+        hcost = count(header) if header else 0
+        left, right = p - 1 in have, p + 1 in have
+        if by_session:
+            opens = not have
+            if opens:
+                cost += hcost
+            elif not left and not right:
+                cost += gap
+            elif left and right:
+                cost -= gap
+            delta = int(opens)
         else:
-            # a new run inside a passage costs a gap mark, and may split one gap into two
-            if p - 1 not in have and p + 1 not in have:
-                cost += count(GAP_MARK)
-            elif p - 1 in have and p + 1 in have:
-                cost -= count(GAP_MARK)
+            opens, delta = True, 1
+            cost += hcost
+        if opens and k is not None and passages >= k:
+            if budget is None:
+                filled = True
+                break
+            continue
         if budget is not None and used + cost > budget:
             continue
         used += cost
-        taken += 1
+        passages += delta
         chosen.setdefault(sid, set()).add(p)
-        if sid not in best:
-            best[sid] = (vote, seen)
-    entries: list[tuple[float, int, Memory, dict[str, float]]] = []
+        best.setdefault((sid, p), (vote, seen))
+    entries: list[tuple[float, int, Memory]] = []
     for sid, have in chosen.items():
         turns = session_turns(sid)
-        positions = sorted(have)
-        span = [turns[p] for p in positions]
-        times = [t.timestamp for t in span if t.timestamp is not None]
-        sources: list[str] = []
-        for p in positions:
-            for s in votes.sources.get((sid, p), []):
-                if s not in sources:
-                    sources.append(s)
-        turn_ids = tuple(t.turn_id for t in span)
-        text = _render(turns, positions)
-        first = turns[0]
-        created = first.timestamp or datetime.fromtimestamp(0, timezone.utc)
-        mem = Memory(
-            id=_passage_id(user_id, sid, turn_ids),
-            user_id=user_id,
-            session_id=sid,
-            granularity=PASSAGE_GRANULARITY,
-            text=text,
-            key=text,
-            turn_ids=turn_ids,
-            created_at=created,
-            updated_at=created,
-            start_time=times[0] if times else None,
-            end_time=times[-1] if times else None,
-            metadata={
-                "positions": positions,
-                "sources": sources,
-                "turn_votes": [round(votes.turn[(sid, p)], 6) for p in positions],
-            },
-        )
-        vote, seen = best[sid]
-        entries.append((vote, seen, mem, {"vote": vote}))
-    for vote, seen, mem in loose:
-        entries.append((vote, seen, mem, {"vote": vote}))
+        groups = [sorted(have)] if by_session else [[q] for q in sorted(have)]
+        for positions in groups:
+            vote, seen = max((best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
+            entries.append((vote, seen, _passage(user_id, sid, turns, positions, votes)))
+    entries += loose
     entries.sort(key=lambda e: (-e[0], e[1]))
-    hits = [Hit(mem, float(v), i, sc) for i, (v, _, mem, sc) in enumerate(entries)]
+    hits = [Hit(mem, float(v), i, {"vote": v}) for i, (v, _, mem) in enumerate(entries)]
     return hits, used, filled
