@@ -653,7 +653,22 @@ class ReflectiveMemory:
         reflect: bool | None = None,
         explore: bool | None = None,
     ) -> Retrieval:
-        """Rank a user's memories for a query.
+        """Rank a user's memories for a query and return what the reader should see.
+
+        By default (`config.passages`) retrieval is small-to-big: every indexed key (turns,
+        segments, topics, notes) is ranked, the ranking is resolved to turns (each unit votes
+        for the turns it was built from; see `reflective_memory.passages`), and:
+
+        * with `budget_tokens`, the best turns are packed into `passage` memories, one per
+          session (date header once, the chosen turns in order, `…` between runs), until the
+          budget is full; headers and role labels count against it, no turn appears twice;
+        * with only `k`, the hits are the top `k` turns (each turn's stored `turn` memory).
+
+        A passage is a `Memory` with `granularity="passage"`: its `turn_ids` are the turns it
+        holds, `metadata["positions"]` their places in the session and `metadata["sources"]`
+        the ids of the indexed units that voted for them. Passages are built per call and not
+        stored (`get_memory` does not know their ids). With `config.passages=False` or `views`,
+        the ranked units themselves are returned.
 
         Args:
             user_id: Whose memories to search (an unknown user gets an empty result).
@@ -668,7 +683,8 @@ class ReflectiveMemory:
             recall: RF-Mem settings for this call: a `RecallConfig`, or a dict of fields that
                 override `config.recall` (e.g. `{"mode": "familiarity"}` or `{"alpha": 0.3}`).
             views: Memory kinds to search (override `config.retrieval_views`), e.g.
-                `("note", "segment")`; one ranking across them shares `k` / the budget.
+                `("note", "segment")`; one ranking across them shares `k` / the budget, and
+                the hits are those units themselves (no passages).
             reflect: Override `config.self_reflection`: let the LLM judge the hits and retrieve
                 again with its keywords (`diagnostics["reflection"]` shows every round).
             explore: Sample the reranked top-M with Gumbel noise (for learning from feedback);
@@ -772,7 +788,7 @@ class ReflectiveMemory:
                     diagnostics=diagnostics,
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
-            if self.config.passages:
+            if self.config.passages and views is None:
                 hits, filled = self._pack_passages(
                     user_id, query, index, order, k, budget_tokens, views, timings, diagnostics
                 )

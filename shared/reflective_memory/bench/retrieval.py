@@ -142,8 +142,9 @@ class BenchResult:
 def _default_factory(
     unit: str, embedder: Embedder, denoiser: Any | None = None
 ) -> ReflectiveMemory:
+    plain = {"passages": False, "speaker_keys": False}  # units ranked as they are (issue 2)
     if unit == "window":
-        cfg = MemoryConfig(granularities=("segment",))
+        cfg = MemoryConfig(granularities=("segment",), **plain)
         return ReflectiveMemory(
             None,
             embedder=embedder,
@@ -152,7 +153,10 @@ def _default_factory(
             denoiser=denoiser,
         )
     return ReflectiveMemory(
-        None, embedder=embedder, config=MemoryConfig(granularities=(unit,)), denoiser=denoiser
+        None,
+        embedder=embedder,
+        config=MemoryConfig(granularities=(unit,), **plain),
+        denoiser=denoiser,
     )
 
 

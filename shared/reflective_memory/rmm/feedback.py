@@ -351,6 +351,16 @@ class RerankStage:
             out.reason = "the retrieval was not reranked or its memories changed"
             return out
         where = {mid: i for i, mid in enumerate(ctx.ids)}
+        # a passage hit stands for the best-ranked reranked unit among its sources
+        taken = {where[h.memory.id] for h in retrieval.hits[:n] if h.memory.id in where}
+        for h in range(n):
+            mem = retrieval.hits[h].memory
+            if mem.id not in where:
+                for src in mem.metadata.get("sources") or ():
+                    if src in where and where[src] not in taken:
+                        where[mem.id] = where[src]
+                        taken.add(where[src])
+                        break
         shown_hits = [h for h in range(n) if retrieval.hits[h].memory.id in where]
         if not shown_hits:
             out.reason = "no hit came from the reranked candidates"
