@@ -169,6 +169,7 @@ class ReflectiveMemory:
             neighbour_weight=cfg.neighbour_weight,
             neighbour_span=cfg.neighbour_span,
             recency_weight=cfg.recency_weight,
+            date_header=cfg.date_prefix,
         )
         self._count = count_tokens if cfg.budget_unit == "tokens" else _count_words
         self.rerank_stage = RerankStage(
@@ -879,7 +880,13 @@ class ReflectiveMemory:
         if settings.recency_weight > 0 and present_tense(query):
             recency = apply_recency(votes, session_turns, settings.recency_weight)
         hits, used, filled = pack_passages(
-            user_id, votes, session_turns, self._count, k=k, budget=budget
+            user_id,
+            votes,
+            session_turns,
+            self._count,
+            k=k,
+            budget=budget,
+            date_header=settings.date_header,
         )
         if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
             want = [

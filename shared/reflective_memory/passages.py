@@ -82,6 +82,7 @@ class PassageSettings:
         recency_weight: For present-tense questions, a turn's vote is multiplied by
             `1 + recency_weight * r`, r in [0, 1] its time's place between the oldest and newest
             candidate; 0 turns it off.
+        date_header: Start each passage with its session's date.
     """
 
     rrf_k: int = 60
@@ -89,6 +90,7 @@ class PassageSettings:
     neighbour_weight: float = 0.0
     neighbour_span: int = 1
     recency_weight: float = 1.0
+    date_header: bool = True
 
 
 @dataclass
@@ -209,7 +211,9 @@ def turn_line(turn: Turn) -> str:
     return f"{turn.role}: {turn.text}"
 
 
-def _header(turns: Sequence[Turn]) -> str:
+def _header(turns: Sequence[Turn], on: bool = True) -> str:
+    if not on:
+        return ""
     ts = next((t.timestamp for t in turns if t.timestamp is not None), None)
     date = format_date(ts)
     return f"[{date}]" if date else ""
@@ -220,9 +224,9 @@ def _passage_id(user_id: str, session_id: str, turn_ids: Iterable[str]) -> str:
     return f"passage-{h[:16]}"
 
 
-def _render(turns: Sequence[Turn], positions: Sequence[int]) -> str:
+def _render(turns: Sequence[Turn], positions: Sequence[int], header_on: bool = True) -> str:
     lines = []
-    header = _header(turns)
+    header = _header(turns, header_on)
     if header:
         lines.append(header)
     prev = None
@@ -240,6 +244,7 @@ def _passage(
     turns: Sequence[Turn],
     positions: Sequence[int],
     votes: TurnVotes,
+    header_on: bool = True,
 ) -> Memory:
     span = [turns[p] for p in positions]
     times = [t.timestamp for t in span if t.timestamp is not None]
@@ -250,7 +255,7 @@ def _passage(
                 sources.append(src)
     turn_ids = tuple(t.turn_id for t in span)
     created = turns[0].timestamp or datetime.fromtimestamp(0, timezone.utc)
-    text = _render(turns, positions)
+    text = _render(turns, positions, header_on)
     return Memory(
         id=_passage_id(user_id, sid, turn_ids),
         user_id=user_id,
@@ -279,6 +284,7 @@ def pack_passages(
     *,
     k: int | None,
     budget: int | None,
+    date_header: bool = True,
 ) -> tuple[list[Hit], int, bool]:
     """Take turns (and turnless memories) in vote order and group them into passages.
 
@@ -298,6 +304,7 @@ def pack_passages(
         count: Token counter.
         k: Most passages (hits).
         budget: Token budget of the passages' texts.
+        date_header: Start each passage with its session's date.
 
     Returns:
         Hits (passages and turnless memories, best first), tokens used, and whether the cut was
@@ -338,7 +345,7 @@ def pack_passages(
         turns = session_turns(sid)
         cost = count(turn_line(turns[p]))
         have = chosen.get(sid, set())
-        header = _header(turns)
+        header = _header(turns, date_header)
         hcost = count(header) if header else 0
         left, right = p - 1 in have, p + 1 in have
         if by_session:
@@ -370,7 +377,8 @@ def pack_passages(
         groups = [sorted(have)] if by_session else [[q] for q in sorted(have)]
         for positions in groups:
             vote, seen = max((best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
-            entries.append((vote, seen, _passage(user_id, sid, turns, positions, votes)))
+            mem = _passage(user_id, sid, turns, positions, votes, date_header)
+            entries.append((vote, seen, mem))
     entries += loose
     entries.sort(key=lambda e: (-e[0], e[1]))
     hits = [Hit(mem, float(v), i, {"vote": v}) for i, (v, _, mem) in enumerate(entries)]

@@ -223,6 +223,8 @@ def run_systems(
     res = SystemsResult()
     embedder.encode(["load the model before anything is timed"])
     embedder = _RepeatQuery(embedder)  # type: ignore[assignment]
+    for conv in conversations:  # every system then reads the turn vectors on equal terms
+        embedder.encode([t["text"][:4000] for s in conv.sessions for t in s.turns])
     todo = [(c, s) for c in conversations for s in systems]
     for conv, system in tqdm(todo, desc="bench retrieval", disable=not progress):
         mem = system.build(embedder, denoiser)
