@@ -310,12 +310,14 @@ def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
         def facts_on_top(query):
             top = mem.retrieve("u1", query, k=8, explore=False).hits
             assert all("rerank" in h.scores for h in top)
-            return sum(h.memory.key.startswith("My evenings") for h in top)
+            return sum(h.memory.key.startswith("user: My evenings") for h in top)
 
         before = facts_on_top("how do I spend evenings")
         for _ in range(40):
             r = mem.retrieve("u1", "what do I do in my evenings", k=3)
-            short = [j for j, h in enumerate(r.hits) if h.memory.key.startswith("My evenings")]
+            short = [
+                j for j, h in enumerate(r.hits) if h.memory.key.startswith("user: My evenings")
+            ]
             mem.feedback(r, cited=short)
         rr = mem.rerank_stage.reranker("u1")
         assert rr.features == ("cost",) and float(rr.w_f_.detach()[0]) < 0
