@@ -133,7 +133,7 @@ def test_adjacent_hits_merge_into_one_passage_with_one_header() -> None:
         positions = p.metadata["positions"]
         assert positions == sorted(positions)
         lines = p.text.split("\n")[1:]
-        runs = 1 + sum(1 for a, b in zip(positions, positions[1:]) if b != a + 1)
+        runs = 1 + sum(1 for a, b in zip(positions, positions[1:], strict=False) if b != a + 1)
         assert lines.count(GAP_MARK) == runs - 1
         assert len(lines) - lines.count(GAP_MARK) == len(p.turn_ids)
         ids = [t for h in r.hits for t in h.memory.turn_ids]
@@ -209,7 +209,9 @@ def test_present_tense_cues(query: str, expected: bool) -> None:
 def test_present_tense_questions_prefer_the_newest_evidence() -> None:
     cfg = _cfg(granularities=("turn",))
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
-        mem.add_turn("u", "a", "user", "I live in Lisbon, in a flat in Alfama.", timestamp="2024-01-05")
+        mem.add_turn(
+            "u", "a", "user", "I live in Lisbon, in a flat in Alfama.", timestamp="2024-01-05"
+        )
         mem.add_turn("u", "b", "user", "Weather was nice.", timestamp="2024-03-01")
         mem.add_turn("u", "c", "user", "I moved, I live in Berlin now.", timestamp="2024-09-01")
         for s in ("a", "b", "c"):

@@ -42,7 +42,7 @@ from reflective_memory.passages import (
     present_tense,
 )
 from reflective_memory.ranking import FusionWeights, pack_hits, rank_candidates
-from reflective_memory.recall import RecallConfig
+from reflective_memory.recall import RecallConfig, calibrate_gate
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
 from reflective_memory.segment.base import Segmenter
@@ -538,9 +538,12 @@ class ReflectiveMemory:
     def _unit_vectors(
         self, drafts: Sequence[MemoryDraft], turns: Sequence[Turn], turn_vecs: np.ndarray | None
     ) -> np.ndarray:
-        """Vectors of a session's unit keys: reused for raw turn keys; for multi-turn units with
-        raw keys, the normalised mean of their turns' vectors when `segment_vectors="mean"`;
-        embedded otherwise (denoised keys, `segment_vectors="embed"`)."""
+        """Vectors of a session's unit keys.
+
+        Raw turn keys reuse their turn's vector; multi-turn units with raw keys get the
+        normalised mean of their turns' vectors when `segment_vectors="mean"`; other keys
+        (denoised, or `segment_vectors="embed"`) are embedded.
+        """
         out = np.zeros((len(drafts), self.embedder.dim), np.float32)
         todo: list[int] = []
         pos = {t.turn_id: i for i, t in enumerate(turns)}
@@ -770,6 +773,8 @@ class ReflectiveMemory:
             want = max(1, budget_tokens // 50)  # type: ignore[operator]
         n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
         explore = self.config.rerank_explore if explore is None else bool(explore)
+        if rcfg.mode == "rfmem" and self.config.recall_calibrate and mode != "lexical":
+            rcfg = self._calibrated(index, rcfg, diagnostics)
         while True:
             order, scores = rank_candidates(
                 index, query, qvec, n, mode, rcfg, self._fusion, timings, diagnostics
@@ -810,6 +815,32 @@ class ReflectiveMemory:
             n = min(len(index), n * 4)
         timings["total"] = (time.perf_counter() - t_start) * 1000
         return Retrieval(user_id, query, hits, diagnostics, retrieval_id=rid)
+
+    def _calibrated(
+        self, index: Any, rcfg: RecallConfig, diagnostics: dict[str, Any]
+    ) -> RecallConfig:
+        """RF-Mem thresholds calibrated on the user's own index (cached per index version).
+
+        Stored key vectors serve as pseudo-queries (`reflective_memory.recall.calibrate_gate`),
+        so the gate needs no hand-set thresholds for a new embedder or a new user.
+        """
+        key = ("gate", rcfg.probe_k, rcfg.lam)
+        cal = index.extras.get(key)
+        if cal is None:
+            try:
+                cal = calibrate_gate(index.dense, probe_k=rcfg.probe_k, lam=rcfg.lam)
+            except Exception:  # too small an index to calibrate: keep the configured gate
+                logger.debug("RF-Mem gate not calibrated for a %d-memory index", len(index))
+                cal = False
+            index.extras[key] = cal
+        if cal is False:
+            return rcfg
+        diagnostics["gate_calibration"] = {
+            "theta_high": cal.theta_high,
+            "theta_low": cal.theta_low,
+            "tau": cal.tau,
+        }
+        return cal.apply(rcfg)
 
     def _unit_table(self, user_id: str, index: Any) -> list[Memory | None]:
         """Each index position's memory without its text (cached per index version)."""

@@ -290,8 +290,10 @@ def format_systems(
         ]
         lat = s["latency_ms"].get(name, {"p50": float("nan"), "p95": float("nan")})
         ing = s["ingest_turns_per_s"].get(name, float("nan"))
-        return f"| {name} | " + " | ".join(covs) + (
-            f" | {lat['p50']:.1f} | {lat['p95']:.1f} | {ing:.0f} |"
+        return (
+            f"| {name} | "
+            + " | ".join(covs)
+            + (f" | {lat['p50']:.1f} | {lat['p95']:.1f} | {ing:.0f} |")
         )
 
     lines = [
