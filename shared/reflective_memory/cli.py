@@ -98,7 +98,7 @@ def _demo(args: argparse.Namespace) -> int:
         )
         found = 0
         for q in conv.questions[: args.questions]:
-            r = mem.retrieve(conv.user_id, q.question, k=args.k)
+            r = mem.retrieve(conv.user_id, q.question, budget_tokens=args.budget)
             ms = r.diagnostics["timings_ms"]["total"]
             _out("")
             _out(f"Q: {q.question}   [{r.diagnostics['path']}, {ms:.1f} ms]")
@@ -119,7 +119,10 @@ def _demo(args: argparse.Namespace) -> int:
             _out(f"  evidence turn retrieved: {'yes' if hit else 'no'} ({', '.join(q.evidence)})")
         n = min(len(conv.questions), args.questions)
         _out("")
-        _out(f"{found}/{n} questions got an evidence turn in their top {args.k} memories.")
+        _out(
+            f"{found}/{n} questions got an evidence turn in the passages packed into "
+            f"{args.budget} tokens."
+        )
     return 0
 
 
@@ -186,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="ingest a bundled conversation and answer questions from it")
     p.add_argument("--db", default=None, help="store directory (default: in memory)")
-    p.add_argument("--k", type=int, default=3, help="memories shown per question")
+    p.add_argument(
+        "--budget", type=int, default=300, help="tokens of passages retrieved per question"
+    )
     p.add_argument("--questions", type=int, default=8, help="how many questions to ask")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_demo)

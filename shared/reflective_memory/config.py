@@ -84,8 +84,8 @@ class MemoryConfig:
             was never worse and slightly better on the 20-question dev run in BENCHMARKS.md,
             within noise; with MiniLM its gate needs calibrated thresholds
             (`reflective_memory.recall.calibrate_gate`), the paper's route ~90% of queries to recollection.
-        recall_calibrate: With `recall.mode="rfmem"`, calibrate the gate's θ_high, θ_low and τ
-            on each user's own index (stored vectors as pseudo-queries, cached per index
+        recall_calibrate: With `recall.mode="rfmem"` and its thresholds left at their defaults,
+            calibrate the gate's θ_high, θ_low and τ on each user's own index (stored vectors as pseudo-queries, cached per index
             version) instead of the configured numbers (see `## Retrieval defaults (issue 15)`
             in BENCHMARKS.md for the path shares it gives).
         passages: Small-to-big retrieval: resolve the ranking to turns and return `passage`

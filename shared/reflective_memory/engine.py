@@ -72,6 +72,16 @@ def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
 
 
+def _default_gate(rcfg: RecallConfig) -> bool:
+    """RF-Mem gating with the thresholds left at their defaults (explicit ones are kept)."""
+    base = RecallConfig()
+    return rcfg.mode == "rfmem" and (rcfg.theta_high, rcfg.theta_low, rcfg.tau) == (
+        base.theta_high,
+        base.theta_low,
+        base.tau,
+    )
+
+
 def _count_words(text: str) -> int:
     return len(text.split())
 
@@ -773,7 +783,7 @@ class ReflectiveMemory:
             want = max(1, budget_tokens // 50)  # type: ignore[operator]
         n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
         explore = self.config.rerank_explore if explore is None else bool(explore)
-        if rcfg.mode == "rfmem" and self.config.recall_calibrate and mode != "lexical":
+        if self.config.recall_calibrate and mode != "lexical" and _default_gate(rcfg):
             rcfg = self._calibrated(index, rcfg, diagnostics)
         while True:
             order, scores = rank_candidates(
