@@ -919,7 +919,9 @@ class ReflectiveMemory:
         votes = collect_votes(ranked, session_turns, bounds, settings)
         recency = False
         if settings.recency_weight > 0 and present_tense(query):
-            recency = apply_recency(votes, session_turns, settings.recency_weight)
+            recency = apply_recency(
+                votes, session_turns, settings.recency_weight, settings.recency_pool
+            )
         hits, used, filled = pack_passages(
             user_id,
             votes,

@@ -79,9 +79,10 @@ class PassageSettings:
             (distance 1; `neighbour_weight ** d` at distance d up to `neighbour_span`); 0 turns
             it off.
         neighbour_span: Farthest neighbour that gets a vote.
-        recency_weight: For present-tense questions, a turn's vote is multiplied by
-            `1 + recency_weight * r`, r in [0, 1] its time's place between the oldest and newest
-            candidate; 0 turns it off.
+        recency_weight: For present-tense questions, the votes of the `recency_pool` best turns
+            are multiplied by `1 + recency_weight * r`, r in [0, 1] the turn's time between the
+            oldest and newest of them; 0 turns it off.
+        recency_pool: How many of the best turns compete on time.
         date_header: Start each passage with its session's date.
     """
 
@@ -90,6 +91,7 @@ class PassageSettings:
     neighbour_weight: float = 0.0
     neighbour_span: int = 1
     recency_weight: float = 1.0
+    recency_pool: int = 10
     date_header: bool = True
 
 
@@ -182,14 +184,18 @@ def apply_recency(
     votes: TurnVotes,
     session_turns: Callable[[str], Sequence[Turn]],
     weight: float,
+    top: int = 10,
 ) -> bool:
-    """Scale each turn's vote by `1 + weight * r` (r: 0 for the oldest candidate, 1 the newest).
+    """Scale the votes of the `top` best turns by `1 + weight * r` (r: 0 for the oldest of
+    them, 1 for the newest), so the newest of the memories that answer wins; weaker turns are
+    left alone (a recent but unrelated turn is not pulled up).
 
     Returns:
         Whether any vote changed (False when fewer than two distinct times are known).
     """
+    pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
     times: dict[tuple[str, int], float] = {}
-    for key in votes.turn:
+    for key in pool:
         turns = session_turns(key[0])
         t = turns[key[1]]
         ts = t.timestamp
