@@ -216,7 +216,7 @@ class MemoryConfig:
     context_weight: float = 0.5
     neighbour_weight: float = 0.0
     neighbour_span: int = 1
-    recency_weight: float = 1.0
+    recency_weight: float = 0.25
     segment_vectors: str = "mean"
     budget_unit: str = "tokens"
     extra: dict[str, Any] = field(default_factory=dict)
