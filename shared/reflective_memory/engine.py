@@ -14,7 +14,8 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,16 @@ from reflective_memory.errors import (
     UnknownMemoryError,
     UnknownSessionError,
 )
-from reflective_memory.llm import LLMClient, as_llm
+from reflective_memory.llm import LLMClient, as_llm, count_tokens
+from reflective_memory.passages import (
+    PassageSettings,
+    apply_recency,
+    collect_votes,
+    pack_passages,
+    present_tense,
+)
 from reflective_memory.ranking import FusionWeights, pack_hits, rank_candidates
-from reflective_memory.recall import RecallConfig
+from reflective_memory.recall import RecallConfig, calibrate_gate
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.stored_rerank import StoredRerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
@@ -46,8 +54,16 @@ from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.text import parse_timestamp
-from reflective_memory.types import GRANULARITIES, Memory, Retrieval, Turn, Usage
-from reflective_memory.units import BASE_UNITS, build_units, denoise_drafts, raw_key, source_turns
+from reflective_memory.types import GRANULARITIES, Hit, Memory, Retrieval, Turn, Usage
+from reflective_memory.units import (
+    BASE_UNITS,
+    build_units,
+    denoise_drafts,
+    raw_key,
+    source_turns,
+    turn_unit_id,
+    unit_draft,
+)
 from reflective_memory.validation import check_encodable, check_id, check_positive, check_role
 
 __all__ = ["ReflectiveMemory"]
@@ -67,6 +83,30 @@ def _has_derived_files(directory: Path) -> bool:
 
 def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
+
+
+def _default_gate(rcfg: RecallConfig) -> bool:
+    """RF-Mem gating with the thresholds left at their defaults (explicit ones are kept)."""
+    base = RecallConfig()
+    return rcfg.mode == "rfmem" and (rcfg.theta_high, rcfg.theta_low, rcfg.tau) == (
+        base.theta_high,
+        base.theta_low,
+        base.tau,
+    )
+
+
+def _count_words(text: str) -> int:
+    return len(text.split())
+
+
+def _age_seconds(then: datetime | None) -> float | None:
+    """Seconds from `then` to now (naive times are read as UTC), or None."""
+    if then is None:
+        return None
+    now = datetime.now(timezone.utc)
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return (now - then).total_seconds()
 
 
 class ReflectiveMemory:
@@ -162,6 +202,15 @@ class ReflectiveMemory:
                 date_prefix=self.config.date_prefix,
             )
         self._fusion = FusionWeights(cfg.dense_weight, cfg.lexical_weight, cfg.rrf_k)
+        self._passage_settings = PassageSettings(
+            rrf_k=cfg.rrf_k,
+            context_weight=cfg.context_weight,
+            neighbour_weight=cfg.neighbour_weight,
+            neighbour_span=cfg.neighbour_span,
+            recency_weight=cfg.recency_weight,
+            date_header=cfg.date_prefix,
+        )
+        self._count = count_tokens if cfg.budget_unit == "tokens" else _count_words
         if hasattr(self.store, "update_blob"):  # rerankers live in the database
             self.rerank_stage: RerankStage = StoredRerankStage(
                 self.config, self.embedder, self.store
@@ -170,6 +219,8 @@ class ReflectiveMemory:
             self.rerank_stage = RerankStage(
                 self.config, self.embedder, None if self.path is None else self.path / "rerankers"
             )
+        if self.path is not None:
+            self._end_stale_sessions()
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -300,8 +351,65 @@ class ReflectiveMemory:
                 )
             )
         stored = self.store.add_turns(records)
+        self._index_turns(stored)
         self._auto_end(stored)
         return stored
+
+    def _index_turns(self, stored: Sequence[Turn]) -> None:
+        """Index newly stored turns as `turn` units so the next `retrieve` finds them.
+
+        The turns are already committed; if embedding fails the units are stored with a
+        placeholder vector marked `pending`, which the index build embeds again (so the turn
+        is still found by BM25 at once and by dense search as soon as the embedder works).
+        """
+        if not stored or "turn" not in self.config.granularities:
+            return
+        by_user: dict[str, list[MemoryDraft]] = {}
+        texts: dict[str, list[str]] = {}
+        for t in stored:
+            texts.setdefault(t.user_id, []).append(t.text)
+            info = self.store.session(t.user_id, t.session_id) if t.position else None
+            first = info.first_time if info is not None else t.timestamp
+            draft = unit_draft(
+                "turn",
+                [t],
+                first,
+                date_prefix=self.config.date_prefix,
+                speaker_keys=self.config.speaker_keys,
+            )
+            draft.id = turn_unit_id(t.user_id, t.session_id, t.turn_id)
+            draft.metadata = {**(draft.metadata or {}), "key_denoiser": "none"}
+            by_user.setdefault(t.user_id, []).append(draft)
+        for user_id, drafts in by_user.items():
+            model = self.embedder.name
+            try:
+                vectors = self._embed_keys(texts[user_id])
+            except Exception:  # the turns are committed; the index build embeds them later
+                logger.exception("embedding new turns of user %s failed; indexed later", user_id)
+                vectors = np.zeros((len(drafts), self.embedder.dim), np.float32)
+                model = "pending"
+            self.store.upsert_memories(user_id, drafts, vectors, model)
+
+    def _end_stale_sessions(self) -> None:
+        """On reopening a store, end open sessions idle longer than `session_idle_seconds`.
+
+        A session's last activity is its last turn's timestamp (its creation time when its
+        turns carry none). Failures are logged; the turns stay committed and indexed.
+        """
+        idle = self.config.session_idle_seconds
+        if idle is None:
+            return
+        for user_id in self.store.users():
+            for info in self.store.sessions(user_id, status="open"):
+                age = _age_seconds(info.last_time or info.created_at)
+                if age is None or age <= idle:
+                    continue
+                try:
+                    self.end_session(user_id, info.session_id)
+                except Exception:
+                    logger.exception(
+                        "ending stale session %s of user %s failed", info.session_id, user_id
+                    )
 
     def _auto_end(self, stored: Sequence[Turn]) -> None:
         """End sessions that hit the turn cap or went idle (never fails the write)."""
@@ -403,9 +511,18 @@ class ReflectiveMemory:
         """
         turns = self.store.turns(user_id, session_id)
         fence = session_fence(turns)
+        turn_vecs = self._turn_vectors(user_id, session_id, turns)
         drafts = build_units(
-            turns, self.config.granularities, self.segmenter, date_prefix=self.config.date_prefix
+            turns,
+            self.config.granularities,
+            self.segmenter,
+            date_prefix=self.config.date_prefix,
+            turn_vectors=turn_vecs,
+            speaker_keys=self.config.speaker_keys,
         )
+        for d in drafts:
+            if d.granularity == "turn" and len(d.turn_ids) == 1:
+                d.id = turn_unit_id(user_id, session_id, d.turn_ids[0])
         self.denoise_keys(user_id, drafts)
         kinds: tuple[str, ...] = BASE_UNITS
         if self.config.conditional_memory:
@@ -415,7 +532,7 @@ class ReflectiveMemory:
         if self.reflector is not None:
             topics, report = self._reflect(user_id, session_id, turns)
             drafts = drafts + topics
-        vectors = self._embed_keys([d.key for d in drafts])
+        vectors = self._unit_vectors(drafts, turns, turn_vecs)
         memories = self.store.replace_session_memories(
             user_id, session_id, kinds, drafts, vectors, self.embedder.name, fence=fence
         )
@@ -497,6 +614,61 @@ class ReflectiveMemory:
         self._open()
         return self.store.get_value(f"rmm.reflection/{user_id}/{session_id}")
 
+    def _turn_vectors(
+        self, user_id: str, session_id: str, turns: Sequence[Turn]
+    ) -> np.ndarray | None:
+        """Stored vectors of a session's raw turn keys (embedding the ones missing), or None.
+
+        The turn units indexed by `add_turn` already hold them, so ending a session embeds
+        nothing twice.
+        """
+        if not turns:
+            return None
+        ids = [turn_unit_id(user_id, session_id, t.turn_id) for t in turns]
+        found = {m.id: m for m in self.store.memories(user_id, ids)}
+        stored = self.store.vectors(user_id, ids, self.embedder.name)
+        out = np.zeros((len(turns), self.embedder.dim), np.float32)
+        speakers = self.config.speaker_keys
+        missing = []
+        for i, (mid, t) in enumerate(zip(ids, turns, strict=True)):
+            mem = found.get(mid)
+            vec = stored.get(mid)
+            if mem is not None and vec is not None and mem.key == raw_key([t], speakers):
+                out[i] = vec
+            else:
+                missing.append(i)
+        if missing:
+            out[missing] = self._embed_keys([turns[i].text for i in missing])
+        return out
+
+    def _unit_vectors(
+        self, drafts: Sequence[MemoryDraft], turns: Sequence[Turn], turn_vecs: np.ndarray | None
+    ) -> np.ndarray:
+        """Vectors of a session's unit keys.
+
+        Raw turn keys reuse their turn's vector; multi-turn units with raw keys get the
+        normalised mean of their turns' vectors when `segment_vectors="mean"`; other keys
+        (denoised, or `segment_vectors="embed"`) are embedded.
+        """
+        out = np.zeros((len(drafts), self.embedder.dim), np.float32)
+        todo: list[int] = []
+        pos = {t.turn_id: i for i, t in enumerate(turns)}
+        for i, d in enumerate(drafts):
+            idx = [pos[tid] for tid in d.turn_ids if tid in pos]
+            raw = raw_key([turns[j] for j in idx], self.config.speaker_keys) if idx else None
+            if turn_vecs is None or not idx or d.key != raw:
+                todo.append(i)
+            elif len(idx) == 1:
+                out[i] = turn_vecs[idx[0]]
+            elif self.config.segment_vectors == "mean":
+                v = turn_vecs[idx].mean(axis=0)
+                out[i] = v / max(float(np.linalg.norm(v)), 1e-12)
+            else:
+                todo.append(i)
+        if todo:
+            out[todo] = self._embed_keys([drafts[i].key for i in todo])
+        return out
+
     def _embed_keys(self, keys: list[str]) -> np.ndarray:
         cut = [k[: self.config.embed_max_chars] for k in keys]
         if not cut:
@@ -566,7 +738,7 @@ class ReflectiveMemory:
                     logger.warning("cannot rebuild the key of memory %s; left as is", mem.id)
                     continue
                 todo.append(mem)
-                sources.append(raw_key(src))
+                sources.append(raw_key(src, self.config.speaker_keys))
         if not todo:
             return 0
         drafts = [
@@ -604,7 +776,22 @@ class ReflectiveMemory:
         reflect: bool | None = None,
         explore: bool | None = None,
     ) -> Retrieval:
-        """Rank a user's memories for a query.
+        """Rank a user's memories for a query and return what the reader should see.
+
+        By default (`config.passages`) retrieval is small-to-big: every indexed key (turns,
+        segments, topics, notes) is ranked, the ranking is resolved to turns (each unit votes
+        for the turns it was built from; see `reflective_memory.passages`), and:
+
+        * with `budget_tokens`, the best turns are packed into `passage` memories, one per
+          session (date header once, the chosen turns in order, `…` between runs), until the
+          budget is full; headers and role labels count against it, no turn appears twice;
+        * with only `k`, the hits are the top `k` turns (each turn's stored `turn` memory).
+
+        A passage is a `Memory` with `granularity="passage"`: its `turn_ids` are the turns it
+        holds, `metadata["positions"]` their places in the session and `metadata["sources"]`
+        the ids of the indexed units that voted for them. Passages are built per call and not
+        stored (`get_memory` does not know their ids). With `config.passages=False` or `views`,
+        the ranked units themselves are returned.
 
         Args:
             user_id: Whose memories to search (an unknown user gets an empty result).
@@ -619,7 +806,8 @@ class ReflectiveMemory:
             recall: RF-Mem settings for this call: a `RecallConfig`, or a dict of fields that
                 override `config.recall` (e.g. `{"mode": "familiarity"}` or `{"alpha": 0.3}`).
             views: Memory kinds to search (override `config.retrieval_views`), e.g.
-                `("note", "segment")`; one ranking across them shares `k` / the budget.
+                `("note", "segment")`; one ranking across them shares `k` / the budget, and
+                the hits are those units themselves (no passages).
             reflect: Override `config.self_reflection`: let the LLM judge the hits and retrieve
                 again with its keywords (`diagnostics["reflection"]` shows every round).
             explore: Sample the reranked top-M with Gumbel noise (for learning from feedback);
@@ -692,9 +880,21 @@ class ReflectiveMemory:
             qvec = self.embedder.encode(query[: self.config.embed_max_chars])
             timings["embed"] = (time.perf_counter() - t0) * 1000
 
-        want = k if k is not None else max(1, budget_tokens // 50)  # type: ignore[operator]
+        if k is not None:
+            want = k
+        elif self.config.passages:  # enough turns to fill the budget, by the mean key length
+            mean = index.extras.get("mean_key_words")
+            if mean is None:
+                mean = index.extras["mean_key_words"] = max(
+                    4.0, float(np.mean([len(x.split()) for x in index.keys]))
+                )
+            want = int(2 * budget_tokens / mean)  # type: ignore[operator]
+        else:
+            want = max(1, budget_tokens // 50)  # type: ignore[operator]
         n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
         explore = self.config.rerank_explore if explore is None else bool(explore)
+        if self.config.recall_calibrate and mode != "lexical" and _default_gate(rcfg):
+            rcfg = self._calibrated(index, rcfg, diagnostics)
         while True:
             order, scores = rank_candidates(
                 index, query, qvec, n, mode, rcfg, self._fusion, timings, diagnostics
@@ -714,21 +914,157 @@ class ReflectiveMemory:
                     diagnostics=diagnostics,
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
-            hits, filled = pack_hits(
-                lambda ids: self.store.memories(user_id, ids),
-                index,
-                order,
-                scores,
-                k,
-                budget_tokens,
-                timings,
-                views,
-            )
+            if self.config.passages and views is None:
+                hits, filled = self._pack_passages(
+                    user_id, query, index, order, k, budget_tokens, views, timings, diagnostics
+                )
+            else:
+                hits, filled = pack_hits(
+                    lambda ids: self.store.memories(user_id, ids),
+                    index,
+                    order,
+                    scores,
+                    k,
+                    budget_tokens,
+                    timings,
+                    views,
+                    count=self._count,
+                )
             if filled or n >= len(index):
                 break
             n = min(len(index), n * 4)
         timings["total"] = (time.perf_counter() - t_start) * 1000
         return Retrieval(user_id, query, hits, diagnostics, retrieval_id=rid)
+
+    def _calibrated(
+        self, index: Any, rcfg: RecallConfig, diagnostics: dict[str, Any]
+    ) -> RecallConfig:
+        """RF-Mem thresholds calibrated on the user's own index (cached per index version).
+
+        Stored key vectors serve as pseudo-queries (`reflective_memory.recall.calibrate_gate`),
+        so the gate needs no hand-set thresholds for a new embedder or a new user.
+        """
+        key = ("gate", rcfg.probe_k, rcfg.lam)
+        cal = index.extras.get(key)
+        if cal is None:
+            try:
+                cal = calibrate_gate(index.dense, probe_k=rcfg.probe_k, lam=rcfg.lam)
+            except Exception:  # too small an index to calibrate: keep the configured gate
+                logger.debug("RF-Mem gate not calibrated for a %d-memory index", len(index))
+                cal = False
+            index.extras[key] = cal
+        if cal is False:
+            return rcfg
+        diagnostics["gate_calibration"] = {
+            "theta_high": cal.theta_high,
+            "theta_low": cal.theta_low,
+            "tau": cal.tau,
+        }
+        return cal.apply(rcfg)
+
+    def _unit_table(self, user_id: str, index: Any) -> list[Memory | None]:
+        """Each index position's memory without its text (cached per index version)."""
+        table = index.extras.get("units")
+        if table is None:
+            light = {
+                m.id: replace(m, text="", key="") for m in self.store.memories(user_id)
+            }
+            table = [light.get(i) for i in index.ids]
+            index.extras["units"] = table
+        return table
+
+    def _segment_bounds(self, user_id: str, index: Any) -> dict[str, list[tuple[int, int]]]:
+        """Topical segments of the user's sessions as turn-position spans (cached per index)."""
+        cached = index.extras.get("segment_bounds")
+        if cached is None:
+            cached = {}
+            for mem in self._unit_table(user_id, index):
+                if mem is None:
+                    continue
+                pos = mem.metadata.get("positions") if mem.granularity == "segment" else None
+                if isinstance(pos, (list, tuple)) and len(pos) == 2:
+                    cached.setdefault(mem.session_id, []).append((int(pos[0]), int(pos[1])))
+            index.extras["segment_bounds"] = cached
+        return cached
+
+    def _pack_passages(
+        self,
+        user_id: str,
+        query: str,
+        index: Any,
+        order: list[int],
+        k: int | None,
+        budget: int | None,
+        views: Sequence[str] | None,
+        timings: dict[str, float],
+        diagnostics: dict[str, Any],
+    ) -> tuple[list[Hit], bool]:
+        """Small-to-big: resolve ranked units to turns and pack them into passages."""
+        t0 = time.perf_counter()
+        units = self._unit_table(user_id, index)
+        ranked = [units[p] for p in order if units[p] is not None]
+        if views is not None:
+            ranked = [m for m in ranked if m.granularity in views]
+        loose = [m.id for m in ranked if not m.turn_ids]
+        if loose:  # memories without turns are read whole
+            full = {m.id: m for m in self.store.memories(user_id, loose)}
+            ranked = [full.get(m.id, m) if not m.turn_ids else m for m in ranked]
+        cache: dict[str, list[Turn]] = index.extras.setdefault("session_turns", {})
+
+        def session_turns(sid: str) -> list[Turn]:
+            got = cache.get(sid)
+            if got is None:
+                got = cache[sid] = self.store.turns(user_id, sid)
+            return got
+
+        spans = self._segment_bounds(user_id, index) if self.config.neighbour_weight > 0 else {}
+
+        def bounds(sid: str, p: int) -> tuple[int, int]:
+            for a, b in spans.get(sid, ()):
+                if a <= p < b:
+                    return a, b
+            return 0, len(session_turns(sid))
+
+        settings = self._passage_settings
+        votes = collect_votes(ranked, session_turns, bounds, settings)
+        recency = False
+        if settings.recency_weight > 0 and present_tense(query):
+            recency = apply_recency(
+                votes, session_turns, settings.recency_weight, settings.recency_pool
+            )
+        hits, used, filled = pack_passages(
+            user_id,
+            votes,
+            session_turns,
+            self._count,
+            k=k,
+            budget=budget,
+            date_header=settings.date_header,
+        )
+        if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
+            want = [
+                turn_unit_id(user_id, h.memory.session_id, h.memory.turn_ids[0])
+                for h in hits
+                if h.memory.granularity == "passage"
+            ]
+            stored = {m.id: m for m in self.store.memories(user_id, want)} if want else {}
+            hits = [
+                replace(h, memory=stored.get(
+                    turn_unit_id(user_id, h.memory.session_id, h.memory.turn_ids[0]), h.memory
+                ))
+                if h.memory.granularity == "passage"
+                else h
+                for h in hits
+            ]
+        diagnostics["passages"] = {
+            "units_ranked": len(ranked),
+            "turns_voted": len(votes.turn),
+            "turns_packed": sum(len(h.memory.turn_ids) for h in hits),
+            "tokens_used": used,
+            "present_tense": recency,
+        }
+        timings["passages"] = (time.perf_counter() - t0) * 1000
+        return hits, filled
 
     # -- feedback (RMM retrospective reflection) -------------------------------------------
     def feedback(
