@@ -227,6 +227,27 @@ def test_reranker_updates_from_two_processes_are_not_lost(pg_dsn) -> None:
         assert a.store.blob_version("u", "rmm.reranker") == 0
 
 
+def test_delete_user_drops_its_episodes_from_the_stored_shared_reranker(pg_dsn) -> None:
+    from reflective_memory.rmm.stored_rerank import BLOB_NAME, reranker_from_bytes
+
+    schema = pg_schema()
+    with _mem(pg_dsn, schema, rerank_scope="shared", rerank_batch_size=8) as a:
+        for user in ("u", "v"):
+            for i in range(4):
+                a.add_turn(user, "s", "user", f"note {i} about {WORDS[i]} and {WORDS[i + 5]}")
+            a.end_session(user, "s")
+            a.feedback(a.retrieve(user, f"{WORDS[1]} note", k=3), cited=[0])
+
+        def pending() -> int:
+            _, data = a.store.get_blob("__shared__", BLOB_NAME)
+            return len(reranker_from_bytes(data).pending_)
+
+        assert pending() == 2
+        a.delete_user("u")
+        assert pending() == 1  # v's buffered episode stays, u's is gone from the database
+        assert a.rerank_stage.reranker("v").pending_ and a.store.version("u") == 0
+
+
 WRITER = textwrap.dedent(
     """
     import sys

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from pg_cluster import pg_schema
 from reflective_memory import InvalidInputError, UnknownSessionError
-from reflective_memory.storage.base import MemoryDraft
+from reflective_memory.errors import SessionChangedError
+from reflective_memory.storage.base import MemoryDraft, session_fence
 from reflective_memory.storage.sqlite import SQLiteStore
 
 
@@ -128,6 +129,78 @@ class StoreContract:
         assert store.get_value("k") is None
         store.set_value("k", {"a": [1, 2]})
         assert store.get_value("k") == {"a": [1, 2]}
+
+    def test_fence_rejects_a_changed_session_and_writes_nothing(self, store) -> None:
+        store.add_turns([_turn("u", "s", "one", turn_id="a"), _turn("u", "s", "two")])
+        fence = session_fence(store.turns("u", "s"))
+        unit = MemoryDraft("s", "turn", "user: one", "one", ("a",))
+        topic = MemoryDraft("s", "topic", "t", "t", ("a",), id="topic-1",
+                            metadata={"rmm": {"sessions": ["s"]}})  # fmt: skip
+        store.add_turns([_turn("u", "s", "three")])  # the session grew during the build
+        v = store.version("u")
+        with pytest.raises(SessionChangedError):
+            store.replace_session_memories(
+                "u", "s", ["turn"], [unit, topic], np.ones((2, 4)), "f", fence=fence
+            )
+        assert store.memories("u") == [] and store.version("u") == v
+        assert store.session("u", "s").status == "open"
+        store.delete_turns("u", "s", ["a"])  # same count as the fence, but not the same turns
+        with pytest.raises(SessionChangedError):
+            store.replace_session_memories(
+                "u", "s", ["turn"], [unit], np.ones((1, 4)), "f", fence=fence
+            )
+        fence = session_fence(store.turns("u", "s"))
+        out = store.replace_session_memories(
+            "u", "s", ["turn"], [unit, topic], np.ones((2, 4)), "f", fence=fence
+        )
+        assert sorted(m.granularity for m in out) == ["topic", "turn"]
+        assert store.session("u", "s").status == "ended"
+        assert {m.id for m in store.memories("u")} == {m.id for m in out}
+
+    def test_version_never_repeats_after_delete_user(self, store) -> None:
+        seen = []
+        for _ in range(3):
+            store.add_turns([_turn("u", "s", "hi")])
+            d = MemoryDraft("s", "turn", "hi", "hi", ("s:0",))
+            store.replace_session_memories("u", "s", ["turn"], [d], np.ones((1, 4)), "f")
+            seen.append(store.version("u"))
+            store.delete_user("u")
+            assert store.version("u") == 0
+        assert len(set(seen)) == 3 and all(v > 0 for v in seen)
+
+    def test_delete_turns_drops_memories_holding_them(self, store) -> None:
+        store.add_turns([_turn("u", "s", "one", turn_id="a"), _turn("u", "s", "two", turn_id="b")])
+        drafts = [
+            MemoryDraft("s", "turn", "one", "one", ("a",)),
+            MemoryDraft("s", "turn", "two", "two", ("b",)),
+            MemoryDraft("s", "topic", "both", "both", ("a", "b"), id="topic-1",
+                        metadata={"rmm": {"sessions": ["s"]}}),  # fmt: skip
+        ]
+        store.replace_session_memories("u", "s", ["turn"], drafts, np.ones((3, 4)), "f")
+        v = store.version("u")
+        assert [t.turn_id for t in store.delete_turns("u", "s", ["a"])] == ["a"]
+        assert [m.text for m in store.memories("u")] == ["two"]
+        assert store.version("u") > v and store.session("u", "s").status == "open"
+
+    def test_delete_session_and_user_remove_derived_rows(self, store) -> None:
+        store.add_turns([_turn("u", "s1", "one"), _turn("u", "s2", "two")])
+        topic = MemoryDraft("s2", "topic", "merged", "merged", ("s1:0", "s2:0"), id="topic-1",
+                            metadata={"rmm": {"sessions": ["s2", "s1"]}})  # fmt: skip
+        other = MemoryDraft("s2", "topic", "only s2", "only", ("s2:0",), id="topic-2",
+                            metadata={"rmm": {"sessions": ["s2"]}})  # fmt: skip
+        store.upsert_memories("u", [topic, other], np.ones((2, 4)), "f")
+        store.set_value("rmm/u/s1", {"x": 1})
+        store.set_value("rmm/u/s2", {"x": 2})
+        store.set_value("rmm/u2/s1", {"x": 3})
+        store.set_value("global", {"x": 4})
+        assert store.delete_session("u", "s1") == 1
+        assert [m.id for m in store.memories("u")] == ["topic-2"]
+        assert store.get_value("rmm/u/s1") is None and store.get_value("rmm/u/s2") == {"x": 2}
+        store.delete_user("u")
+        assert store.memories("u") == [] and store.turns("u") == []
+        assert store.get_value("rmm/u/s2") is None and store.version("u") == 0
+        assert store.get_value("rmm/u2/s1") == {"x": 3} and store.get_value("global") == {"x": 4}
+        assert "u" not in store.users()
 
 
 class TestSQLiteMemory(StoreContract):

@@ -20,7 +20,7 @@ from typing import Any
 from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, ModelLoadError
-from reflective_memory.rmm.feedback import RerankStage
+from reflective_memory.rmm.feedback import _SHARED, RerankStage
 from reflective_memory.rmm.reranker import Episode, FitReport, Reranker
 
 __all__ = ["StoredRerankStage", "reranker_to_bytes", "reranker_from_bytes"]
@@ -105,7 +105,13 @@ class StoredRerankStage(RerankStage):
             if rr is None or self._versions.get(owner) != version:
                 rr = self._load(owner, data)
             box["rr"] = rr
+            before = {id(ep) for ep in rr.pending_}
             box["report"] = rr.partial_fit(episode).last_fit_
+            if owner == _SHARED:  # remember whose buffered episodes these are (for `forget`)
+                live = {id(ep) for ep in rr.pending_}
+                self._episode_users = {k: v for k, v in self._episode_users.items() if k in live}
+                for k in live - before:
+                    self._episode_users[k] = user_id
             return reranker_to_bytes(rr)
 
         with self._lock:
@@ -137,10 +143,40 @@ class StoredRerankStage(RerankStage):
         return 0
 
     def forget(self, user_id: str) -> None:
-        """Drop a user's own reranker from the store and the process (a shared one is kept)."""
-        if self.config.rerank_scope == "shared":
-            return
+        """Erase what the stored rerankers hold of a user (see `RerankStage.forget`).
+
+        The user's own reranker blob is deleted whatever the current scope. If a shared
+        reranker is stored, the user's buffered episodes are removed from it inside the
+        store's locked read-modify-write; buffered episodes whose user this process does not
+        know (learned by another process) are dropped too, as the user's could be among them.
+        The weights learned from earlier updates are an aggregate and stay.
+        """
         with self._lock:
+            self.forget_retrievals(user_id)
             self._rerankers.pop(user_id, None)
             self._versions.pop(user_id, None)
             self.store.delete_blob(user_id, BLOB_NAME)
+            if self.store.blob_version(_SHARED, BLOB_NAME) == 0:
+                return
+            box: dict[str, Reranker] = {}
+
+            def update(version: int, data: bytes | None) -> bytes:
+                rr = self._rerankers.get(_SHARED)
+                if rr is None or self._versions.get(_SHARED) != version:
+                    rr = self._load(_SHARED, data)
+                rr.pending_ = [
+                    ep
+                    for ep in rr.pending_
+                    if self._episode_users.get(id(ep)) not in (None, user_id)
+                ]
+                box["rr"] = rr
+                return reranker_to_bytes(rr)
+
+            try:
+                version = self.store.update_blob(_SHARED, BLOB_NAME, update)
+            except BaseException:
+                self._rerankers.pop(_SHARED, None)
+                self._versions.pop(_SHARED, None)
+                raise
+            self._rerankers[_SHARED] = box["rr"]
+            self._versions[_SHARED] = version

@@ -21,7 +21,7 @@ from reflective_memory.errors import ConfigError
 __all__ = ["SCHEMA_VERSION", "check_schema_name", "migrate", "ensure_vector_index", "schema_level"]
 
 #: The schema level this code writes and reads.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -70,7 +70,15 @@ _LEVEL_1 = [
     "CREATE TABLE IF NOT EXISTS {s}.kv (key text PRIMARY KEY, value jsonb NOT NULL)",
 ]
 
-_MIGRATIONS: dict[int, list[str]] = {1: _LEVEL_1}
+#: Level 2: user versions come from one store-wide sequence, so a user id that is deleted and
+#: used again never sees a version it had before (derived caches are keyed by it).
+_LEVEL_2 = [
+    "CREATE SEQUENCE IF NOT EXISTS {s}.version_seq",
+    "SELECT setval('{s}.version_seq',"
+    " GREATEST((SELECT COALESCE(MAX(version), 0) FROM {s}.user_state), 1))",
+]
+
+_MIGRATIONS: dict[int, list[str]] = {1: _LEVEL_1, 2: _LEVEL_2}
 
 
 def check_schema_name(schema: str) -> str:

@@ -26,11 +26,13 @@ import numpy as np
 from reflective_memory.errors import (
     ConfigError,
     InvalidInputError,
+    SessionChangedError,
     StoreClosedError,
     StoreUnavailableError,
     UnknownSessionError,
 )
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.pg_delete import PgDeleteMixin
 from reflective_memory.storage.pg_schema import check_schema_name, migrate
 from reflective_memory.storage.pg_search import PgSearchMixin, to_vector
 from reflective_memory.storage.pg_state import PgStateMixin
@@ -75,7 +77,7 @@ def _lex(key: str) -> str:
     return " ".join(lexical_tokens(key))
 
 
-class PostgresStore(PgSearchMixin, PgStateMixin):
+class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
     """`MemoryStore` on PostgreSQL with pgvector.
 
     Every acknowledged write is committed (PostgreSQL's default `synchronous_commit=on` makes it
@@ -203,8 +205,9 @@ class PostgresStore(PgSearchMixin, PgStateMixin):
 
     def _bump(self, conn: Any, user_id: str) -> None:
         conn.execute(
-            f"INSERT INTO {self._s}.user_state (user_id, version) VALUES (%s, 1) "
-            "ON CONFLICT (user_id) DO UPDATE SET version = user_state.version + 1",
+            f"INSERT INTO {self._s}.user_state (user_id, version) "
+            f"VALUES (%s, nextval('{self._s}.version_seq')) "
+            "ON CONFLICT (user_id) DO UPDATE SET version = EXCLUDED.version",
             (user_id,),
         )
 
@@ -418,8 +421,14 @@ class PostgresStore(PgSearchMixin, PgStateMixin):
         drafts: Sequence[MemoryDraft],
         embeddings: np.ndarray,
         embed_model: str,
+        *,
+        fence: tuple[int, int] | None = None,
     ) -> list[Memory]:
-        """See `MemoryStore.replace_session_memories` (also counts the session's builds)."""
+        """See `MemoryStore.replace_session_memories` (also counts the session's builds).
+
+        The session row is locked first, so turns added or deleted concurrently (which lock
+        it too) either committed before the fence is read or wait until this build commits.
+        """
         s = self._s
         with self._conn() as conn:
             row = conn.execute(
@@ -428,6 +437,16 @@ class PostgresStore(PgSearchMixin, PgStateMixin):
             ).fetchone()
             if row is None:
                 raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+            if fence is not None:
+                n, top = conn.execute(
+                    f"SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM {s}.turns "
+                    "WHERE user_id=%s AND session_id=%s",
+                    (user_id, session_id),
+                ).fetchone()
+                if (int(n), int(top)) != tuple(fence):
+                    raise SessionChangedError(
+                        f"session {session_id!r} of user {user_id!r} changed during the build"
+                    )
             conn.execute(
                 f"DELETE FROM {s}.memories WHERE user_id=%s AND session_id=%s "
                 "AND granularity = ANY(%s)",
@@ -574,82 +593,6 @@ class PostgresStore(PgSearchMixin, PgStateMixin):
             "memories": int(sum(mems.values())),
             "memories_by_granularity": {k: int(v) for k, v in mems.items()},
         }
-
-    # -- deletion -------------------------------------------------------------------------
-    def delete_user(self, user_id: str) -> int:
-        """See `MemoryStore.delete_user` (the user's own reranker state goes too)."""
-        s = self._s
-        with self._conn() as conn:
-            n = conn.execute(f"DELETE FROM {s}.turns WHERE user_id=%s", (user_id,)).rowcount
-            for table in ("turn_extra", "sessions", "memories"):
-                conn.execute(f"DELETE FROM {s}.{table} WHERE user_id=%s", (user_id,))
-            conn.execute(f"DELETE FROM {s}.blobs WHERE owner=%s", (user_id,))
-            self._bump(conn, user_id)
-        return int(n)
-
-    def delete_session(self, user_id: str, session_id: str) -> int:
-        """See `MemoryStore.delete_session`."""
-        s = self._s
-        with self._conn() as conn:
-            n = conn.execute(
-                f"DELETE FROM {s}.sessions WHERE user_id=%s AND session_id=%s",
-                (user_id, session_id),
-            ).rowcount
-            if n == 0:
-                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
-            n = conn.execute(
-                f"DELETE FROM {s}.turns WHERE user_id=%s AND session_id=%s", (user_id, session_id)
-            ).rowcount
-            for table in ("turn_extra", "memories"):
-                conn.execute(
-                    f"DELETE FROM {s}.{table} WHERE user_id=%s AND session_id=%s",
-                    (user_id, session_id),
-                )
-            self._bump(conn, user_id)
-        return int(n)
-
-    def delete_turns(
-        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
-    ) -> list[Turn]:
-        """See `SQLiteStore.delete_turns` (same semantics)."""
-        s = self._s
-        with self._conn() as conn:
-            row = conn.execute(
-                f"SELECT 1 FROM {s}.sessions WHERE user_id=%s AND session_id=%s FOR UPDATE",
-                (user_id, session_id),
-            ).fetchone()
-            if row is None:
-                raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
-            sql = (
-                f"DELETE FROM {s}.turns WHERE user_id=%s AND session_id=%s"
-                + ("" if turn_ids is None else " AND turn_id = ANY(%s)")
-                + f" RETURNING {self._TURN_COLS}"
-            )
-            args: tuple[Any, ...] = (user_id, session_id)
-            if turn_ids is not None:
-                args += (list(turn_ids),)
-            gone = sorted(
-                (self._turn(r) for r in conn.execute(sql, args)), key=lambda t: t.position
-            )
-            if not gone:
-                return []
-            conn.execute(
-                f"DELETE FROM {s}.turn_extra WHERE user_id=%s AND session_id=%s "
-                "AND turn_id = ANY(%s)",
-                (user_id, session_id, [t.turn_id for t in gone]),
-            )
-            edge = f"SELECT ts FROM {s}.turns WHERE user_id=%s AND session_id=%s AND ts IS NOT NULL"
-            conn.execute(
-                f"UPDATE {s}.sessions SET n_turns = (SELECT COUNT(*) FROM {s}.turns WHERE"
-                " user_id=%s AND session_id=%s),"
-                f" status = CASE WHEN EXISTS (SELECT 1 FROM {s}.turns WHERE user_id=%s AND"
-                " session_id=%s) THEN 'open' ELSE status END,"
-                f" first_ts = ({edge} ORDER BY position LIMIT 1),"
-                f" last_ts = ({edge} ORDER BY position DESC LIMIT 1)"
-                " WHERE user_id=%s AND session_id=%s",
-                (user_id, session_id) * 5,
-            )
-        return gone
 
     def users(self) -> list[str]:
         """See `MemoryStore.users`."""

@@ -60,6 +60,12 @@ class _Rows:
         with self._lock:
             self._cache[int(position)] = vector
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rows fetched so far (what `UserIndex.nbytes` charges to the cache)."""
+        with self._lock:
+            return sum(int(v.nbytes) for v in self._cache.values())
+
     def __getitem__(self, positions: Any) -> np.ndarray:
         if isinstance(positions, (int, np.integer)):
             return self([positions])[0]
