@@ -1,4 +1,5 @@
-"""Tests of `reflective_memory.denoise`: the offline denoiser and the real llmlingua path on a tiny model."""
+"""Tests of `reflective_memory.denoise`: the offline denoiser and the real llmlingua path on a tiny
+model."""
 
 from __future__ import annotations
 

@@ -210,7 +210,12 @@ def test_docstring_example_runs() -> None:
     import reflective_memory.segment.base
     import reflective_memory.text
 
-    for module in (reflective_memory.engine, reflective_memory.llm, reflective_memory.segment.base, reflective_memory.text):
+    for module in (
+        reflective_memory.engine,
+        reflective_memory.llm,
+        reflective_memory.segment.base,
+        reflective_memory.text,
+    ):
         assert doctest.testmod(module).failed == 0
 
 

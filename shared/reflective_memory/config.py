@@ -65,7 +65,8 @@ class MemoryConfig:
             text stays whole.
         embed_batch_size: Texts per embedding call when indexing.
         denoiser: How memory keys are denoised before indexing (SeCom compression; the stored
-            `text` always stays raw): `none`, `offline` (`reflective_memory.denoise.OfflineDenoiser`, no
+            `text` always stays raw): `none`, `offline`
+            (`reflective_memory.denoise.OfflineDenoiser`, no
             download) or `llmlingua` (`reflective_memory.denoise.LLMLinguaDenoiser` with
             `denoiser_model`). A denoiser object may be passed to `ReflectiveMemory` instead.
             After changing it, call `ReflectiveMemory.redenoise(user_id)` to re-key old memories.
@@ -83,9 +84,11 @@ class MemoryConfig:
             Default: the familiarity path (one top-K search). RF-Mem (`{"mode": "rfmem"}`)
             was never worse and slightly better on the 20-question dev run in BENCHMARKS.md,
             within noise; with MiniLM its gate needs calibrated thresholds
-            (`reflective_memory.recall.calibrate_gate`), the paper's route ~90% of queries to recollection.
+            (`reflective_memory.recall.calibrate_gate`), the paper's route ~90% of queries to
+            recollection.
         recall_calibrate: With `recall.mode="rfmem"` and its thresholds left at their defaults,
-            calibrate the gate's θ_high, θ_low and τ on each user's own index (stored vectors as pseudo-queries, cached per index
+            calibrate the gate's θ_high, θ_low and τ on each user's own index (stored vectors as
+            pseudo-queries, cached per index
             version) instead of the configured numbers (see `## Retrieval defaults (issue 15)`
             in BENCHMARKS.md for the path shares it gives).
         passages: Small-to-big retrieval: resolve the ranking to turns and return `passage`
@@ -111,14 +114,16 @@ class MemoryConfig:
         ann_index: `ivf` or `hnsw`.
         ann_probe: IVF lists visited per query (`ivf`) or HNSW search breadth (`hnsw`).
         conditional_memory: `end_session` also builds conditional `note` memories (context +
-            knowledge of the user utterances worth remembering; see `reflective_memory.conditional.notes`).
+            knowledge of the user utterances worth remembering; see
+            `reflective_memory.conditional.notes`).
             With an LLM: one call per session (per `note_prompt_chars` of conversation);
             without: an offline heuristic, no call.
         note_prompt_chars: Conversation characters per note-making LLM call.
         retrieval_views: Memory kinds `retrieve` searches (e.g. `("note", "segment")`), all in
             one ranking that shares `k` / the budget; `None` searches every stored kind.
         self_reflection: `retrieve` lets the LLM judge the memories and retrieve again with its
-            keywords when they do not suffice (see `reflective_memory.conditional.reflection`); needs an LLM.
+            keywords when they do not suffice (see `reflective_memory.conditional.reflection`);
+            needs an LLM.
         self_reflection_rounds: Most judging rounds (LLM calls) per reflective retrieval.
         prospective_reflection: RMM prospective reflection: when a session ends and an LLM is
             configured, extract topic memories (granularity `topic`) and Add/Merge them into

@@ -125,7 +125,8 @@ class ReflectiveMemory:
             embedding segmenter).
         denoiser: Denoises memory keys before indexing (SeCom compression): `"none"`,
             `"offline"`, `"llmlingua"` or any object with `denoise(texts)` (see
-            `reflective_memory.denoise.Denoiser`). `None` uses `config.denoiser`. Only keys are denoised;
+            `reflective_memory.denoise.Denoiser`). `None` uses `config.denoiser`. Only keys are
+            denoised;
             the LLM always gets the raw text. After changing it, `redenoise(user_id)` re-keys
             a user's existing memories.
         store: Keep everything in a database server instead of `path`: a
@@ -799,7 +800,8 @@ class ReflectiveMemory:
             k: Number of hits (may be as large as the user's memory count). Defaults to
                 `config.default_k` when `budget_tokens` is not given either.
             budget_tokens: Pack hits in rank order while their texts fit this many tokens
-                (counted by `reflective_memory.llm.count_tokens`: one per word or punctuation mark); a
+                (counted by `reflective_memory.llm.count_tokens`: one per word or punctuation
+                mark); a
                 hit that does not fit is skipped and smaller later hits may still fill the
                 budget. With `k` too, at most `k` hits.
             mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
@@ -1077,7 +1079,8 @@ class ReflectiveMemory:
         """Learn from which retrieved memories an answer used.
 
         Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
-        numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`. Each hit that
+        numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`.
+        Each hit that
         came from the reranked candidates gets reward +1 if cited and -1 if not; the episode
         trains the reranker serving the retrieval's user (one update per `rerank_batch_size`
         episodes), which is then saved under the store directory.

@@ -186,9 +186,10 @@ def apply_recency(
     weight: float,
     top: int = 10,
 ) -> bool:
-    """Scale the votes of the `top` best turns by `1 + weight * r` (r: 0 for the oldest of
-    them, 1 for the newest), so the newest of the memories that answer wins; weaker turns are
-    left alone (a recent but unrelated turn is not pulled up).
+    """Scale the votes of the `top` best turns by `1 + weight * r`, newest first.
+
+    `r` is 0 for the oldest of them and 1 for the newest, so the newest of the memories that
+    answer wins; weaker turns are left alone (a recent but unrelated turn is not pulled up).
 
     Returns:
         Whether any vote changed (False when fewer than two distinct times are known).

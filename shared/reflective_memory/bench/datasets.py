@@ -28,9 +28,9 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory.errors import InvalidInputError

@@ -1,7 +1,8 @@
 """The embedded store: SQLite (WAL) is the source of truth for turns, sessions and memories.
 
 `SQLiteStore` implements `reflective_memory.storage.base.MemoryStore`. Vector and
-lexical indexes are derived caches (see `reflective_memory.storage.index`) rebuilt from what is stored here.
+lexical indexes are derived caches (see `reflective_memory.storage.index`) rebuilt from what is
+stored here.
 """
 
 from __future__ import annotations
