@@ -534,19 +534,6 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         blobs = [None if r[2] is None else to_vector(r[2]).tobytes() for r in rows]
         return [r[0] for r in rows], [r[1] for r in rows], blobs, [r[3] for r in rows]
 
-    def vectors(self, user_id: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
-        """See `SQLiteStore.vectors`: stored embeddings of these memories made by `model`."""
-        ids = list(ids)
-        if not ids:
-            return {}
-        with self._conn() as conn, conn.cursor(binary=True) as cur:
-            rows = cur.execute(
-                f"SELECT id, embedding FROM {self._s}.memories "
-                "WHERE user_id=%s AND id = ANY(%s) AND embed_model=%s AND embedding IS NOT NULL",
-                (user_id, ids, model),
-            ).fetchall()
-        return {r[0]: np.asarray(to_vector(r[1]), dtype=np.float32) for r in rows}
-
     def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
         """See `MemoryStore.set_embeddings`."""
         rows = []
