@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     embedder = HashingEmbedder(256) if args.embedder == "hashing" else None
-    config = MemoryConfig(granularities=("segment",), segment_window=4)
+    config = MemoryConfig()  # the defaults: turns searchable at once, segments for context
     with ReflectiveMemory(embedder=embedder, config=config) as memory:
         n = load_history(memory)
         block = ReflectiveMemoryBlock(memory=memory, user_id=USER, top_k=3, priority=1)

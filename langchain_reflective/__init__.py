@@ -1,4 +1,6 @@
-"""LangChain adapters for reflective-memory: thin wrappers around `reflective_memory.ReflectiveMemory`.
+"""LangChain adapters for reflective-memory.
+
+Thin wrappers around `reflective_memory.ReflectiveMemory`.
 
 Every adapter is built from the core object and the user it serves, as keyword arguments
 (`memory=ReflectiveMemory(...)`, `user_id="..."`, plus `session_id` where a session is meant), so

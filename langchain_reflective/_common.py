@@ -66,7 +66,8 @@ def format_memories(
 ) -> str:
     """Number memories for citation, `[0]` first, under an optional instruction.
 
-    The memories are formatted by `reflective_memory.rmm.citations.format_memories`, which quotes each one so
+    The memories are formatted by `reflective_memory.rmm.citations.format_memories`, which quotes
+    each one so
     that its content cannot forge a citation; parse answers with
     `reflective_memory.rmm.citations.parse_citations` (as `ReflectiveMemory.feedback` does).
 

@@ -1,6 +1,7 @@
 """Any LangChain language model as the core's LLM.
 
-`LangChainLLM` gives `reflective_memory.ReflectiveMemory` (segmentation, reflection, conditional memory) the
+`LangChainLLM` gives `reflective_memory.ReflectiveMemory` (segmentation, reflection, conditional
+memory) the
 `complete` / `acomplete` interface it expects, backed by a `BaseChatModel` or `BaseLLM`. When the
 model reports `usage_metadata`, the token counts are exposed as `last_usage`, which the core's
 `LLMClient` reads into its `Usage` report instead of estimating.

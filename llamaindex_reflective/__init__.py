@@ -1,6 +1,7 @@
 """LlamaIndex adapters for reflective-memory (`pip install reflective-memory[llamaindex]`).
 
-Thin adapters that convert LlamaIndex types and delegate to `reflective_memory.ReflectiveMemory`. Each is
+Thin adapters that convert LlamaIndex types and delegate to `reflective_memory.ReflectiveMemory`.
+Each is
 built from the core object and the user it serves (`memory=..., user_id=...`), so one store
 serves many adapters and users.
 """

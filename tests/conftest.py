@@ -20,16 +20,21 @@ def embedder() -> HashingEmbedder:
     return HashingEmbedder(dim=128)
 
 
+#: Turn units ranked as units (the engine's unit-level behaviour; passages are tested in
+#: tests/test_passages.py).
+UNIT_CONFIG = {"granularities": ("turn",), "passages": False}
+
+
 @pytest.fixture
 def mem(embedder: HashingEmbedder) -> Iterator[ReflectiveMemory]:
-    with ReflectiveMemory(embedder=embedder, config=MemoryConfig(granularities=("turn",))) as m:
+    with ReflectiveMemory(embedder=embedder, config=MemoryConfig(**UNIT_CONFIG)) as m:
         yield m
 
 
 @pytest.fixture
 def disk_mem(tmp_path: Path, embedder: HashingEmbedder) -> Iterator[ReflectiveMemory]:
     with ReflectiveMemory(
-        tmp_path / "store", embedder=embedder, config=MemoryConfig(granularities=("turn",))
+        tmp_path / "store", embedder=embedder, config=MemoryConfig(**UNIT_CONFIG)
     ) as m:
         yield m
 

@@ -175,4 +175,4 @@ def test_demo_header_and_question_count(hashing, capsys) -> None:
     out = capsys.readouterr().out
     assert "of maya's conversations" in out and "''s" not in out
     assert out.count("Q: ") == 2 and "relevance=" in out
-    assert out.strip().splitlines()[-1].endswith("in their top 2 memories.")
+    assert out.strip().splitlines()[-1].endswith("in the top 2 passages packed into 300 tokens.")

@@ -1,4 +1,5 @@
-"""Tests of `reflective_memory.denoise`: the offline denoiser and the real llmlingua path on a tiny model."""
+"""Tests of `reflective_memory.denoise`: the offline denoiser and the real llmlingua path on a tiny
+model."""
 
 from __future__ import annotations
 
@@ -384,7 +385,7 @@ def test_engine_offline_denoises_keys_only():
         assert len(mems) == 6
         for m in mems:
             src = [t for t in turns if t.turn_id in m.turn_ids]
-            raw_key = "\n".join(t.text for t in src)
+            raw_key = "\n".join(f"{t.role}: {t.text}" for t in src)  # speakers lead the lines
             assert m.key != raw_key
             assert is_subsequence(m.key.split(), raw_key.split())
             assert len(m.key.split()) == math.ceil(0.5 * len(raw_key.split()))
@@ -435,7 +436,7 @@ def test_engine_failing_denoiser_keeps_raw_keys(caplog):
             embedder=HashingEmbedder(), config=MemoryConfig(granularities=("turn",)), denoiser=bad
         )
         mems = _fill(mem)
-        assert [m.key for m in mems] == [t for _, t in SESSION]
+        assert [m.key for m in mems] == [f"{r}: {t}" for r, t in SESSION]  # raw, with speakers
         assert all(m.metadata["key_denoiser"] == "none" for m in mems)
         assert mem.retrieve("ana", "beagle", k=1).hits
         mem.close()
@@ -514,7 +515,7 @@ def test_engine_unloadable_llmlingua_falls_back_and_logs(tmp_path, caplog):
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         with caplog.at_level("ERROR", logger="reflective_memory.engine"):
             mems = _fill(mem)
-        assert [m.key for m in mems] == [t for _, t in SESSION]
+        assert [m.key for m in mems] == [f"{r}: {t}" for r, t in SESSION]
         assert any("indexing raw keys" in r.getMessage() for r in caplog.records)
         assert len(mem.turns("ana", "s1")) == len(SESSION)
 

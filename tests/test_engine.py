@@ -99,7 +99,7 @@ def test_memory_fields_text_key_dates(embedder) -> None:
     assert memory.granularity == "session"
     assert memory.text.startswith("[2023-05-21 (Sun) 11:54]\nuser: I moved to Berlin.")
     assert "assistant: How is Berlin?" in memory.text
-    assert memory.key == "I moved to Berlin.\nHow is Berlin?"
+    assert memory.key == "user: I moved to Berlin.\nassistant: How is Berlin?"
     assert memory.turn_ids == ("s:0", "s:1")
     assert memory.start_time == datetime(2023, 5, 21, 11, 54)
     assert memory.end_time == datetime(2023, 5, 21, 11, 55)
@@ -210,7 +210,12 @@ def test_docstring_example_runs() -> None:
     import reflective_memory.segment.base
     import reflective_memory.text
 
-    for module in (reflective_memory.engine, reflective_memory.llm, reflective_memory.segment.base, reflective_memory.text):
+    for module in (
+        reflective_memory.engine,
+        reflective_memory.llm,
+        reflective_memory.segment.base,
+        reflective_memory.text,
+    ):
         assert doctest.testmod(module).failed == 0
 
 

@@ -32,7 +32,8 @@ def fill(mem, user="ana", session="s1", turns=TURNS):
 def make(llm=None, path=None, **cfg):
     # Fixed-window segments: these tests count the conditional-memory LLM calls only (with an
     # LLM, the default segmenter="auto" would add one segmentation call per session).
-    cfg = {"segmenter": "fixed", **cfg}
+    # Segment units ranked as units: these tests are about notes beside segments, not passages.
+    cfg = {"segmenter": "fixed", "granularities": ("segment",), "passages": False, **cfg}
     return ReflectiveMemory(path, embedder=HashingEmbedder(), llm=llm, config=MemoryConfig(**cfg))
 
 

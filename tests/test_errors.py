@@ -98,7 +98,7 @@ def test_huge_text_is_stored_whole_and_embedded_truncated(mem) -> None:
     mem.add_turn("u", "s", "user", big)
     (m,) = mem.end_session("u", "s")
     assert mem.turns("u")[0].text == big
-    assert m.key == big
+    assert m.key == f"user: {big}"  # the raw key, speaker first
     assert max(seen) <= mem.config.embed_max_chars
     assert mem.retrieve("u", "lazy dog fox", k=1).hits[0].memory.id == m.id
 

@@ -146,7 +146,8 @@ def test_end_session_still_falls_back_when_llmlingua_is_missing(caplog) -> None:
     with ReflectiveMemory(embedder=HashingEmbedder(64), config=cfg) as mem:
         mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")
         (m,) = mem.end_session("ana", "s1")  # turns are never lost to a denoiser
-        assert m.key == "My dog Pixel loves the beach." and m.metadata["key_denoiser"] == "none"
+        assert m.key == "user: My dog Pixel loves the beach."
+        assert m.metadata["key_denoiser"] == "none"
         with pytest.raises(ModelLoadError):
             mem.redenoise("ana")  # but asking for it explicitly is an error
 

@@ -137,7 +137,9 @@ def test_bad_files(tmp_path, content, message) -> None:
 def test_bundled_demo_conversation_is_consistent() -> None:
     from importlib import resources
 
-    with resources.as_file(resources.files("reflective_memory") / "data" / "demo_conversation.json") as p:
+    with resources.as_file(
+        resources.files("reflective_memory") / "data" / "demo_conversation.json"
+    ) as p:
         (conv,) = load_conversations(p)
     ids = [t["turn_id"] for s in conv.sessions for t in s.turns]
     assert len(conv.sessions) >= 5 and len(ids) >= 80 and len(set(ids)) == len(ids)

@@ -61,3 +61,32 @@ def test_small_inputs_use_query_threads_and_restore_the_setting() -> None:
         del st.encode
     assert seen == [1, before]
     assert torch.get_num_threads() == before
+
+
+def test_demo_where_do_i_live_now_ranks_berlin_above_lisbon() -> None:
+    """Time-aware ranking on the bundled demo: the newest home wins a present-tense question."""
+    import json
+    from pathlib import Path
+
+    import reflective_memory
+
+    demo = Path(reflective_memory.__file__).parent / "data" / "demo_conversation.json"
+    data = json.loads(demo.read_text())
+    with ReflectiveMemory() as mem:
+        for s in data["sessions"]:
+            mem.add_turns(
+                [{**t, "user_id": "maya", "session_id": s["session_id"]} for t in s["turns"]]
+            )
+            mem.end_session("maya", s["session_id"])
+        r = mem.retrieve("maya", "Where do I live now?", budget_tokens=600)
+        assert r.diagnostics["passages"]["present_tense"] is True
+        sessions = [h.memory.session_id for h in r.hits]
+        evidence = {"s3-t3", "s4-t1", "s5-t7", "s6-t13"}
+        first_berlin = next(
+            i for i, h in enumerate(r.hits) if evidence & set(h.memory.turn_ids)
+        )
+        assert "2025-01-12-lisbon" not in sessions[: first_berlin + 1]
+        assert r.hits[0].memory.session_id != "2025-01-12-lisbon"
+        # a question about the past is not pushed to the newest sessions
+        past = mem.retrieve("maya", "Where was I living in January?", budget_tokens=600)
+        assert past.diagnostics["passages"]["present_tense"] is False

@@ -40,7 +40,8 @@ class MemoryMachine(RuleBasedStateMachine):
     @rule(user=USERS, query=TEXTS, k=st.integers(1, 20))
     def retrieve(self, user: str, query: str, k: int) -> None:
         r = self.mem.retrieve(user, query, k=k)
-        expected = sum(n for (u, _), n in self.ended.items() if u == user)
+        # every acknowledged turn is searchable at once, ended or not
+        expected = sum(len(ts) for (u, _), ts in self.turns.items() if u == user)
         assert len(r) == min(k, expected)
         assert all(h.memory.user_id == user for h in r)
         assert len({h.memory.id for h in r}) == len(r)
@@ -67,7 +68,7 @@ class MemoryMachine(RuleBasedStateMachine):
             model = sorted(t for (u, _), ts in self.turns.items() if u == user for t in ts)
             assert sorted(stored) == model
             assert self.mem.stats(user)["memories"] == sum(
-                n for (u, _), n in self.ended.items() if u == user
+                len(ts) for (u, _), ts in self.turns.items() if u == user
             )
 
     def teardown(self) -> None:

@@ -51,18 +51,18 @@ def test_turn_added_during_end_session_is_built_or_left_open(tmp_path: Path) -> 
     with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(64), config=_cfg()) as mem:
         for i in range(3):
             mem.add_turn("u", "s", "user", f"early fact {i}")
-        real = mem._embed_keys
+        real = mem._turn_vectors
         calls = {"n": 0}
 
-        def embed_and_interleave(keys):
+        def read_and_interleave(*args):
             calls["n"] += 1
             if calls["n"] == 1:  # another writer adds a turn mid-build
                 mem.store.add_turns(
                     [{"user_id": "u", "session_id": "s", "role": "user", "text": "late fact"}]
                 )
-            return real(keys)
+            return real(*args)
 
-        mem._embed_keys = embed_and_interleave
+        mem._turn_vectors = read_and_interleave
         mem.end_session("u", "s")
         texts = {m.text for m in mem.memories("u")}
         assert "late fact" in " ".join(texts) or mem.open_sessions("u") == ["s"]
@@ -98,6 +98,8 @@ def test_failed_note_build_leaves_session_open_without_partial_memories(monkeypa
         embedder=HashingEmbedder(64), config=_cfg(conditional_memory=True)
     ) as mem:
         mem.add_turn("u", "s", "user", "I adopted a cat named Miso last week.")
+        live = mem.memories("u")  # the turn is searchable at once, before any build
+        assert [m.granularity for m in live] == ["turn"]
 
         def boom(*a, **k):
             raise RuntimeError("killed between units and notes")
@@ -105,7 +107,7 @@ def test_failed_note_build_leaves_session_open_without_partial_memories(monkeypa
         monkeypatch.setattr(sessions, "build_note_drafts", boom)
         with pytest.raises(RuntimeError):
             mem.end_session("u", "s")
-        assert mem.memories("u") == []  # old state: nothing stored
+        assert mem.memories("u") == live  # old state: no unit or note of the failed build
         assert mem.open_sessions("u") == ["s"]
         monkeypatch.undo()
         built = mem.end_session("u", "s")

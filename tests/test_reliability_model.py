@@ -69,7 +69,8 @@ class StoreModel(RuleBasedStateMachine):
     @rule(user=USERS, words=WORDS, k=st.integers(1, 8))
     def retrieve(self, user: str, words: list[str], k: int) -> None:
         hits = self.mem.retrieve(user, " ".join(words), k=k).hits
-        mine = {t for (u, _), texts in self.built.items() if u == user for t in texts.values()}
+        # every stored turn is searchable at once, built into memories or not
+        mine = {t for (u, _), texts in self.turns.items() if u == user for t in texts.values()}
         assert len(hits) <= k
         for h in hits:
             assert h.memory.user_id == user and h.memory.text in mine
@@ -134,7 +135,7 @@ class StoreModel(RuleBasedStateMachine):
             assert set(self.mem.open_sessions(user)) == {s for (u, s) in self.open if u == user}
             texts = sorted(m.text for m in self.mem.memories(user))
             assert texts == sorted(
-                t for (u, _), v in self.built.items() if u == user for t in v.values()
+                t for (u, _), v in self.turns.items() if u == user for t in v.values()
             )
 
 

@@ -71,7 +71,11 @@ def test_prospective_reflection_through_engine():
         assert merged[0].turn_ids == ("a:0", "b:0")
         assert mem.stats("u1")["memories_by_granularity"]["topic"] == 1
         hit = mem.retrieve("u1", "How old is my beagle Rex?", k=1).hits[0]
-        assert hit.memory.granularity in ("topic", "segment")
+        # the topic and segment keys found it; the reader gets the turn they were built from
+        assert hit.memory.granularity == "passage" and hit.memory.turn_ids[0] in ("a:0", "b:0")
+        assert set(hit.memory.metadata["sources"]) & {topics[0].id} | {
+            m.id for m in out + out2 if m.granularity == "segment"
+        }
         rep = mem.reflection_report("u1", "b")
         assert rep["merged"] == [topics[0].id] and rep["usage"]["llm_calls"] == 3
 
@@ -284,6 +288,7 @@ def test_reranker_options_reach_the_engine_reranker(tmp_path):
 def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
     """The default reranker scores the cost feature; feedback on short memories teaches it."""
     cfg = _cfg(rerank_batch_size=1, rerank_explore=True, rerank_seed=0, rerank_top_k=16)
+    cfg.passages = False  # the reranker's scores on the units themselves
     assert cfg.rerank_features == ("cost",) and cfg.rerank_baseline == "episode"
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
     assert MemoryConfig(rerank_features="cost").rerank_features == ("cost",)
@@ -305,12 +310,14 @@ def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
         def facts_on_top(query):
             top = mem.retrieve("u1", query, k=8, explore=False).hits
             assert all("rerank" in h.scores for h in top)
-            return sum(h.memory.key.startswith("My evenings") for h in top)
+            return sum(h.memory.key.startswith("user: My evenings") for h in top)
 
         before = facts_on_top("how do I spend evenings")
         for _ in range(40):
             r = mem.retrieve("u1", "what do I do in my evenings", k=3)
-            short = [j for j, h in enumerate(r.hits) if h.memory.key.startswith("My evenings")]
+            short = [
+                j for j, h in enumerate(r.hits) if h.memory.key.startswith("user: My evenings")
+            ]
             mem.feedback(r, cited=short)
         rr = mem.rerank_stage.reranker("u1")
         assert rr.features == ("cost",) and float(rr.w_f_.detach()[0]) < 0

@@ -182,7 +182,7 @@ def _demo(args: argparse.Namespace) -> int:
         found = 0
         asked = conv.questions[: args.questions]
         for q in asked:
-            r = mem.retrieve(conv.user_id, q.question, k=args.k)
+            r = mem.retrieve(conv.user_id, q.question, budget_tokens=args.budget, k=args.k)
             ms = r.diagnostics["timings_ms"]["total"]
             _out("")
             _out(f"Q: {q.question}   [{r.diagnostics['path']}, {ms:.1f} ms]")
@@ -202,7 +202,10 @@ def _demo(args: argparse.Namespace) -> int:
             _out(f"  expected answer: {q.answer}")
             _out(f"  evidence turn retrieved: {'yes' if hit else 'no'} ({', '.join(q.evidence)})")
         _out("")
-        _out(f"{found}/{len(asked)} questions got an evidence turn in their top {args.k} memories.")
+        _out(
+            f"{found}/{len(asked)} questions got an evidence turn in the top {args.k} passages "
+            f"packed into {args.budget} tokens."
+        )
     return 0
 
 
@@ -391,7 +394,13 @@ def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
         "(the reflective-memory/v1 JSON that `ingest` reads).",
     )
     p.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
-    p.add_argument("--k", type=_positive_int, default=3, help="memories shown per question")
+    p.add_argument("--k", type=_positive_int, default=3, help="passages shown per question")
+    p.add_argument(
+        "--budget",
+        type=_positive_int,
+        default=300,
+        help="tokens of passages retrieved per question (default 300)",
+    )
     p.add_argument("--questions", type=_positive_int, default=8, help="questions to ask")
     p.add_argument(
         "--export",

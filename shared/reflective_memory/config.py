@@ -29,9 +29,11 @@ class MemoryConfig:
     """Settings of a `ReflectiveMemory`. Every field has a safe default.
 
     Attributes:
-        granularities: Which memory units `end_session` builds from a session's turns, any of
-            `turn` (one unit per utterance), `session` (the whole session) and `segment`
-            (topical segments from the segmenter). Several may be given; all are searched.
+        granularities: Which memory units are built from a session's turns, any of `turn`
+            (one unit per utterance, indexed by `add_turn` at once), `session` (the whole
+            session) and `segment` (topical segments from the segmenter, built by
+            `end_session`). Several may be given; all are searched. Default `("turn",
+            "segment")`: turns are the keys that find things, segments add topical context.
         segmenter: How `segment` units are cut: `auto` (the LLM segmenter when an LLM is
             configured, else the offline `embedding` one), `embedding` (learned offline
             segmenter over MiniLM features), `llm` (SeCom's LLM segmenter; needs an LLM; falls
@@ -52,22 +54,25 @@ class MemoryConfig:
         default_k: Hits returned when neither `k` nor `budget_tokens` is given.
         candidate_k: Candidates each ranker contributes before fusion (at least `k`).
         max_session_turns: A session is ended automatically once it has this many turns
-            (`None`: never).
+            (default 500; `None`: never). Turns are searchable before their session ends.
         session_idle_seconds: Open sessions of a user whose last turn is older than this (by
-            turn timestamps) are ended when that user adds a turn to another session
-            (`None`: never).
+            turn timestamps) are ended when that user adds a turn to another session, and
+            opening a store directory ends open sessions idle longer than this by the clock
+            (default 1800 s, 30 minutes; `None`: never).
         date_prefix: Start each memory's text with its session date when known.
         max_text_chars: Longest accepted turn text (longer raises `InvalidInputError`).
         embed_max_chars: Texts are cut to this many characters before embedding; the stored
             text stays whole.
         embed_batch_size: Texts per embedding call when indexing.
         denoiser: How memory keys are denoised before indexing (SeCom compression; the stored
-            `text` always stays raw): `none`, `offline` (`reflective_memory.denoise.OfflineDenoiser`, no
+            `text` always stays raw): `none`, `offline`
+            (`reflective_memory.denoise.OfflineDenoiser`, no
             download) or `llmlingua` (`reflective_memory.denoise.LLMLinguaDenoiser` with
             `denoiser_model`). A denoiser object may be passed to `ReflectiveMemory` instead.
             After changing it, call `ReflectiveMemory.redenoise(user_id)` to re-key old memories.
-            Default `offline` at rate 0.5: best setting of the ablation in BENCHMARKS.md
-            (`## Denoising`; a small sample, so the margin over `none` is modest).
+            Default `none`: with turn-level keys the denoised keys would have to be embedded
+            again at `end_session` (the raw turn vectors are reused otherwise); see
+            `## Retrieval defaults (issue 15)` in BENCHMARKS.md.
         denoise_rate: Fraction of each key kept by the denoiser, in (0, 1] (the SeCom paper
             uses 0.75 with LLMLingua-2).
         denoiser_model: LLMLingua-2 model name or folder for `denoiser="llmlingua"` (`None`:
@@ -79,20 +84,46 @@ class MemoryConfig:
             Default: the familiarity path (one top-K search). RF-Mem (`{"mode": "rfmem"}`)
             was never worse and slightly better on the 20-question dev run in BENCHMARKS.md,
             within noise; with MiniLM its gate needs calibrated thresholds
-            (`reflective_memory.recall.calibrate_gate`), the paper's route ~90% of queries to recollection.
+            (`reflective_memory.recall.calibrate_gate`), the paper's route ~90% of queries to
+            recollection.
+        recall_calibrate: With `recall.mode="rfmem"` and its thresholds left at their defaults,
+            calibrate the gate's θ_high, θ_low and τ on each user's own index (stored vectors as
+            pseudo-queries, cached per index
+            version) instead of the configured numbers (see `## Retrieval defaults (issue 15)`
+            in BENCHMARKS.md for the path shares it gives).
+        passages: Small-to-big retrieval: resolve the ranking to turns and return `passage`
+            memories built for the reader (see `ReflectiveMemory.retrieve` and
+            `reflective_memory.passages`); `False` returns the ranked units themselves.
+        speaker_keys: Keys of units built from turns start each line with the speaker
+            (`Kate: ...`), so keyword search finds what a named person said; dense vectors
+            are made from the utterances alone (so vectors of raw turns are reused).
+        context_weight: Vote of a coarse unit (segment, session, topic, note) for each of its
+            turns, relative to a turn's own key.
+        neighbour_weight: Share of a turn hit's vote lent to its neighbours inside its topical
+            segment (0: off; the ablation in BENCHMARKS.md found it costs coverage).
+        neighbour_span: Farthest neighbour that gets such a vote.
+        recency_weight: Present-tense questions ("now", "currently", "these days", "still")
+            multiply each turn's vote by `1 + recency_weight * r`, r from 0 (oldest candidate)
+            to 1 (newest); 0 turns time-aware ranking off.
+        segment_vectors: Vector of a multi-turn unit with a raw key: `mean` (the normalised
+            mean of its turns' vectors, nothing embedded again) or `embed` (embed the key).
+        budget_unit: What `budget_tokens` counts: `tokens` (`reflective_memory.llm.count_tokens`)
+            or `words` (whitespace words, the retrieval bench's unit).
         ann_threshold: Users with more memories than this are searched with an approximate
             index (`None`: always exact).
         ann_index: `ivf` or `hnsw`.
         ann_probe: IVF lists visited per query (`ivf`) or HNSW search breadth (`hnsw`).
         conditional_memory: `end_session` also builds conditional `note` memories (context +
-            knowledge of the user utterances worth remembering; see `reflective_memory.conditional.notes`).
+            knowledge of the user utterances worth remembering; see
+            `reflective_memory.conditional.notes`).
             With an LLM: one call per session (per `note_prompt_chars` of conversation);
             without: an offline heuristic, no call.
         note_prompt_chars: Conversation characters per note-making LLM call.
         retrieval_views: Memory kinds `retrieve` searches (e.g. `("note", "segment")`), all in
             one ranking that shares `k` / the budget; `None` searches every stored kind.
         self_reflection: `retrieve` lets the LLM judge the memories and retrieve again with its
-            keywords when they do not suffice (see `reflective_memory.conditional.reflection`); needs an LLM.
+            keywords when they do not suffice (see `reflective_memory.conditional.reflection`);
+            needs an LLM.
         self_reflection_rounds: Most judging rounds (LLM calls) per reflective retrieval.
         prospective_reflection: RMM prospective reflection: when a session ends and an LLM is
             configured, extract topic memories (granularity `topic`) and Add/Merge them into
@@ -139,7 +170,7 @@ class MemoryConfig:
             recently used users' indexes are dropped beyond it (they reload from disk).
     """
 
-    granularities: tuple[str, ...] = ("segment",)
+    granularities: tuple[str, ...] = ("turn", "segment")
     segmenter: str = "auto"
     segment_unit: str = "exchange"
     segment_window: int = 6
@@ -152,13 +183,13 @@ class MemoryConfig:
     rrf_k: int = 60
     default_k: int = 5
     candidate_k: int = 50
-    max_session_turns: int | None = None
-    session_idle_seconds: float | None = None
+    max_session_turns: int | None = 500
+    session_idle_seconds: float | None = 1800.0
     date_prefix: bool = True
     max_text_chars: int = 2_000_000
     embed_max_chars: int = 4000
     embed_batch_size: int = 64
-    denoiser: str = "offline"
+    denoiser: str = "none"
     denoise_rate: float = 0.5
     denoiser_model: str | None = None
     denoiser_device: str = "cpu"
@@ -193,6 +224,15 @@ class MemoryConfig:
     llm_timeout_s: float | None = 60.0
     llm_max_chars: int = 200_000
     index_cache_bytes: int = 512 * 1024 * 1024
+    recall_calibrate: bool = True
+    passages: bool = True
+    speaker_keys: bool = True
+    context_weight: float = 0.5
+    neighbour_weight: float = 0.0
+    neighbour_span: int = 1
+    recency_weight: float = 0.25
+    segment_vectors: str = "mean"
+    budget_unit: str = "tokens"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -283,11 +323,30 @@ class MemoryConfig:
         t = self.llm_timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
             raise ConfigError(f"llm_timeout_s must be None or a positive number, got {t!r}")
+        self._validate_passages()
         if self.max_session_turns is not None and self.max_session_turns < 1:
             raise ConfigError("max_session_turns must be None or >= 1")
         if self.session_idle_seconds is not None and self.session_idle_seconds <= 0:
             raise ConfigError("session_idle_seconds must be None or > 0")
         return self
+
+    def _validate_passages(self) -> None:
+        for name in ("passages", "speaker_keys", "recall_calibrate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False")
+        for name in ("context_weight", "neighbour_weight", "recency_weight"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or not val >= 0:
+                raise ConfigError(f"{name} must be a number >= 0, got {val!r}")
+        span = self.neighbour_span
+        if isinstance(span, bool) or not isinstance(span, int) or span < 1:
+            raise ConfigError(f"neighbour_span must be a positive integer, got {span!r}")
+        if self.segment_vectors not in ("mean", "embed"):
+            raise ConfigError(
+                f"segment_vectors must be 'mean' or 'embed', got {self.segment_vectors!r}"
+            )
+        if self.budget_unit not in ("tokens", "words"):
+            raise ConfigError(f"budget_unit must be 'tokens' or 'words', got {self.budget_unit!r}")
 
     def ann_settings(self) -> AnnSettings:
         """The exact/approximate switch as `reflective_memory.storage.index.AnnSettings`."""

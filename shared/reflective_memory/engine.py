@@ -25,10 +25,12 @@ from reflective_memory.errors import (
     InvalidInputError,
     StoreClosedError,
 )
-from reflective_memory.llm import LLMClient, as_llm
+from reflective_memory.llm import LLMClient, as_llm, count_tokens
+from reflective_memory.passages import PassageSettings
 from reflective_memory.ranking import FusionWeights, pack_hits, rank_candidates
 from reflective_memory.recall import RecallConfig
 from reflective_memory.records import MemoryRecords
+from reflective_memory.retrieval_steps import RetrievalSteps
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.stored_rerank import StoredRerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector
@@ -58,7 +60,11 @@ def _comparable(a: datetime, b: datetime) -> bool:
     return (a.tzinfo is None) == (b.tzinfo is None)
 
 
-class ReflectiveMemory(SessionBuilding, MemoryRecords):
+def _count_words(text: str) -> int:
+    return len(text.split())
+
+
+class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
     """Long-term memory for many users, in one durable store.
 
     Args:
@@ -74,9 +80,9 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
             embedding segmenter).
         denoiser: Denoises memory keys before indexing (SeCom compression): `"none"`,
             `"offline"`, `"llmlingua"` or any object with `denoise(texts)` (see
-            `reflective_memory.denoise.Denoiser`). `None` uses `config.denoiser`. Only keys are denoised;
-            the LLM always gets the raw text. After changing it, `redenoise(user_id)` re-keys
-            a user's existing memories.
+            `reflective_memory.denoise.Denoiser`). `None` uses `config.denoiser`. Only keys
+            are denoised; the LLM always gets the raw text. After changing it,
+            `redenoise(user_id)` re-keys a user's existing memories.
         store: Keep everything in a database server instead of `path`: a
             `postgresql://...` URI (a `reflective_memory.storage.postgres.PostgresStore` with its
             own pool) or a store object (closed with this memory). Many processes may share one
@@ -151,6 +157,15 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
                 date_prefix=self.config.date_prefix,
             )
         self._fusion = FusionWeights(cfg.dense_weight, cfg.lexical_weight, cfg.rrf_k)
+        self._passage_settings = PassageSettings(
+            rrf_k=cfg.rrf_k,
+            context_weight=cfg.context_weight,
+            neighbour_weight=cfg.neighbour_weight,
+            neighbour_span=cfg.neighbour_span,
+            recency_weight=cfg.recency_weight,
+            date_header=cfg.date_prefix,
+        )
+        self._count = count_tokens if cfg.budget_unit == "tokens" else _count_words
         if hasattr(self.store, "update_blob"):  # rerankers live in the database
             self.rerank_stage: RerankStage = StoredRerankStage(
                 self.config, self.embedder, self.store
@@ -159,6 +174,8 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
             self.rerank_stage = RerankStage(
                 self.config, self.embedder, None if self.path is None else self.path / "rerankers"
             )
+        if self.path is not None:
+            self._end_stale_sessions()
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -289,6 +306,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
                 )
             )
         stored = self.store.add_turns(records)
+        self._index_turns(stored)
         self._auto_end(stored)
         return stored
 
@@ -334,7 +352,22 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
         reflect: bool | None = None,
         explore: bool | None = None,
     ) -> Retrieval:
-        """Rank a user's memories for a query.
+        """Rank a user's memories for a query and return what the reader should see.
+
+        By default (`config.passages`) retrieval is small-to-big: every indexed key (turns,
+        segments, topics, notes) is ranked, the ranking is resolved to turns (each unit votes
+        for the turns it was built from; see `reflective_memory.passages`), and:
+
+        * with `budget_tokens`, the best turns are packed into `passage` memories, one per
+          session (date header once, the chosen turns in order, `…` between runs), until the
+          budget is full; headers and role labels count against it, no turn appears twice;
+        * with only `k`, the hits are the top `k` turns (each turn's stored `turn` memory).
+
+        A passage is a `Memory` with `granularity="passage"`: its `turn_ids` are the turns it
+        holds, `metadata["positions"]` their places in the session and `metadata["sources"]`
+        the ids of the indexed units that voted for them. Passages are built per call and not
+        stored (`get_memory` does not know their ids). With `config.passages=False` or `views`,
+        the ranked units themselves are returned.
 
         Args:
             user_id: Whose memories to search (an unknown user gets an empty result).
@@ -342,14 +375,15 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
             k: Number of hits (may be as large as the user's memory count). Defaults to
                 `config.default_k` when `budget_tokens` is not given either.
             budget_tokens: Pack hits in rank order while their texts fit this many tokens
-                (counted by `reflective_memory.llm.count_tokens`: one per word or punctuation mark); a
-                hit that does not fit is skipped and smaller later hits may still fill the
-                budget. With `k` too, at most `k` hits.
+                (counted by `reflective_memory.llm.count_tokens`: one per word or punctuation
+                mark); a hit that does not fit is skipped and smaller later hits may still fill
+                the budget. With `k` too, at most `k` hits.
             mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
             recall: RF-Mem settings for this call: a `RecallConfig`, or a dict of fields that
                 override `config.recall` (e.g. `{"mode": "familiarity"}` or `{"alpha": 0.3}`).
             views: Memory kinds to search (override `config.retrieval_views`), e.g.
-                `("note", "segment")`; one ranking across them shares `k` / the budget.
+                `("note", "segment")`; one ranking across them shares `k` / the budget, and
+                the hits are those units themselves (no passages).
             reflect: Override `config.self_reflection`: let the LLM judge the hits and retrieve
                 again with its keywords (`diagnostics["reflection"]` shows every round).
             explore: Sample the reranked top-M with Gumbel noise (for learning from feedback);
@@ -422,9 +456,11 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
             qvec = self.embedder.encode(query[: self.config.embed_max_chars])
             timings["embed"] = (time.perf_counter() - t0) * 1000
 
-        want = k if k is not None else max(1, budget_tokens // 50)  # type: ignore[operator]
+        want = self._wanted(index, k, budget_tokens)
         n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
         explore = self.config.rerank_explore if explore is None else bool(explore)
+        if mode != "lexical":
+            rcfg = self._calibrated(index, rcfg, diagnostics)
         while True:
             order, scores = rank_candidates(
                 index, query, qvec, n, mode, rcfg, self._fusion, timings, diagnostics
@@ -444,16 +480,22 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
                     diagnostics=diagnostics,
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
-            hits, filled = pack_hits(
-                lambda ids: self.store.memories(user_id, ids),
-                index,
-                order,
-                scores,
-                k,
-                budget_tokens,
-                timings,
-                views,
-            )
+            if self.config.passages and views is None:
+                hits, filled = self._pack_passages(
+                    user_id, query, index, order, scores, k, budget_tokens, timings, diagnostics
+                )
+            else:
+                hits, filled = pack_hits(
+                    lambda ids: self.store.memories(user_id, ids),
+                    index,
+                    order,
+                    scores,
+                    k,
+                    budget_tokens,
+                    timings,
+                    views,
+                    count=self._count,
+                )
             if filled or n >= len(index):
                 break
             n = min(len(index), n * 4)
@@ -471,10 +513,10 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords):
         """Learn from which retrieved memories an answer used.
 
         Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
-        numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`. Each hit that
-        came from the reranked candidates gets reward +1 if cited and -1 if not; the episode
-        trains the reranker serving the retrieval's user (one update per `rerank_batch_size`
-        episodes), which is then saved under the store directory.
+        numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`.
+        Each hit that came from the reranked candidates gets reward +1 if cited and -1 if not;
+        the episode trains the reranker serving the retrieval's user (one update per
+        `rerank_batch_size` episodes), which is then saved under the store directory.
 
         Args:
             retrieval: The `Retrieval` the answer was generated from.

@@ -103,6 +103,7 @@ def pack_hits(
     budget: int | None,
     timings: dict[str, float],
     views: Sequence[str] | None = None,
+    count: Callable[[str], int] = count_tokens,
 ) -> tuple[list[Hit], bool]:
     """Fetch memories in rank order until `k` hits or the budget is full.
 
@@ -115,6 +116,7 @@ def pack_hits(
         budget: Token budget for the hits' texts.
         timings: Gets the fetch time in ms.
         views: Memory kinds to keep (None: all).
+        count: Token counter for the budget.
 
     Returns:
         The hits and whether the cut was reached (False: ran out of candidates).
@@ -135,7 +137,7 @@ def pack_hits(
                 continue
             sc = scores[s + j]
             if budget is not None:
-                cost = count_tokens(mem.text)
+                cost = count(mem.text)
                 if used + cost > budget:
                     if budget - used < 10:
                         filled = True

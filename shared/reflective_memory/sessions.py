@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,15 @@ from reflective_memory.errors import (
 from reflective_memory.rmm.topics import ReflectionReport, StoreTopicBank
 from reflective_memory.storage.base import MemoryDraft, session_fence
 from reflective_memory.types import Memory, Retrieval, Turn, Usage
-from reflective_memory.units import BASE_UNITS, build_units, denoise_drafts, raw_key, source_turns
+from reflective_memory.units import (
+    BASE_UNITS,
+    build_units,
+    denoise_drafts,
+    raw_key,
+    source_turns,
+    turn_unit_id,
+    unit_draft,
+)
 from reflective_memory.validation import check_id
 
 logger = logging.getLogger(__name__)
@@ -29,6 +38,16 @@ _BUILD_ATTEMPTS = 3
 
 
 __all__ = ["SessionBuilding"]
+
+
+def _age_seconds(then: datetime | None) -> float | None:
+    """Seconds from `then` to now (naive times are read as UTC), or None."""
+    if then is None:
+        return None
+    now = datetime.now(timezone.utc)
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return (now - then).total_seconds()
 
 
 class SessionBuilding:
@@ -119,9 +138,18 @@ class SessionBuilding:
         """
         turns = self.store.turns(user_id, session_id)
         fence = session_fence(turns)
+        turn_vecs = self._turn_vectors(user_id, session_id, turns)
         drafts = build_units(
-            turns, self.config.granularities, self.segmenter, date_prefix=self.config.date_prefix
+            turns,
+            self.config.granularities,
+            self.segmenter,
+            date_prefix=self.config.date_prefix,
+            turn_vectors=turn_vecs,
+            speaker_keys=self.config.speaker_keys,
         )
+        for d in drafts:
+            if d.granularity == "turn" and len(d.turn_ids) == 1:
+                d.id = turn_unit_id(user_id, session_id, d.turn_ids[0])
         self.denoise_keys(user_id, drafts)
         kinds: tuple[str, ...] = BASE_UNITS
         if self.config.conditional_memory:
@@ -131,7 +159,7 @@ class SessionBuilding:
         if self.reflector is not None:
             topics, report = self._reflect(user_id, session_id, turns)
             drafts = drafts + topics
-        vectors = self._embed_keys([d.key for d in drafts])
+        vectors = self._unit_vectors(drafts, turns, turn_vecs)
         memories = self.store.replace_session_memories(
             user_id, session_id, kinds, drafts, vectors, self.embedder.name, fence=fence
         )
@@ -148,6 +176,117 @@ class SessionBuilding:
             len(memories),
         )
         return memories
+
+    def _index_turns(self, stored: Sequence[Turn]) -> None:
+        """Index newly stored turns as `turn` units so the next `retrieve` finds them.
+
+        The turns are already committed; if embedding fails the units are stored with a
+        placeholder vector marked `pending`, which the index build embeds again (so the turn
+        is still found by BM25 at once and by dense search as soon as the embedder works).
+        """
+        if not stored or "turn" not in self.config.granularities:
+            return
+        by_user: dict[str, list[MemoryDraft]] = {}
+        texts: dict[str, list[str]] = {}
+        for t in stored:
+            texts.setdefault(t.user_id, []).append(t.text)
+            info = self.store.session(t.user_id, t.session_id) if t.position else None
+            first = info.first_time if info is not None else t.timestamp
+            draft = unit_draft(
+                "turn",
+                [t],
+                first,
+                date_prefix=self.config.date_prefix,
+                speaker_keys=self.config.speaker_keys,
+            )
+            draft.id = turn_unit_id(t.user_id, t.session_id, t.turn_id)
+            draft.metadata = {**(draft.metadata or {}), "key_denoiser": "none"}
+            by_user.setdefault(t.user_id, []).append(draft)
+        for user_id, drafts in by_user.items():
+            model = self.embedder.name
+            try:
+                vectors = self._embed_keys(texts[user_id])
+            except Exception:  # the turns are committed; the index build embeds them later
+                logger.exception("embedding new turns of user %s failed; indexed later", user_id)
+                vectors = np.zeros((len(drafts), self.embedder.dim), np.float32)
+                model = "pending"
+            self.store.upsert_memories(user_id, drafts, vectors, model)
+
+    def _end_stale_sessions(self) -> None:
+        """On reopening a store, end open sessions idle longer than `session_idle_seconds`.
+
+        A session's last activity is its last turn's timestamp (its creation time when its
+        turns carry none). Failures are logged; the turns stay committed and indexed.
+        """
+        idle = self.config.session_idle_seconds
+        if idle is None:
+            return
+        for user_id in self.store.users():
+            for info in self.store.sessions(user_id, status="open"):
+                age = _age_seconds(info.last_time or info.created_at)
+                if age is None or age <= idle:
+                    continue
+                try:
+                    self.end_session(user_id, info.session_id)
+                except Exception:
+                    logger.exception(
+                        "ending stale session %s of user %s failed", info.session_id, user_id
+                    )
+
+    def _turn_vectors(
+        self, user_id: str, session_id: str, turns: Sequence[Turn]
+    ) -> np.ndarray | None:
+        """Stored vectors of a session's raw turn keys (embedding the ones missing), or None.
+
+        The turn units indexed by `add_turn` already hold them, so ending a session embeds
+        nothing twice.
+        """
+        if not turns:
+            return None
+        ids = [turn_unit_id(user_id, session_id, t.turn_id) for t in turns]
+        found = {m.id: m for m in self.store.memories(user_id, ids)}
+        stored = self.store.vectors(user_id, ids, self.embedder.name)
+        out = np.zeros((len(turns), self.embedder.dim), np.float32)
+        speakers = self.config.speaker_keys
+        missing = []
+        for i, (mid, t) in enumerate(zip(ids, turns, strict=True)):
+            mem = found.get(mid)
+            vec = stored.get(mid)
+            if mem is not None and vec is not None and mem.key == raw_key([t], speakers):
+                out[i] = vec
+            else:
+                missing.append(i)
+        if missing:
+            out[missing] = self._embed_keys([turns[i].text for i in missing])
+        return out
+
+    def _unit_vectors(
+        self, drafts: Sequence[MemoryDraft], turns: Sequence[Turn], turn_vecs: np.ndarray | None
+    ) -> np.ndarray:
+        """Vectors of a session's unit keys.
+
+        Raw turn keys reuse their turn's vector; multi-turn units with raw keys get the
+        normalised mean of their turns' vectors when `segment_vectors="mean"`; other keys
+        (denoised, or `segment_vectors="embed"`) are embedded.
+        """
+        out = np.zeros((len(drafts), self.embedder.dim), np.float32)
+        todo: list[int] = []
+        pos = {t.turn_id: i for i, t in enumerate(turns)}
+        for i, d in enumerate(drafts):
+            idx = [pos[tid] for tid in d.turn_ids if tid in pos]
+            raw = raw_key([turns[j] for j in idx], self.config.speaker_keys) if idx else None
+            if turn_vecs is None or not idx or d.key != raw:
+                todo.append(i)
+            elif len(idx) == 1:
+                out[i] = turn_vecs[idx[0]]
+            elif self.config.segment_vectors == "mean":
+                v = turn_vecs[idx].mean(axis=0)
+                out[i] = v / max(float(np.linalg.norm(v)), 1e-12)
+            else:
+                todo.append(i)
+        if todo:
+            out[todo] = self._embed_keys([drafts[i].key for i in todo])
+        return out
 
     def _note_drafts(
         self, user_id: str, session_id: str, turns: Sequence[Turn]
@@ -282,7 +421,7 @@ class SessionBuilding:
                     logger.warning("cannot rebuild the key of memory %s; left as is", mem.id)
                     continue
                 todo.append(mem)
-                sources.append(raw_key(src))
+                sources.append(raw_key(src, self.config.speaker_keys))
         if not todo:
             return 0
         drafts = [

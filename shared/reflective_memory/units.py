@@ -7,9 +7,13 @@ SeCom segmenter, whole sessions); `denoise_drafts` replaces each unit's key by i
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+
+import numpy as np
 
 from reflective_memory.denoise import Denoiser, denoiser_name, fitted_on
 from reflective_memory.errors import ModelLoadError, ReflectiveMemoryError
@@ -21,6 +25,7 @@ from reflective_memory.types import Memory, Turn
 __all__ = [
     "BASE_UNITS",
     "build_units",
+    "turn_unit_id",
     "unit_draft",
     "raw_key",
     "source_turns",
@@ -34,8 +39,36 @@ logger = logging.getLogger(__name__)
 BASE_UNITS = ("turn", "session", "segment")
 
 
-def raw_key(turns: Sequence[Turn]) -> str:
-    """The undenoised key of a unit: its turns' texts, one per line."""
+def turn_unit_id(user_id: str, session_id: str, turn_id: str) -> str:
+    """The stable memory id of a turn's `turn` unit (the same at `add_turn` and `end_session`)."""
+    h = hashlib.sha1("\x1f".join([user_id, session_id, turn_id]).encode()).hexdigest()
+    return f"turn-{h[:20]}"
+
+
+def _segment(
+    segmenter: Segmenter, turns: Sequence[Turn], turn_vectors: np.ndarray | None
+) -> list[tuple[int, int]]:
+    """Cut a session, handing the turns' vectors to segmenters that accept them."""
+    if turn_vectors is not None:
+        try:
+            accepts = "turn_vectors" in inspect.signature(segmenter.segment).parameters
+        except (TypeError, ValueError):
+            accepts = False
+        if accepts:
+            return segmenter.segment(turns, turn_vectors=turn_vectors)  # type: ignore[call-arg]
+    return segmenter.segment(turns)
+
+
+def raw_key(turns: Sequence[Turn], speakers: bool = False) -> str:
+    """The undenoised key of a unit: its turns' texts, one per line.
+
+    Args:
+        turns: The unit's turns.
+        speakers: Start each line with the speaker (`Kate: ...`), so keyword search finds
+            what a named person said. Dense vectors are still made from the utterances alone.
+    """
+    if speakers:
+        return "\n".join(f"{t.role}: {t.text}" for t in turns)
     return "\n".join(t.text for t in turns)
 
 
@@ -63,6 +96,7 @@ def unit_draft(
     session_time: datetime | None,
     *,
     date_prefix: bool = True,
+    speaker_keys: bool = False,
 ) -> MemoryDraft:
     """One memory unit over consecutive turns of a session.
 
@@ -71,6 +105,7 @@ def unit_draft(
         turns: The unit's turns, in order.
         session_time: The session's time (its date heads the text when `date_prefix`).
         date_prefix: Start the text with the session date.
+        speaker_keys: Put the speaker in front of each line of the key (see `raw_key`).
     """
     body = "\n".join(f"{t.role}: {t.text}" for t in turns)
     date = format_date(session_time) if date_prefix else ""
@@ -80,7 +115,7 @@ def unit_draft(
         session_id=turns[0].session_id,
         granularity=granularity,
         text=text,
-        key=raw_key(turns),
+        key=raw_key(turns, speaker_keys),
         turn_ids=tuple(t.turn_id for t in turns),
         start_time=times[0] if times else None,
         end_time=times[-1] if times else None,
@@ -94,6 +129,8 @@ def build_units(
     segmenter: Segmenter,
     *,
     date_prefix: bool = True,
+    turn_vectors: np.ndarray | None = None,
+    speaker_keys: bool = False,
 ) -> list[MemoryDraft]:
     """Memory units of one session for every granularity in `granularities` (not yet stored).
 
@@ -102,6 +139,9 @@ def build_units(
         granularities: Unit kinds among `BASE_UNITS`.
         segmenter: Cuts the session for the `segment` kind.
         date_prefix: Start each unit's text with the session date.
+        turn_vectors: Embeddings of the raw turns (one row per turn), handed to segmenters
+            that can use them instead of embedding the session again.
+        speaker_keys: Put the speaker in front of each line of the keys (see `raw_key`).
 
     Returns:
         Drafts whose `text` is the raw turns (with the session date first when known) and
@@ -116,11 +156,15 @@ def build_units(
         elif granularity == "session":
             spans = [(0, len(turns))]
         else:
-            spans = check_spans(segmenter.segment(turns), len(turns))
+            spans = check_spans(_segment(segmenter, turns, turn_vectors), len(turns))
         for start, end in spans:
             drafts.append(
                 unit_draft(
-                    granularity, turns[start:end], turns[0].timestamp, date_prefix=date_prefix
+                    granularity,
+                    turns[start:end],
+                    turns[0].timestamp,
+                    date_prefix=date_prefix,
+                    speaker_keys=speaker_keys,
                 )
             )
     return drafts

@@ -45,7 +45,11 @@ def test_agent_example_uses_middleware_and_store(tmp_path, capsys):
     assert out["facts"] == ["fact: my sister Lea lives in Porto."]
     cat, sister, everything = out["day_2"]
     assert "Miso" in cat and cat.endswith("]")
-    assert sister == 'You told me: "my sister Lea lives in Porto." [0]'  # the store item
+    # the store item or the day-1 turn itself (every turn is searchable at once)
+    assert sister in (
+        'You told me: "my sister Lea lives in Porto." [0]',
+        'You told me: "Remember: my sister Lea lives in Porto." [0]',
+    )
     assert everything.startswith("- my sister Lea lives in Porto.")  # list_facts tool
 
 

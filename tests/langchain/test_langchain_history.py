@@ -57,7 +57,9 @@ def test_durable_across_reopen_and_end_session_builds_memories(tmp_path):
     with new_memory(path=tmp_path) as mem:
         h = ReflectiveChatMessageHistory(memory=mem, user_id="ana", session_id="d")
         assert [m.text for m in h.messages] == ["I keep bees on my roof.", "How many hives?"]
-        assert mem.memories("ana") == []
+        # each turn is indexed at once as a turn unit; ending the session adds its segments
+        assert {m.granularity for m in mem.memories("ana")} == {"turn"}
+        assert mem.retrieve("ana", "bees roof").hits
         built = h.end_session()
         assert built and "bees" in built[0].text
         assert mem.retrieve("ana", "bees roof").hits

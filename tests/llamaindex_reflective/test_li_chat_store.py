@@ -56,7 +56,9 @@ def test_seven_methods(mem):
 
 
 def test_users_are_isolated_and_durable(tmp_path):
-    mem = ReflectiveMemory(tmp_path / "m", embedder=__import__("reflective_memory").HashingEmbedder(64))
+    mem = ReflectiveMemory(
+        tmp_path / "m", embedder=__import__("reflective_memory").HashingEmbedder(64)
+    )
     a = ReflectiveChatStore(memory=mem, user_id="ana")
     b = ReflectiveChatStore(memory=mem, user_id="bob")
     a.add_message("chat", U("ana secret"))
@@ -64,7 +66,9 @@ def test_users_are_isolated_and_durable(tmp_path):
     assert texts(a.get_messages("chat")) == [("user", "ana secret")]
     assert texts(b.get_messages("chat")) == [("user", "bob secret")]
     mem.close()
-    mem2 = ReflectiveMemory(tmp_path / "m", embedder=__import__("reflective_memory").HashingEmbedder(64))
+    mem2 = ReflectiveMemory(
+        tmp_path / "m", embedder=__import__("reflective_memory").HashingEmbedder(64)
+    )
     again = ReflectiveChatStore(memory=mem2, user_id="ana")
     assert texts(again.get_messages("chat")) == [("user", "ana secret")]
     assert again.forget("chat") == 1 and again.get_keys() == [] and again.forget("chat") == 0

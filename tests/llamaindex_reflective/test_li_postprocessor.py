@@ -346,7 +346,8 @@ def _chatty_nodes():
 
 
 def test_denoise_uses_the_engines_denoiser_on_chatty_text():
-    mem = ReflectiveMemory(embedder=HashingEmbedder(), config=MemoryConfig(denoise_rate=0.4))
+    cfg = MemoryConfig(denoiser="offline", denoise_rate=0.4)  # the offline denoiser, opted in
+    mem = ReflectiveMemory(embedder=HashingEmbedder(), config=cfg)
     query = "what's the name of my puppy?"
     raw = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=4)
     clean = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=4, denoise=True)

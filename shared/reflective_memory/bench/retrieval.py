@@ -142,8 +142,9 @@ class BenchResult:
 def _default_factory(
     unit: str, embedder: Embedder, denoiser: Any | None = None
 ) -> ReflectiveMemory:
+    plain = {"passages": False, "speaker_keys": False}  # units ranked as they are (issue 2)
     if unit == "window":
-        cfg = MemoryConfig(granularities=("segment",))
+        cfg = MemoryConfig(granularities=("segment",), **plain)
         return ReflectiveMemory(
             None,
             embedder=embedder,
@@ -152,7 +153,10 @@ def _default_factory(
             denoiser=denoiser,
         )
     return ReflectiveMemory(
-        None, embedder=embedder, config=MemoryConfig(granularities=(unit,)), denoiser=denoiser
+        None,
+        embedder=embedder,
+        config=MemoryConfig(granularities=(unit,), **plain),
+        denoiser=denoiser,
     )
 
 
@@ -353,11 +357,47 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _run_systems(args: argparse.Namespace, convs: list[Conversation], budgets: list[int]) -> int:
+    from reflective_memory.bench.systems import (
+        ABLATIONS,
+        BASELINES,
+        DEFAULT,
+        format_systems,
+        run_systems,
+        system_by_name,
+    )
+
+    main = [DEFAULT, *BASELINES]
+    if args.ablations == "all":
+        ablations = list(ABLATIONS)
+    elif args.ablations in ("", "none"):
+        ablations = []
+    else:
+        ablations = [system_by_name(n) for n in args.ablations.split(";") if n.strip()]
+    denoiser = None if args.denoiser == "default" else parse_denoiser(args.denoiser)
+    res = run_systems(
+        convs,
+        [*main, *ablations],
+        embedder=make_embedder(args.embedder, args.cache),
+        budgets=budgets,
+        coverage_fn=coverage_at_budget,
+        denoiser=denoiser,
+    )
+    print(f"data: {args.data} ({len(convs)} conversations)")  # noqa: T201
+    print(format_systems(res, main, ablations, budgets))  # noqa: T201
+    if args.json is not None:
+        with open(args.json, "w") as fh:
+            json.dump(res.summary(), fh, indent=2)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     convs = load_conversations(args.data)
     if args.limit is not None:
         convs = convs[: args.limit]
     budgets = [int(b) for b in _split(args.budgets)]
+    if args.units is None:
+        return _run_systems(args, convs, budgets)
     denoiser = parse_denoiser(args.denoiser, args.denoiser_model)
     res = run_retrieval_bench(
         convs,
@@ -386,7 +426,17 @@ def register(bench: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--data", required=True, help="conversation file (.json or .json.gz)")
-    p.add_argument("--units", default="turn,session,window", help=f"comma list of {UNITS}")
+    p.add_argument(
+        "--units",
+        default=None,
+        help=f"comma list of {UNITS}: the per-unit table of issue 2 instead of the default "
+        "config next to plain baselines",
+    )
+    p.add_argument(
+        "--ablations",
+        default="all",
+        help="ablation rows beside the default: 'all', 'none' or ';'-separated row names",
+    )
     p.add_argument(
         "--modes",
         default="dense,hybrid",

@@ -16,7 +16,8 @@ Two paths build the records of one session:
   knowledge of the kept ones, so the decision and the record cost one call together. Utterances
   the LLM leaves out, or answers about in a form that does not parse, get the offline decision;
   when a call fails outright, its whole chunk does. No user turn is ever left undecided.
-* **Offline path** (`heuristic_note`, in `reflective_memory.conditional.memorize`): sentence-level cues (first-person
+* **Offline path** (`heuristic_note`, in `reflective_memory.conditional.memorize`): sentence-level
+cues (first-person
   facts, preferences, plans, requirements, corrections) select the sentences to keep; the context
   is the question the user asked alongside and the assistant turn just before.
 

@@ -30,7 +30,7 @@ from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadEr
 from reflective_memory.rmm.citations import attribute, echoes_instructions, parse_citations
 from reflective_memory.rmm.episodes import Episode, FitReport
 from reflective_memory.rmm.features import citation_rewards, rank_prior
-from reflective_memory.rmm.reranker import Reranker
+from reflective_memory.rmm.reranker import Reranker, RerankResult
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.types import Retrieval
 
@@ -300,8 +300,12 @@ class RerankStage:
         prior = rank_prior(cand @ q)
         rr = self.reranker(user_id)
         feats = rr.feature_matrix([index.keys[p] for p in head])
-        with self._lock:
-            res = rr.rerank(q, cand, prior, explore=explore, features=feats)
+        if rr.n_updates_ == 0 and not explore:
+            # an untrained reranker keeps the retriever's order: skip scoring it
+            res = RerankResult(list(range(k)), np.asarray(prior, dtype=np.float32), False)
+        else:
+            with self._lock:
+                res = rr.rerank(q, cand, prior, explore=explore, features=feats)
         new_head = [head[i] for i in res.order]
         new_scores = []
         for i in res.order:
@@ -401,6 +405,16 @@ class RerankStage:
             out.reason = "the retrieval was not reranked or its memories changed"
             return out
         where = {mid: i for i, mid in enumerate(ctx.ids)}
+        # a passage hit stands for the best-ranked reranked unit among its sources
+        taken = {where[h.memory.id] for h in retrieval.hits[:n] if h.memory.id in where}
+        for h in range(n):
+            mem = retrieval.hits[h].memory
+            if mem.id not in where:
+                for src in mem.metadata.get("sources") or ():
+                    if src in where and where[src] not in taken:
+                        where[mem.id] = where[src]
+                        taken.add(where[src])
+                        break
         shown_hits = [h for h in range(n) if retrieval.hits[h].memory.id in where]
         if not shown_hits:
             out.reason = "no hit came from the reranked candidates"

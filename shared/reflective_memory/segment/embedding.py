@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -246,6 +247,7 @@ class _UnitSegmenter(ABC):
         self._embedder = embedder
         self.unit = unit
         self.max_chars = max_chars
+        self._given = threading.local()
 
     @property
     def embedder(self) -> Embedder:
@@ -269,17 +271,38 @@ class _UnitSegmenter(ABC):
         texts = list(texts)
         return boundaries_to_spans(self.boundaries_for_texts(texts, texts), len(texts))
 
-    def segment(self, turns: Sequence[Turn]) -> list[tuple[int, int]]:
-        """See `Segmenter.segment`."""
+    def segment(
+        self, turns: Sequence[Turn], turn_vectors: np.ndarray | None = None
+    ) -> list[tuple[int, int]]:
+        """See `Segmenter.segment`.
+
+        Args:
+            turns: The session's turns.
+            turn_vectors: Optional embeddings of the turns (one row each); a unit's vector is
+                then the normalised mean of its turns' vectors instead of a new embedding.
+        """
         turns = list(turns)
         if not turns:
             return []
         units, texts, leads = self._units(turns)
-        starts = self.boundaries_for_texts(texts, leads) if len(units) > 2 else []
+        given = None
+        if turn_vectors is not None and len(turn_vectors) == len(turns):
+            vecs = np.asarray(turn_vectors, dtype=np.float32)
+            rows = [vecs[a:b].mean(axis=0) for a, b in units]
+            given = np.vstack(rows) if rows else np.zeros((0, vecs.shape[1]), np.float32)
+            given /= np.maximum(np.linalg.norm(given, axis=1, keepdims=True), 1e-12)
+        self._given.vectors = given
+        try:
+            starts = self.boundaries_for_texts(texts, leads) if len(units) > 2 else []
+        finally:
+            self._given.vectors = None
         unit_segs = boundaries_to_spans(starts, len(units))
         return check_spans(units_to_turn_spans(unit_segs, units), len(turns))
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        given = getattr(self._given, "vectors", None)
+        if given is not None and len(given) == len(texts):
+            return given
         return np.asarray(self.embedder.encode(list(texts)), dtype=np.float32)
 
 

@@ -156,7 +156,7 @@ class ChatService:
         return "\n".join(f"{t.role}: {t.text}" for t in turns) or None
 
     def send(self, user_id: str, session_id: str, message: str) -> Exchange:
-        """Store the message, retrieve memories for it, answer, store the answer.
+        """Retrieve memories for the message, store it, answer, store the answer.
 
         Raises:
             InvalidInputError: Bad user id, session id or message (nothing is stored).
@@ -166,10 +166,11 @@ class ChatService:
         message = self.check_message(message)
         with self._user_lock(user_id):
             context = self._context(user_id, session_id)
+            # Recall first: the new message is searchable once stored and would find itself.
+            retrieval = self.memory.retrieve(user_id, message, k=self.k)
             user_turn = self.memory.add_turn(
                 user_id, session_id, "user", message, timestamp=datetime.now()
             )
-            retrieval = self.memory.retrieve(user_id, message, k=self.k)
             answer = self.answerer.answer(message, list(retrieval.hits), context)
             reply_turn = self.memory.add_turn(
                 user_id, session_id, "assistant", answer.text, timestamp=datetime.now()

@@ -124,6 +124,10 @@ class MemoryStore(Protocol):
         """Ids, keys, raw embedding blobs and model names of a user's memories."""
         ...
 
+    def vectors(self, user_id: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
+        """Stored embeddings (by `model`) of the given memories; others are left out."""
+        ...
+
     def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
         """Store (re)computed embeddings without changing the user's version."""
         ...

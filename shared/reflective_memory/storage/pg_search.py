@@ -91,14 +91,23 @@ class PgSearchMixin:
                         logger.info("created HNSW index %s", vector_index_name(dim))
                 self._dims.add(dim)
 
-    def vectors(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """Stored embeddings of some of a user's memories, by id (missing ids left out)."""
+    def vectors(
+        self, user_id: str, ids: Sequence[str], model: str | None = None
+    ) -> dict[str, np.ndarray]:
+        """Stored embeddings of some of a user's memories, by id (missing ids left out).
+
+        With `model`, only embeddings made by that model (the store contract's `vectors`).
+        """
+        sql = (
+            f"SELECT id, embedding FROM {self._s}.memories WHERE user_id=%s AND id = ANY(%s) "
+            "AND embedding IS NOT NULL"
+        )
+        args: tuple[Any, ...] = (user_id, list(ids))
+        if model is not None:
+            sql += " AND embed_model=%s"
+            args = (*args, model)
         with self._conn() as conn, conn.cursor(binary=True) as cur:
-            rows = cur.execute(
-                f"SELECT id, embedding FROM {self._s}.memories WHERE user_id=%s AND id = ANY(%s) "
-                "AND embedding IS NOT NULL",
-                (user_id, list(ids)),
-            ).fetchall()
+            rows = cur.execute(sql, args).fetchall()
         return {r[0]: to_vector(r[1]) for r in rows}
 
     def dense_search(

@@ -1,7 +1,8 @@
 """The embedded store: SQLite (WAL) is the source of truth for turns, sessions and memories.
 
 `SQLiteStore` implements `reflective_memory.storage.base.MemoryStore`. Vector and
-lexical indexes are derived caches (see `reflective_memory.storage.index`) rebuilt from what is stored here.
+lexical indexes are derived caches (see `reflective_memory.storage.index`) rebuilt from what is
+stored here.
 """
 
 from __future__ import annotations
@@ -562,6 +563,24 @@ class SQLiteStore:
             [r[2] for r in rows],
             [r[3] for r in rows],
         )
+
+    @_guarded
+    def vectors(self, user_id: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
+        """Stored embeddings of some memories of a user made by `model` (others left out)."""
+        out: dict[str, np.ndarray] = {}
+        ids = list(ids)
+        with self._lock:
+            for s in range(0, len(ids), 500):
+                chunk = ids[s : s + 500]
+                marks = ",".join("?" * len(chunk))
+                for mid, blob, m in self.conn.execute(
+                    f"SELECT id, embedding, embed_model FROM memories WHERE user_id=? "
+                    f"AND id IN ({marks})",
+                    (user_id, *chunk),
+                ):
+                    if blob is not None and m == model:
+                        out[mid] = np.frombuffer(blob, dtype=np.float32)
+        return out
 
     @_guarded
     def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:

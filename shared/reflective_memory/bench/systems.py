@@ -1,0 +1,324 @@
+"""Named retrieval systems for `bench retrieval`: the library default, plain baselines, ablations.
+
+Every system is a `ReflectiveMemory` built from a config; the bench ingests a conversation into
+each (add the turns, end each session), asks every question and measures evidence coverage
+inside what the system returns for a budget of N words:
+
+* **passage systems** (the default `ReflectiveMemory()` and its ablations) are asked with
+  `retrieve(budget_tokens=N)` and a memory that counts its budget in whitespace words
+  (`budget_unit="words"`, the bench's unit); coverage is the fraction of evidence turns inside
+  the returned passages, which hold those turns whole, headers included in the N words;
+* **plain systems** (the baselines a user can write in twenty lines: one unit per turn or per
+  5-turn window, raw keys, no reranker) return a ranking that the bench packs in rank order into
+  N words (a unit that does not fit is skipped), as in issue 2.
+
+Latency is one `retrieve` per question (a budget of 1,000 words for passage systems, `k=10` for
+plain ones), after a warm-up query; the query is always embedded for real.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from reflective_memory.bench.datasets import Conversation
+from reflective_memory.config import MemoryConfig
+from reflective_memory.embed import Embedder
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import ConfigError
+from reflective_memory.segment.base import FixedWindowSegmenter
+from reflective_memory.types import Retrieval
+
+__all__ = [
+    "System",
+    "BASELINES",
+    "ABLATIONS",
+    "system_by_name",
+    "SystemsResult",
+    "run_systems",
+    "format_systems",
+]
+
+_PLAIN = {"denoiser": "none", "rerank": False, "passages": False, "speaker_keys": False}
+
+
+@dataclass(frozen=True)
+class System:
+    """One configuration under test.
+
+    Attributes:
+        name: Row label.
+        config: `MemoryConfig` overrides (on top of the library defaults).
+        mode: Retrieval mode passed to `retrieve` (`None`: the config's).
+        window: Fixed-window segmenter of this many turns (plain window baselines).
+        what: One line saying what the row is.
+    """
+
+    name: str
+    config: dict[str, Any] = field(default_factory=dict)
+    mode: str | None = None
+    window: int | None = None
+    what: str = ""
+
+    @property
+    def passages(self) -> bool:
+        """Whether the system returns passages (packed by the engine)."""
+        return bool(self.config.get("passages", True))
+
+    def build(self, embedder: Embedder, denoiser: Any | None = None) -> ReflectiveMemory:
+        """A fresh in-memory `ReflectiveMemory` of this system."""
+        cfg = dict(self.config)
+        if self.passages:
+            cfg["budget_unit"] = "words"
+        # the bench ends every session itself; nothing ends on idle time or turn count
+        cfg.setdefault("session_idle_seconds", None)
+        cfg.setdefault("max_session_turns", None)
+        config = MemoryConfig(**cfg)
+        segmenter = FixedWindowSegmenter(self.window) if self.window is not None else None
+        return ReflectiveMemory(
+            None, embedder=embedder, config=config, segmenter=segmenter, denoiser=denoiser
+        )
+
+
+DEFAULT = System("default", {}, what="ReflectiveMemory() as shipped")
+BASELINES = (
+    System(
+        "turn dense",
+        {**_PLAIN, "granularities": ("turn",)},
+        mode="dense",
+        what="one unit per turn, MiniLM top-k",
+    ),
+    System(
+        "turn dense+BM25",
+        {**_PLAIN, "granularities": ("turn",)},
+        mode="hybrid",
+        what="one unit per turn, MiniLM and BM25 fused by reciprocal rank",
+    ),
+    System(
+        "5-turn window BM25",
+        {**_PLAIN, "granularities": ("segment",)},
+        mode="lexical",
+        window=5,
+        what="fixed windows of 5 turns, BM25",
+    ),
+)
+ABLATIONS = (
+    System("- segment keys", {"granularities": ("turn",)}, what="turn keys only"),
+    System("- segment context votes", {"context_weight": 0.0}, what="segments searched, no vote"),
+    System("- recency", {"recency_weight": 0.0}, what="no time-aware boost"),
+    System("- speaker in keys", {"speaker_keys": False}, what="BM25 keys without speakers"),
+    System("- date headers", {"date_prefix": False}, what="passages without a date header"),
+    System("- reranker stage", {"rerank": False}, what="untrained reranker removed"),
+    System("+ neighbours", {"neighbour_weight": 0.5}, what="turn hits lend votes to neighbours"),
+    System("+ offline denoiser", {"denoiser": "offline"}, what="denoised keys (re-embedded)"),
+    System("+ RF-Mem gate", {"recall": {"mode": "rfmem"}}, what="RF-Mem, self-calibrated gate"),
+)
+
+
+def system_by_name(name: str) -> System:
+    """Look a system up by its row name (default, baselines, ablations)."""
+    for s in (DEFAULT, *BASELINES, *ABLATIONS):
+        if s.name == name:
+            return s
+    raise ConfigError(f"unknown bench system {name!r}")
+
+
+@dataclass
+class SystemsResult:
+    """Numbers of one `run_systems` call."""
+
+    coverage: dict[tuple[str, int], list[float]] = field(default_factory=lambda: defaultdict(list))
+    by_type: dict[tuple[str, str, int], list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    latency_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    ingest: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0]))
+    paths: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    over_budget: int = 0
+    questions: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        """Plain-dict means (JSON-friendly)."""
+        return {
+            "questions": self.questions,
+            "over_budget": self.over_budget,
+            "coverage": {f"{s}/{b}": float(np.mean(v)) for (s, b), v in self.coverage.items()},
+            "coverage_by_type": {
+                f"{s}/{t}/{b}": float(np.mean(v)) for (s, t, b), v in self.by_type.items()
+            },
+            "latency_ms": {
+                s: {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95))}
+                for s, v in self.latency_ms.items()
+            },
+            "ingest_turns_per_s": {
+                s: float(v[1] / max(v[0], 1e-9)) for s, v in self.ingest.items()
+            },
+            "paths": {
+                s: {p: v.count(p) / len(v) for p in sorted(set(v))} for s, v in self.paths.items()
+            },
+        }
+
+
+class _RepeatQuery:
+    """Embedder wrapper that reuses the vector of the query embedded just before.
+
+    Each question is asked once for the latency (embedded for real) and then once per budget;
+    the repeats reuse that vector so the bench does not pay the query embedding five more times.
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._last: tuple[str, np.ndarray] | None = None
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def encode(self, texts: Any) -> np.ndarray:
+        if isinstance(texts, str):
+            if self._last is not None and self._last[0] == texts:
+                return self._last[1]
+            vec = self.inner.encode(texts)
+            self._last = (texts, vec)
+            return vec
+        return self.inner.encode(texts)
+
+
+def _covered(retrieval: Retrieval, evidence: set[str], budget: int) -> tuple[float, int]:
+    words = sum(len(h.memory.text.split()) for h in retrieval.hits)
+    got: set[str] = set()
+    for h in retrieval.hits:
+        got.update(h.memory.turn_ids)
+    return len(evidence & got) / len(evidence), words
+
+
+def run_systems(
+    conversations: Sequence[Conversation],
+    systems: Sequence[System],
+    *,
+    embedder: Embedder,
+    budgets: Sequence[int],
+    coverage_fn: Callable[[Retrieval, set[str], int], tuple[float, int]],
+    denoiser: Any | None = None,
+    progress: bool = True,
+) -> SystemsResult:
+    """Ingest every conversation into every system and measure coverage, latency and ingest.
+
+    Args:
+        conversations: Conversations with questions.
+        systems: Systems to compare.
+        embedder: Shared embedder.
+        budgets: Word budgets.
+        coverage_fn: Packs a plain ranking into N words and returns `(coverage, words)`.
+        denoiser: Denoiser override for every system (`None`: each config's).
+        progress: Show a progress bar.
+    """
+    res = SystemsResult()
+    embedder.encode(["load the model before anything is timed"])
+    embedder = _RepeatQuery(embedder)  # type: ignore[assignment]
+    for conv in conversations:  # every system then reads the turn vectors on equal terms
+        embedder.encode([t["text"][:4000] for s in conv.sessions for t in s.turns])
+    todo = [(c, s) for c in conversations for s in systems]
+    for conv, system in tqdm(todo, desc="bench retrieval", disable=not progress):
+        mem = system.build(embedder, denoiser)
+        try:
+            t0 = time.perf_counter()
+            for s in conv.sessions:
+                if not s.turns:
+                    continue
+                mem.add_turns(
+                    [{**t, "user_id": conv.user_id, "session_id": s.session_id} for t in s.turns]
+                )
+                mem.end_session(conv.user_id, s.session_id)
+            res.ingest[system.name][0] += time.perf_counter() - t0
+            res.ingest[system.name][1] += conv.n_turns
+            n_units = mem.stats(conv.user_id)["memories"]
+            mem.retrieve(conv.user_id, "warm-up query", k=1, mode=system.mode)
+            for q in conv.questions:
+                evidence = set(q.evidence)
+                if system is systems[0]:
+                    res.questions += 1
+                if not evidence:
+                    continue
+                t1 = time.perf_counter()
+                if system.passages:
+                    top = mem.retrieve(conv.user_id, q.question, budget_tokens=1000)
+                else:
+                    top = mem.retrieve(conv.user_id, q.question, k=10, mode=system.mode)
+                res.latency_ms[system.name].append((time.perf_counter() - t1) * 1000)
+                res.paths[system.name].append(str(top.diagnostics.get("path")))
+                ranking = None
+                if not system.passages:
+                    ranking = mem.retrieve(conv.user_id, q.question, k=n_units, mode=system.mode)
+                for b in budgets:
+                    if ranking is None:
+                        r = mem.retrieve(conv.user_id, q.question, budget_tokens=b)
+                        cov, words = _covered(r, evidence, b)
+                        res.over_budget += int(words > b)
+                    else:
+                        cov, _ = coverage_fn(ranking, evidence, b)
+                    res.coverage[(system.name, b)].append(cov)
+                    res.by_type[(system.name, q.qtype or "-", b)].append(cov)
+        finally:
+            mem.close()
+    return res
+
+
+def format_systems(
+    res: SystemsResult,
+    main: Sequence[System],
+    ablations: Sequence[System],
+    budgets: Sequence[int],
+    *,
+    type_rows: Sequence[str] = ("knowledge-update",),
+) -> str:
+    """The main table (default next to baselines), the ablation table and per-type rows."""
+    s = res.summary()
+    head = "| system | " + " | ".join(f"cov@{b}" for b in budgets)
+
+    def row(name: str) -> str:
+        covs = [
+            f"{np.mean(res.coverage[(name, b)]):.3f}" if res.coverage[(name, b)] else "-"
+            for b in budgets
+        ]
+        lat = s["latency_ms"].get(name, {"p50": float("nan"), "p95": float("nan")})
+        ing = s["ingest_turns_per_s"].get(name, float("nan"))
+        return (
+            f"| {name} | "
+            + " | ".join(covs)
+            + (f" | {lat['p50']:.1f} | {lat['p95']:.1f} | {ing:.0f} |")
+        )
+
+    lines = [
+        f"questions: {s['questions']} (passage answers over budget: {s['over_budget']})",
+        "",
+        head + " | p50 ms | p95 ms | ingest turns/s |",
+        "|---|" + "---|" * (len(budgets) + 3),
+    ]
+    lines += [row(x.name) for x in main]
+    if ablations:
+        lines += ["", head + " | p50 ms | p95 ms | ingest turns/s |"]
+        lines += ["|---|" + "---|" * (len(budgets) + 3)]
+        lines += [row(x.name) for x in (main[0], *ablations)]
+    types = sorted({t for (_, t, _) in res.by_type})
+    for t in [t for t in type_rows if t in types]:
+        lines += ["", f"question type {t}:", head + " |", "|---|" + "---|" * len(budgets)]
+        for x in (*main, *ablations):
+            vals = res.by_type.get((x.name, t, budgets[0]))
+            if not vals:
+                continue
+            covs = [f"{np.mean(res.by_type[(x.name, t, b)]):.3f}" for b in budgets]
+            lines.append(f"| {x.name} | " + " | ".join(covs) + " |")
+    paths = {k: v for k, v in s["paths"].items() if any(p != "familiarity" for p in v)}
+    if paths:
+        lines += ["", "| system | dense path shares |", "|---|---|"]
+        for name, shares in paths.items():
+            lines.append(f"| {name} | " + ", ".join(f"{p} {v:.0%}" for p, v in shares.items()))
+    return "\n".join(lines)

@@ -1,0 +1,392 @@
+"""Small-to-big retrieval: ranked memory units become passages of whole turns for the reader.
+
+The index holds fine-grained keys (one per turn) beside coarser ones (segments, sessions, topics,
+notes). A ranking over all of them is resolved to *turns*: every ranked unit votes for the turns
+it was built from with a reciprocal-rank weight (`weight / (rrf_k + rank + 1)`, the same rule as
+the fusion of the rankers), so a turn found by its own key and inside a well-ranked segment rises
+above a turn found once. A turn hit also lends a smaller vote to its neighbours inside its topical
+segment (a question and the answer next to it), decaying with distance.
+
+For a question about the present ("where do I live now?") the votes of newer turns are scaled up,
+so the newest evidence wins when older memories say otherwise (`present_tense`).
+
+Turns are then taken in vote order while they fit the token budget and grouped per session into
+`passage` memories: one date header per session, the session's chosen turns in their original
+order, `…` where turns are skipped. No turn appears twice, and the budget counts every token the
+reader gets, headers and role labels included. Units that carry no turns (memories written with
+`put_memory`) compete as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from reflective_memory.text import format_date
+from reflective_memory.types import Hit, Memory, Turn
+
+__all__ = [
+    "PASSAGE_GRANULARITY",
+    "PassageSettings",
+    "present_tense",
+    "TurnVotes",
+    "collect_votes",
+    "pack_passages",
+    "turn_line",
+]
+
+#: Granularity of the memories `retrieve` returns in passage mode.
+PASSAGE_GRANULARITY = "passage"
+#: Line put between two non-adjacent runs of turns inside one passage.
+GAP_MARK = "…"
+
+_PRESENT = re.compile(
+    r"\b(now|currently|current|these days|nowadays|still|at the moment|at present|presently|"
+    r"anymore|any more|latest|most recent|most recently|right now)\b",
+    re.IGNORECASE,
+)
+
+
+def present_tense(query: str) -> bool:
+    """Whether a question asks about the present state of things.
+
+    Args:
+        query: The question.
+
+    Returns:
+        True when it holds a cue such as "now", "currently", "these days", "still", "latest".
+
+    Example:
+        >>> present_tense("Where do I live now?"), present_tense("Where did I live in 2020?")
+        (True, False)
+    """
+    return bool(_PRESENT.search(query))
+
+
+@dataclass(frozen=True)
+class PassageSettings:
+    """How ranked units become passages.
+
+    Attributes:
+        rrf_k: Reciprocal-rank constant of the votes.
+        context_weight: Vote weight of a coarse unit (segment, session, topic, note) for each of
+            its turns, relative to a turn's own key (1.0).
+        neighbour_weight: Share of a turn hit's vote lent to its neighbours inside its segment
+            (distance 1; `neighbour_weight ** d` at distance d up to `neighbour_span`); 0 turns
+            it off.
+        neighbour_span: Farthest neighbour that gets a vote.
+        recency_weight: For present-tense questions, the votes of the `recency_pool` best turns
+            are multiplied by `1 + recency_weight * r`, r in [0, 1] the turn's time between the
+            oldest and newest of them; 0 turns it off.
+        recency_pool: How many of the best turns compete on time.
+        date_header: Start each passage with its session's date.
+    """
+
+    rrf_k: int = 60
+    context_weight: float = 0.5
+    neighbour_weight: float = 0.0
+    neighbour_span: int = 1
+    recency_weight: float = 1.0
+    recency_pool: int = 10
+    date_header: bool = True
+
+
+@dataclass
+class TurnVotes:
+    """Votes per turn (keyed by `(session_id, position)`) and per turnless memory."""
+
+    turn: dict[tuple[str, int], float] = field(default_factory=dict)
+    loose: dict[str, float] = field(default_factory=dict)
+    loose_memories: dict[str, Memory] = field(default_factory=dict)
+    sources: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    first_seen: dict[Any, int] = field(default_factory=dict)
+
+    def add(self, key: tuple[str, int], vote: float, source: str | None) -> None:
+        """Add a vote for a turn (and remember which memory gave it)."""
+        self.turn[key] = self.turn.get(key, 0.0) + vote
+        self.first_seen.setdefault(key, len(self.first_seen))
+        if source is not None:
+            srcs = self.sources.setdefault(key, [])
+            if source not in srcs:
+                srcs.append(source)
+
+
+def _positions(mem: Memory, session_turns: Sequence[Turn]) -> list[int]:
+    """Positions (indices into `session_turns`) of a memory's source turns."""
+    pos = mem.metadata.get("positions")
+    if isinstance(pos, (list, tuple)) and len(pos) == 2 and len(mem.turn_ids) == pos[1] - pos[0]:
+        a, b = int(pos[0]), int(pos[1])
+        if 0 <= a < b <= len(session_turns) and all(
+            session_turns[a + i].turn_id == tid for i, tid in enumerate(mem.turn_ids)
+        ):
+            return list(range(a, b))
+    by_id = {t.turn_id: i for i, t in enumerate(session_turns)}
+    return [by_id[tid] for tid in mem.turn_ids if tid in by_id]
+
+
+def collect_votes(
+    ranked: Sequence[Memory],
+    session_turns: Callable[[str], Sequence[Turn]],
+    segment_bounds: Callable[[str, int], tuple[int, int]],
+    settings: PassageSettings,
+) -> TurnVotes:
+    """Turn a ranking of memory units into votes for turns.
+
+    Args:
+        ranked: Memory units in rank order.
+        session_turns: The turns of a session, in order (cached by the caller).
+        segment_bounds: `(start, end)` of the topical segment holding a turn position of a
+            session (the whole session when it has no segments).
+        settings: Vote weights.
+
+    Returns:
+        The votes.
+    """
+    votes = TurnVotes()
+    for rank, mem in enumerate(ranked):
+        base = 1.0 / (settings.rrf_k + rank + 1)
+        turns = session_turns(mem.session_id) if mem.turn_ids else ()
+        pos = _positions(mem, turns) if turns else []
+        if not pos:
+            if not mem.turn_ids:  # a memory written directly: it competes as it is
+                votes.loose[mem.id] = votes.loose.get(mem.id, 0.0) + base
+                votes.loose_memories[mem.id] = mem
+                votes.first_seen.setdefault(mem.id, len(votes.first_seen))
+            continue
+        weight = 1.0 if mem.granularity == "turn" else settings.context_weight
+        for p in pos:
+            votes.add((mem.session_id, p), weight * base, mem.id)
+        if mem.granularity != "turn" or settings.neighbour_weight <= 0:
+            continue
+        for p in pos:
+            lo, hi = segment_bounds(mem.session_id, p)
+            for d in range(1, settings.neighbour_span + 1):
+                share = weight * base * settings.neighbour_weight**d
+                for q in (p - d, p + d):
+                    if lo <= q < hi and q != p:
+                        votes.add((mem.session_id, q), share, None)
+    return votes
+
+
+def _epoch(ts: datetime | None) -> float | None:
+    if ts is None:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return ts.timestamp()
+
+
+def apply_recency(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    weight: float,
+    top: int = 10,
+) -> bool:
+    """Scale the votes of the `top` best turns by `1 + weight * r`, newest first.
+
+    `r` is 0 for the oldest of them and 1 for the newest, so the newest of the memories that
+    answer wins; weaker turns are left alone (a recent but unrelated turn is not pulled up).
+
+    Returns:
+        Whether any vote changed (False when fewer than two distinct times are known).
+    """
+    pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
+    times: dict[tuple[str, int], float] = {}
+    for key in pool:
+        turns = session_turns(key[0])
+        t = turns[key[1]]
+        ts = t.timestamp
+        if ts is None:  # fall back to the session's first known time
+            ts = next((x.timestamp for x in turns if x.timestamp is not None), None)
+        e = _epoch(ts)
+        if e is not None:
+            times[key] = e
+    if weight <= 0 or len(set(times.values())) < 2:
+        return False
+    lo, hi = min(times.values()), max(times.values())
+    for key, e in times.items():
+        votes.turn[key] *= 1.0 + weight * (e - lo) / (hi - lo)
+    return True
+
+
+def turn_line(turn: Turn) -> str:
+    """How a turn reads inside a passage."""
+    return f"{turn.role}: {turn.text}"
+
+
+def _header(turns: Sequence[Turn], on: bool = True) -> str:
+    if not on:
+        return ""
+    ts = next((t.timestamp for t in turns if t.timestamp is not None), None)
+    date = format_date(ts)
+    return f"[{date}]" if date else ""
+
+
+def _passage_id(user_id: str, session_id: str, turn_ids: Iterable[str]) -> str:
+    h = hashlib.sha1("\x1f".join([user_id, session_id, *turn_ids]).encode()).hexdigest()
+    return f"passage-{h[:16]}"
+
+
+def _render(turns: Sequence[Turn], positions: Sequence[int], header_on: bool = True) -> str:
+    lines = []
+    header = _header(turns, header_on)
+    if header:
+        lines.append(header)
+    prev = None
+    for p in positions:
+        if prev is not None and p != prev + 1:
+            lines.append(GAP_MARK)
+        lines.append(turn_line(turns[p]))
+        prev = p
+    return "\n".join(lines)
+
+
+def _passage(
+    user_id: str,
+    sid: str,
+    turns: Sequence[Turn],
+    positions: Sequence[int],
+    votes: TurnVotes,
+    header_on: bool = True,
+) -> Memory:
+    span = [turns[p] for p in positions]
+    times = [t.timestamp for t in span if t.timestamp is not None]
+    sources: list[str] = []
+    for p in positions:
+        for src in votes.sources.get((sid, p), []):
+            if src not in sources:
+                sources.append(src)
+    turn_ids = tuple(t.turn_id for t in span)
+    created = turns[0].timestamp or datetime.fromtimestamp(0, timezone.utc)
+    text = _render(turns, positions, header_on)
+    return Memory(
+        id=_passage_id(user_id, sid, turn_ids),
+        user_id=user_id,
+        session_id=sid,
+        granularity=PASSAGE_GRANULARITY,
+        text=text,
+        key=text,
+        turn_ids=turn_ids,
+        created_at=created,
+        updated_at=created,
+        start_time=times[0] if times else None,
+        end_time=times[-1] if times else None,
+        metadata={
+            "positions": list(positions),
+            "sources": sources,
+            "turn_votes": [round(votes.turn.get((sid, p), 0.0), 6) for p in positions],
+        },
+    )
+
+
+def pack_passages(
+    user_id: str,
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    count: Callable[[str], int],
+    *,
+    k: int | None,
+    budget: int | None,
+    date_header: bool = True,
+) -> tuple[list[Hit], int, bool]:
+    """Take turns (and turnless memories) in vote order and group them into passages.
+
+    With a budget, a session's chosen turns form one passage (one date header, `…` between
+    runs that are not adjacent); an item whose cost (its line, plus the header when it opens a
+    passage, plus a gap mark when it starts a new run) does not fit is skipped and later,
+    smaller ones may still fit; packing stops when fewer than 10 tokens are left. With `k` as
+    well, turns that would open a passage beyond the `k`-th are skipped.
+
+    With only `k`, the top `k` turns are taken and each is a passage of its own (`k` hits, as
+    a caller of `retrieve(k=...)` expects), in vote order.
+
+    Args:
+        user_id: Owner (for passage ids).
+        votes: Turn votes from `collect_votes`.
+        session_turns: The turns of a session, in order.
+        count: Token counter.
+        k: Most passages (hits).
+        budget: Token budget of the passages' texts.
+        date_header: Start each passage with its session's date.
+
+    Returns:
+        Hits (passages and turnless memories, best first), tokens used, and whether the cut was
+        reached (False: candidates ran out first).
+    """
+    items: list[tuple[float, int, Any]] = [
+        (v, votes.first_seen[key], key) for key, v in votes.turn.items()
+    ]
+    items += [(v, votes.first_seen[mid], mid) for mid, v in votes.loose.items()]
+    items.sort(key=lambda x: (-x[0], x[1]))
+    by_session = budget is not None
+    chosen: dict[str, set[int]] = {}
+    best: dict[tuple[str, int], tuple[float, int]] = {}
+    loose: list[tuple[float, int, Memory]] = []
+    used = 0
+    passages = 0
+    filled = False
+    gap = count(GAP_MARK)
+    for vote, seen, key in items:
+        if budget is not None and budget - used < 10:
+            filled = True
+            break
+        if isinstance(key, str):
+            if k is not None and passages >= k:
+                if budget is None:
+                    filled = True
+                    break
+                continue
+            mem = votes.loose_memories[key]
+            cost = count(mem.text)
+            if budget is not None and used + cost > budget:
+                continue
+            used += cost
+            passages += 1
+            loose.append((vote, seen, mem))
+            continue
+        sid, p = key
+        turns = session_turns(sid)
+        cost = count(turn_line(turns[p]))
+        have = chosen.get(sid, set())
+        header = _header(turns, date_header)
+        hcost = count(header) if header else 0
+        left, right = p - 1 in have, p + 1 in have
+        if by_session:
+            opens = not have
+            if opens:
+                cost += hcost
+            elif not left and not right:
+                cost += gap
+            elif left and right:
+                cost -= gap
+            delta = int(opens)
+        else:
+            opens, delta = True, 1
+            cost += hcost
+        if opens and k is not None and passages >= k:
+            if budget is None:
+                filled = True
+                break
+            continue
+        if budget is not None and used + cost > budget:
+            continue
+        used += cost
+        passages += delta
+        chosen.setdefault(sid, set()).add(p)
+        best.setdefault((sid, p), (vote, seen))
+    entries: list[tuple[float, int, Memory]] = []
+    for sid, have in chosen.items():
+        turns = session_turns(sid)
+        groups = [sorted(have)] if by_session else [[q] for q in sorted(have)]
+        for positions in groups:
+            vote, seen = max((best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
+            mem = _passage(user_id, sid, turns, positions, votes, date_header)
+            entries.append((vote, seen, mem))
+    entries += loose
+    entries.sort(key=lambda e: (-e[0], e[1]))
+    hits = [Hit(mem, float(v), i, {"vote": v}) for i, (v, _, mem) in enumerate(entries)]
+    return hits, used, filled

@@ -1,0 +1,218 @@
+"""Read-side steps of `ReflectiveMemory.retrieve`: gate calibration and small-to-big passages.
+
+A mixin over the engine's components (`store`, `config`, `_passage_settings`, `_count`); it
+never imports the engine. The algorithms themselves live in `reflective_memory.passages`
+(votes, recency, packing) and `reflective_memory.recall.calibration` (the RF-Mem gate).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.passages import (
+    PassageSettings,
+    apply_recency,
+    collect_votes,
+    pack_passages,
+    present_tense,
+)
+from reflective_memory.recall import RecallConfig, calibrate_gate
+from reflective_memory.types import Hit, Memory, Turn
+from reflective_memory.units import turn_unit_id
+
+__all__ = ["RetrievalSteps", "default_gate"]
+
+logger = logging.getLogger(__name__)
+
+
+def default_gate(rcfg: RecallConfig) -> bool:
+    """Whether `rcfg` gates with RF-Mem at the default thresholds (explicit ones are kept)."""
+    base = RecallConfig()
+    return rcfg.mode == "rfmem" and (rcfg.theta_high, rcfg.theta_low, rcfg.tau) == (
+        base.theta_high,
+        base.theta_low,
+        base.tau,
+    )
+
+
+class RetrievalSteps:
+    """`ReflectiveMemory`'s read side after ranking: calibrate the gate, build passages."""
+
+    store: Any
+    config: Any
+    _passage_settings: PassageSettings
+    _count: Callable[[str], int]
+
+    def _wanted(self, index: Any, k: int | None, budget: int | None) -> int:
+        """How many ranked units to fetch for `k` hits or a budget of `budget` tokens."""
+        if k is not None:
+            return k
+        assert budget is not None
+        if not self.config.passages:
+            return max(1, budget // 50)
+        mean = index.extras.get("mean_key_words")  # enough turns to fill the budget
+        if mean is None:
+            mean = index.extras["mean_key_words"] = max(
+                4.0, float(np.mean([len(x.split()) for x in index.keys]))
+            )
+        return int(2 * budget / mean)
+
+    def _calibrated(
+        self, index: Any, rcfg: RecallConfig, diagnostics: dict[str, Any]
+    ) -> RecallConfig:
+        """RF-Mem thresholds calibrated on the user's own index (cached per index version).
+
+        Applies only with `config.recall_calibrate` and the default thresholds. Stored key
+        vectors serve as pseudo-queries (`reflective_memory.recall.calibrate_gate`), so the
+        gate needs no hand-set thresholds for a new embedder or a new user.
+        """
+        if not (self.config.recall_calibrate and default_gate(rcfg)):
+            return rcfg
+        key = ("gate", rcfg.probe_k, rcfg.lam)
+        cal = index.extras.get(key)
+        if cal is None:
+            try:
+                cal = calibrate_gate(index.dense, probe_k=rcfg.probe_k, lam=rcfg.lam)
+            except Exception:  # too small an index to calibrate: keep the configured gate
+                logger.debug("RF-Mem gate not calibrated for a %d-memory index", len(index))
+                cal = False
+            index.extras[key] = cal
+        if cal is False:
+            return rcfg
+        diagnostics["gate_calibration"] = {
+            "theta_high": cal.theta_high,
+            "theta_low": cal.theta_low,
+            "tau": cal.tau,
+        }
+        return cal.apply(rcfg)
+
+    def _unit_table(self, user_id: str, index: Any) -> list[Memory | None]:
+        """Each index position's memory without its text (cached per index version)."""
+        table = index.extras.get("units")
+        if table is None:
+            light = {m.id: replace(m, text="", key="") for m in self.store.memories(user_id)}
+            table = [light.get(i) for i in index.ids]
+            index.extras["units"] = table
+        return table
+
+    def _segment_bounds(self, user_id: str, index: Any) -> dict[str, list[tuple[int, int]]]:
+        """Topical segments of the user's sessions as turn-position spans (cached per index)."""
+        cached = index.extras.get("segment_bounds")
+        if cached is None:
+            cached = {}
+            for mem in self._unit_table(user_id, index):
+                if mem is None:
+                    continue
+                pos = mem.metadata.get("positions") if mem.granularity == "segment" else None
+                if isinstance(pos, (list, tuple)) and len(pos) == 2:
+                    cached.setdefault(mem.session_id, []).append((int(pos[0]), int(pos[1])))
+            index.extras["segment_bounds"] = cached
+        return cached
+
+    def _pack_passages(
+        self,
+        user_id: str,
+        query: str,
+        index: Any,
+        order: list[int],
+        scores: list[dict[str, float]],
+        k: int | None,
+        budget: int | None,
+        timings: dict[str, float],
+        diagnostics: dict[str, Any],
+    ) -> tuple[list[Hit], bool]:
+        """Small-to-big: resolve ranked units to turns and pack them into passages."""
+        t0 = time.perf_counter()
+        units = self._unit_table(user_id, index)
+        ranked: list[Memory] = []
+        unit_scores: dict[str, dict[str, float]] = {}
+        for p, sc in zip(order, scores, strict=False):
+            mem = units[p]
+            if mem is not None:
+                ranked.append(mem)
+                unit_scores[mem.id] = sc
+        loose = [m.id for m in ranked if not m.turn_ids]
+        if loose:  # memories without turns are read whole
+            full = {m.id: m for m in self.store.memories(user_id, loose)}
+            ranked = [full.get(m.id, m) if not m.turn_ids else m for m in ranked]
+        cache: dict[str, list[Turn]] = index.extras.setdefault("session_turns", {})
+
+        def session_turns(sid: str) -> list[Turn]:
+            got = cache.get(sid)
+            if got is None:
+                got = cache[sid] = self.store.turns(user_id, sid)
+            return got
+
+        spans = self._segment_bounds(user_id, index) if self.config.neighbour_weight > 0 else {}
+
+        def bounds(sid: str, p: int) -> tuple[int, int]:
+            for a, b in spans.get(sid, ()):
+                if a <= p < b:
+                    return a, b
+            return 0, len(session_turns(sid))
+
+        settings = self._passage_settings
+        votes = collect_votes(ranked, session_turns, bounds, settings)
+        recency = False
+        if settings.recency_weight > 0 and present_tense(query):
+            recency = apply_recency(
+                votes, session_turns, settings.recency_weight, settings.recency_pool
+            )
+        hits, used, filled = pack_passages(
+            user_id,
+            votes,
+            session_turns,
+            self._count,
+            k=k,
+            budget=budget,
+            date_header=settings.date_header,
+        )
+        hits = [self._with_unit_scores(h, unit_scores) for h in hits]
+        if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
+            hits = self._as_turn_units(user_id, hits)
+        diagnostics["passages"] = {
+            "units_ranked": len(ranked),
+            "turns_voted": len(votes.turn),
+            "turns_packed": sum(len(h.memory.turn_ids) for h in hits),
+            "tokens_used": used,
+            "present_tense": recency,
+        }
+        timings["passages"] = (time.perf_counter() - t0) * 1000
+        return hits, filled
+
+    @staticmethod
+    def _with_unit_scores(hit: Hit, unit_scores: dict[str, dict[str, float]]) -> Hit:
+        """Give a passage hit the best dense / lexical scores of the units that voted for it."""
+        own = unit_scores.get(hit.memory.id)
+        names = hit.memory.metadata.get("sources", ())
+        sources = [unit_scores[s] for s in names if s in unit_scores]
+        if own is not None:
+            sources.append(own)
+        merged = dict(hit.scores)
+        for name in ("dense", "lexical"):
+            vals = [s[name] for s in sources if name in s]
+            if vals:
+                merged[name] = max(vals)
+        return replace(hit, scores=merged)
+
+    def _as_turn_units(self, user_id: str, hits: list[Hit]) -> list[Hit]:
+        """Swap one-turn passages for the stored `turn` memory of that turn where it exists."""
+
+        def unit_id(h: Hit) -> str:
+            return turn_unit_id(user_id, h.memory.session_id, h.memory.turn_ids[0])
+
+        passages = [h for h in hits if h.memory.granularity == "passage"]
+        want = [unit_id(h) for h in passages]
+        stored = {m.id: m for m in self.store.memories(user_id, want)} if want else {}
+        return [
+            replace(h, memory=stored.get(unit_id(h), h.memory))
+            if h.memory.granularity == "passage"
+            else h
+            for h in hits
+        ]

@@ -1,0 +1,265 @@
+"""Small-to-big retrieval: turns searchable at once, passages, time-aware order, auto-end."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory, count_tokens
+from reflective_memory.passages import GAP_MARK, present_tense
+
+PETS = [
+    "My dog Pixel is a three year old border collie.",
+    "Border collies need a lot of exercise, how often do you walk Pixel?",
+    "Twice a day, and on weekends we go hiking in the mountains with Pixel.",
+    "Hiking is a great outlet for herding breeds.",
+    "I also bought Pixel a new red leash yesterday.",
+    "A bright leash is easy to spot on the trail.",
+]
+WORK = [
+    "I started a new job as a nurse at the city hospital last month.",
+    "Congratulations! How are the night shifts treating you?",
+    "The night shifts are exhausting but my colleagues are kind.",
+    "Try to keep a regular sleep schedule on your days off.",
+]
+
+
+class CountingEmbedder(HashingEmbedder):
+    """Hashing embedder that counts the texts it embeds (and can be made to fail)."""
+
+    def __init__(self) -> None:
+        super().__init__(128)
+        self.texts: list[str] = []
+        self.fail = False
+
+    def encode(self, texts):  # type: ignore[override]
+        if self.fail:
+            raise RuntimeError("embedder down")
+        batch = [texts] if isinstance(texts, str) else list(texts)
+        self.texts += batch
+        return super().encode(texts)
+
+
+def _add(mem: ReflectiveMemory, user: str, session: str, texts: list[str], day: str) -> None:
+    for i, text in enumerate(texts):
+        role = "user" if i % 2 == 0 else "assistant"
+        mem.add_turn(user, session, role, text, timestamp=f"{day}T10:{i:02d}:00")
+
+
+def _cfg(**kw) -> MemoryConfig:
+    base = {"session_idle_seconds": None, "max_session_turns": None}
+    return MemoryConfig(**{**base, **kw})
+
+
+def test_a_turn_is_searchable_before_its_session_ends() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        mem.add_turn("u", "s1", "user", "My dog Pixel is a border collie.")
+        assert mem.open_sessions("u") == ["s1"]
+        r = mem.retrieve("u", "what breed is Pixel?", k=1)
+        assert r.hits and r.hits[0].memory.turn_ids == ("s1:0",)
+        assert "border collie" in r.hits[0].memory.text
+        mem.add_turn("u", "s1", "user", "I work as a nurse at the city hospital.")
+        r = mem.retrieve("u", "nurse hospital job", k=1)
+        assert r.hits[0].memory.turn_ids == ("s1:1",)
+
+
+def test_turns_are_searchable_after_reopening_without_end(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with ReflectiveMemory(path, embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        mem.add_turn("u", "s1", "user", "My dog Pixel is a border collie.")
+    with ReflectiveMemory(path, embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        assert mem.open_sessions("u") == ["s1"]  # still open, yet found
+        r = mem.retrieve("u", "border collie Pixel", k=1)
+        assert r.hits[0].memory.turn_ids == ("s1:0",)
+
+
+def test_ending_a_session_embeds_no_turn_twice() -> None:
+    emb = CountingEmbedder()
+    with ReflectiveMemory(embedder=emb, config=_cfg()) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        assert emb.texts == PETS  # each turn embedded once, at add_turn
+        built = mem.end_session("u", "pets")
+        assert emb.texts == PETS  # turns reused; segment vectors are means of turn vectors
+        assert {m.granularity for m in built} == {"turn", "segment"}
+        assert mem.open_sessions("u") == []
+
+
+def test_a_failing_embedder_keeps_the_turn_and_indexes_it_later() -> None:
+    emb = CountingEmbedder()
+    with ReflectiveMemory(embedder=emb, config=_cfg()) as mem:
+        emb.fail = True
+        mem.add_turn("u", "s", "user", "Pixel chewed my favourite sneakers.")
+        emb.fail = False
+        r = mem.retrieve("u", "what did Pixel chew", k=1, mode="dense")
+        assert r.hits[0].memory.turn_ids == ("s:0",)
+
+
+def test_open_sessions_older_than_the_idle_time_end_on_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    old = datetime.now(timezone.utc) - timedelta(hours=3)
+    fresh = datetime.now(timezone.utc) - timedelta(minutes=1)
+    cfg = MemoryConfig(session_idle_seconds=3600)
+    with ReflectiveMemory(path, embedder=HashingEmbedder(128), config=cfg) as mem:
+        for i, text in enumerate(PETS[:3]):
+            mem.add_turn("u", "old", "user", text, timestamp=old + timedelta(seconds=i))
+        mem.add_turn("u2", "fresh", "user", "Hello again.", timestamp=fresh)
+    with ReflectiveMemory(path, embedder=HashingEmbedder(128), config=cfg) as mem:
+        assert mem.open_sessions("u") == []
+        assert mem.stats("u")["memories_by_granularity"].get("segment", 0) >= 1
+        assert mem.open_sessions("u2") == ["fresh"]
+
+
+def test_sessions_end_at_the_turn_cap() -> None:
+    cfg = MemoryConfig(max_session_turns=3, session_idle_seconds=None)
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+        _add(mem, "u", "s", PETS[:3], "2024-01-01")
+        assert mem.open_sessions("u") == []
+
+
+def test_adjacent_hits_merge_into_one_passage_with_one_header() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        _add(mem, "u", "work", WORK, "2024-02-01")
+        mem.end_session("u", "pets")
+        mem.end_session("u", "work")
+        r = mem.retrieve("u", "Pixel border collie hiking leash", budget_tokens=400)
+        pets = [h for h in r.hits if h.memory.session_id == "pets"]
+        assert len(pets) == 1  # one passage per session
+        p = pets[0].memory
+        assert p.granularity == "passage"
+        assert p.text.count("[2024-01-01") == 1 and p.text.startswith("[2024-01-01 (Mon) 10:00]")
+        positions = p.metadata["positions"]
+        assert positions == sorted(positions)
+        lines = p.text.split("\n")[1:]
+        runs = 1 + sum(1 for a, b in zip(positions, positions[1:], strict=False) if b != a + 1)
+        assert lines.count(GAP_MARK) == runs - 1
+        assert len(lines) - lines.count(GAP_MARK) == len(p.turn_ids)
+        ids = [t for h in r.hits for t in h.memory.turn_ids]
+        assert len(ids) == len(set(ids))  # no turn twice
+        assert r.hits[0].memory.session_id == "pets"
+
+
+def test_budget_counts_headers_and_labels() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        _add(mem, "u", "work", WORK, "2024-02-01")
+        for budget in (15, 25, 40, 80, 1000):
+            r = mem.retrieve("u", "Pixel leash night shifts", budget_tokens=budget)
+            used = sum(count_tokens(h.memory.text) for h in r.hits)
+            assert used <= budget
+            assert r.diagnostics["passages"]["tokens_used"] == used
+        # with room for everything, every turn is returned once
+        r = mem.retrieve("u", "Pixel leash night shifts", budget_tokens=1000)
+        assert sorted(t for h in r.hits for t in h.memory.turn_ids) == sorted(
+            [f"pets:{i}" for i in range(6)] + [f"work:{i}" for i in range(4)]
+        )
+        # a header plus the shortest line does not fit in 8 tokens: nothing is returned
+        assert mem.retrieve("u", "Pixel", budget_tokens=8).hits == []
+
+
+def test_k_alone_gives_the_top_k_turns_as_stored_units() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        _add(mem, "u", "work", WORK, "2024-02-01")
+        stored = {m.id: m for m in mem.memories("u")}
+        for k in (1, 3, 5):
+            r = mem.retrieve("u", "Pixel leash night shifts", k=k)
+            assert len(r) == k
+            assert all(len(h.memory.turn_ids) == 1 for h in r.hits)
+            assert all(stored[h.memory.id] == h.memory for h in r.hits)
+        assert len(mem.retrieve("u", "Pixel", k=100)) == 10
+
+
+def test_k_with_a_budget_caps_the_passages() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        _add(mem, "u", "work", WORK, "2024-02-01")
+        r = mem.retrieve("u", "Pixel leash night shifts", k=1, budget_tokens=1000)
+        assert len(r) == 1 and len(r.hits[0].memory.turn_ids) >= 2
+
+
+def test_deleted_turns_are_gone_from_passages_at_once() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        mem.end_session("u", "pets")
+        mem.delete_turns("u", "pets", ["pets:4"])
+        r = mem.retrieve("u", "red leash", budget_tokens=1000)
+        assert all("leash" not in h.memory.text.split("\n")[1] for h in r.hits[:1])
+        assert "pets:4" not in {t for h in r.hits for t in h.memory.turn_ids}
+        assert "red leash" not in "\n".join(h.memory.text for h in r.hits)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("Where do I live now?", True),
+        ("What is my current job?", True),
+        ("Do I still have the dog?", True),
+        ("What do I do these days?", True),
+        ("Where did I live in 2020?", False),
+        ("What breed is my dog?", False),
+    ],
+)
+def test_present_tense_cues(query: str, expected: bool) -> None:
+    assert present_tense(query) is expected
+
+
+def test_present_tense_questions_prefer_the_newest_evidence() -> None:
+    cfg = _cfg(granularities=("turn",))
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+        mem.add_turn(
+            "u", "a", "user", "I live in Lisbon, in a flat in Alfama.", timestamp="2024-01-05"
+        )
+        mem.add_turn("u", "b", "user", "Weather was nice.", timestamp="2024-03-01")
+        mem.add_turn("u", "c", "user", "I moved, I live in Berlin now.", timestamp="2024-09-01")
+        for s in ("a", "b", "c"):
+            mem.end_session("u", s)
+        now = mem.retrieve("u", "Where do I live now?", budget_tokens=200)
+        assert now.diagnostics["passages"]["present_tense"] is True
+        assert now.hits[0].memory.session_id == "c"
+        past = mem.retrieve("u", "Where do I live in Lisbon Alfama?", budget_tokens=200)
+        assert past.diagnostics["passages"]["present_tense"] is False
+        assert past.hits[0].memory.session_id == "a"
+        off = ReflectiveMemory(
+            embedder=HashingEmbedder(128), config=_cfg(granularities=("turn",), recency_weight=0)
+        )
+        with off:
+            for s, text, day in (
+                ("a", "I live in Lisbon, in a flat in Alfama.", "2024-01-05"),
+                ("c", "I moved, I live in Berlin now.", "2024-09-01"),
+            ):
+                off.add_turn("u", s, "user", text, timestamp=day)
+            r = off.retrieve("u", "Where do I live now?", budget_tokens=200)
+            assert r.diagnostics["passages"]["present_tense"] is False
+
+
+def test_unit_mode_still_returns_units() -> None:
+    cfg = _cfg(passages=False, granularities=("turn",))
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        mem.end_session("u", "pets")
+        r = mem.retrieve("u", "Pixel", k=4)
+        assert len(r) == 4 and {h.memory.granularity for h in r.hits} == {"turn"}
+
+
+def test_turnless_memories_compete_as_they_are() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        item = mem.put_memory("u", "Allergic to peanuts; carries an EpiPen.")
+        r = mem.retrieve("u", "peanut allergy EpiPen", budget_tokens=200)
+        assert r.hits[0].memory.id == item.id and r.hits[0].memory.text == item.text
+
+
+def test_segment_vectors_are_means_of_turn_vectors() -> None:
+    emb = HashingEmbedder(128)
+    with ReflectiveMemory(embedder=emb, config=_cfg(speaker_keys=False)) as mem:
+        _add(mem, "u", "pets", PETS, "2024-01-01")
+        built = mem.end_session("u", "pets")
+        seg = next(m for m in built if m.granularity == "segment")
+        index = mem.indexes.get("u")
+        vec = index.dense.vectors[index.ids.index(seg.id)]
+        turns = {t.turn_id: t.text for t in mem.turns("u", "pets")}
+        mean = emb.encode([turns[t] for t in seg.turn_ids]).mean(axis=0)
+        assert np.allclose(vec, mean / np.linalg.norm(mean), atol=1e-5)
