@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
+
 from reflective_memory.text import format_date
 from reflective_memory.types import Hit, Memory, Turn
 
@@ -83,6 +85,12 @@ class PassageSettings:
             are multiplied by `1 + recency_weight * r`, r in [0, 1] the turn's time between the
             oldest and newest of them; 0 turns it off.
         recency_pool: How many of the best turns compete on time.
+        recency_margin: Only turns whose vote is within this fraction of the best vote compete
+            on time (the newest of the memories that answer about equally well wins; a turn
+            clearly less relevant is never pulled up by its date).
+        length_exponent: Packing order is `vote / (cost / median cost) ** length_exponent`:
+            0 packs in vote order; above 0 a long turn must out-vote several short ones to
+            take their room in the budget.
         date_header: Start each passage with its session's date.
     """
 
@@ -92,6 +100,8 @@ class PassageSettings:
     neighbour_span: int = 1
     recency_weight: float = 1.0
     recency_pool: int = 10
+    recency_margin: float = 1.0
+    length_exponent: float = 0.0
     date_header: bool = True
 
 
@@ -185,16 +195,22 @@ def apply_recency(
     session_turns: Callable[[str], Sequence[Turn]],
     weight: float,
     top: int = 10,
+    margin: float = 1.0,
 ) -> bool:
-    """Scale the votes of the `top` best turns by `1 + weight * r`, newest first.
+    """Scale the votes of the best turns by `1 + weight * r`, newest first.
 
-    `r` is 0 for the oldest of them and 1 for the newest, so the newest of the memories that
-    answer wins; weaker turns are left alone (a recent but unrelated turn is not pulled up).
+    The turns that compete are the `top` best whose vote is at least `(1 - margin)` times the
+    best vote. `r` is 0 for the oldest of them and 1 for the newest, so the newest of the
+    memories that answer wins; weaker turns are left alone (a recent but unrelated turn is not
+    pulled up).
 
     Returns:
         Whether any vote changed (False when fewer than two distinct times are known).
     """
     pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
+    if pool:
+        floor = (1.0 - margin) * votes.turn[pool[0]]
+        pool = [key for key in pool if votes.turn[key] >= floor]
     times: dict[tuple[str, int], float] = {}
     for key in pool:
         turns = session_turns(key[0])
@@ -283,6 +299,32 @@ def _passage(
     )
 
 
+def _by_density(
+    items: list[tuple[float, int, Any]],
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    count: Callable[[str], int],
+    exponent: float,
+    pool: int = 400,
+) -> list[tuple[float, int, Any]]:
+    """Reorder the best `pool` items by vote per (relative) cost; the rest keep vote order."""
+    head, tail = items[:pool], items[pool:]
+    costs = []
+    for _, _, key in head:
+        if isinstance(key, str):
+            costs.append(max(1, count(votes.loose_memories[key].text)))
+        else:
+            costs.append(max(1, count(turn_line(session_turns(key[0])[key[1]]))))
+    mid = float(np.median(costs))
+    scored = [
+        (v / (c / mid) ** exponent, item)
+        for (v, seen, key), c in zip(head, costs, strict=True)
+        for item in [(v, seen, key)]
+    ]
+    scored.sort(key=lambda x: (-x[0], x[1][1]))
+    return [item for _, item in scored] + tail
+
+
 def pack_passages(
     user_id: str,
     votes: TurnVotes,
@@ -292,6 +334,7 @@ def pack_passages(
     k: int | None,
     budget: int | None,
     date_header: bool = True,
+    length_exponent: float = 0.0,
 ) -> tuple[list[Hit], int, bool]:
     """Take turns (and turnless memories) in vote order and group them into passages.
 
@@ -312,6 +355,7 @@ def pack_passages(
         k: Most passages (hits).
         budget: Token budget of the passages' texts.
         date_header: Start each passage with its session's date.
+        length_exponent: See `PassageSettings.length_exponent` (with a budget only).
 
     Returns:
         Hits (passages and turnless memories, best first), tokens used, and whether the cut was
@@ -322,6 +366,8 @@ def pack_passages(
     ]
     items += [(v, votes.first_seen[mid], mid) for mid, v in votes.loose.items()]
     items.sort(key=lambda x: (-x[0], x[1]))
+    if budget is not None and length_exponent > 0 and items:
+        items = _by_density(items, votes, session_turns, count, length_exponent)
     by_session = budget is not None
     chosen: dict[str, set[int]] = {}
     best: dict[tuple[str, int], tuple[float, int]] = {}

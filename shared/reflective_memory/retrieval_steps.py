@@ -162,7 +162,11 @@ class RetrievalSteps:
         recency = False
         if settings.recency_weight > 0 and present_tense(query):
             recency = apply_recency(
-                votes, session_turns, settings.recency_weight, settings.recency_pool
+                votes,
+                session_turns,
+                settings.recency_weight,
+                settings.recency_pool,
+                settings.recency_margin,
             )
         hits, used, filled = pack_passages(
             user_id,
@@ -172,6 +176,7 @@ class RetrievalSteps:
             k=k,
             budget=budget,
             date_header=settings.date_header,
+            length_exponent=settings.length_exponent,
         )
         hits = [self._with_unit_scores(h, unit_scores) for h in hits]
         if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
