@@ -15,7 +15,20 @@ __all__ = ["MemoryConfig"]
 _BASE_UNITS = ("turn", "session", "segment")
 
 #: Reranker side features by name (computed in `reflective_memory.rmm.reranker.FEATURES`).
-RERANK_FEATURES = ("cost",)
+RERANK_FEATURES = (
+    "cost",
+    "overlap",
+    "dense",
+    "lexical",
+    "rank",
+    "both",
+    "recency",
+    "size",
+    "question",
+    "derived",
+)
+#: `rerank_scope` values: prior + per-user adaptation, one shared reranker, one per user alone.
+RERANK_SCOPES = ("user", "shared", "isolated")
 #: `rerank_baseline` value for the per-episode mean-reward baseline.
 EPISODE_BASELINE = "episode"
 _MODES = ("hybrid", "dense", "lexical")
@@ -103,7 +116,11 @@ class MemoryConfig:
             citation-trained reranker (untrained, it keeps the retriever's order).
         rerank_top_k: Retriever candidates the reranker reorders (paper: K = 20).
         rerank_top_m: Memories the reranker selects, sampled while exploring (paper: M = 5).
-        rerank_scope: `user` (one reranker per user) or `shared` (one for all users).
+        rerank_scope: `user` (default): a prior reranker shared by the users of this memory,
+            learned from everyone's feedback, plus a small per-user adaptation (feature-weight
+            offsets learned from that user's feedback only, pulled back toward the prior by
+            `rerank_user_decay`); `shared`: the prior alone; `isolated`: a full reranker per
+            user learned from that user's feedback only, nothing shared (RMM's form).
         rerank_explore: Sample the top-M with Gumbel noise at retrieval (for learning); off,
             the reranked order is deterministic. `retrieve(explore=...)` overrides it per call.
         rerank_tau: Gumbel-softmax temperature (paper: 0.5).
@@ -126,6 +143,13 @@ class MemoryConfig:
             (zero at the start) added to reranker scores; `("cost",)` (default) is the
             memory key's length, `()` the paper's form. On the feedback bench this is what
             transfers to questions the reranker was not trained on.
+        rerank_feature_learning_rate: Learning rate of the prior's side-feature weights
+            (`None`: `rerank_learning_rate`). Extension: the embedding maps move by the
+            paper's `eta`, the few feature weights faster.
+        rerank_user_learning_rate: Learning rate of a user's own feature-weight offsets
+            (scope `user`), one step per feedback episode.
+        rerank_user_decay: Pull of a user's offsets back to zero (the prior) per episode, as a
+            fraction of the learning rate (`delta -= lr * decay * delta`).
         rerank_seed: Seed of the exploration noise (`None`: random).
         attribution_fallback: When an answer carries no citation marker, infer the used
             memories from answer-sentence / memory embedding similarity.
@@ -181,6 +205,9 @@ class MemoryConfig:
     rerank_weight_decay: float = 0.0
     rerank_memory_bias: bool = False
     rerank_features: tuple[str, ...] = ("cost",)
+    rerank_feature_learning_rate: float | None = None
+    rerank_user_learning_rate: float = 0.05
+    rerank_user_decay: float = 0.1
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
@@ -293,8 +320,26 @@ class MemoryConfig:
             val = getattr(self, name)
             if not isinstance(val, (int, float)) or isinstance(val, bool) or not val > 0:
                 raise ConfigError(f"{name} must be a positive number, got {val!r}")
-        if self.rerank_scope not in ("user", "shared"):
-            raise ConfigError(f"rerank_scope must be 'user' or 'shared', got {self.rerank_scope!r}")
+        if self.rerank_scope not in RERANK_SCOPES:
+            raise ConfigError(
+                f"rerank_scope must be one of {list(RERANK_SCOPES)}, got {self.rerank_scope!r}"
+            )
+        flr = self.rerank_feature_learning_rate
+        if flr is not None and (
+            not isinstance(flr, (int, float)) or isinstance(flr, bool) or not flr > 0
+        ):
+            raise ConfigError(f"rerank_feature_learning_rate must be None or > 0, got {flr!r}")
+        ulr = self.rerank_user_learning_rate
+        if not isinstance(ulr, (int, float)) or isinstance(ulr, bool) or not ulr >= 0:
+            raise ConfigError(f"rerank_user_learning_rate must be a number >= 0, got {ulr!r}")
+        ud = self.rerank_user_decay
+        if not isinstance(ud, (int, float)) or isinstance(ud, bool) or not 0 <= ud < 1 / max(
+            ulr, 1e-12
+        ):
+            raise ConfigError(
+                f"rerank_user_decay must be >= 0 and below 1 / rerank_user_learning_rate, "
+                f"got {ud!r}"
+            )
         if self.rerank_optimizer not in ("adam", "sgd"):
             raise ConfigError(
                 f"rerank_optimizer must be 'adam' or 'sgd', got {self.rerank_optimizer!r}"

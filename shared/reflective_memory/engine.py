@@ -602,6 +602,8 @@ class ReflectiveMemory:
                     explore=explore,
                     retrieval_id=rid,
                     diagnostics=diagnostics,
+                    query=query,
+                    fetch=lambda ids: self.store.memories(user_id, ids),
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
             hits, filled = pack_hits(

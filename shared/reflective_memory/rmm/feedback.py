@@ -17,7 +17,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,8 @@ from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 from reflective_memory.rmm.citations import attribute, parse_citations
 from reflective_memory.rmm.episodes import Episode, FitReport
-from reflective_memory.rmm.features import citation_rewards, rank_prior
+from reflective_memory.rmm.features import Candidates, citation_rewards, rank_prior
+from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.types import Retrieval
@@ -41,6 +42,10 @@ logger = logging.getLogger(__name__)
 _SHARED = "__shared__"
 _EPISODE_CACHE = 512
 _RERANKER_CACHE = 64
+_ADAPTER_CACHE = 4096
+_ADAPTER_SUFFIX = ".delta.json"
+#: Side features read from the stored `Memory` objects (fetched only when one is used).
+_MEMORY_FEATURES = frozenset({"cost", "recency", "size", "derived"})
 
 
 @dataclass
@@ -88,10 +93,21 @@ class _Context:
     prior: np.ndarray
     ids: list[str]
     features: np.ndarray | None = None
+    user_id: str = ""
 
 
 class RerankStage:
     """Rerankers of one engine.
+
+    With `rerank_scope="user"` (default) every user is served by a `PersonalReranker`: the
+    prior shared by this engine's users plus the user's own `UserAdapter`; `"shared"` serves
+    everyone with the prior alone; `"isolated"` gives each user a full `Reranker` of their own.
+
+    Files under `directory`: `shared.safetensors` / `shared.json` (the prior),
+    `user-<hash>.delta.json` (a user's offsets, a few hundred bytes) and, for `isolated`,
+    `user-<hash>.safetensors` / `.json`. `forget(user_id)` deletes a user's files; for stores
+    that keep state elsewhere, `user_state` / `restore_user_state` and `prior_state` /
+    `restore_prior_state` move the same state as bytes.
 
     Args:
         config: The engine's settings (`rerank_*`, `attribution_*`).
@@ -104,12 +120,13 @@ class RerankStage:
         self.embedder = embedder
         self.directory = directory
         self._rerankers: OrderedDict[str, Reranker] = OrderedDict()
+        self._adapters: OrderedDict[str, UserAdapter] = OrderedDict()
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
         self._lock = threading.RLock()
 
     # -------------------------------------------------------------- rerankers
     def _owner(self, user_id: str) -> str:
-        return _SHARED if self.config.rerank_scope == "shared" else user_id
+        return user_id if self.config.rerank_scope == "isolated" else _SHARED
 
     def _file(self, owner: str) -> Path | None:
         if self.directory is None:
@@ -117,6 +134,10 @@ class RerankStage:
         if owner == _SHARED:
             return self.directory / "shared"
         return self.directory / f"user-{hashlib.sha1(owner.encode()).hexdigest()[:24]}"
+
+    def _adapter_file(self, user_id: str) -> Path | None:
+        base = self._file(user_id) if user_id != _SHARED else None
+        return None if base is None else base.parent / f"{base.name}{_ADAPTER_SUFFIX}"
 
     def _params(self) -> dict[str, Any]:
         """Reranker hyperparameters from the config (they also override a saved reranker's)."""
@@ -131,15 +152,24 @@ class RerankStage:
             "weight_decay": cfg.rerank_weight_decay,
             "memory_bias": cfg.rerank_memory_bias,
             "features": cfg.rerank_features,
+            "feature_learning_rate": cfg.rerank_feature_learning_rate,
             "seed": cfg.rerank_seed,
+        }
+
+    def _adapter_params(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "learning_rate": cfg.rerank_user_learning_rate,
+            "decay": cfg.rerank_user_decay,
+            "tau": cfg.rerank_tau,
+            "baseline": cfg.rerank_baseline,
         }
 
     def _new(self) -> Reranker:
         return Reranker(self.embedder.dim, **self._params())
 
-    def reranker(self, user_id: str) -> Reranker:
-        """The reranker that serves `user_id` (loaded from disk or new and untrained)."""
-        owner = self._owner(user_id)
+    def _full(self, owner: str) -> Reranker:
+        """The full reranker of an owner (the prior, or an isolated user's), loaded or new."""
         with self._lock:
             rr = self._rerankers.get(owner)
             if rr is not None:
@@ -166,6 +196,44 @@ class RerankStage:
                     old.save(self._file(old_owner))  # type: ignore[arg-type]
             return rr
 
+    def prior(self) -> Reranker:
+        """The reranker shared by this engine's users (scopes `user` and `shared`)."""
+        return self._full(_SHARED)
+
+    def adapter(self, user_id: str) -> UserAdapter:
+        """A user's own offsets on top of the prior (loaded, or new and zero)."""
+        with self._lock:
+            ad = self._adapters.get(user_id)
+            if ad is not None:
+                self._adapters.move_to_end(user_id)
+                return ad
+            path = self._adapter_file(user_id)
+            ad = None
+            if path is not None and path.exists():
+                try:
+                    ad = UserAdapter.load(path, **self._adapter_params())
+                    if ad.features != tuple(self.config.rerank_features):
+                        raise ModelLoadError("saved for other features")
+                except (ModelLoadError, ConfigError) as exc:
+                    logger.warning("starting fresh user offsets: %s", exc)
+                    ad = None
+            if ad is None:
+                ad = UserAdapter(self.config.rerank_features, **self._adapter_params())
+            self._adapters[user_id] = ad
+            while len(self._adapters) > _ADAPTER_CACHE:  # saved at every change: just drop
+                self._adapters.popitem(last=False)
+            return ad
+
+    def reranker(self, user_id: str) -> Reranker | PersonalReranker:
+        """The reranker that serves `user_id` (by scope; see the class docs)."""
+        scope = self.config.rerank_scope
+        if scope == "isolated":
+            return self._full(user_id)
+        if scope == "shared":
+            return self.prior()
+        with self._lock:
+            return PersonalReranker(self.prior(), self.adapter(user_id))
+
     def save_all(self) -> int:
         """Persist every loaded reranker that holds buffered episodes; return how many."""
         if self.directory is None:
@@ -179,50 +247,159 @@ class RerankStage:
         return saved
 
     def save(self, user_id: str) -> Path | None:
-        """Persist the reranker serving `user_id` (no-op for an in-memory engine)."""
+        """Persist the state serving `user_id` (no-op for an in-memory engine)."""
         path = self._file(self._owner(user_id))
         if path is None:
             return None
         with self._lock:
-            return self.reranker(user_id).save(path)
+            out = self._full(self._owner(user_id)).save(path)
+            if self.config.rerank_scope == "user" and user_id in self._adapters:
+                self._adapters[user_id].save(self._adapter_file(user_id))  # type: ignore[arg-type]
+            return out
 
     def learn(self, user_id: str, episode: Episode) -> FitReport:
-        """Give one feedback episode to the reranker serving `user_id`; persist it if it updated.
+        """Give one feedback episode to the reranker serving `user_id`; persist what changed.
 
         This is the training step `feedback` uses, public for adapters that rank their own
         candidates (e.g. a LangChain compressor or a LlamaIndex postprocessor) with
         `reranker(user_id)`: their feedback trains, and is saved with, the same reranker that
         `ReflectiveMemory.retrieve` applies.
 
+        With scope `user` the episode takes one step of the user's offsets (saved at once) and
+        joins the prior's batch (`rerank_batch_size` episodes per step, saved after each).
+
         Args:
             user_id: The user the feedback is about.
-            episode: The REINFORCE episode (`reflective_memory.rmm.reranker.Episode`).
+            episode: The REINFORCE episode (`reflective_memory.rmm.episodes.Episode`).
 
         Returns:
-            The reranker's `FitReport` for this call.
+            The prior's (or the user's full reranker's) `FitReport` for this call; with scope
+            `user`, `extra["user_step"]` is the size of the offsets' change.
         """
         with self._lock:
-            rr = self.reranker(user_id)
-            rep = rr.partial_fit(episode).last_fit_
-            assert rep is not None  # every partial_fit call sets it
+            if self.config.rerank_scope != "user":
+                rr = self._full(self._owner(user_id))
+                rep = rr.partial_fit(episode).last_fit_
+                assert rep is not None  # every partial_fit call sets it
+                if rep.updates:
+                    # Saved after each update; episodes still buffered (< one batch) are saved
+                    # with the next update, or by `save_all()` (e.g. on close).
+                    path = self._file(self._owner(user_id))
+                    if path is not None:
+                        rr.save(path)
+                return rep
+            prior = self.prior()
+            ad = self.adapter(user_id)
+            ep = episode.checked(prior.dim)
+            base = prior.score(ep.query, ep.candidates, ep.prior, ep.features)
+            own = ad.offsets(ep.features)
+            step = ad.update(ep, base)
+            path = self._adapter_file(user_id)
+            if step and path is not None:
+                ad.save(path)
+            if own is not None and np.any(own):
+                # The prior learns from the policy that acted: its scores plus the offsets.
+                start = ep.prior if ep.prior is not None else ep.candidates @ ep.query
+                ep = Episode(ep.query, ep.candidates, ep.shown, ep.rewards, start + own, ep.features)
+            rep = prior.partial_fit(ep).last_fit_
+            assert rep is not None
             if rep.updates:
-                # Saved after each update; episodes still buffered (< one batch) are saved with
-                # the next update, or by `save()` (e.g. on close).
-                self.save(user_id)
+                prior_path = self._file(_SHARED)
+                if prior_path is not None:
+                    prior.save(prior_path)
+            rep.extra["user_step"] = step
             return rep
 
     def forget(self, user_id: str) -> None:
-        """Drop a user's own reranker (memory and files); a shared one is kept."""
-        if self.config.rerank_scope == "shared":
-            return
+        """Erase a user's own reranker state (memory and files).
+
+        The user's offsets (scope `user`) or full reranker (scope `isolated`) are deleted. The
+        prior keeps what it learned from everyone, this user included: a few aggregate weights,
+        not memories.
+        """
         with self._lock:
+            self._adapters.pop(user_id, None)
             self._rerankers.pop(user_id, None)
+            self._contexts = OrderedDict(
+                (rid, c) for rid, c in self._contexts.items() if c.user_id != user_id
+            )
             path = self._file(user_id)
             if path is not None:
-                for suffix in (".safetensors", ".json"):
+                for suffix in (".safetensors", ".json", _ADAPTER_SUFFIX):
                     (path.parent / f"{path.name}{suffix}").unlink(missing_ok=True)
 
+    # ------------------------------------------------------------ state bytes
+    def user_state(self, user_id: str) -> bytes | None:
+        """A user's own reranker state as bytes (None when the user has learned nothing).
+
+        For stores that keep per-user data outside the store directory: the offsets' JSON
+        (scope `user`) or a full reranker's safetensors blob (scope `isolated`).
+        """
+        with self._lock:
+            scope = self.config.rerank_scope
+            if scope == "shared":
+                return None
+            if scope == "isolated":
+                rr = self._full(user_id)
+                return None if rr.is_identity and not rr.pending_ else rr.to_bytes()
+            ad = self.adapter(user_id)
+            return None if ad.is_zero and not ad.n_episodes_ else ad.to_bytes()
+
+    def restore_user_state(self, user_id: str, data: bytes) -> None:
+        """Install a user's state from `user_state` bytes (and save it to the directory).
+
+        Raises:
+            ModelLoadError: The bytes are no such state.
+        """
+        with self._lock:
+            scope = self.config.rerank_scope
+            if scope == "shared":
+                raise ConfigError("scope 'shared' keeps no per-user reranker state")
+            if scope == "isolated":
+                rr = Reranker.from_bytes(data, **self._params())
+                if rr.dim != self.embedder.dim:
+                    raise ModelLoadError(f"state has dim {rr.dim}, the embedder {self.embedder.dim}")
+                self._rerankers[user_id] = rr
+                path = self._file(user_id)
+                if path is not None:
+                    rr.save(path)
+                return
+            ad = UserAdapter.from_bytes(data, **self._adapter_params())
+            self._adapters[user_id] = ad
+            apath = self._adapter_file(user_id)
+            if apath is not None:
+                ad.save(apath)
+
+    def prior_state(self) -> bytes:
+        """The shared prior as bytes (safetensors)."""
+        with self._lock:
+            return self.prior().to_bytes()
+
+    def restore_prior_state(self, data: bytes) -> None:
+        """Install the shared prior from `prior_state` bytes (and save it to the directory)."""
+        rr = Reranker.from_bytes(data, **self._params())
+        if rr.dim != self.embedder.dim:
+            raise ModelLoadError(f"state has dim {rr.dim}, the embedder {self.embedder.dim}")
+        with self._lock:
+            self._rerankers[_SHARED] = rr
+            path = self._file(_SHARED)
+            if path is not None:
+                rr.save(path)
+
     # -------------------------------------------------------------- retrieval
+    def _memories(
+        self, index: UserIndex, ids: list[str], fetch: Callable[[list[str]], list[Any]] | None
+    ) -> list[Any] | None:
+        """Stored memories of the candidates, cached per index version (None without fetch)."""
+        if fetch is None:
+            return None
+        cache: dict[str, Any] = index.extras.setdefault("rerank_memories", {})
+        missing = [m for m in ids if m not in cache]
+        if missing:
+            for mem in fetch(missing):
+                cache[getattr(mem, "id", "")] = mem
+        return [cache.get(m) for m in ids]
+
     def apply(
         self,
         user_id: str,
@@ -234,11 +411,14 @@ class RerankStage:
         explore: bool,
         retrieval_id: str,
         diagnostics: dict[str, Any],
+        query: str | None = None,
+        fetch: Callable[[list[str]], list[Any]] | None = None,
     ) -> tuple[list[int], list[dict[str, float]]]:
         """Rerank the first `rerank_top_k` positions of a ranking; the tail keeps its order.
 
         Records retriever vs reranked order in `diagnostics["rerank"]` and keeps the vectors for
-        feedback on `retrieval_id`.
+        feedback on `retrieval_id`. `query` and `fetch` (memories by id) feed the side
+        features; without them the features that need them are neutral.
         """
         k = min(self.config.rerank_top_k, len(order))
         if k == 0:
@@ -246,9 +426,21 @@ class RerankStage:
         head = order[:k]
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
         cand = index.dense.vectors[head]
-        prior = rank_prior(cand @ q)
+        dense = cand @ q
+        prior = rank_prior(dense)
         rr = self.reranker(user_id)
-        feats = rr.feature_matrix([index.keys[p] for p in head])
+        ids = [index.ids[p] for p in head]
+        feats = None
+        if rr.features:
+            need_mem = bool(set(rr.features) & _MEMORY_FEATURES)
+            cands = Candidates(
+                [index.keys[p] for p in head],
+                query=query,
+                dense=dense,
+                scores=scores[:k],
+                memories=self._memories(index, ids, fetch) if need_mem else None,
+            )
+            feats = rr.features_of(cands)
         with self._lock:
             res = rr.rerank(q, cand, prior, explore=explore, features=feats)
         new_head = [head[i] for i in res.order]
@@ -257,7 +449,6 @@ class RerankStage:
             sc = dict(scores[i])
             sc["rerank"] = float(res.scores[i])
             new_scores.append(sc)
-        ids = [index.ids[p] for p in head]
         diagnostics["rerank"] = {
             "scope": self.config.rerank_scope,
             "top_k": k,
@@ -268,8 +459,10 @@ class RerankStage:
             "reranked_order": [ids[i] for i in res.order],
             "prior": [round(float(x), 6) for x in prior],
         }
+        if feats is not None:
+            diagnostics["rerank"]["features"] = np.round(feats, 5).tolist()
         with self._lock:
-            self._contexts[retrieval_id] = _Context(q, cand.copy(), prior, ids, feats)
+            self._contexts[retrieval_id] = _Context(q, cand.copy(), prior, ids, feats, user_id)
             while len(self._contexts) > _EPISODE_CACHE:
                 self._contexts.popitem(last=False)
         return new_head + order[k:], new_scores + scores[k:]
@@ -292,8 +485,18 @@ class RerankStage:
         pos = [where[m] for m in ids]
         cand = index.dense.vectors[pos]
         prior = np.asarray(info.get("prior") or rank_prior(cand @ q), dtype=np.float32)
-        feats = self.reranker(retrieval.user_id).feature_matrix([index.keys[p] for p in pos])
-        return _Context(q, cand.copy(), prior, ids, feats)
+        rr = self.reranker(retrieval.user_id)
+        feats = None
+        if rr.features:
+            saved = info.get("features")
+            arr = None if saved is None else np.asarray(saved, dtype=np.float32)
+            if arr is not None and arr.shape == (len(ids), rr.n_features):
+                feats = arr
+            else:  # recompute what the index still tells (retriever scores are gone)
+                feats = rr.features_of(
+                    Candidates([index.keys[p] for p in pos], query=retrieval.query, dense=cand @ q)
+                )
+        return _Context(q, cand.copy(), prior, ids, feats, retrieval.user_id)
 
     def feedback(
         self,
