@@ -44,6 +44,8 @@ _EPISODE_CACHE = 512
 _RERANKER_CACHE = 64
 _ADAPTER_CACHE = 4096
 _ADAPTER_SUFFIX = ".delta.json"
+#: Scope `user`: learned state is written every this many episodes (and on close / save).
+_FLUSH_EVERY = 16
 #: Side features read from the stored `Memory` objects (fetched only when one is used).
 _MEMORY_FEATURES = frozenset({"cost", "recency", "size", "derived"})
 
@@ -122,6 +124,8 @@ class RerankStage:
         self._rerankers: OrderedDict[str, Reranker] = OrderedDict()
         self._adapters: OrderedDict[str, UserAdapter] = OrderedDict()
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
+        self._dirty: set[str] = set()  # scope user: users (and _SHARED) with unsaved changes
+        self._since_flush = 0
         self._lock = threading.RLock()
 
     # -------------------------------------------------------------- rerankers
@@ -220,8 +224,12 @@ class RerankStage:
             if ad is None:
                 ad = UserAdapter(self.config.rerank_features, **self._adapter_params())
             self._adapters[user_id] = ad
-            while len(self._adapters) > _ADAPTER_CACHE:  # saved at every change: just drop
-                self._adapters.popitem(last=False)
+            while len(self._adapters) > _ADAPTER_CACHE:
+                old_user, old = self._adapters.popitem(last=False)
+                old_path = self._adapter_file(old_user)
+                if old_user in self._dirty and old_path is not None:
+                    old.save(old_path)
+                self._dirty.discard(old_user)
             return ad
 
     def reranker(self, user_id: str) -> Reranker | PersonalReranker:
@@ -235,15 +243,23 @@ class RerankStage:
             return PersonalReranker(self.prior(), self.adapter(user_id))
 
     def save_all(self) -> int:
-        """Persist every loaded reranker that holds buffered episodes; return how many."""
+        """Persist all unsaved learned state (buffered episodes, offsets); return files written."""
         if self.directory is None:
             return 0
         saved = 0
         with self._lock:
             for owner, rr in self._rerankers.items():
-                if rr.pending_:
+                if rr.pending_ or owner in self._dirty:
                     rr.save(self._file(owner))  # type: ignore[arg-type]
                     saved += 1
+            for user in sorted(self._dirty - {_SHARED}):
+                ad = self._adapters.get(user)
+                path = self._adapter_file(user)
+                if ad is not None and path is not None:
+                    ad.save(path)
+                    saved += 1
+            self._dirty.clear()
+            self._since_flush = 0
         return saved
 
     def save(self, user_id: str) -> Path | None:
@@ -294,9 +310,8 @@ class RerankStage:
             base = prior.score(ep.query, ep.candidates, ep.prior, ep.features)
             own = ad.offsets(ep.features)
             step = ad.update(ep, base)
-            path = self._adapter_file(user_id)
-            if step and path is not None:
-                ad.save(path)
+            if step:
+                self._dirty.add(user_id)
             if own is not None and np.any(own):
                 # The prior learns from the policy that acted: its scores plus the offsets.
                 start = ep.prior if ep.prior is not None else ep.candidates @ ep.query
@@ -304,9 +319,12 @@ class RerankStage:
             rep = prior.partial_fit(ep).last_fit_
             assert rep is not None
             if rep.updates:
-                prior_path = self._file(_SHARED)
-                if prior_path is not None:
-                    prior.save(prior_path)
+                self._dirty.add(_SHARED)
+            # Writing files costs more than learning: state is flushed every _FLUSH_EVERY
+            # episodes and on close, so a crash loses at most that much feedback.
+            self._since_flush += 1
+            if self._since_flush >= _FLUSH_EVERY:
+                self.save_all()
             rep.extra["user_step"] = step
             return rep
 
@@ -320,6 +338,7 @@ class RerankStage:
         with self._lock:
             self._adapters.pop(user_id, None)
             self._rerankers.pop(user_id, None)
+            self._dirty.discard(user_id)
             self._contexts = OrderedDict(
                 (rid, c) for rid, c in self._contexts.items() if c.user_id != user_id
             )

@@ -152,9 +152,10 @@ class Reranker:
             params.append(self.b_m_)
         if self.n_features:
             flr = self.feature_learning_rate
-            params.append(
-                self.w_f_ if flr is None else {"params": [self.w_f_], "lr": flr}
-            )
+            if flr is None:
+                params.append(self.w_f_)
+            else:
+                params = [{"params": params}, {"params": [self.w_f_], "lr": flr}]
         wd = self.weight_decay
         if self.optimizer == "adam":
             if wd > 0:
