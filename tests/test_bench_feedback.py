@@ -62,7 +62,11 @@ def _locomo_file(tmp_path, users=3, questions=6):
         qa = []
         for s in range(questions):
             turns = [
-                {"speaker": "Ann", "dia_id": f"D{s + 1}:1", "text": f"my {pets[s]} is named Tom{u}{s}"},
+                {
+                    "speaker": "Ann",
+                    "dia_id": f"D{s + 1}:1",
+                    "text": f"my {pets[s]} is named Tom{u}{s}",
+                },
                 {
                     "speaker": "Bob",
                     "dia_id": f"D{s + 1}:2",
@@ -74,8 +78,12 @@ def _locomo_file(tmp_path, users=3, questions=6):
             conv[f"session_{s + 1}"] = turns
             conv[f"session_{s + 1}_date_time"] = f"10:0{s} am on {s + 1} May, 2023"
             qa.append(
-                {"question": f"what is my {pets[s]} called?", "answer": f"Tom{u}{s}",
-                 "evidence": [f"D{s + 1}:1"], "category": 1}
+                {
+                    "question": f"what is my {pets[s]} called?",
+                    "answer": f"Tom{u}{s}",
+                    "evidence": [f"D{s + 1}:1"],
+                    "category": 1,
+                }
             )
         data.append({"sample_id": f"chat{u}", "conversation": conv, "qa": qa})
     f = tmp_path / "chats.json.gz"
@@ -116,10 +124,28 @@ def test_tiny_run_end_to_end(tmp_path, capsys):
     f = _locomo_file(tmp_path)
     args = bench._arguments_parser().parse_args(
         [
-            "--data", str(f), "--store", str(tmp_path / "store"), "--embedder", "hashing",
-            "--cache", str(tmp_path / "vectors.sqlite"), "--granularity", "turn",
-            "--denoiser", "none", "--splits", "2", "--k-eval", "10", "--checkpoints", "2",
-            "--plot", str(tmp_path / "p.png"), "--json", str(tmp_path / "c.json"),
+            "--data",
+            str(f),
+            "--store",
+            str(tmp_path / "store"),
+            "--embedder",
+            "hashing",
+            "--cache",
+            str(tmp_path / "vectors.sqlite"),
+            "--granularity",
+            "turn",
+            "--denoiser",
+            "none",
+            "--splits",
+            "2",
+            "--k-eval",
+            "10",
+            "--checkpoints",
+            "2",
+            "--plot",
+            str(tmp_path / "p.png"),
+            "--json",
+            str(tmp_path / "c.json"),
         ]
     )
     assert bench.run(args) == 0
@@ -151,12 +177,26 @@ def test_register_adds_parser():
         assert getattr(cfg, name) == getattr(d, name)
     assert cfg.granularities == d.granularities
     paper = p.parse_args(
-        ["feedback", "--data", "x.json", "--baseline", "0.5", "--features", "none",
-         "--scope", "isolated", "--conditions", "citations,noise"]
+        [
+            "feedback",
+            "--data",
+            "x.json",
+            "--baseline",
+            "0.5",
+            "--features",
+            "none",
+            "--scope",
+            "isolated",
+            "--conditions",
+            "citations,noise",
+        ]
     )
     cfg = bench._config(paper)
-    assert cfg.rerank_baseline == 0.5 and cfg.rerank_features == () and paper.conditions == (
-        "citations", "noise")
+    assert (
+        cfg.rerank_baseline == 0.5
+        and cfg.rerank_features == ()
+        and paper.conditions == ("citations", "noise")
+    )
     assert cfg.rerank_scope == "isolated"
     with pytest.raises(SystemExit):
         p.parse_args(["feedback", "--data", "x.json", "--conditions", "loud"])

@@ -160,7 +160,7 @@ def test_isolated_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_
     cand = rng.normal(size=(4, dim)).astype(np.float32)
     feats = np.log1p(np.array([[3.0], [40.0], [7.0], [12.0]], np.float32))  # the cost feature
     ep = Episode(cand[0], cand, [1, 0], np.array([1.0, -1.0], np.float32), None, feats)
-    cfg = _cfg(rerank_scope="isolated", rerank_batch_size=2)
+    cfg = _cfg(rerank_scope="isolated", rerank_features=("cost",), rerank_batch_size=2)
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         stage = mem.rerank_stage
         first = stage.learn("u1", ep)
@@ -236,8 +236,13 @@ def test_feedback_errors():
 
 
 def test_citation_loop_end_to_end_moves_cited_memory_up():
-    cfg = _cfg(
-        rerank_explore=True, rerank_seed=1, rerank_batch_size=4, rerank_top_m=3, rerank_top_k=16
+    cfg = _cfg(  # the paper's form: embedding maps only
+        rerank_explore=True,
+        rerank_seed=1,
+        rerank_batch_size=4,
+        rerank_top_m=3,
+        rerank_top_k=16,
+        rerank_features=(),
     )
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
@@ -260,7 +265,12 @@ def test_citation_loop_end_to_end_moves_cited_memory_up():
 
 
 def test_reranker_options_reach_the_engine_reranker(tmp_path):
-    cfg = _cfg(rerank_scope="isolated", rerank_batch_size=1, rerank_memory_bias=True, rerank_weight_decay=0.01)
+    cfg = _cfg(
+        rerank_scope="isolated",
+        rerank_batch_size=1,
+        rerank_memory_bias=True,
+        rerank_weight_decay=0.01,
+    )
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
         mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
@@ -283,8 +293,15 @@ def test_reranker_options_reach_the_engine_reranker(tmp_path):
 
 def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
     """The default reranker scores the cost feature; feedback on short memories teaches it."""
-    cfg = _cfg(rerank_scope="isolated", rerank_batch_size=1, rerank_explore=True, rerank_seed=0, rerank_top_k=16)
-    assert cfg.rerank_features == ("cost",) and cfg.rerank_baseline == "episode"
+    cfg = _cfg(
+        rerank_scope="isolated",
+        rerank_features=("cost",),
+        rerank_batch_size=1,
+        rerank_explore=True,
+        rerank_seed=0,
+        rerank_top_k=16,
+    )
+    assert cfg.rerank_baseline == "episode"
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
     assert MemoryConfig(rerank_features="cost").rerank_features == ("cost",)
     hobbies = ["chess", "pottery", "running", "choir", "baking", "climbing", "salsa", "poetry"]

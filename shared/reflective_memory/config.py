@@ -140,12 +140,19 @@ class MemoryConfig:
         rerank_memory_bias: Extension, not in the paper: add a learned query-independent
             `b . m` term to reranker scores (which kinds of memories get cited). Off by default.
         rerank_features: Extension, not in the paper: side features with a learned weight
-            (zero at the start) added to reranker scores; `("cost",)` (default) is the
-            memory key's length, `()` the paper's form. On the feedback bench this is what
-            transfers to questions the reranker was not trained on.
+            (zero at the start) added to reranker scores, describing what kind of memory gets
+            cited in terms that hold for any question and granularity (see
+            `reflective_memory.rmm.features`). Default: query overlap, dense and lexical
+            score, retriever rank, found-by-both, question cue. `("cost",)` (memory length)
+            helped turn units on LongMemEval but hurts segment units (long segments get cited,
+            then crowd the budget); `()` is the paper's form.
         rerank_feature_learning_rate: Learning rate of the prior's side-feature weights
             (`None`: `rerank_learning_rate`). Extension: the embedding maps move by the
             paper's `eta`, the few feature weights faster.
+        rerank_signed_features: Keep the learned weights of features that restate retriever
+            evidence (overlap, dense, lexical, rank, both) and the question cue on their
+            natural side of zero (`reflective_memory.rmm.features.FEATURE_SIGNS`), so that
+            noisy feedback can sharpen the retriever's order but not invert it. Extension.
         rerank_user_learning_rate: Learning rate of a user's own feature-weight offsets
             (scope `user`), one step per feedback episode.
         rerank_user_decay: Pull of a user's offsets back to zero (the prior) per episode, as a
@@ -204,10 +211,11 @@ class MemoryConfig:
     rerank_optimizer: str = "sgd"
     rerank_weight_decay: float = 0.0
     rerank_memory_bias: bool = False
-    rerank_features: tuple[str, ...] = ("cost",)
+    rerank_features: tuple[str, ...] = ("overlap", "dense", "lexical", "rank", "both", "question")
     rerank_feature_learning_rate: float | None = None
-    rerank_user_learning_rate: float = 0.05
-    rerank_user_decay: float = 0.1
+    rerank_signed_features: bool = True
+    rerank_user_learning_rate: float = 0.01
+    rerank_user_decay: float = 1.0
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
@@ -333,8 +341,10 @@ class MemoryConfig:
         if not isinstance(ulr, (int, float)) or isinstance(ulr, bool) or not ulr >= 0:
             raise ConfigError(f"rerank_user_learning_rate must be a number >= 0, got {ulr!r}")
         ud = self.rerank_user_decay
-        if not isinstance(ud, (int, float)) or isinstance(ud, bool) or not 0 <= ud < 1 / max(
-            ulr, 1e-12
+        if (
+            not isinstance(ud, (int, float))
+            or isinstance(ud, bool)
+            or not 0 <= ud < 1 / max(ulr, 1e-12)
         ):
             raise ConfigError(
                 f"rerank_user_decay must be >= 0 and below 1 / rerank_user_learning_rate, "
@@ -347,6 +357,10 @@ class MemoryConfig:
         wd = self.rerank_weight_decay
         if not isinstance(wd, (int, float)) or isinstance(wd, bool) or not wd >= 0:
             raise ConfigError(f"rerank_weight_decay must be a number >= 0, got {wd!r}")
+        if not isinstance(self.rerank_signed_features, bool):
+            raise ConfigError(
+                f"rerank_signed_features must be a bool, got {self.rerank_signed_features!r}"
+            )
         if not isinstance(self.rerank_memory_bias, bool):
             raise ConfigError(f"rerank_memory_bias must be a bool, got {self.rerank_memory_bias!r}")
         b = self.rerank_baseline

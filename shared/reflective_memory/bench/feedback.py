@@ -507,7 +507,9 @@ def _report(
         "",
         "Per split, change of held-out coverage@1000 (and @500):",
         "",
-        "| split | before @1000 | " + " | ".join(f"{c} Δ@1000 | {c} Δ@500" for c in conditions) + " |",
+        "| split | before @1000 | "
+        + " | ".join(f"{c} Δ@1000 | {c} Δ@500" for c in conditions)
+        + " |",
         "|---|---|" + "---|---|" * len(conditions),
     ]
     for p in per_split:

@@ -36,6 +36,9 @@ __all__ = [
     "features_for",
     "citation_rewards",
     "FEATURES",
+    "FEATURE_SIGNS",
+    "sign_vector",
+    "project_signs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -233,6 +236,37 @@ FEATURES: dict[str, Callable[[Candidates], np.ndarray]] = {
 }
 assert set(FEATURES) == set(RERANK_FEATURES)
 
+#: Direction a feature's learned weight may take when signs are enforced: +1 (never below 0),
+#: -1 (never above 0), 0 (free). The signed features restate retriever evidence (more query
+#: overlap, a higher dense or lexical score, an earlier rank, being found by both rankers)
+#: or a question-vs-statement cue; a reranker may learn to trust such evidence more, never to
+#: invert it, so noisy feedback cannot turn the retriever's order upside down.
+FEATURE_SIGNS: dict[str, int] = {
+    "cost": 0,
+    "overlap": 1,
+    "dense": 1,
+    "lexical": 1,
+    "rank": -1,
+    "both": 1,
+    "recency": 0,
+    "size": 0,
+    "question": -1,
+    "derived": 0,
+}
+
+
+def sign_vector(names: Sequence[str]) -> np.ndarray:
+    """`(F,)` allowed signs of these features' weights (see `FEATURE_SIGNS`)."""
+    return np.array([FEATURE_SIGNS[n] for n in names], dtype=np.float32)
+
+
+def project_signs(weights: np.ndarray, signs: np.ndarray) -> np.ndarray:
+    """Clip weights to their allowed signs (0 where a weight points the forbidden way)."""
+    w = np.asarray(weights, dtype=np.float64).copy()
+    w[(signs > 0) & (w < 0)] = 0.0
+    w[(signs < 0) & (w > 0)] = 0.0
+    return w
+
 
 def candidate_features(names: Sequence[str], candidates: Candidates) -> np.ndarray | None:
     """The `(K, len(names))` side-feature matrix of these candidates (None without names)."""
@@ -243,7 +277,9 @@ def candidate_features(names: Sequence[str], candidates: Candidates) -> np.ndarr
     return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def features_for(reranker: Any, texts: Sequence[str], query: str | None = None) -> np.ndarray | None:
+def features_for(
+    reranker: Any, texts: Sequence[str], query: str | None = None
+) -> np.ndarray | None:
     """Side features a reranker expects for candidates with these texts (None if it takes none).
 
     For callers that only have the candidates' texts (framework adapters): features that need

@@ -29,7 +29,12 @@ from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 from reflective_memory.rmm.citations import attribute, parse_citations
 from reflective_memory.rmm.episodes import Episode, FitReport
-from reflective_memory.rmm.features import Candidates, citation_rewards, rank_prior
+from reflective_memory.rmm.features import (
+    Candidates,
+    citation_rewards,
+    rank_prior,
+    sign_vector,
+)
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.storage.index import UserIndex
@@ -157,6 +162,7 @@ class RerankStage:
             "memory_bias": cfg.rerank_memory_bias,
             "features": cfg.rerank_features,
             "feature_learning_rate": cfg.rerank_feature_learning_rate,
+            "signed_features": cfg.rerank_signed_features,
             "seed": cfg.rerank_seed,
         }
 
@@ -309,13 +315,18 @@ class RerankStage:
             ep = episode.checked(prior.dim)
             base = prior.score(ep.query, ep.candidates, ep.prior, ep.features)
             own = ad.offsets(ep.features)
-            step = ad.update(ep, base)
+            signs = None
+            if self.config.rerank_signed_features and prior.features:
+                signs = sign_vector(prior.features)
+            step = ad.update(ep, base, prior.w_f_.detach().numpy().copy(), signs)
             if step:
                 self._dirty.add(user_id)
             if own is not None and np.any(own):
                 # The prior learns from the policy that acted: its scores plus the offsets.
                 start = ep.prior if ep.prior is not None else ep.candidates @ ep.query
-                ep = Episode(ep.query, ep.candidates, ep.shown, ep.rewards, start + own, ep.features)
+                ep = Episode(
+                    ep.query, ep.candidates, ep.shown, ep.rewards, start + own, ep.features
+                )
             rep = prior.partial_fit(ep).last_fit_
             assert rep is not None
             if rep.updates:
@@ -377,7 +388,9 @@ class RerankStage:
             if scope == "isolated":
                 rr = Reranker.from_bytes(data, **self._params())
                 if rr.dim != self.embedder.dim:
-                    raise ModelLoadError(f"state has dim {rr.dim}, the embedder {self.embedder.dim}")
+                    raise ModelLoadError(
+                        f"state has dim {rr.dim}, the embedder {self.embedder.dim}"
+                    )
                 self._rerankers[user_id] = rr
                 path = self._file(user_id)
                 if path is not None:

@@ -31,7 +31,7 @@ import numpy as np
 from reflective_memory.config import EPISODE_BASELINE
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 from reflective_memory.rmm.episodes import Episode, RerankResult
-from reflective_memory.rmm.features import FEATURES, Candidates
+from reflective_memory.rmm.features import FEATURES, Candidates, project_signs
 from reflective_memory.rmm.reranker import Reranker
 
 __all__ = ["UserAdapter", "PersonalReranker"]
@@ -128,12 +128,19 @@ class UserAdapter:
             avail[i] = False
         return grad
 
-    def update(self, episode: Episode, base_scores: np.ndarray) -> float:
+    def update(
+        self,
+        episode: Episode,
+        base_scores: np.ndarray,
+        prior_weights: np.ndarray | None = None,
+        signs: np.ndarray | None = None,
+    ) -> float:
         """One policy-gradient step on one episode; returns the step's norm.
 
         An episode without features, or whose rewards do not differ under the episode
         baseline, leaves the offsets exactly as they were (decay included: nothing learned,
-        nothing forgotten).
+        nothing forgotten). With `signs` (see `FEATURE_SIGNS`) and the prior's feature weights,
+        the offsets are clipped so that prior + offsets keeps every weight on its allowed side.
         """
         self.n_episodes_ += 1
         if episode.features is None or not self.features or self.learning_rate == 0:
@@ -148,6 +155,9 @@ class UserAdapter:
         self.delta_ = (self.delta_ + self.learning_rate * grad) * (
             1.0 - self.learning_rate * self.decay
         )
+        if signs is not None and prior_weights is not None:
+            w = np.asarray(prior_weights, dtype=np.float64).reshape(-1)
+            self.delta_ = project_signs(w + self.delta_, np.asarray(signs)) - w
         self.n_updates_ += 1
         return float(np.linalg.norm(self.delta_ - before))
 

@@ -20,7 +20,13 @@ from safetensors.torch import save as save_bytes
 from reflective_memory.config import EPISODE_BASELINE
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
-from reflective_memory.rmm.features import FEATURES, Candidates, candidate_features
+from reflective_memory.rmm.features import (
+    FEATURES,
+    Candidates,
+    candidate_features,
+    project_signs,
+    sign_vector,
+)
 
 __all__ = ["Reranker"]
 
@@ -57,6 +63,8 @@ class Reranker:
             values; `features_of(candidates)` / `feature_matrix(texts)` compute them.
         feature_learning_rate: Extension: learning rate of the feature weights `w_f` (None:
             `learning_rate`). The few feature weights can take larger steps than the maps.
+        signed_features: Extension: keep each feature weight on its allowed side of zero
+            (`FEATURE_SIGNS`) after every step.
         seed: Seed of the Gumbel noise generator (None: nondeterministic).
 
     Example:
@@ -82,6 +90,7 @@ class Reranker:
         memory_bias: bool = False,
         features: Sequence[str] = (),
         feature_learning_rate: float | None = None,
+        signed_features: bool = False,
         seed: int | None = None,
     ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
@@ -130,6 +139,7 @@ class Reranker:
         self.feature_learning_rate = (
             None if feature_learning_rate is None else float(feature_learning_rate)
         )
+        self.signed_features = bool(signed_features)
         self.seed = seed
         self._gen = np.random.default_rng(seed)
         self._reset()
@@ -205,6 +215,7 @@ class Reranker:
             "memory_bias": self.memory_bias,
             "features": list(self.features),
             "feature_learning_rate": self.feature_learning_rate,
+            "signed_features": self.signed_features,
             "seed": self.seed,
         }
 
@@ -374,6 +385,10 @@ class Reranker:
         loss = total / len(episodes)
         loss.backward()
         self._opt.step()
+        if self.signed_features and self.n_features:
+            with torch.no_grad():
+                w = project_signs(self.w_f_.numpy(), sign_vector(self.features))
+                self.w_f_.copy_(torch.from_numpy(w.astype(np.float32)))
         self.n_updates_ += 1
         return float(loss.detach())
 
