@@ -275,3 +275,27 @@ def test_config_validates_new_rerank_fields():
         with pytest.raises(ConfigError):
             MemoryConfig(**bad)
     assert MemoryConfig(rerank_scope="isolated").rerank_scope == "isolated"
+
+
+def test_signed_weights_never_invert_retriever_evidence():
+    """Pure-noise feedback may sharpen the retriever's evidence features, never invert them."""
+    from reflective_memory.rmm.features import sign_vector
+
+    names = ("overlap", "rank")
+    signs = sign_vector(names)
+    assert list(signs) == [1, -1]
+    rng = np.random.default_rng(7)
+    rr = Reranker(8, features=names, feature_learning_rate=0.5, signed_features=True)
+    ad = UserAdapter(names, learning_rate=0.5, decay=0.0)
+    for ep in _episodes(rng, 80, signal=False, cite_rate=0.5):
+        rr.partial_fit(ep)
+        w = rr.w_f_.detach().numpy()
+        assert w[0] >= 0 and w[1] <= 0
+        base = rr.score(ep.query, ep.candidates, None, ep.features)
+        ad.update(ep, base, w, signs)
+        total = w + ad.delta_
+        assert total[0] >= -1e-9 and total[1] <= 1e-9
+    free = Reranker(8, features=names, feature_learning_rate=0.5)
+    for ep in _episodes(np.random.default_rng(7), 80, signal=False, cite_rate=0.5):
+        free.partial_fit(ep)
+    assert free.w_f_.detach().numpy()[0] < 0 or free.w_f_.detach().numpy()[1] > 0

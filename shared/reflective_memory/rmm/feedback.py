@@ -129,6 +129,7 @@ class RerankStage:
         self._rerankers: OrderedDict[str, Reranker] = OrderedDict()
         self._adapters: OrderedDict[str, UserAdapter] = OrderedDict()
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
+        self._views: dict[str, PersonalReranker] = {}
         self._dirty: set[str] = set()  # scope user: users (and _SHARED) with unsaved changes
         self._since_flush = 0
         self._lock = threading.RLock()
@@ -246,7 +247,14 @@ class RerankStage:
         if scope == "shared":
             return self.prior()
         with self._lock:
-            return PersonalReranker(self.prior(), self.adapter(user_id))
+            prior, ad = self.prior(), self.adapter(user_id)
+            view = self._views.get(user_id)
+            if view is None or view.prior is not prior or view.adapter is not ad:
+                view = PersonalReranker(prior, ad)  # one view per user, for identity checks
+                self._views[user_id] = view
+                while len(self._views) > _ADAPTER_CACHE:
+                    self._views.pop(next(iter(self._views)))
+            return view
 
     def save_all(self) -> int:
         """Persist all unsaved learned state (buffered episodes, offsets); return files written."""
@@ -349,6 +357,7 @@ class RerankStage:
         with self._lock:
             self._adapters.pop(user_id, None)
             self._rerankers.pop(user_id, None)
+            self._views.pop(user_id, None)
             self._dirty.discard(user_id)
             self._contexts = OrderedDict(
                 (rid, c) for rid, c in self._contexts.items() if c.user_id != user_id
