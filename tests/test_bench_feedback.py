@@ -46,23 +46,6 @@ def test_simulated_citations_follow_evidence_and_noise():
     assert abs(sum(0 in c for c in noisy) / 500 - 0.5) < 0.08
 
 
-def test_sessions_dedupe_and_distractor_cap():
-    q = {
-        "question_id": "0123abcd",
-        "haystack_session_ids": ["x", "y", "x", "ans", "z"],
-        "haystack_dates": ["2023/05/21 (Sun) 11:54"] * 5,
-        "haystack_sessions": [[{"role": "user", "content": "a"}]] * 3
-        + [[{"role": "user", "content": "b", "has_answer": True}]]
-        + [[{"role": "user", "content": "c"}]],
-        "answer_session_ids": ["ans"],
-    }
-    ids = [s for s, _, _ in bench._sessions(q)]
-    assert ids == ["x", "y", "x#1", "ans", "z"]
-    kept = [s for s, _, _ in bench._sessions(q, distractors=2, seed=0)]
-    assert "ans" in kept and len(kept) == 3
-    assert bench._evidence(q) == {"ans:0"}
-
-
 def test_plot_writes_png(tmp_path):
     path = bench.plot_curves(
         {"a": [(0, 50.0), (10, 55.0)], "b": [(0, 50.0)]}, tmp_path / "c.png", "t", "y"
@@ -70,71 +53,114 @@ def test_plot_writes_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_tiny_run_end_to_end(tmp_path, monkeypatch, capsys):
+def _locomo_file(tmp_path, users=3, questions=6):
+    """A tiny LoCoMo-style file: per user, short facts (evidence) among long chatter."""
     data = []
-    for n in range(4):
-        sessions = [
-            [
+    pets = ["cat", "dog", "parrot", "hamster", "turtle", "rabbit", "goldfish", "ferret"]
+    for u in range(users):
+        conv = {"speaker_a": "Ann", "speaker_b": "Bob"}
+        qa = []
+        for s in range(questions):
+            turns = [
                 {
-                    "role": "user",
-                    "content": f"my pet number {n} is a cat named Tom{n}",
-                    "has_answer": True,
+                    "speaker": "Ann",
+                    "dia_id": f"D{s + 1}:1",
+                    "text": f"my {pets[s]} is named Tom{u}{s}",
                 },
-                {"role": "assistant", "content": "nice"},
-            ],
-            [
-                {"role": "user", "content": f"random chatter {n} about weather"},
-                {"role": "assistant", "content": "ok"},
-            ],
-        ]
-        data.append(
-            {
-                "question_id": f"{n:08x}",
-                "question": "what is my pet called?",
-                "haystack_session_ids": [f"e{n}", f"d{n}"],
-                "haystack_dates": ["2023/05/21 (Sun) 11:54", "2023/05/22 (Mon) 11:54"],
-                "haystack_sessions": sessions,
-                "answer_session_ids": [f"e{n}"],
-            }
-        )
-    f = tmp_path / "d.json.gz"
+                {
+                    "speaker": "Bob",
+                    "dia_id": f"D{s + 1}:2",
+                    "text": f"so many people talk about a {pets[s]} and what a {pets[s]} eats and "
+                    "where it sleeps and how long it lives and which toys it likes best ok",
+                },
+                {"speaker": "Ann", "dia_id": f"D{s + 1}:3", "text": "ok see you later then"},
+            ]
+            conv[f"session_{s + 1}"] = turns
+            conv[f"session_{s + 1}_date_time"] = f"10:0{s} am on {s + 1} May, 2023"
+            qa.append(
+                {
+                    "question": f"what is my {pets[s]} called?",
+                    "answer": f"Tom{u}{s}",
+                    "evidence": [f"D{s + 1}:1"],
+                    "category": 1,
+                }
+            )
+        data.append({"sample_id": f"chat{u}", "conversation": conv, "qa": qa})
+    f = tmp_path / "chats.json.gz"
     with gzip.open(f, "wt") as fh:
         json.dump(data, fh)
-    args = argparse.Namespace(
-        data=str(f),
-        store=str(tmp_path / "store"),
-        granularity="turn",
-        embedder="hashing",
-        cache=str(tmp_path / "vectors.sqlite"),
-        denoiser="none",
-        top_k=20,
-        weight_decay=0.01,
-        memory_bias=True,
-        epochs=2,
-        eval_every=1,
-        k_eval=10,
-        optimizer="adam",
-        lr=1e-3,
-        baseline="episode",
-        features=("cost",),
-        seed=0,
-        limit=None,
-        distractors=None,
-        plot=str(tmp_path / "p.png"),
-        json=str(tmp_path / "c.json"),
+    return f
+
+
+def test_make_splits_per_user_and_across_users(tmp_path):
+    from reflective_memory.bench.datasets import load_conversations
+
+    convs = load_conversations(_locomo_file(tmp_path, users=2, questions=4))
+    protocol, (s0, s1) = bench.make_splits(convs, [0, 1])
+    assert protocol == "per user"
+    # split 0: file order, first half teaches; teaching interleaves the users
+    assert [(it.user, it.question.question) for it in s0.train] == [
+        ("chat0", "what is my cat called?"),
+        ("chat1", "what is my cat called?"),
+        ("chat0", "what is my dog called?"),
+        ("chat1", "what is my dog called?"),
+    ]
+    assert {it.question.question for it in s0.test} == {
+        "what is my parrot called?",
+        "what is my hamster called?",
+    }
+    for sp in (s0, s1):  # a user's test questions are never among its teaching questions
+        for u in ("chat0", "chat1"):
+            tr = {it.question.question for it in sp.train if it.user == u}
+            te = {it.question.question for it in sp.test if it.user == u}
+            assert len(tr) == len(te) == 2 and not tr & te
+    one = [type(c)(c.user_id, c.sessions, c.questions[:1]) for c in convs]
+    protocol, (sp,) = bench.make_splits(one, [3])
+    assert protocol == "across users" and len(sp.train) == len(sp.test) == 1
+    assert sp.train[0].user != sp.test[0].user
+
+
+def test_tiny_run_end_to_end(tmp_path, capsys):
+    f = _locomo_file(tmp_path)
+    args = bench._arguments_parser().parse_args(
+        [
+            "--data",
+            str(f),
+            "--store",
+            str(tmp_path / "store"),
+            "--embedder",
+            "hashing",
+            "--cache",
+            str(tmp_path / "vectors.sqlite"),
+            "--granularity",
+            "turn",
+            "--denoiser",
+            "none",
+            "--splits",
+            "2",
+            "--k-eval",
+            "10",
+            "--checkpoints",
+            "2",
+            "--plot",
+            str(tmp_path / "p.png"),
+            "--json",
+            str(tmp_path / "c.json"),
+        ]
     )
     assert bench.run(args) == 0
     out = capsys.readouterr().out
-    assert "| citations, before | 0 |" in out and "| pure noise, after | 4 |" in out
-    assert "unit=turn" in out and "memory bias=True" in out and "weight decay=0.01" in out
-    assert "features=['cost']" in out and "b=episode" in out
-    ceiling = next(line for line in out.splitlines() if line.startswith("| reference: top"))
-    before = next(line for line in out.splitlines() if line.startswith("| citations, before"))
-    cells = [float(c) for c in ceiling.split("|")[3:8]]
-    assert all(c >= float(b) for c, b in zip(cells, before.split("|")[3:8], strict=True))
+    assert "protocol: per user" in out and "scope=user" in out
+    for cond in bench.CONDITIONS:
+        assert f"| **{cond}, change** |" in out
+    none_change = next(ln for ln in out.splitlines() if ln.startswith("| **none, change**"))
+    assert [float(c) for c in none_change.split("|")[2:7]] == [0.0] * 5  # nothing learned
+    assert "feedback:" in out and "ms per episode" in out
     assert (tmp_path / "vectors.sqlite").exists()  # vectors went through the cache
-    curves = json.loads((tmp_path / "c.json").read_text())
-    assert len(curves["citations"]) == 3 and (tmp_path / "p.png").exists()
+    res = json.loads((tmp_path / "c.json").read_text())
+    assert [r["split"] for r in res] == [0, 1]
+    assert len(res[0]["runs"]["citations"]["curve"]) == 3 and (tmp_path / "p.png").exists()
+    assert not (tmp_path / "store" / "rerankers").exists()  # learned state cleaned up
 
 
 def test_register_adds_parser():
@@ -142,20 +168,41 @@ def test_register_adds_parser():
     sub = p.add_subparsers()
     bench.register(sub)
     ns = p.parse_args(["feedback", "--data", "x.json"])
-    assert ns.func is bench.run and ns.granularity == "turn"
-    assert ns.denoiser == "none" and ns.cache.endswith("bench-embeddings.sqlite")
+    assert ns.func is bench.run and ns.granularity == "default" and ns.denoiser == "default"
+    assert ns.cache.endswith("bench-embeddings.sqlite") and ns.splits == 5
+    assert ns.conditions == bench.CONDITIONS and ns.epochs == 1
+    cfg = bench._config(ns)  # nothing given: the library's reranker defaults
     d = MemoryConfig()
-    assert ns.weight_decay == d.rerank_weight_decay and ns.memory_bias is False and ns.top_k == 20
-    assert (ns.optimizer, ns.lr) == (d.rerank_optimizer, d.rerank_learning_rate)
-    assert ns.baseline == d.rerank_baseline and ns.features == d.rerank_features
+    for name in ("rerank_scope", "rerank_features", "rerank_learning_rate", "rerank_baseline"):
+        assert getattr(cfg, name) == getattr(d, name)
+    assert cfg.granularities == d.granularities
     paper = p.parse_args(
-        ["feedback", "--data", "x.json", "--baseline", "0.5", "--features", "none"]
+        [
+            "feedback",
+            "--data",
+            "x.json",
+            "--baseline",
+            "0.5",
+            "--features",
+            "none",
+            "--scope",
+            "isolated",
+            "--conditions",
+            "citations,noise",
+        ]
     )
-    assert paper.baseline == 0.5 and paper.features == ()
+    cfg = bench._config(paper)
+    assert (
+        cfg.rerank_baseline == 0.5
+        and cfg.rerank_features == ()
+        and paper.conditions == ("citations", "noise")
+    )
+    assert cfg.rerank_scope == "isolated"
+    with pytest.raises(SystemExit):
+        p.parse_args(["feedback", "--data", "x.json", "--conditions", "loud"])
     two = p.parse_args(["feedback", "--data", "x.json", "--features", "cost, cost"])
-    assert two.features == ("cost", "cost")  # MemoryConfig rejects the repeat at run time
     with pytest.raises(ConfigError):
-        MemoryConfig(rerank_features=two.features)
+        bench._config(two)
 
 
 def test_all_exports():

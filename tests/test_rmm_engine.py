@@ -128,8 +128,8 @@ def test_ranking_continues_past_the_reranked_head():
         assert len(r.hits) == 12 and len(r.diagnostics["rerank"]["retriever_order"]) == 4
 
 
-def test_feedback_learns_and_persists_per_user(tmp_path):
-    cfg = _cfg(rerank_batch_size=2, rerank_seed=0, rerank_explore=True)
+def test_isolated_scope_learns_and_persists_per_user(tmp_path):
+    cfg = _cfg(rerank_scope="isolated", rerank_batch_size=2, rerank_seed=0, rerank_explore=True)
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem, "u1")
         _fill(mem, "u2")
@@ -156,7 +156,7 @@ def test_feedback_learns_and_persists_per_user(tmp_path):
         assert not (tmp_path / "rerankers").exists() or not list((tmp_path / "rerankers").iterdir())
 
 
-def test_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_path):
+def test_isolated_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_path):
     from reflective_memory.rmm.episodes import Episode
 
     dim = HashingEmbedder().dim
@@ -164,7 +164,7 @@ def test_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_path):
     cand = rng.normal(size=(4, dim)).astype(np.float32)
     feats = np.log1p(np.array([[3.0], [40.0], [7.0], [12.0]], np.float32))  # the cost feature
     ep = Episode(cand[0], cand, [1, 0], np.array([1.0, -1.0], np.float32), None, feats)
-    cfg = _cfg(rerank_batch_size=2)
+    cfg = _cfg(rerank_scope="isolated", rerank_features=("cost",), rerank_batch_size=2)
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         stage = mem.rerank_stage
         first = stage.learn("u1", ep)
@@ -240,8 +240,13 @@ def test_feedback_errors():
 
 
 def test_citation_loop_end_to_end_moves_cited_memory_up():
-    cfg = _cfg(
-        rerank_explore=True, rerank_seed=1, rerank_batch_size=4, rerank_top_m=3, rerank_top_k=16
+    cfg = _cfg(  # the paper's form: embedding maps only
+        rerank_explore=True,
+        rerank_seed=1,
+        rerank_batch_size=4,
+        rerank_top_m=3,
+        rerank_top_k=16,
+        rerank_features=(),
     )
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
@@ -264,7 +269,12 @@ def test_citation_loop_end_to_end_moves_cited_memory_up():
 
 
 def test_reranker_options_reach_the_engine_reranker(tmp_path):
-    cfg = _cfg(rerank_batch_size=1, rerank_memory_bias=True, rerank_weight_decay=0.01)
+    cfg = _cfg(
+        rerank_scope="isolated",
+        rerank_batch_size=1,
+        rerank_memory_bias=True,
+        rerank_weight_decay=0.01,
+    )
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
         mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
@@ -287,9 +297,16 @@ def test_reranker_options_reach_the_engine_reranker(tmp_path):
 
 def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
     """The default reranker scores the cost feature; feedback on short memories teaches it."""
-    cfg = _cfg(rerank_batch_size=1, rerank_explore=True, rerank_seed=0, rerank_top_k=16)
+    cfg = _cfg(
+        rerank_scope="isolated",
+        rerank_features=("cost",),
+        rerank_batch_size=1,
+        rerank_explore=True,
+        rerank_seed=0,
+        rerank_top_k=16,
+    )
     cfg.passages = False  # the reranker's scores on the units themselves
-    assert cfg.rerank_features == ("cost",) and cfg.rerank_baseline == "episode"
+    assert cfg.rerank_baseline == "episode"
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
     assert MemoryConfig(rerank_features="cost").rerank_features == ("cost",)
     hobbies = ["chess", "pottery", "running", "choir", "baking", "climbing", "salsa", "poetry"]
@@ -322,7 +339,9 @@ def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
         rr = mem.rerank_stage.reranker("u1")
         assert rr.features == ("cost",) and float(rr.w_f_.detach()[0]) < 0
         assert facts_on_top("how do I spend evenings") > before  # another query, same lesson
-    paper = _cfg(rerank_features=(), rerank_baseline=0.5, rerank_optimizer="adam")
+    paper = _cfg(
+        rerank_scope="isolated", rerank_features=(), rerank_baseline=0.5, rerank_optimizer="adam"
+    )
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=paper) as again:
         loaded = again.rerank_stage.reranker("u1")  # the config wins over the saved settings
         assert loaded.features == () and loaded.baseline == 0.5 and loaded.optimizer == "adam"
@@ -330,7 +349,7 @@ def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
 
 
 def test_buffered_feedback_survives_close_and_reopen(tmp_path):
-    cfg = _cfg(rerank_batch_size=4)
+    cfg = _cfg(rerank_scope="isolated", rerank_batch_size=4)
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem, "u1")
         f = mem.feedback(mem.retrieve("u1", "what pet do I have"), cited=[0])

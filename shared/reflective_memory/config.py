@@ -15,7 +15,20 @@ __all__ = ["MemoryConfig"]
 _BASE_UNITS = ("turn", "session", "segment")
 
 #: Reranker side features by name (computed in `reflective_memory.rmm.reranker.FEATURES`).
-RERANK_FEATURES = ("cost",)
+RERANK_FEATURES = (
+    "cost",
+    "overlap",
+    "dense",
+    "lexical",
+    "rank",
+    "both",
+    "recency",
+    "size",
+    "question",
+    "derived",
+)
+#: `rerank_scope` values: prior + per-user adaptation, one shared reranker, one per user alone.
+RERANK_SCOPES = ("user", "shared", "isolated")
 #: `rerank_baseline` value for the per-episode mean-reward baseline.
 EPISODE_BASELINE = "episode"
 _MODES = ("hybrid", "dense", "lexical")
@@ -134,7 +147,11 @@ class MemoryConfig:
             citation-trained reranker (untrained, it keeps the retriever's order).
         rerank_top_k: Retriever candidates the reranker reorders (paper: K = 20).
         rerank_top_m: Memories the reranker selects, sampled while exploring (paper: M = 5).
-        rerank_scope: `user` (one reranker per user) or `shared` (one for all users).
+        rerank_scope: `user` (default): a prior reranker shared by the users of this memory,
+            learned from everyone's feedback, plus a small per-user adaptation (feature-weight
+            offsets learned from that user's feedback only, pulled back toward the prior by
+            `rerank_user_decay`); `shared`: the prior alone; `isolated`: a full reranker per
+            user learned from that user's feedback only, nothing shared (RMM's form).
         rerank_explore: Sample the top-M with Gumbel noise at retrieval (for learning); off,
             the reranked order is deterministic. `retrieve(explore=...)` overrides it per call.
         rerank_tau: Gumbel-softmax temperature (paper: 0.5).
@@ -154,9 +171,23 @@ class MemoryConfig:
         rerank_memory_bias: Extension, not in the paper: add a learned query-independent
             `b . m` term to reranker scores (which kinds of memories get cited). Off by default.
         rerank_features: Extension, not in the paper: side features with a learned weight
-            (zero at the start) added to reranker scores; `("cost",)` (default) is the
-            memory key's length, `()` the paper's form. On the feedback bench this is what
-            transfers to questions the reranker was not trained on.
+            (zero at the start) added to reranker scores, describing what kind of memory gets
+            cited in terms that hold for any question and granularity (see
+            `reflective_memory.rmm.features`). Default: query overlap, dense and lexical
+            score, retriever rank, found-by-both, question cue. `("cost",)` (memory length)
+            helped turn units on LongMemEval but hurts segment units (long segments get cited,
+            then crowd the budget); `()` is the paper's form.
+        rerank_feature_learning_rate: Learning rate of the prior's side-feature weights
+            (`None`: `rerank_learning_rate`). Extension: the embedding maps move by the
+            paper's `eta`, the few feature weights faster.
+        rerank_signed_features: Keep the learned weights of features that restate retriever
+            evidence (overlap, dense, lexical, rank, both) and the question cue on their
+            natural side of zero (`reflective_memory.rmm.features.FEATURE_SIGNS`), so that
+            noisy feedback can sharpen the retriever's order but not invert it. Extension.
+        rerank_user_learning_rate: Learning rate of a user's own feature-weight offsets
+            (scope `user`), one step per feedback episode.
+        rerank_user_decay: Pull of a user's offsets back to zero (the prior) per episode, as a
+            fraction of the learning rate (`delta -= lr * decay * delta`).
         rerank_seed: Seed of the exploration noise (`None`: random).
         attribution_fallback: When an answer carries no citation marker, infer the used
             memories from answer-sentence / memory embedding similarity.
@@ -217,7 +248,11 @@ class MemoryConfig:
     rerank_optimizer: str = "sgd"
     rerank_weight_decay: float = 0.0
     rerank_memory_bias: bool = False
-    rerank_features: tuple[str, ...] = ("cost",)
+    rerank_features: tuple[str, ...] = ("overlap", "dense", "lexical", "rank", "both", "question")
+    rerank_feature_learning_rate: float | None = None
+    rerank_signed_features: bool = True
+    rerank_user_learning_rate: float = 0.01
+    rerank_user_decay: float = 1.0
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
@@ -366,8 +401,28 @@ class MemoryConfig:
             val = getattr(self, name)
             if not isinstance(val, (int, float)) or isinstance(val, bool) or not val > 0:
                 raise ConfigError(f"{name} must be a positive number, got {val!r}")
-        if self.rerank_scope not in ("user", "shared"):
-            raise ConfigError(f"rerank_scope must be 'user' or 'shared', got {self.rerank_scope!r}")
+        if self.rerank_scope not in RERANK_SCOPES:
+            raise ConfigError(
+                f"rerank_scope must be one of {list(RERANK_SCOPES)}, got {self.rerank_scope!r}"
+            )
+        flr = self.rerank_feature_learning_rate
+        if flr is not None and (
+            not isinstance(flr, (int, float)) or isinstance(flr, bool) or not flr > 0
+        ):
+            raise ConfigError(f"rerank_feature_learning_rate must be None or > 0, got {flr!r}")
+        ulr = self.rerank_user_learning_rate
+        if not isinstance(ulr, (int, float)) or isinstance(ulr, bool) or not ulr >= 0:
+            raise ConfigError(f"rerank_user_learning_rate must be a number >= 0, got {ulr!r}")
+        ud = self.rerank_user_decay
+        if (
+            not isinstance(ud, (int, float))
+            or isinstance(ud, bool)
+            or not 0 <= ud < 1 / max(ulr, 1e-12)
+        ):
+            raise ConfigError(
+                f"rerank_user_decay must be >= 0 and below 1 / rerank_user_learning_rate, "
+                f"got {ud!r}"
+            )
         if self.rerank_optimizer not in ("adam", "sgd"):
             raise ConfigError(
                 f"rerank_optimizer must be 'adam' or 'sgd', got {self.rerank_optimizer!r}"
@@ -375,6 +430,10 @@ class MemoryConfig:
         wd = self.rerank_weight_decay
         if not isinstance(wd, (int, float)) or isinstance(wd, bool) or not wd >= 0:
             raise ConfigError(f"rerank_weight_decay must be a number >= 0, got {wd!r}")
+        if not isinstance(self.rerank_signed_features, bool):
+            raise ConfigError(
+                f"rerank_signed_features must be a bool, got {self.rerank_signed_features!r}"
+            )
         if not isinstance(self.rerank_memory_bias, bool):
             raise ConfigError(f"rerank_memory_bias must be a bool, got {self.rerank_memory_bias!r}")
         b = self.rerank_baseline

@@ -478,6 +478,8 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                     explore=explore,
                     retrieval_id=rid,
                     diagnostics=diagnostics,
+                    query=query,
+                    fetch=lambda ids: self.store.memories(user_id, ids),
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
             if self.config.passages and views is None:

@@ -130,7 +130,14 @@ BREAD_QUERY = "bread bakery"
 
 def _learning_memory(path=None, **cfg) -> ReflectiveMemory:
     config = MemoryConfig(
-        granularities=("turn",), rerank_batch_size=1, rerank_learning_rate=0.05, **cfg
+        **{  # a full reranker per user (the per-user embedding maps these tests inspect)
+            "granularities": ("turn",),
+            "rerank_batch_size": 1,
+            "rerank_learning_rate": 0.05,
+            "rerank_scope": "isolated",
+            "rerank_features": ("cost",),
+            **cfg,
+        }
     )
     return populate(ReflectiveMemory(path, embedder=HashingEmbedder(), config=config))
 

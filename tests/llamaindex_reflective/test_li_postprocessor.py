@@ -250,7 +250,14 @@ PIXEL_QUERY = "Pixel dog beach"
 
 def _learning_memory(path=None, **cfg) -> ReflectiveMemory:
     config = MemoryConfig(
-        granularities=("turn",), rerank_batch_size=1, rerank_learning_rate=0.05, **cfg
+        **{  # a full reranker per user (the per-user embedding maps these tests inspect)
+            "granularities": ("turn",),
+            "rerank_batch_size": 1,
+            "rerank_learning_rate": 0.05,
+            "rerank_scope": "isolated",
+            "rerank_features": ("cost",),
+            **cfg,
+        }
     )
     mem = ReflectiveMemory(path, embedder=HashingEmbedder(128), config=config)
     for user, texts in (("ana", TEXTS), ("bob", ["My bike is red.", "I like tea."])):
@@ -278,7 +285,7 @@ def test_default_is_the_engines_reranker_for_the_user(mem):
     pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana")
     assert pp._reranker() is mem.rerank_stage.reranker("ana")
     assert pp._reranker() is not mem.rerank_stage.reranker("bob")
-    assert pp.model_name == "reflective-reranker:Reranker"
+    assert pp.model_name == "reflective-reranker:PersonalReranker"
 
 
 def test_feedback_trains_persists_and_isolates_the_engines_reranker(tmp_path):

@@ -1,137 +1,120 @@
-"""`reflective-memory bench feedback`: does the citation-trained reranker learn?
+"""`reflective-memory bench feedback`: does citation feedback pay off on questions not trained on?
 
-Protocol (issue 6): every LongMemEval question is one user whose whole haystack (~490 turns) is
-ingested as turn units (the default; `--granularity` changes it) with raw keys (`--denoiser none`
-by default, so the embedding cache shared with `bench retrieval` hits). Questions are split in
-two halves. On the training half, the engine
-retrieves the top-M with exploration on, a simulated generator "cites" the shown memories that
-contain an evidence turn, with label noise at RMM's measured citation quality (precision ~87%,
-recall ~86%, paper Table 3), and `ReflectiveMemory.feedback` trains one shared reranker. The test
-half is measured before, during and after training: evidence coverage under a word budget (rank
-memories, pack them in rank order into N words, count the evidence turns that made it in).
+Every conversation of the file is one user; all are ingested into one store with the library's
+default config (or `--granularity` / `--denoiser`). Two protocols, picked from the data:
 
-A control run trains a fresh reranker on pure-noise citations (random memories cited at the same
-rate): coverage should not drop beyond noise.
+* **per user** (conversations with several questions, e.g. REALTALK / LoCoMo): each user's
+  questions are split in two halves (split 0: file order, the first half teaches; splits 1..:
+  a seeded shuffle). Feedback on every user's teaching half arrives interleaved, user by user,
+  as in a live app; coverage is measured on every user's other half.
+* **across users** (one question per conversation, e.g. LongMemEval): the users are split in
+  two halves; feedback on one half's questions, coverage on the other's.
+
+Feedback: the engine retrieves the top M with exploration on; a simulated generator cites the
+shown memories that hold an evidence turn with RMM's measured recall (0.86) and any other with a
+chance set for its precision (0.87, RMM Table 3) -- condition `citations`; or cites memories at
+random at the same rate -- `noise`; or cites nothing -- `none`. Coverage: the hits ranked for
+the question packed in rank order into a word budget, the fraction of evidence turns inside.
+Each condition starts from fresh reranker state; every split reports before / after coverage at
+every budget, a learning curve, the feedback cost per episode and retrieval latency before and
+after learning.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
+import dataclasses
 import json
 import logging
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
+from reflective_memory.bench.datasets import Conversation, Question, load_conversations
+from reflective_memory.bench.feedback_report import as_json, plot_curves, report
 from reflective_memory.config import MemoryConfig
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.types import Retrieval
 
-__all__ = ["register", "run", "coverage", "simulated_citations", "plot_curves", "main"]
+__all__ = [
+    "register",
+    "run",
+    "coverage",
+    "simulated_citations",
+    "plot_curves",
+    "make_splits",
+    "main",
+    "CONDITIONS",
+]
 
 logger = logging.getLogger(__name__)
 
 BUDGETS = (250, 500, 1000, 2000, 4000)
 PRECISION = 0.87
 RECALL = 0.86
+CONDITIONS = ("citations", "noise", "none")
 
 
-def _load(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        data = json.load(fh)
-    if not isinstance(data, list) or not data or "haystack_sessions" not in data[0]:
-        raise InvalidInputError(f"{path} is not LongMemEval-style data")
-    return data
-
-
-def _sessions(
-    q: dict[str, Any], distractors: int | None = None, seed: int = 0
-) -> list[tuple[str, str, list[dict[str, Any]]]]:
-    """`(unique session id, date, turns)` of a haystack (repeated ids get a `#n` suffix).
-
-    With `distractors`, keep the evidence sessions plus that many other sessions, drawn with a
-    seeded generator, in haystack order.
-    """
-    seen: dict[str, int] = {}
-    out = []
-    for sid, date, sess in zip(
-        q["haystack_session_ids"], q["haystack_dates"], q["haystack_sessions"], strict=True
-    ):
-        n = seen.get(sid, 0)
-        seen[sid] = n + 1
-        out.append((sid if n == 0 else f"{sid}#{n}", date, sess))
-    if distractors is None:
-        return out
-    ev = [i for i, (_, _, sess) in enumerate(out) if any(t.get("has_answer") for t in sess)]
-    ev += [i for i, (sid, _, _) in enumerate(out) if sid in q["answer_session_ids"]]
-    rest = [i for i in range(len(out)) if i not in set(ev)]
-    rng = np.random.default_rng([seed, int(q["question_id"][:8], 16) % (2**31)])
-    pick = rng.choice(rest, size=min(distractors, len(rest)), replace=False).tolist()
-    return [out[i] for i in sorted(set(ev) | set(pick))]
-
-
-def _evidence(q: dict[str, Any]) -> set[str]:
-    out = set()
-    for sid, _, sess in _sessions(q):
-        for i, t in enumerate(sess):
-            if t.get("has_answer"):
-                out.add(f"{sid}:{i}")
-    return out
-
-
-class _QueryCache:
-    """Wraps an embedder and memoises single-string encodes (the benchmark's repeated queries)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self._memo: dict[str, np.ndarray] = {}
+@dataclass
+class _Item:
+    user: str
+    question: Question
 
     @property
-    def dim(self) -> int:
-        return int(self.inner.dim)
-
-    def encode(self, texts: str | list[str]) -> np.ndarray:
-        if not isinstance(texts, str):
-            return self.inner.encode(texts)
-        if texts not in self._memo:
-            self._memo[texts] = self.inner.encode(texts)
-        return self._memo[texts]
+    def evidence(self) -> set[str]:
+        return set(self.question.evidence)
 
 
-def _ingest(
-    mem: ReflectiveMemory, data: list[dict[str, Any]], distractors: int | None, seed: int
-) -> None:
-    for q in tqdm(data, desc="ingest", unit="question"):
-        user = q["question_id"]
-        for sid, date, sess in _sessions(q, distractors, seed):
-            if mem.store.session(user, sid) is not None:  # resumed run
-                if sid in mem.open_sessions(user):
-                    mem.end_session(user, sid)
-                continue
-            turns = [
-                {
-                    "user_id": user,
-                    "session_id": sid,
-                    "role": t["role"],
-                    "text": t["content"] if t["content"].strip() else "(empty)",
-                    "timestamp": date,
-                    "turn_id": f"{sid}:{i}",
-                }
-                for i, t in enumerate(sess)
-            ]
-            if turns:
-                mem.add_turns(turns)
-                mem.end_session(user, sid)
+@dataclass
+class Split:
+    """One split: teaching questions (interleaved across users) and test questions."""
+
+    seed: int
+    train: list[_Item] = field(default_factory=list)
+    test: list[_Item] = field(default_factory=list)
+
+
+def make_splits(convs: Sequence[Conversation], seeds: Sequence[int]) -> tuple[str, list[Split]]:
+    """Protocol name and one `Split` per seed (see the module docs).
+
+    Questions without evidence are left out. Per user, the teaching questions of all users are
+    interleaved round-robin (user 1's first, user 2's first, ..., user 1's second, ...).
+    """
+    per_user = [(c.user_id, [q for q in c.questions if q.evidence]) for c in convs]
+    per_user = [(u, qs) for u, qs in per_user if qs]
+    if not per_user:
+        raise InvalidInputError("no question with evidence in the data")
+    multi = sum(len(qs) >= 2 for _, qs in per_user) >= max(1, len(per_user) // 2)
+    out = []
+    for seed in seeds:
+        sp = Split(seed)
+        if multi:
+            teach: list[list[_Item]] = []
+            for n, (user, qs) in enumerate(per_user):
+                order = list(range(len(qs)))
+                if seed != 0:
+                    rng = np.random.default_rng([seed, n])
+                    order = rng.permutation(len(qs)).tolist()
+                half = len(qs) // 2
+                teach.append([_Item(user, qs[i]) for i in order[:half]])
+                sp.test += [_Item(user, qs[i]) for i in order[half:]]
+            for j in range(max(len(t) for t in teach)):
+                sp.train += [t[j] for t in teach if j < len(t)]
+        else:
+            rng = np.random.default_rng(seed)
+            idx = rng.permutation(len(per_user)).tolist()
+            half = len(per_user) // 2
+            sp.train = [_Item(per_user[i][0], q) for i in idx[:half] for q in per_user[i][1]]
+            sp.test = [_Item(per_user[i][0], q) for i in idx[half:] for q in per_user[i][1]]
+        out.append(sp)
+    return ("per user" if multi else "across users"), out
 
 
 def coverage(retrieval: Retrieval, evidence: set[str], budgets: Sequence[int]) -> dict[int, float]:
@@ -183,37 +166,68 @@ def simulated_citations(
     return out
 
 
-@dataclass
-class _Split:
-    train: list[dict[str, Any]]
-    test: list[dict[str, Any]]
+class _QueryCache:
+    """Wraps an embedder and memoises single-string encodes (the benchmark's repeated queries)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._memo: dict[str, np.ndarray] = {}
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    def encode(self, texts: str | list[str]) -> np.ndarray:
+        if not isinstance(texts, str):
+            return self.inner.encode(texts)
+        if texts not in self._memo:
+            self._memo[texts] = self.inner.encode(texts)
+        return self._memo[texts]
+
+
+def _ingest(mem: ReflectiveMemory, convs: Sequence[Conversation]) -> None:
+    for conv in tqdm(convs, desc="ingest", unit="user"):
+        for s in conv.sessions:
+            if not s.turns:
+                continue
+            if mem.store.session(conv.user_id, s.session_id) is not None:  # resumed run
+                if s.session_id in mem.open_sessions(conv.user_id):
+                    mem.end_session(conv.user_id, s.session_id)
+                continue
+            mem.add_turns(
+                [{**t, "user_id": conv.user_id, "session_id": s.session_id} for t in s.turns]
+            )
+            mem.end_session(conv.user_id, s.session_id)
 
 
 def _evaluate(
-    mem: ReflectiveMemory, qs: list[dict[str, Any]], budgets: Sequence[int], k: int
+    mem: ReflectiveMemory,
+    items: Sequence[_Item],
+    budgets: Sequence[int],
+    k: int,
+    times: list[float] | None = None,
 ) -> dict[int, float]:
     tot = dict.fromkeys(budgets, 0.0)
-    for q in qs:
-        r = mem.retrieve(q["question_id"], q["question"], k=k, explore=False)
-        for b, v in coverage(r, _evidence(q), budgets).items():
+    for it in items:
+        t0 = time.perf_counter()
+        r = mem.retrieve(it.user, it.question.question, k=k, explore=False)
+        if times is not None:
+            times.append((time.perf_counter() - t0) * 1000)
+        for b, v in coverage(r, it.evidence, budgets).items():
             tot[b] += v
-    return {b: 100.0 * v / len(qs) for b, v in tot.items()}
+    return {b: 100.0 * v / max(len(items), 1) for b, v in tot.items()}
 
 
 def _ceiling(
-    mem: ReflectiveMemory, qs: list[dict[str, Any]], budgets: Sequence[int], k: int
+    mem: ReflectiveMemory, items: Sequence[_Item], budgets: Sequence[int], k: int
 ) -> dict[int, float]:
-    """Reference coverage: the retriever's top K put evidence-first (untrained reranker).
-
-    Evidence-holding candidates first (shortest first), then the others in retriever order;
-    hits past K keep their place. Not a strict bound under a word budget: an order that also
-    puts short non-evidence before long can leave room for evidence past rank K.
-    """
+    """Reference coverage: the retriever's top K put evidence-first (shortest first)."""
     top_k = mem.config.rerank_top_k
     tot = dict.fromkeys(budgets, 0.0)
-    for q in qs:
-        ev = _evidence(q)
-        r = mem.retrieve(q["question_id"], q["question"], k=k, explore=False)
+    for it in items:
+        ev = it.evidence
+        r = mem.retrieve(it.user, it.question.question, k=k, explore=False)
         head, tail = r.hits[:top_k], r.hits[top_k:]
         good = sorted(
             (h for h in head if set(h.memory.turn_ids) & ev), key=lambda h: len(h.memory.text)
@@ -223,63 +237,16 @@ def _ceiling(
         perfect = Retrieval(r.user_id, r.query, best, r.diagnostics)
         for b, v in coverage(perfect, ev, budgets).items():
             tot[b] += v
-    return {b: 100.0 * v / len(qs) for b, v in tot.items()}
+    return {b: 100.0 * v / max(len(items), 1) for b, v in tot.items()}
 
 
-def _train(
-    mem: ReflectiveMemory,
-    split: _Split,
-    *,
-    epochs: int,
-    eval_every: int,
-    p_false: float,
-    noise_only: bool,
-    cite_rate: float,
-    seed: int,
-    budgets: Sequence[int],
-    k_eval: int,
-    label: str,
-) -> list[tuple[int, dict[int, float], dict[int, float]]]:
-    rng = np.random.default_rng(seed)
-    curve = [
-        (
-            0,
-            _evaluate(mem, split.test, budgets, k_eval),
-            _evaluate(mem, split.train, budgets, k_eval),
-        )
-    ]
-    episodes = 0
-    order = list(range(len(split.train)))
-    for epoch in tqdm(range(epochs), desc=f"train ({label})", unit="epoch"):
-        rng.shuffle(order)
-        for i in order:
-            q = split.train[i]
-            r = mem.retrieve(q["question_id"], q["question"], k=mem.config.rerank_top_m)
-            cited = simulated_citations(
-                r,
-                _evidence(q),
-                rng,
-                p_false=p_false,
-                noise_only=noise_only,
-                cite_rate=cite_rate,
-            )
-            mem.feedback(r, cited=cited)
-            episodes += 1
-        if (epoch + 1) % eval_every == 0 or epoch + 1 == epochs:
-            train_cov = _evaluate(mem, split.train, budgets, k_eval)
-            curve.append((episodes, _evaluate(mem, split.test, budgets, k_eval), train_cov))
-            logger.info("%s: %d episodes, test %s", label, episodes, curve[-1][1])
-    return curve
-
-
-def _calibrate(mem: ReflectiveMemory, train: list[dict[str, Any]]) -> tuple[float, float]:
+def _calibrate(mem: ReflectiveMemory, train: Sequence[_Item]) -> tuple[float, float]:
     """Evidence base rate among shown memories -> false-citation chance and citation rate."""
     shown = ev = 0
-    for q in train:
-        r = mem.retrieve(q["question_id"], q["question"], k=mem.config.rerank_top_m, explore=False)
-        evid = _evidence(q)
+    for it in train:
+        r = mem.retrieve(it.user, it.question.question, k=mem.config.rerank_top_m, explore=False)
         shown += len(r.hits)
-        ev += sum(1 for h in r.hits if set(h.memory.turn_ids) & evid)
+        ev += sum(1 for h in r.hits if set(h.memory.turn_ids) & it.evidence)
     e = ev / max(shown, 1)
     # precision = R e / (R e + p (1 - e))  =>  p = R e (1 - P) / (P (1 - e))
     p_false = min(1.0, RECALL * e * (1 - PRECISION) / (PRECISION * max(1 - e, 1e-9)))
@@ -287,167 +254,157 @@ def _calibrate(mem: ReflectiveMemory, train: list[dict[str, Any]]) -> tuple[floa
     return p_false, cite_rate
 
 
-def plot_curves(
-    curves: dict[str, list[tuple[int, float]]], path: Path, title: str, ylabel: str
-) -> Path:
-    """Draw learning curves as a PNG with Pillow (no plotting library needed)."""
-    from PIL import Image, ImageDraw
+@dataclass
+class _Run:
+    curve: list[tuple[float, dict[int, float]]]
+    train_before: dict[int, float]
+    train_after: dict[int, float]
+    feedback_ms: list[float]
+    retrieve_ms_after: list[float]
 
-    w, h, ml, mr, mt, mb = 760, 440, 70, 170, 40, 55
-    img = Image.new("RGB", (w, h), "white")
-    d = ImageDraw.Draw(img)
-    xs = [x for c in curves.values() for x, _ in c]
-    ys = [y for c in curves.values() for _, y in c]
-    x0, x1 = 0, max(xs) or 1
-    lo, hi = min(ys), max(ys)
-    pad = max(1.0, (hi - lo) * 0.15)
-    y0, y1 = lo - pad, hi + pad
 
-    def px(x: float, y: float) -> tuple[float, float]:
-        return (
-            ml + (x - x0) / (x1 - x0) * (w - ml - mr),
-            h - mb - (y - y0) / (y1 - y0) * (h - mt - mb),
-        )
+def _train(
+    mem: ReflectiveMemory,
+    split: Split,
+    condition: str,
+    *,
+    epochs: int,
+    checkpoints: int,
+    budgets: Sequence[int],
+    k_eval: int,
+    before: dict[int, float],
+    train_before: dict[int, float],
+) -> _Run:
+    rng = np.random.default_rng([split.seed, CONDITIONS.index(condition)])
+    p_false, cite_rate = _calibrate(mem, split.train)
+    users = max(len({it.user for it in split.train}), 1)
+    total = epochs * len(split.train)
+    marks = {round(total * (c + 1) / checkpoints) for c in range(checkpoints)}
+    curve = [(0.0, before)]
+    fb_ms: list[float] = []
+    done = 0
+    for epoch in range(epochs):
+        order = list(range(len(split.train)))
+        if epoch > 0:
+            rng.shuffle(order)
+        for i in order:
+            it = split.train[i]
+            r = mem.retrieve(it.user, it.question.question, k=mem.config.rerank_top_m, explore=True)
+            if condition == "none":
+                cited: list[int] = []
+            else:
+                cited = simulated_citations(
+                    r,
+                    it.evidence,
+                    rng,
+                    p_false=p_false,
+                    noise_only=condition == "noise",
+                    cite_rate=cite_rate,
+                )
+            t0 = time.perf_counter()
+            mem.feedback(r, cited=cited)
+            fb_ms.append((time.perf_counter() - t0) * 1000)
+            done += 1
+            if done in marks and done < total:
+                curve.append((done / users, _evaluate(mem, split.test, budgets, k_eval)))
+    after_ms: list[float] = []
+    curve.append((done / users, _evaluate(mem, split.test, budgets, k_eval, after_ms)))
+    train_after = _evaluate(mem, split.train, budgets, k_eval)
+    return _Run(curve, train_before, train_after, fb_ms, after_ms)
 
-    d.rectangle([ml, mt, w - mr, h - mb], outline="black")
-    for i in range(6):
-        yv = y0 + (y1 - y0) * i / 5
-        _, yy = px(0, yv)
-        d.line([ml - 4, yy, ml, yy], fill="black")
-        d.text((8, yy - 6), f"{yv:.1f}", fill="black")
-        xv = x0 + (x1 - x0) * i / 5
-        xx, _ = px(xv, y0)
-        d.line([xx, h - mb, xx, h - mb + 4], fill="black")
-        d.text((xx - 10, h - mb + 8), f"{xv:.0f}", fill="black")
-    d.text((ml, 12), title, fill="black")
-    d.text((w // 2 - 80, h - 22), "feedback episodes (training half)", fill="black")
-    d.text((8, mt - 20), ylabel, fill="black")
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-    for n, (name, pts) in enumerate(curves.items()):
-        col = colors[n % len(colors)]
-        pp = [px(x, y) for x, y in pts]
-        if len(pp) > 1:
-            d.line(pp, fill=col, width=2)
-        for x, y in pp:
-            d.ellipse([x - 3, y - 3, x + 3, y + 3], fill=col)
-        d.line([w - mr + 12, mt + 20 * n + 8, w - mr + 32, mt + 20 * n + 8], fill=col, width=3)
-        d.text((w - mr + 38, mt + 20 * n + 2), name, fill="black")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img.save(path)
-    return path
+
+def _config(args: argparse.Namespace) -> MemoryConfig:
+    d = MemoryConfig()
+    kw: dict[str, Any] = {"rerank_explore": False, "rerank_top_k": args.top_k}
+    if args.granularity != "default":
+        kw["granularities"] = (args.granularity,)
+    for flag, name in (
+        ("scope", "rerank_scope"),
+        ("optimizer", "rerank_optimizer"),
+        ("lr", "rerank_learning_rate"),
+        ("feature_lr", "rerank_feature_learning_rate"),
+        ("user_lr", "rerank_user_learning_rate"),
+        ("user_decay", "rerank_user_decay"),
+        ("weight_decay", "rerank_weight_decay"),
+        ("baseline", "rerank_baseline"),
+        ("features", "rerank_features"),
+        ("batch_size", "rerank_batch_size"),
+    ):
+        val = getattr(args, flag, None)
+        if val is not None:
+            kw[name] = val
+    if getattr(args, "memory_bias", False):
+        kw["rerank_memory_bias"] = True
+    return MemoryConfig(**{**{"rerank_scope": d.rerank_scope}, **kw})
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark; print a Markdown report."""
-    data = _load(Path(args.data))
+    convs = load_conversations(args.data)
     if args.limit is not None:
-        data = data[: args.limit]
+        convs = convs[: args.limit]
+    seeds = list(range(args.splits)) if args.seeds is None else list(args.seeds)
+    protocol, splits = make_splits(convs, seeds)
     store = Path(args.store)
-    cfg = MemoryConfig(
-        granularities=(args.granularity,),
-        rerank_scope="shared",
-        rerank_explore=True,
-        rerank_seed=args.seed,
-        rerank_optimizer=args.optimizer,
-        rerank_learning_rate=args.lr,
-        rerank_top_k=args.top_k,
-        rerank_weight_decay=args.weight_decay,
-        rerank_memory_bias=args.memory_bias,
-        rerank_baseline=args.baseline,
-        rerank_features=args.features,
-    )
-    t0 = time.time()
+    cfg = _config(args)
     from reflective_memory.bench.retrieval import make_embedder, parse_denoiser
 
     embedder = _QueryCache(make_embedder(args.embedder, args.cache))
     denoiser = parse_denoiser(args.denoiser)
+    conditions = list(args.conditions)
 
-    def open_mem() -> ReflectiveMemory:
-        return ReflectiveMemory(store, config=cfg, embedder=embedder, denoiser=denoiser)
-
-    with open_mem() as mem:
-        _ingest(mem, data, args.distractors, args.seed)
-    ingest_s = time.time() - t0
-    rng = np.random.default_rng(args.seed)
-    idx = rng.permutation(len(data))
-    half = len(data) // 2
-    split = _Split([data[i] for i in idx[:half]], [data[i] for i in idx[half:]])
-    budgets = BUDGETS
-    results: dict[str, list[tuple[int, dict[int, float], dict[int, float]]]] = {}
-    shutil.rmtree(store / "rerankers", ignore_errors=True)
-    with open_mem() as mem:
-        ceiling = _ceiling(mem, split.test, budgets, args.k_eval)
-    for label, noise in (("citations", False), ("pure noise", True)):
+    def fresh(seed: int) -> ReflectiveMemory:
         shutil.rmtree(store / "rerankers", ignore_errors=True)
-        with open_mem() as mem:
-            p_false, cite_rate = _calibrate(mem, split.train)
-            results[label] = _train(
-                mem,
-                split,
-                epochs=args.epochs,
-                eval_every=args.eval_every,
-                p_false=p_false,
-                noise_only=noise,
-                cite_rate=cite_rate,
-                seed=args.seed,
-                budgets=budgets,
-                k_eval=args.k_eval,
-                label=label,
-            )
-    shutil.rmtree(store / "rerankers", ignore_errors=True)
-    png = Path(args.plot)
-    plot_curves(
-        {f"test, {lab}": [(e, c[1000]) for e, c, _ in curve] for lab, curve in results.items()}
-        | {f"train, {lab}": [(e, t[1000]) for e, _, t in curve] for lab, curve in results.items()},
-        png,
-        "RMM reranker: evidence coverage at 1000 words (LongMemEval-S dev)",
-        "coverage %",
-    )
-    hay = (
-        "all sessions"
-        if args.distractors is None
-        else f"evidence + {args.distractors} distractor sessions"
-    )
-    lines = [
-        f"data: {args.data} ({len(data)} questions, {len(split.train)} train / "
-        f"{len(split.test)} test), haystack: "
-        f"{hay}, "
-        f"unit={args.granularity}, keys: denoiser={args.denoiser}, embedder={embedder.name}, "
-        f"retrieval=hybrid, "
-        f"K={cfg.rerank_top_k}, M={cfg.rerank_top_m}, tau={cfg.rerank_tau}, "
-        f"lr={cfg.rerank_learning_rate} ({cfg.rerank_optimizer}), batch={cfg.rerank_batch_size}, "
-        f"weight decay={cfg.rerank_weight_decay}, memory bias={cfg.rerank_memory_bias}, "
-        f"features={list(cfg.rerank_features)}, "
-        f"b={cfg.rerank_baseline}, epochs={args.epochs}, seed={args.seed}; "
-        f"simulated citations: precision {PRECISION}, recall {RECALL}; ingest {ingest_s:.0f} s",
-        "",
-        "| run (held-out half) | episodes | "
-        + " | ".join(f"cov@{b}" for b in budgets)
-        + " | training half cov@1000 |",
-        "|---|---|" + "---|" * (len(budgets) + 1),
-    ]
-    for lab, curve in results.items():
-        for when, (ep, cov, tr) in (("before", curve[0]), ("after", curve[-1])):
-            cells = " | ".join(f"{cov[b]:.1f}" for b in budgets)
-            lines.append(f"| {lab}, {when} | {ep} | {cells} | {tr[1000]:.1f} |")
-        delta = " | ".join(f"{curve[-1][1][b] - curve[0][1][b]:+.1f}" for b in budgets)
-        tr_delta = curve[-1][2][1000] - curve[0][2][1000]
-        lines.append(f"| {lab}, change | | {delta} | {tr_delta:+.1f} |")
-    cells = " | ".join(f"{ceiling[b]:.1f}" for b in budgets)
-    lines.append(f"| reference: top {cfg.rerank_top_k} evidence-first | | {cells} | |")
-    lines += ["", f"plot: {png}"]
-    report = "\n".join(lines)
-    print(report)  # noqa: T201 - the command's output
-    if args.json is not None:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    lab: [{"episodes": e, "test": c, "train": t} for e, c, t in curve]
-                    for lab, curve in results.items()
-                },
-                indent=1,
-            )
+        c = dataclasses.replace(cfg, rerank_seed=seed)
+        return ReflectiveMemory(store, config=c, embedder=embedder, denoiser=denoiser)
+
+    t0 = time.time()
+    with fresh(0) as mem:
+        _ingest(mem, convs)
+    ingest_s = time.time() - t0
+    budgets = BUDGETS
+    per_split: list[dict[str, Any]] = []
+    for sp in splits:
+        with fresh(sp.seed) as mem:
+            ms_before: list[float] = []
+            _evaluate(mem, sp.test[:20], budgets, args.k_eval)  # warm caches
+            before = _evaluate(mem, sp.test, budgets, args.k_eval, ms_before)
+            train_before = _evaluate(mem, sp.train, budgets, args.k_eval)
+            ceiling = _ceiling(mem, sp.test, budgets, args.k_eval)
+        runs: dict[str, _Run] = {}
+        for cond in tqdm(conditions, desc=f"split {sp.seed}", unit="condition"):
+            with fresh(sp.seed) as mem:
+                runs[cond] = _train(
+                    mem,
+                    sp,
+                    cond,
+                    epochs=args.epochs,
+                    checkpoints=args.checkpoints,
+                    budgets=budgets,
+                    k_eval=args.k_eval,
+                    before=before,
+                    train_before=train_before,
+                )
+        per_split.append(
+            {"split": sp, "before": before, "ceiling": ceiling, "runs": runs, "ms": ms_before}
         )
+    shutil.rmtree(store / "rerankers", ignore_errors=True)
+    text = report(
+        args,
+        cfg,
+        protocol,
+        convs,
+        per_split,
+        conditions,
+        ingest_s,
+        embedder.name,
+        budgets=budgets,
+        precision=PRECISION,
+        recall=RECALL,
+    )
+    print(text)  # noqa: T201 - the command's output
+    if args.json is not None:
+        Path(args.json).write_text(json.dumps(as_json(per_split), indent=1))
     return 0
 
 
@@ -461,61 +418,55 @@ def register(bench_subparsers: Any) -> None:
 def _arguments(p: argparse.ArgumentParser) -> None:
     from reflective_memory.bench.retrieval import add_embedder_arguments
 
-    p.add_argument("--data", required=True, help="LongMemEval-style .json or .json.gz")
+    p.add_argument("--data", required=True, help="REALTALK/LoCoMo, LongMemEval or our own JSON")
     p.add_argument("--store", default="rmm-bench-store", help="store directory (reused)")
     p.add_argument(
         "--granularity",
-        default="turn",
-        choices=("turn", "segment", "session"),
-        help="memory unit (default turn: its raw-key vectors are in the shared cache)",
+        default="default",
+        choices=("default", "turn", "segment", "session"),
+        help="memory unit (default: the library's)",
     )
     add_embedder_arguments(p)
+    p.add_argument("--denoiser", default="default", help="key denoiser (default: the library's)")
+    p.add_argument("--splits", type=int, default=5, help="splits 0..N-1 (split 0: file order)")
+    p.add_argument("--seeds", type=_ints, default=None, help="explicit split seeds, e.g. 0,3")
     p.add_argument(
-        "--denoiser",
-        default="none",
-        help="key denoiser (default none: raw keys, as cached by bench retrieval --denoiser none)",
+        "--conditions",
+        type=_names,
+        default=CONDITIONS,
+        help=f"comma-separated among {','.join(CONDITIONS)}",
     )
-    p.add_argument("--epochs", type=int, default=20, help="passes over the training half")
-    p.add_argument("--eval-every", type=int, default=2, help="epochs between test evaluations")
+    p.add_argument("--epochs", type=int, default=1, help="passes over the teaching half")
+    p.add_argument("--checkpoints", type=int, default=6, help="learning-curve points per run")
     p.add_argument("--k-eval", type=int, default=100, help="hits ranked for coverage")
-    defaults = MemoryConfig()
-    p.add_argument("--optimizer", default=defaults.rerank_optimizer, choices=("adam", "sgd"))
-    p.add_argument("--lr", type=float, default=defaults.rerank_learning_rate)
-    p.add_argument(
-        "--baseline",
-        type=_baseline,
-        default=defaults.rerank_baseline,
-        help="REINFORCE baseline: a number (paper: 0.5) or 'episode' (default: the library's)",
-    )
-    p.add_argument(
-        "--features",
-        type=_features,
-        default=defaults.rerank_features,
-        help="reranker side features, comma-separated, or 'none' (paper form); "
-        "default: the library's",
-    )
     p.add_argument("--top-k", type=int, default=20, help="candidates the reranker reorders (K)")
-    p.add_argument(
-        "--weight-decay",
-        type=float,
-        default=defaults.rerank_weight_decay,
-        help="decoupled L2 decay toward the identity (default: the library's; 0 = paper's form)",
-    )
-    p.add_argument(
-        "--memory-bias",
-        action="store_true",
-        help="extension: learn a query-independent b.m score term (not in the paper)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--limit", type=int, default=None, help="use the first N questions")
-    p.add_argument(
-        "--distractors",
-        type=int,
-        default=None,
-        help="keep the evidence sessions plus N seeded random others per question (default: all)",
-    )
-    p.add_argument("--plot", default="docs/rmm_feedback_curve.png")
-    p.add_argument("--json", default=None, help="write the curves as JSON here")
+    # Reranker settings: not given = the library's defaults.
+    p.add_argument("--scope", default=None, choices=("user", "shared", "isolated"))
+    p.add_argument("--optimizer", default=None, choices=("adam", "sgd"))
+    p.add_argument("--lr", type=float, default=None, help="prior's learning rate (maps)")
+    p.add_argument("--feature-lr", type=float, default=None, help="prior's feature-weight lr")
+    p.add_argument("--user-lr", type=float, default=None, help="per-user offsets' lr")
+    p.add_argument("--user-decay", type=float, default=None, help="per-user pull to the prior")
+    p.add_argument("--batch-size", type=int, default=None, help="episodes per prior update")
+    p.add_argument("--weight-decay", type=float, default=None)
+    p.add_argument("--baseline", type=_baseline, default=None, help="a number or 'episode'")
+    p.add_argument("--features", type=_features, default=None, help="names, or 'none'")
+    p.add_argument("--memory-bias", action="store_true", help="learn a b.m term (extension)")
+    p.add_argument("--limit", type=int, default=None, help="use the first N conversations")
+    p.add_argument("--plot", default="docs/rmm_feedback_curve.png", help="'' for none")
+    p.add_argument("--json", default=None, help="write the results as JSON here")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _names(text: str) -> tuple[str, ...]:
+    out = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in out if x not in CONDITIONS]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"conditions must be among {CONDITIONS}, got {text!r}")
+    return out
 
 
 def _baseline(text: str) -> float | str:
@@ -531,10 +482,15 @@ def _features(text: str) -> tuple[str, ...]:
     return tuple(f.strip() for f in text.split(",") if f.strip())
 
 
-def main(argv: Sequence[str] | None = None, _run: Callable[..., int] = run) -> int:
-    """Standalone entry: `python -m reflective_memory.bench.feedback --data ...`."""
+def _arguments_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench feedback", description=__doc__)
     _arguments(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, _run: Callable[..., int] = run) -> int:
+    """Standalone entry: `python -m reflective_memory.bench.feedback --data ...`."""
+    p = _arguments_parser()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     return _run(p.parse_args(argv))

@@ -4,13 +4,15 @@
 - `reranker` / `features` / `episodes`: retrospective reflection, a reranker trained by
   REINFORCE from the LLM's citations (with Gumbel top-M exploration).
 - `citations`: the numbered-memory answer prompt and the citation parser.
-- `feedback`: the engine's reranking stage (one reranker per user or shared) and feedback.
+- `personal`: per-user offsets on top of a prior shared by a memory's users.
+- `feedback`: the engine's reranking stage (prior + per-user, shared, or isolated) and feedback.
 """
 
 from reflective_memory.rmm.citations import build_answer_prompt, parse_citations
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
-from reflective_memory.rmm.features import FEATURES, citation_rewards, rank_prior
+from reflective_memory.rmm.features import FEATURES, Candidates, citation_rewards, rank_prior
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
+from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, TopicDraft
 
@@ -21,6 +23,9 @@ __all__ = [
     "FitReport",
     "RerankResult",
     "FEATURES",
+    "Candidates",
+    "PersonalReranker",
+    "UserAdapter",
     "citation_rewards",
     "rank_prior",
     "FeedbackResult",

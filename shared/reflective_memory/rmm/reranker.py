@@ -13,12 +13,20 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
+from safetensors.torch import load as load_bytes
 from safetensors.torch import load_file, save_file
+from safetensors.torch import save as save_bytes
 
 from reflective_memory.config import EPISODE_BASELINE
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
-from reflective_memory.rmm.features import FEATURES
+from reflective_memory.rmm.features import (
+    FEATURES,
+    Candidates,
+    candidate_features,
+    project_signs,
+    sign_vector,
+)
 
 __all__ = ["Reranker"]
 
@@ -52,7 +60,11 @@ class Reranker:
         features: Extension (not in the paper): names of side features per candidate (see
             `FEATURES`; `("cost",)` is the memory's length), scored by a learned weight vector
             `w_f . f_i` that starts at zero. With features, every call must pass their `(K, F)`
-            values; `feature_matrix(texts)` computes them.
+            values; `features_of(candidates)` / `feature_matrix(texts)` compute them.
+        feature_learning_rate: Extension: learning rate of the feature weights `w_f` (None:
+            `learning_rate`). The few feature weights can take larger steps than the maps.
+        signed_features: Extension: keep each feature weight on its allowed side of zero
+            (`FEATURE_SIGNS`) after every step.
         seed: Seed of the Gumbel noise generator (None: nondeterministic).
 
     Example:
@@ -77,6 +89,8 @@ class Reranker:
         weight_decay: float = 0.0,
         memory_bias: bool = False,
         features: Sequence[str] = (),
+        feature_learning_rate: float | None = None,
+        signed_features: bool = False,
         seed: int | None = None,
     ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
@@ -87,6 +101,10 @@ class Reranker:
             raise ConfigError(f"tau must be > 0, got {tau!r}")
         if not learning_rate > 0:
             raise ConfigError(f"learning_rate must be > 0, got {learning_rate!r}")
+        if feature_learning_rate is not None and not feature_learning_rate > 0:
+            raise ConfigError(
+                f"feature_learning_rate must be None or > 0, got {feature_learning_rate!r}"
+            )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         if optimizer not in ("adam", "sgd"):
@@ -118,6 +136,10 @@ class Reranker:
         self.weight_decay = float(weight_decay)
         self.memory_bias = memory_bias
         self.features = tuple(features)
+        self.feature_learning_rate = (
+            None if feature_learning_rate is None else float(feature_learning_rate)
+        )
+        self.signed_features = bool(signed_features)
         self.seed = seed
         self._gen = np.random.default_rng(seed)
         self._reset()
@@ -135,11 +157,15 @@ class Reranker:
         self.last_fit_: FitReport | None = None
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
-        params = [self.w_q_, self.w_m_]
+        params: list[Any] = [self.w_q_, self.w_m_]
         if self.memory_bias:
             params.append(self.b_m_)
         if self.n_features:
-            params.append(self.w_f_)
+            flr = self.feature_learning_rate
+            if flr is None:
+                params.append(self.w_f_)
+            else:
+                params = [{"params": params}, {"params": [self.w_f_], "lr": flr}]
         wd = self.weight_decay
         if self.optimizer == "adam":
             if wd > 0:
@@ -152,11 +178,17 @@ class Reranker:
         """Number of side features per candidate."""
         return len(self.features)
 
-    def feature_matrix(self, texts: Sequence[str]) -> np.ndarray | None:
-        """The `(K, F)` side features of candidates with these texts (None without features)."""
-        if not self.features:
-            return None
-        return np.concatenate([FEATURES[f](texts) for f in self.features], axis=1)
+    def feature_matrix(self, texts: Sequence[str], query: str | None = None) -> np.ndarray | None:
+        """The `(K, F)` side features of candidates known only by text (None without features).
+
+        Features that need more than the text and the query (retriever scores, stored
+        memories) come out neutral; `features_of` takes everything known.
+        """
+        return self.features_of(Candidates(list(texts), query=query))
+
+    def features_of(self, candidates: Candidates) -> np.ndarray | None:
+        """The `(K, F)` side features of these candidates (None without features)."""
+        return candidate_features(self.features, candidates)
 
     @property
     def is_identity(self) -> bool:
@@ -182,6 +214,8 @@ class Reranker:
             "weight_decay": self.weight_decay,
             "memory_bias": self.memory_bias,
             "features": list(self.features),
+            "feature_learning_rate": self.feature_learning_rate,
+            "signed_features": self.signed_features,
             "seed": self.seed,
         }
 
@@ -210,6 +244,7 @@ class Reranker:
         candidates: np.ndarray,
         prior: np.ndarray | None = None,
         features: np.ndarray | None = None,
+        offset: np.ndarray | None = None,
     ) -> np.ndarray:
         """Reranker scores of candidates for one query.
 
@@ -218,13 +253,20 @@ class Reranker:
             candidates: `(K, dim)` candidate embeddings.
             prior: Optional `(K,)` prior scores on the cosine scale (see `rank_prior`).
             features: `(K, n_features)` side features; required exactly when `n_features > 0`.
+            offset: Optional `(K,)` scores added on top (e.g. a user's own adaptation).
 
         Returns:
             `(K,)` float32 scores.
         """
         q, m, p, f = self._inputs(query, candidates, prior, features)
         with torch.no_grad():
-            return self._scores_t(q, m, p, f).numpy().astype(np.float32)
+            out = self._scores_t(q, m, p, f).numpy().astype(np.float32)
+        if offset is not None:
+            off = np.asarray(offset, dtype=np.float32).reshape(-1)
+            if off.shape != out.shape or not np.all(np.isfinite(off)):
+                raise InvalidInputError("offset must give one finite score per candidate")
+            out = out + off
+        return out
 
     def _inputs(
         self,
@@ -276,6 +318,7 @@ class Reranker:
         explore: bool = False,
         top_m: int | None = None,
         features: np.ndarray | None = None,
+        offset: np.ndarray | None = None,
     ) -> RerankResult:
         """Order the candidates.
 
@@ -286,11 +329,12 @@ class Reranker:
             explore: Sample the head with Gumbel noise (learning) instead of taking it by score.
             top_m: Size of the sampled head (default `self.top_m`); the rest follows by score.
             features: `(K, n_features)` side features (required when `n_features > 0`).
+            offset: Optional `(K,)` scores added on top (see `score`).
 
         Returns:
             A `RerankResult` with all K positions ordered.
         """
-        scores = self.score(query, candidates, prior, features)
+        scores = self.score(query, candidates, prior, features, offset)
         k = scores.shape[0]
         # Stable sort: equal scores keep the retriever's order.
         by_score = [int(i) for i in np.argsort(-scores, kind="stable")]
@@ -309,9 +353,10 @@ class Reranker:
         candidates: np.ndarray,
         prior: np.ndarray | None = None,
         features: np.ndarray | None = None,
+        offset: np.ndarray | None = None,
     ) -> np.ndarray:
         """`softmax(s / tau)` over the candidates: each one's chance to be sampled first."""
-        s = torch.from_numpy(self.score(query, candidates, prior, features)) / self.tau
+        s = torch.from_numpy(self.score(query, candidates, prior, features, offset)) / self.tau
         return torch.softmax(s, dim=0).numpy()
 
     # -------------------------------------------------------------- learning
@@ -340,6 +385,10 @@ class Reranker:
         loss = total / len(episodes)
         loss.backward()
         self._opt.step()
+        if self.signed_features and self.n_features:
+            with torch.no_grad():
+                w = project_signs(self.w_f_.numpy(), sign_vector(self.features))
+                self.w_f_.copy_(torch.from_numpy(w.astype(np.float32)))
         self.n_updates_ += 1
         return float(loss.detach())
 
@@ -376,13 +425,8 @@ class Reranker:
         return self
 
     # ----------------------------------------------------------- persistence
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Save atomically as `<path>.safetensors` + `<path>.json`; return the JSON path.
-
-        `path` may end in `.json` / `.safetensors` or have no suffix.
-        """
-        base = _base(path)
-        base.parent.mkdir(parents=True, exist_ok=True)
+    def _snapshot(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Tensors and JSON config of the whole state (weights, optimizer, buffered episodes)."""
         tensors: dict[str, torch.Tensor] = {
             "w_q": self.w_q_.detach().clone().contiguous(),
             "w_m": self.w_m_.detach().clone().contiguous(),
@@ -419,6 +463,40 @@ class Reranker:
                 "optimizer": opt_meta,
             },
         }
+        return tensors, config
+
+    def to_bytes(self) -> bytes:
+        """The whole state as one safetensors blob (config in its metadata), for any store."""
+        tensors, config = self._snapshot()
+        return bytes(save_bytes(tensors, metadata={"config": json.dumps(config)}))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, **overrides: Any) -> Reranker:
+        """Rebuild a reranker from `to_bytes` output (see `load` for `overrides`).
+
+        Raises:
+            ModelLoadError: The bytes are not a reranker state.
+        """
+        try:
+            if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < 8:
+                raise ValueError("too short")
+            raw = bytes(data)
+            n = int.from_bytes(raw[:8], "little")
+            header = json.loads(raw[8 : 8 + n])
+            config = json.loads(header["__metadata__"]["config"])
+            tensors = load_bytes(raw)
+        except (ValueError, KeyError, TypeError, SafetensorError) as exc:
+            raise ModelLoadError(f"not a reranker state: {exc}") from exc
+        return cls._restore(tensors, config, overrides, "bytes")
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save atomically as `<path>.safetensors` + `<path>.json`; return the JSON path.
+
+        `path` may end in `.json` / `.safetensors` or have no suffix.
+        """
+        base = _base(path)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        tensors, config = self._snapshot()
         st_path, js_path = _paths(base)
         text = json.dumps(config, indent=2)
         # The config also travels inside the safetensors metadata, so weights and config are
@@ -449,8 +527,18 @@ class Reranker:
             )
         except (OSError, ValueError, KeyError, SafetensorError) as exc:
             raise ModelLoadError(f"cannot read reranker at {base}: {exc}") from exc
-        if config.get("format_version") != _FORMAT_VERSION:
-            raise ModelLoadError(f"unsupported reranker format in {js_path}")
+        return cls._restore(tensors, config, overrides, str(base))
+
+    @classmethod
+    def _restore(
+        cls,
+        tensors: dict[str, torch.Tensor],
+        config: dict[str, Any],
+        overrides: dict[str, Any],
+        where: str,
+    ) -> Reranker:
+        if not isinstance(config, dict) or config.get("format_version") != _FORMAT_VERSION:
+            raise ModelLoadError(f"unsupported reranker format in {where}")
         params = dict(config["init_parameters"])
         if "dim" in overrides and overrides["dim"] != params["dim"]:
             raise ConfigError("a saved reranker's dim cannot be changed")
@@ -473,6 +561,8 @@ class Reranker:
                 obj.optimizer == saved.get("optimizer")
                 and obj.memory_bias == saved.get("memory_bias", False)
                 and list(obj.features) == list(saved.get("features", []))
+                and (obj.feature_learning_rate is None)
+                == (saved.get("feature_learning_rate") is None)
             ):
                 restored: dict[int, dict[str, Any]] = {}
                 for key, tensor in tensors.items():
@@ -504,7 +594,7 @@ class Reranker:
                     ).checked(obj.dim)
                 )
         except (KeyError, RuntimeError, ValueError) as exc:
-            raise ModelLoadError(f"reranker files at {base} are inconsistent: {exc}") from exc
+            raise ModelLoadError(f"reranker state at {where} is inconsistent: {exc}") from exc
         return obj
 
     def __repr__(self) -> str:

@@ -2,47 +2,63 @@
 
 `StoredRerankStage` is `RerankStage` with its persistence moved from files into a store's
 versioned blobs (`get_blob` / `update_blob` / `blob_version` / `delete_blob`, e.g.
-`reflective_memory.storage.postgres.PostgresStore`). A process caches a reranker together with
-the blob version it was read at and reloads it when another process has saved a newer one, so
-no process reranks with stale weights for longer than one call. Each feedback episode is applied
-inside the store's read-modify-write of the blob (under a cross-process lock), so updates from
-several processes are applied one after the other and none is lost; buffered episodes are saved
-with every call, so a crash loses nothing either.
+`reflective_memory.storage.postgres.PostgresStore`):
+
+- the prior shared by the users (scopes `user` and `shared`): owner `__shared__`, `BLOB_NAME`;
+- a user's own offsets (scope `user`): owner the user id, `ADAPTER_BLOB_NAME`;
+- a user's full reranker (scope `isolated`): owner the user id, `BLOB_NAME`.
+
+A user's blobs are owned by the user, so the store deletes them with the rest of the user's
+data (`delete_user`). A process caches each state together with the blob version it was read at
+and reloads it when another process has saved a newer one, so no process reranks with stale
+weights for longer than one call. Each feedback episode is applied inside the store's
+read-modify-write of the blob (under a cross-process lock), so updates from several processes
+are applied one after the other and none is lost; buffered episodes are saved with every call,
+so a crash loses nothing either.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, ModelLoadError
-from reflective_memory.rmm.feedback import _SHARED, RerankStage
+from reflective_memory.rmm.feedback import _ADAPTER_CACHE, _SHARED, RerankStage
+from reflective_memory.rmm.personal import UserAdapter
 from reflective_memory.rmm.reranker import Episode, FitReport, Reranker
 
-__all__ = ["StoredRerankStage", "reranker_to_bytes", "reranker_from_bytes"]
+__all__ = [
+    "StoredRerankStage",
+    "reranker_to_bytes",
+    "reranker_from_bytes",
+    "BLOB_NAME",
+    "ADAPTER_BLOB_NAME",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Blob name of a reranker (the blob owner is the user id, or the shared owner).
+#: Blob name of a full reranker (owner: the user id, or the shared owner for the prior).
 BLOB_NAME = "rmm.reranker"
+#: Blob name of a user's offsets on top of the prior (owner: the user id).
+ADAPTER_BLOB_NAME = "rmm.user_adapter"
+_RERANKER_CACHE = 64
+
+_T = TypeVar("_T")
 
 
 def reranker_to_bytes(rr: Reranker) -> bytes:
-    """A reranker as one safetensors file (weights, optimizer state, buffered episodes, config)."""
-    with tempfile.TemporaryDirectory(prefix="rm-rr-") as tmp:
-        rr.save(Path(tmp) / "r")
-        return (Path(tmp) / "r.safetensors").read_bytes()
+    """A reranker as one safetensors blob (weights, optimizer state, buffered episodes, config)."""
+    return rr.to_bytes()
 
 
 def reranker_from_bytes(data: bytes, **params: Any) -> Reranker:
     """Inverse of `reranker_to_bytes`; `params` override saved hyperparameters."""
-    with tempfile.TemporaryDirectory(prefix="rm-rr-") as tmp:
-        (Path(tmp) / "r.safetensors").write_bytes(data)
-        return Reranker.load(Path(tmp) / "r", **params)
+    return Reranker.from_bytes(data, **params)
 
 
 class StoredRerankStage(RerankStage):
@@ -57,8 +73,9 @@ class StoredRerankStage(RerankStage):
     def __init__(self, config: MemoryConfig, embedder: Embedder, store: Any) -> None:
         super().__init__(config, embedder, None)
         self.store = store
-        self._versions: dict[str, int] = {}
+        self._versions: dict[tuple[str, str], int] = {}
 
+    # ------------------------------------------------------------ decoding
     def _load(self, owner: str, data: bytes | None) -> Reranker:
         if data is not None:
             try:
@@ -72,111 +89,164 @@ class StoredRerankStage(RerankStage):
                 logger.warning("starting a fresh reranker for %s: %s", owner, exc)
         return self._new()
 
-    def reranker(self, user_id: str) -> Reranker:
-        """The reranker serving `user_id`, reloaded when another process saved a newer one."""
-        owner = self._owner(user_id)
-        version = self.store.blob_version(owner, BLOB_NAME)
+    def _load_adapter(self, user_id: str, data: bytes | None) -> UserAdapter:
+        if data is not None:
+            try:
+                ad = UserAdapter.from_bytes(data, **self._adapter_params())
+                if ad.features != tuple(self.config.rerank_features):
+                    raise ModelLoadError("saved for other features")
+                return ad
+            except (ModelLoadError, ConfigError) as exc:
+                logger.warning("starting fresh user offsets: %s", exc)
+        return self._new_adapter()
+
+    # ------------------------------------------------------- cached reads
+    def _cached(
+        self,
+        owner: str,
+        name: str,
+        cache: OrderedDict[str, Any],
+        load: Callable[[str, bytes | None], Any],
+        limit: int,
+    ) -> Any:
+        """The cached state of a blob, reloaded when the stored version moved on."""
+        version = self.store.blob_version(owner, name)
         with self._lock:
-            rr = self._rerankers.get(owner)
-            if rr is not None and self._versions.get(owner) == version:
-                self._rerankers.move_to_end(owner)
-                return rr
-            got = self.store.get_blob(owner, BLOB_NAME)
+            obj = cache.get(owner)
+            if obj is not None and self._versions.get((owner, name)) == version:
+                cache.move_to_end(owner)
+                return obj
+            got = self.store.get_blob(owner, name)
             version, data = (0, None) if got is None else got
-            rr = self._load(owner, data)
-            self._rerankers[owner] = rr
-            self._versions[owner] = version
-            while len(self._rerankers) > 64:
-                old, _ = self._rerankers.popitem(last=False)
-                self._versions.pop(old, None)
-            return rr
+            obj = load(owner, data)
+            cache[owner] = obj
+            self._versions[(owner, name)] = version
+            while len(cache) > limit:
+                old, _ = cache.popitem(last=False)
+                self._versions.pop((old, name), None)
+            return obj
 
-    def learn(self, user_id: str, episode: Episode) -> FitReport:
-        """Apply one episode to the latest stored reranker and save it, atomically.
+    def _full(self, owner: str) -> Reranker:
+        """The stored full reranker of an owner, reloaded when another process saved a newer one."""
+        return self._cached(owner, BLOB_NAME, self._rerankers, self._load, _RERANKER_CACHE)
 
-        See `RerankStage.learn`; here the update happens inside the store's locked
-        read-modify-write, so concurrent feedback from other processes is never overwritten.
-        """
-        owner = self._owner(user_id)
+    def adapter(self, user_id: str) -> UserAdapter:
+        """A user's stored offsets, reloaded when another process saved newer ones."""
+        return self._cached(
+            user_id, ADAPTER_BLOB_NAME, self._adapters, self._load_adapter, _ADAPTER_CACHE
+        )
+
+    # -------------------------------------------------------------- writes
+    def _modify(
+        self,
+        owner: str,
+        name: str,
+        cache: OrderedDict[str, Any],
+        load: Callable[[str, bytes | None], Any],
+        change: Callable[[Any], _T],
+    ) -> _T:
+        """Apply `change` to the latest stored state of a blob and save it, atomically."""
         box: dict[str, Any] = {}
 
         def update(version: int, data: bytes | None) -> bytes:
-            rr = self._rerankers.get(owner)
-            if rr is None or self._versions.get(owner) != version:
-                rr = self._load(owner, data)
-            box["rr"] = rr
-            before = {id(ep) for ep in rr.pending_}
-            box["report"] = rr.partial_fit(episode).last_fit_
-            if owner == _SHARED:  # remember whose buffered episodes these are (for `forget`)
-                live = {id(ep) for ep in rr.pending_}
-                self._episode_users = {k: v for k, v in self._episode_users.items() if k in live}
-                for k in live - before:
-                    self._episode_users[k] = user_id
-            return reranker_to_bytes(rr)
+            obj = cache.get(owner)
+            if obj is None or self._versions.get((owner, name)) != version:
+                obj = load(owner, data)
+            box["obj"], box["out"] = obj, change(obj)
+            return obj.to_bytes()
 
         with self._lock:
             try:
-                version = self.store.update_blob(owner, BLOB_NAME, update)
+                version = self.store.update_blob(owner, name, update)
             except BaseException:
-                # the in-memory copy may hold an update the database never got
-                self._rerankers.pop(owner, None)
-                self._versions.pop(owner, None)
+                # the in-memory copy may hold a change the database never got
+                cache.pop(owner, None)
+                self._versions.pop((owner, name), None)
                 raise
-            self._rerankers[owner] = box["rr"]
-            self._versions[owner] = version
-        rep = box["report"]
-        assert rep is not None  # every partial_fit call sets it
+            cache[owner] = box["obj"]
+            self._versions[(owner, name)] = version
+        return box["out"]
+
+    def _put(self, owner: str, name: str, cache: OrderedDict[str, Any], obj: Any) -> None:
+        """Store `obj` as the blob's new state (whatever was stored before)."""
+        with self._lock:
+            version = self.store.update_blob(owner, name, lambda _v, _d: obj.to_bytes())
+            cache[owner] = obj
+            self._versions[(owner, name)] = version
+
+    def _write_full(self, owner: str, rr: Reranker) -> None:
+        self._put(owner, BLOB_NAME, self._rerankers, rr)
+
+    def _write_adapter(self, user_id: str, ad: UserAdapter) -> None:
+        self._put(user_id, ADAPTER_BLOB_NAME, self._adapters, ad)
+
+    def learn(self, user_id: str, episode: Episode) -> FitReport:
+        """Apply one episode to the latest stored state and save it, atomically.
+
+        See `RerankStage.learn`; here each update happens inside the store's locked
+        read-modify-write (with scope `user`: the user's offsets, then the prior), so
+        concurrent feedback from other processes is never overwritten.
+        """
+        if self.config.rerank_scope != "user":
+            owner = self._owner(user_id)
+            return self._modify(
+                owner,
+                BLOB_NAME,
+                self._rerankers,
+                self._load,
+                lambda rr: self._fit(owner, rr, episode, user_id),
+            )
+        with self._lock:
+            prior = self.prior()
+            ep, step = self._modify(
+                user_id,
+                ADAPTER_BLOB_NAME,
+                self._adapters,
+                self._load_adapter,
+                lambda ad: self._personal_step(prior, ad, episode),
+            )
+            rep = self._modify(
+                _SHARED,
+                BLOB_NAME,
+                self._rerankers,
+                self._load,
+                lambda rr: self._fit(_SHARED, rr, ep, user_id),
+            )
+        rep.extra["user_step"] = step
         return rep
 
     def save(self, user_id: str) -> Path | None:
-        """Write the reranker serving `user_id` to the store (already done by `learn`)."""
+        """Write the state serving `user_id` to the store (already done by `learn`)."""
         owner = self._owner(user_id)
         with self._lock:
-            rr = self.reranker(user_id)
-            self._versions[owner] = self.store.update_blob(
-                owner, BLOB_NAME, lambda _v, _d: reranker_to_bytes(rr)
-            )
+            self._write_full(owner, self._full(owner))
+            if self.config.rerank_scope == "user" and user_id in self._adapters:
+                self._write_adapter(user_id, self._adapters[user_id])
         return None
 
     def save_all(self) -> int:
         """Nothing to do: every episode is saved when it is learned."""
         return 0
 
-    def forget(self, user_id: str) -> None:
-        """Erase what the stored rerankers hold of a user (see `RerankStage.forget`).
+    # ------------------------------------------------------------- erasure
+    def _erase_own(self, user_id: str) -> None:
+        """Delete the user's own blobs (offsets and full reranker), whatever the scope."""
+        for name in (BLOB_NAME, ADAPTER_BLOB_NAME):
+            self._versions.pop((user_id, name), None)
+            self.store.delete_blob(user_id, name)
 
-        The user's own reranker blob is deleted whatever the current scope. If a shared
-        reranker is stored, the user's buffered episodes are removed from it inside the
-        store's locked read-modify-write; buffered episodes whose user this process does not
-        know (learned by another process) are dropped too, as the user's could be among them.
-        The weights learned from earlier updates are an aggregate and stay.
+    def _erase_from_prior(self, user_id: str) -> None:
+        """Remove the user's buffered episodes from the stored prior, in the store's lock.
+
+        Buffered episodes whose user this process does not know (learned by another process)
+        are dropped too, as the user's could be among them.
         """
-        with self._lock:
-            self.forget_retrievals(user_id)
-            self._rerankers.pop(user_id, None)
-            self._versions.pop(user_id, None)
-            self.store.delete_blob(user_id, BLOB_NAME)
-            if self.store.blob_version(_SHARED, BLOB_NAME) == 0:
-                return
-            box: dict[str, Reranker] = {}
-
-            def update(version: int, data: bytes | None) -> bytes:
-                rr = self._rerankers.get(_SHARED)
-                if rr is None or self._versions.get(_SHARED) != version:
-                    rr = self._load(_SHARED, data)
-                rr.pending_ = [
-                    ep
-                    for ep in rr.pending_
-                    if self._episode_users.get(id(ep)) not in (None, user_id)
-                ]
-                box["rr"] = rr
-                return reranker_to_bytes(rr)
-
-            try:
-                version = self.store.update_blob(_SHARED, BLOB_NAME, update)
-            except BaseException:
-                self._rerankers.pop(_SHARED, None)
-                self._versions.pop(_SHARED, None)
-                raise
-            self._rerankers[_SHARED] = box["rr"]
-            self._versions[_SHARED] = version
+        if self.store.blob_version(_SHARED, BLOB_NAME) == 0:
+            return
+        self._modify(
+            _SHARED,
+            BLOB_NAME,
+            self._rerankers,
+            self._load,
+            lambda rr: self._keep_others(rr, user_id),
+        )

@@ -1,0 +1,214 @@
+"""Report of `reflective-memory bench feedback`: Markdown tables, learning curves, JSON, PNG.
+
+Reads the per-split results `reflective_memory.bench.feedback.run` collects (coverage before,
+the evidence-first ceiling, and per condition a `_Run` with its learning curve, teaching-half
+coverage and timings) and renders them; nothing here runs the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.bench.datasets import Conversation
+from reflective_memory.config import MemoryConfig
+
+__all__ = ["report", "as_json", "curves_of", "plot_curves"]
+
+
+def plot_curves(
+    curves: dict[str, list[tuple[float, float]]],
+    path: Path,
+    title: str,
+    ylabel: str,
+    xlabel: str = "feedback episodes per user (teaching half)",
+) -> Path:
+    """Draw learning curves as a PNG with Pillow (no plotting library needed)."""
+    from PIL import Image, ImageDraw
+
+    w, h, ml, mr, mt, mb = 760, 440, 70, 170, 40, 55
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    xs = [x for c in curves.values() for x, _ in c]
+    ys = [y for c in curves.values() for _, y in c]
+    x0, x1 = 0, max(xs) or 1
+    lo, hi = min(ys), max(ys)
+    pad = max(1.0, (hi - lo) * 0.15)
+    y0, y1 = lo - pad, hi + pad
+
+    def px(x: float, y: float) -> tuple[float, float]:
+        return (
+            ml + (x - x0) / (x1 - x0) * (w - ml - mr),
+            h - mb - (y - y0) / (y1 - y0) * (h - mt - mb),
+        )
+
+    d.rectangle([ml, mt, w - mr, h - mb], outline="black")
+    for i in range(6):
+        yv = y0 + (y1 - y0) * i / 5
+        _, yy = px(0, yv)
+        d.line([ml - 4, yy, ml, yy], fill="black")
+        d.text((8, yy - 6), f"{yv:.1f}", fill="black")
+        xv = x0 + (x1 - x0) * i / 5
+        xx, _ = px(xv, y0)
+        d.line([xx, h - mb, xx, h - mb + 4], fill="black")
+        d.text((xx - 10, h - mb + 8), f"{xv:.0f}", fill="black")
+    d.text((ml, 12), title, fill="black")
+    d.text((w // 2 - 120, h - 22), xlabel, fill="black")
+    d.text((8, mt - 20), ylabel, fill="black")
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    for n, (name, pts) in enumerate(curves.items()):
+        col = colors[n % len(colors)]
+        pp = [px(x, y) for x, y in pts]
+        if len(pp) > 1:
+            d.line(pp, fill=col, width=2)
+        for x, y in pp:
+            d.ellipse([x - 3, y - 3, x + 3, y + 3], fill=col)
+        d.line([w - mr + 12, mt + 20 * n + 8, w - mr + 32, mt + 20 * n + 8], fill=col, width=3)
+        d.text((w - mr + 38, mt + 20 * n + 2), name, fill="black")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.save(path)
+    return path
+
+
+def _mean(dicts: Sequence[dict[int, float]], b: int) -> float:
+    return float(np.mean([d[b] for d in dicts])) if dicts else float("nan")
+
+
+def report(
+    args: argparse.Namespace,
+    cfg: MemoryConfig,
+    protocol: str,
+    convs: Sequence[Conversation],
+    per_split: list[dict[str, Any]],
+    conditions: Sequence[str],
+    ingest_s: float,
+    embedder_name: str,
+    *,
+    budgets: Sequence[int],
+    precision: float,
+    recall: float,
+) -> str:
+    """The Markdown report of a run (and its PNG learning curves with `--plot`)."""
+    sp0 = per_split[0]["split"]
+    lines = [
+        f"data: {args.data} ({len(convs)} users; protocol: {protocol}; per split "
+        f"{len(sp0.train)} teaching / {len(sp0.test)} test questions), "
+        f"units={list(cfg.granularities)}, denoiser={args.denoiser}, embedder={embedder_name}, "
+        f"retrieval={cfg.retrieval_mode}; reranker: scope={cfg.rerank_scope}, "
+        f"K={cfg.rerank_top_k}, M={cfg.rerank_top_m}, tau={cfg.rerank_tau}, "
+        f"lr={cfg.rerank_learning_rate} ({cfg.rerank_optimizer}), "
+        f"feature lr={cfg.rerank_feature_learning_rate}, user lr={cfg.rerank_user_learning_rate}, "
+        f"user decay={cfg.rerank_user_decay}, batch={cfg.rerank_batch_size}, "
+        f"b={cfg.rerank_baseline}, features={list(cfg.rerank_features)}; "
+        f"epochs={args.epochs}, splits={[p['split'].seed for p in per_split]}; "
+        f"simulated citations: precision {precision}, recall {recall}; ingest {ingest_s:.0f} s",
+        "",
+        "Held-out coverage (%), mean over splits:",
+        "",
+        "| run | " + " | ".join(f"cov@{b}" for b in budgets) + " | teaching half cov@1000 |",
+        "|---|" + "---|" * (len(budgets) + 1),
+    ]
+    befores = [p["before"] for p in per_split]
+    tb = [p["runs"][c].train_before for p in per_split for c in conditions[:1]]
+    lines.append(
+        "| before | "
+        + " | ".join(f"{_mean(befores, b):.1f}" for b in budgets)
+        + f" | {_mean(tb, 1000):.1f} |"
+    )
+    for c in conditions:
+        afters = [p["runs"][c].curve[-1][1] for p in per_split]
+        tr_a = [p["runs"][c].train_after for p in per_split]
+        cells = " | ".join(f"{_mean(afters, b):.1f}" for b in budgets)
+        lines.append(f"| {c}, after | {cells} | {_mean(tr_a, 1000):.1f} |")
+        delta = " | ".join(f"{_mean(afters, b) - _mean(befores, b):+.1f}" for b in budgets)
+        lines.append(f"| **{c}, change** | {delta} | {_mean(tr_a, 1000) - _mean(tb, 1000):+.1f} |")
+    ceil = [p["ceiling"] for p in per_split]
+    lines.append(
+        f"| reference: top {cfg.rerank_top_k} evidence-first | "
+        + " | ".join(f"{_mean(ceil, b):.1f}" for b in budgets)
+        + " | |"
+    )
+    lines += [
+        "",
+        "Per split, change of held-out coverage@1000 (and @500):",
+        "",
+        "| split | before @1000 | "
+        + " | ".join(f"{c} Δ@1000 | {c} Δ@500" for c in conditions)
+        + " |",
+        "|---|---|" + "---|---|" * len(conditions),
+    ]
+    for p in per_split:
+        cells = " | ".join(
+            f"{p['runs'][c].curve[-1][1][1000] - p['before'][1000]:+.1f} | "
+            f"{p['runs'][c].curve[-1][1][500] - p['before'][500]:+.1f}"
+            for c in conditions
+        )
+        lines.append(f"| {p['split'].seed} | {p['before'][1000]:.1f} | {cells} |")
+    lines += ["", "Learning curve, held-out coverage@1000, mean over splits:", ""]
+    curves = curves_of(per_split, conditions)
+    head = curves[conditions[0]]
+    lines.append("| episodes per user | " + " | ".join(f"{x:.1f}" for x, _ in head) + " |")
+    lines.append("|---|" + "---|" * len(head))
+    for c in conditions:
+        lines.append(f"| {c} | " + " | ".join(f"{y:.1f}" for _, y in curves[c]) + " |")
+    fb = [x for p in per_split for c in conditions for x in p["runs"][c].feedback_ms]
+    ms_b = [x for p in per_split for x in p["ms"]]
+    ms_a = [x for p in per_split for c in conditions for x in p["runs"][c].retrieve_ms_after]
+    lines += [
+        "",
+        f"feedback: {np.mean(fb):.2f} ms per episode (median {np.median(fb):.2f}, "
+        f"p95 {np.percentile(fb, 95):.2f}, {len(fb)} episodes); retrieval (k={args.k_eval}): "
+        f"median {np.median(ms_b):.2f} ms before learning, {np.median(ms_a):.2f} ms after "
+        f"(ratio {np.median(ms_a) / max(np.median(ms_b), 1e-9):.2f})",
+    ]
+    if args.plot:
+        png = plot_curves(
+            {c: curves[c] for c in conditions},
+            Path(args.plot),
+            f"held-out coverage at 1000 words ({Path(args.data).name}, {protocol})",
+            "coverage %",
+        )
+        lines.append(f"plot: {png}")
+    return "\n".join(lines)
+
+
+def curves_of(
+    per_split: list[dict[str, Any]], conditions: Sequence[str]
+) -> dict[str, list[tuple[float, float]]]:
+    """Per condition, the learning curve (episodes per user, coverage@1000) over splits."""
+    out = {}
+    for c in conditions:
+        n = min(len(p["runs"][c].curve) for p in per_split)
+        out[c] = [
+            (
+                float(np.mean([p["runs"][c].curve[i][0] for p in per_split])),
+                float(np.mean([p["runs"][c].curve[i][1][1000] for p in per_split])),
+            )
+            for i in range(n)
+        ]
+    return out
+
+
+def as_json(per_split: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-split results as JSON-ready dicts (`--json`)."""
+    return [
+        {
+            "split": p["split"].seed,
+            "before": p["before"],
+            "ceiling": p["ceiling"],
+            "runs": {
+                c: {
+                    "curve": [{"episodes_per_user": x, "test": cov} for x, cov in r.curve],
+                    "train_before": r.train_before,
+                    "train_after": r.train_after,
+                    "feedback_ms_mean": float(np.mean(r.feedback_ms)) if r.feedback_ms else None,
+                }
+                for c, r in p["runs"].items()
+            },
+        }
+        for p in per_split
+    ]
