@@ -210,7 +210,7 @@ def test_two_engines_ending_one_session_build_it_once(pg_dsn) -> None:
 
 def test_reranker_updates_from_two_processes_are_not_lost(pg_dsn) -> None:
     schema = pg_schema()
-    cfg = {"rerank_batch_size": 2}
+    cfg = {"rerank_batch_size": 2, "rerank_scope": "isolated"}  # a full reranker per user
     with _mem(pg_dsn, schema, **cfg) as a, _mem(pg_dsn, schema, **cfg) as b:
         for i in range(8):
             a.add_turn("u", "s", "user", f"note {i} about {WORDS[i]} and {WORDS[i + 5]}")
@@ -225,6 +225,43 @@ def test_reranker_updates_from_two_processes_are_not_lost(pg_dsn) -> None:
         assert not np.allclose(a.rerank_stage.reranker("u").w_q_.detach().numpy(), 0.0)
         a.delete_user("u")
         assert a.store.blob_version("u", "rmm.reranker") == 0
+
+
+def test_per_user_offsets_and_prior_live_in_the_database_and_go_with_the_user(pg_dsn) -> None:
+    """Scope `user` (default): the prior and each user's offsets are blobs; none is lost."""
+    from reflective_memory.rmm.stored_rerank import ADAPTER_BLOB_NAME, BLOB_NAME
+
+    schema = pg_schema()
+    cfg = {"rerank_batch_size": 2, "rerank_user_learning_rate": 0.5, "rerank_user_decay": 0.1}
+    with _mem(pg_dsn, schema, **cfg) as a, _mem(pg_dsn, schema, **cfg) as b:
+        for user in ("u", "v"):
+            for i in range(8):
+                a.add_turn(user, "s", "user", f"note {i} about {WORDS[i]} and {WORDS[i + 5]}")
+            a.end_session(user, "s")
+        for i in range(6):
+            for mem in (a, b):
+                r = mem.retrieve("u", f"{WORDS[i]} note", k=5)
+                mem.feedback(r, cited=[len(r.hits) - 1])
+        a.feedback(a.retrieve("v", f"{WORDS[0]} note", k=5), cited=[0])
+        for mem in (a, b):
+            assert mem.rerank_stage.adapter("u").n_episodes_ == 12
+            prior = mem.rerank_stage.prior()
+            assert prior.n_episodes_ == 13 and prior.n_updates_ == 6
+        delta = a.rerank_stage.adapter("u").delta_.copy()
+        assert np.any(delta)
+        assert np.array_equal(b.rerank_stage.adapter("u").delta_, delta)
+        assert a.store.blob_version("u", ADAPTER_BLOB_NAME) > 0
+        assert a.store.blob_version("u", BLOB_NAME) == 0  # no full reranker per user
+        with _mem(pg_dsn, schema, **cfg) as c:  # a new process restores it from the database
+            assert np.array_equal(c.rerank_stage.adapter("u").delta_, delta)
+            assert c.rerank_stage.user_state("u") == a.rerank_stage.user_state("u")
+        a.delete_user("u")
+        assert a.store.blob_version("u", ADAPTER_BLOB_NAME) == 0
+        assert b.rerank_stage.adapter("u").is_zero  # the other process sees it gone
+        assert a.store.blob_version("v", ADAPTER_BLOB_NAME) > 0  # v keeps its own
+        assert a.rerank_stage.prior().n_updates_ == 6  # the prior is an aggregate and stays
+        pending = a.rerank_stage.prior().pending_
+        assert len(pending) == 1  # v's buffered episode; u's are gone
 
 
 def test_delete_user_drops_its_episodes_from_the_stored_shared_reranker(pg_dsn) -> None:

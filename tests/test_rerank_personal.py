@@ -221,6 +221,23 @@ def test_user_state_bytes_round_trip_and_erase(tmp_path):
         again.rerank_stage.restore_prior_state(prior_blob)
 
 
+def test_delete_user_drops_its_buffered_episodes_from_the_prior(tmp_path):
+    """Scope `user`: the prior's buffer holds query and memory vectors; they go with the user."""
+    cfg = _cfg(rerank_features=("cost", "overlap"), rerank_batch_size=16)
+    dim = HashingEmbedder().dim
+    rng = np.random.default_rng(6)
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        stage = mem.rerank_stage
+        for user in ("u1", "u2", "u1"):
+            stage.learn(user, _stage_episode(dim, rng))
+        assert len(stage.prior().pending_) == 3
+        mem.add_turn("u1", "s", "user", "hello there")
+        mem.delete_user("u1")
+        assert len(stage.prior().pending_) == 1  # u2's stays
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        assert len(again.rerank_stage.prior().pending_) == 1  # the file was rewritten too
+
+
 def test_reranker_bytes_round_trip_and_errors():
     rng = np.random.default_rng(5)
     rr = Reranker(8, features=("cost", "overlap"), feature_learning_rate=0.1, batch_size=2)
