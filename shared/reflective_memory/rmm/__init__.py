@@ -6,6 +6,8 @@
 - `citations`: the numbered-memory answer prompt and the citation parser.
 - `personal`: per-user offsets on top of a prior shared by a memory's users.
 - `feedback`: the engine's reranking stage (prior + per-user, shared, or isolated) and feedback.
+- `answer_feedback`: reading an answer's citations into the hits it cited (`FeedbackResult`).
+- `stored_rerank`: the reranking stage persisted in a database store's versioned blobs.
 """
 
 from reflective_memory.rmm.citations import build_answer_prompt, parse_citations
