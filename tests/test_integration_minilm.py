@@ -56,7 +56,7 @@ def test_small_inputs_use_query_threads_and_restore_the_setting() -> None:
     st.encode = spy
     try:
         e.encode("one query")
-        e.encode(["a batch text"] * 20)
+        e.encode([f"batch text {i}" for i in range(20)])  # distinct: duplicates are embedded once
     finally:
         del st.encode
     assert seen == [1, before]

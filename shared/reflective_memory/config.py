@@ -117,7 +117,16 @@ class MemoryConfig:
         neighbour_span: Farthest neighbour that gets such a vote.
         recency_weight: Present-tense questions ("now", "currently", "these days", "still")
             multiply each turn's vote by `1 + recency_weight * r`, r from 0 (oldest candidate)
-            to 1 (newest); 0 turns time-aware ranking off.
+            to 1 (newest); 0 turns time-aware ranking off. Only the best turns compete: the
+            10 best whose vote is within `recency_margin` (a fraction) of the best vote.
+        recency_margin: See `recency_weight`.
+        length_exponent: Budget packing discounts a turn longer than `length_free` times the
+            median candidate by `(length / (length_free * median)) ** length_exponent`, so a
+            long turn must out-vote the several short ones whose room it would take (the
+            best-voted turns filling `length_keep_share` of the budget are packed first, in
+            vote order); 0 packs in vote order.
+        length_free: See `length_exponent`.
+        length_keep_share: See `length_exponent`.
         segment_vectors: Vector of a multi-turn unit with a raw key: `mean` (the normalised
             mean of its turns' vectors, nothing embedded again) or `embed` (embed the key).
         budget_unit: What `budget_tokens` counts: `tokens` (`reflective_memory.llm.count_tokens`)
@@ -262,10 +271,14 @@ class MemoryConfig:
     recall_calibrate: bool = True
     passages: bool = True
     speaker_keys: bool = True
-    context_weight: float = 0.5
+    context_weight: float = 0.25
     neighbour_weight: float = 0.0
     neighbour_span: int = 1
     recency_weight: float = 0.25
+    recency_margin: float = 0.1
+    length_exponent: float = 0.5
+    length_free: float = 2.0
+    length_keep_share: float = 0.25
     segment_vectors: str = "mean"
     budget_unit: str = "tokens"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -369,10 +382,17 @@ class MemoryConfig:
         for name in ("passages", "speaker_keys", "recall_calibrate"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False")
-        for name in ("context_weight", "neighbour_weight", "recency_weight"):
+        for name in ("context_weight", "neighbour_weight", "recency_weight", "length_exponent"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not val >= 0:
                 raise ConfigError(f"{name} must be a number >= 0, got {val!r}")
+        share = self.length_keep_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ConfigError(f"length_keep_share must be a number in [0, 1], got {share!r}")
+        for name in ("recency_margin", "length_free"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0:
+                raise ConfigError(f"{name} must be a number > 0, got {val!r}")
         span = self.neighbour_span
         if isinstance(span, bool) or not isinstance(span, int) or span < 1:
             raise ConfigError(f"neighbour_span must be a positive integer, got {span!r}")

@@ -163,6 +163,10 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             neighbour_weight=cfg.neighbour_weight,
             neighbour_span=cfg.neighbour_span,
             recency_weight=cfg.recency_weight,
+            recency_margin=cfg.recency_margin,
+            length_exponent=cfg.length_exponent,
+            length_free=cfg.length_free,
+            length_keep_share=cfg.length_keep_share,
             date_header=cfg.date_prefix,
         )
         self._count = count_tokens if cfg.budget_unit == "tokens" else _count_words

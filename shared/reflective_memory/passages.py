@@ -91,6 +91,11 @@ class PassageSettings:
         length_exponent: Packing order is `vote / (cost / median cost) ** length_exponent`:
             0 packs in vote order; above 0 a long turn must out-vote several short ones to
             take their room in the budget.
+        length_keep_share: Besides the `length_keep` best, the best-voted items filling this
+            share of the budget keep vote order too (the length-aware order fills the rest).
+        length_free: Items up to `length_free` times the median cost are not discounted.
+        length_keep: The best-voted items keep their place in front of the length-aware
+            order (the clearest match is always read, however long).
         date_header: Start each passage with its session's date.
     """
 
@@ -102,6 +107,9 @@ class PassageSettings:
     recency_pool: int = 10
     recency_margin: float = 1.0
     length_exponent: float = 0.0
+    length_keep: int = 1
+    length_keep_share: float = 0.0
+    length_free: float = 1.0
     date_header: bool = True
 
 
@@ -305,9 +313,17 @@ def _by_density(
     session_turns: Callable[[str], Sequence[Turn]],
     count: Callable[[str], int],
     exponent: float,
+    keep: int = 1,
+    free: float = 1.0,
+    keep_budget: float = 0.0,
     pool: int = 400,
 ) -> list[tuple[float, int, Any]]:
-    """Reorder the best `pool` items by vote per (relative) cost; the rest keep vote order."""
+    """Reorder the best `pool` items by vote per relative cost; the rest keep vote order.
+
+    An item's cost is relative to the median cost of the pool and never below 1: items
+    longer than the median are discounted, shorter ones get no bonus (so cheap small talk is
+    not pulled above what answers).
+    """
     head, tail = items[:pool], items[pool:]
     costs = []
     for _, _, key in head:
@@ -315,14 +331,20 @@ def _by_density(
             costs.append(max(1, count(votes.loose_memories[key].text)))
         else:
             costs.append(max(1, count(turn_line(session_turns(key[0])[key[1]]))))
-    mid = float(np.median(costs))
+    mid = free * float(np.median(costs))
+    spent = 0
+    while keep < len(head) and spent + costs[keep] <= keep_budget:
+        spent += costs[keep]
+        keep += 1
+    kept, head, costs = head[:keep], head[keep:], costs[keep:]
+    if not head:
+        return items
     scored = [
-        (v / (c / mid) ** exponent, item)
-        for (v, seen, key), c in zip(head, costs, strict=True)
-        for item in [(v, seen, key)]
+        (item[0] / max(1.0, c / mid) ** exponent, item)
+        for item, c in zip(head, costs, strict=True)
     ]
     scored.sort(key=lambda x: (-x[0], x[1][1]))
-    return [item for _, item in scored] + tail
+    return kept + [item for _, item in scored] + tail
 
 
 def pack_passages(
@@ -335,6 +357,9 @@ def pack_passages(
     budget: int | None,
     date_header: bool = True,
     length_exponent: float = 0.0,
+    length_keep: int = 1,
+    length_free: float = 1.0,
+    length_keep_share: float = 0.0,
 ) -> tuple[list[Hit], int, bool]:
     """Take turns (and turnless memories) in vote order and group them into passages.
 
@@ -356,6 +381,9 @@ def pack_passages(
         budget: Token budget of the passages' texts.
         date_header: Start each passage with its session's date.
         length_exponent: See `PassageSettings.length_exponent` (with a budget only).
+        length_keep: See `PassageSettings.length_keep`.
+        length_free: See `PassageSettings.length_free`.
+        length_keep_share: See `PassageSettings.length_keep_share`.
 
     Returns:
         Hits (passages and turnless memories, best first), tokens used, and whether the cut was
@@ -367,7 +395,16 @@ def pack_passages(
     items += [(v, votes.first_seen[mid], mid) for mid, v in votes.loose.items()]
     items.sort(key=lambda x: (-x[0], x[1]))
     if budget is not None and length_exponent > 0 and items:
-        items = _by_density(items, votes, session_turns, count, length_exponent)
+        items = _by_density(
+            items,
+            votes,
+            session_turns,
+            count,
+            length_exponent,
+            length_keep,
+            length_free,
+            keep_budget=length_keep_share * budget,
+        )
     by_session = budget is not None
     chosen: dict[str, set[int]] = {}
     best: dict[tuple[str, int], tuple[float, int]] = {}

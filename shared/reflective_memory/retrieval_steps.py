@@ -177,6 +177,9 @@ class RetrievalSteps:
             budget=budget,
             date_header=settings.date_header,
             length_exponent=settings.length_exponent,
+            length_keep=settings.length_keep,
+            length_free=settings.length_free,
+            length_keep_share=settings.length_keep_share,
         )
         hits = [self._with_unit_scores(h, unit_scores) for h in hits]
         if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one

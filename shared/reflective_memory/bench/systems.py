@@ -112,6 +112,11 @@ ABLATIONS = (
     System("- segment keys", {"granularities": ("turn",)}, what="turn keys only"),
     System("- segment context votes", {"context_weight": 0.0}, what="segments searched, no vote"),
     System("- recency", {"recency_weight": 0.0}, what="no time-aware boost"),
+    System(
+        "- length-aware packing",
+        {"length_exponent": 0.0},
+        what="passages packed in vote order",
+    ),
     System("- speaker in keys", {"speaker_keys": False}, what="BM25 keys without speakers"),
     System("- date headers", {"date_prefix": False}, what="passages without a date header"),
     System("- reranker stage", {"rerank": False}, what="untrained reranker removed"),
