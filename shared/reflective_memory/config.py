@@ -197,6 +197,11 @@ class MemoryConfig:
             (scope `user`), one step per feedback episode.
         rerank_user_decay: Pull of a user's offsets back to zero (the prior) per episode, as a
             fraction of the learning rate (`delta -= lr * decay * delta`).
+        rerank_memory_credit: Extension (scope `user`): score credit per advantage unit that a
+            memory unit behind a cited (+) or shown-but-uncited (-) passage gets in that user's
+            own table (`reflective_memory.rmm.memory_credit`); 0 turns it off.
+        rerank_memory_credit_cap: Largest credit of one memory unit, either sign (on the
+            prior's cosine scale), bounding what any feedback, noise included, can do.
         rerank_seed: Seed of the exploration noise (`None`: random).
         attribution_fallback: When an answer carries no citation marker, infer the used
             memories from answer-sentence / memory embedding similarity.
@@ -262,6 +267,8 @@ class MemoryConfig:
     rerank_signed_features: bool = True
     rerank_user_learning_rate: float = 0.01
     rerank_user_decay: float = 1.0
+    rerank_memory_credit: float = 0.0
+    rerank_memory_credit_cap: float = 0.05
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
@@ -443,6 +450,10 @@ class MemoryConfig:
                 f"rerank_user_decay must be >= 0 and below 1 / rerank_user_learning_rate, "
                 f"got {ud!r}"
             )
+        for name in ("rerank_memory_credit", "rerank_memory_credit_cap"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 10:
+                raise ConfigError(f"{name} must be a number in [0, 10), got {v!r}")
         if self.rerank_optimizer not in ("adam", "sgd"):
             raise ConfigError(
                 f"rerank_optimizer must be 'adam' or 'sgd', got {self.rerank_optimizer!r}"

@@ -10,14 +10,17 @@ default config (or `--granularity` / `--denoiser`). Two protocols, picked from t
 * **across users** (one question per conversation, e.g. LongMemEval): the users are split in
   two halves; feedback on one half's questions, coverage on the other's.
 
-Feedback: the engine retrieves the top M with exploration on; a simulated generator cites the
-shown memories that hold an evidence turn with RMM's measured recall (0.86) and any other with a
-chance set for its precision (0.87, RMM Table 3) -- condition `citations`; or cites memories at
-random at the same rate -- `noise`; or cites nothing -- `none`. Coverage: the hits ranked for
-the question packed in rank order into a word budget, the fraction of evidence turns inside.
+Feedback: a teaching question is retrieved as a live app would, `retrieve(budget_tokens=1000,
+explore=True)` (small-to-big passages, the reranked top M sampled with Gumbel noise); a simulated
+generator cites the returned passages that hold an evidence turn with RMM's measured recall
+(0.86) and any other with a chance set for its precision (0.87, RMM Table 3) -- condition
+`citations`; or cites passages at random at the same rate -- `noise`; or cites nothing -- `none`.
+Coverage is what a user gets: `retrieve(budget_tokens=B)` on a memory that counts its budget in
+words (`budget_unit="words"`, as `bench systems`), the fraction of the question's evidence turns
+among the returned passages' turns, at every budget B.
 Each condition starts from fresh reranker state; every split reports before / after coverage at
-every budget, a learning curve, the feedback cost per episode and retrieval latency before and
-after learning.
+every budget, a learning curve, the feedback cost per episode and retrieval latency (at 1,000
+words) before and after learning.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 BUDGETS = (250, 500, 1000, 2000, 4000)
+#: Word budget of a teaching retrieval (what the simulated generator reads and cites).
+TEACH_BUDGET = 1000
 PRECISION = 0.87
 RECALL = 0.86
 CONDITIONS = ("citations", "noise", "none")
@@ -117,22 +122,14 @@ def make_splits(convs: Sequence[Conversation], seeds: Sequence[int]) -> tuple[st
     return ("per user" if multi else "across users"), out
 
 
-def coverage(retrieval: Retrieval, evidence: set[str], budgets: Sequence[int]) -> dict[int, float]:
-    """Fraction of evidence turns inside the hits packed in rank order into each word budget.
-
-    A hit that does not fit the remaining budget is skipped (smaller later hits may still fit).
-    """
-    out = {}
-    for b in budgets:
-        used, got = 0, set()
-        for h in retrieval.hits:
-            cost = len(h.memory.text.split())
-            if used + cost > b:
-                continue
-            used += cost
-            got.update(set(h.memory.turn_ids) & evidence)
-        out[b] = len(got) / len(evidence) if evidence else 0.0
-    return out
+def coverage(retrieval: Retrieval, evidence: set[str]) -> float:
+    """Fraction of evidence turns among the turns of the returned hits (passages)."""
+    if not evidence:
+        return 0.0
+    got: set[str] = set()
+    for h in retrieval.hits:
+        got.update(h.memory.turn_ids)
+    return len(got & evidence) / len(evidence)
 
 
 def simulated_citations(
@@ -205,37 +202,28 @@ def _evaluate(
     mem: ReflectiveMemory,
     items: Sequence[_Item],
     budgets: Sequence[int],
-    k: int,
     times: list[float] | None = None,
+    memo: dict[tuple[str, str, int], float] | None = None,
 ) -> dict[int, float]:
+    """Mean coverage (%) of `retrieve(budget_tokens=B)` per budget.
+
+    `memo` caches per (user, question, budget) results of an untrained engine (its rankings do
+    not depend on the split); `times` collects the latency of the 1,000-word retrievals.
+    """
     tot = dict.fromkeys(budgets, 0.0)
     for it in items:
-        t0 = time.perf_counter()
-        r = mem.retrieve(it.user, it.question.question, k=k, explore=False)
-        if times is not None:
-            times.append((time.perf_counter() - t0) * 1000)
-        for b, v in coverage(r, it.evidence, budgets).items():
-            tot[b] += v
-    return {b: 100.0 * v / max(len(items), 1) for b, v in tot.items()}
-
-
-def _ceiling(
-    mem: ReflectiveMemory, items: Sequence[_Item], budgets: Sequence[int], k: int
-) -> dict[int, float]:
-    """Reference coverage: the retriever's top K put evidence-first (shortest first)."""
-    top_k = mem.config.rerank_top_k
-    tot = dict.fromkeys(budgets, 0.0)
-    for it in items:
-        ev = it.evidence
-        r = mem.retrieve(it.user, it.question.question, k=k, explore=False)
-        head, tail = r.hits[:top_k], r.hits[top_k:]
-        good = sorted(
-            (h for h in head if set(h.memory.turn_ids) & ev), key=lambda h: len(h.memory.text)
-        )
-        picked = {h.memory.id for h in good}
-        best = good + [h for h in head if h.memory.id not in picked] + tail
-        perfect = Retrieval(r.user_id, r.query, best, r.diagnostics)
-        for b, v in coverage(perfect, ev, budgets).items():
+        for b in budgets:
+            key = (it.user, it.question.question, b)
+            if memo is not None and key in memo and times is None:
+                tot[b] += memo[key]
+                continue
+            t0 = time.perf_counter()
+            r = mem.retrieve(it.user, it.question.question, budget_tokens=b, explore=False)
+            if times is not None and b == TEACH_BUDGET:
+                times.append((time.perf_counter() - t0) * 1000)
+            v = coverage(r, it.evidence)
+            if memo is not None:
+                memo[key] = v
             tot[b] += v
     return {b: 100.0 * v / max(len(items), 1) for b, v in tot.items()}
 
@@ -244,7 +232,7 @@ def _calibrate(mem: ReflectiveMemory, train: Sequence[_Item]) -> tuple[float, fl
     """Evidence base rate among shown memories -> false-citation chance and citation rate."""
     shown = ev = 0
     for it in train:
-        r = mem.retrieve(it.user, it.question.question, k=mem.config.rerank_top_m, explore=False)
+        r = mem.retrieve(it.user, it.question.question, budget_tokens=TEACH_BUDGET, explore=False)
         shown += len(r.hits)
         ev += sum(1 for h in r.hits if set(h.memory.turn_ids) & it.evidence)
     e = ev / max(shown, 1)
@@ -271,7 +259,6 @@ def _train(
     epochs: int,
     checkpoints: int,
     budgets: Sequence[int],
-    k_eval: int,
     before: dict[int, float],
     train_before: dict[int, float],
 ) -> _Run:
@@ -289,7 +276,9 @@ def _train(
             rng.shuffle(order)
         for i in order:
             it = split.train[i]
-            r = mem.retrieve(it.user, it.question.question, k=mem.config.rerank_top_m, explore=True)
+            r = mem.retrieve(
+                it.user, it.question.question, budget_tokens=TEACH_BUDGET, explore=True
+            )
             if condition == "none":
                 cited: list[int] = []
             else:
@@ -306,16 +295,20 @@ def _train(
             fb_ms.append((time.perf_counter() - t0) * 1000)
             done += 1
             if done in marks and done < total:
-                curve.append((done / users, _evaluate(mem, split.test, budgets, k_eval)))
+                curve.append((done / users, _evaluate(mem, split.test, (TEACH_BUDGET,))))
     after_ms: list[float] = []
-    curve.append((done / users, _evaluate(mem, split.test, budgets, k_eval, after_ms)))
-    train_after = _evaluate(mem, split.train, budgets, k_eval)
+    curve.append((done / users, _evaluate(mem, split.test, budgets, after_ms)))
+    train_after = _evaluate(mem, split.train, (TEACH_BUDGET,))
     return _Run(curve, train_before, train_after, fb_ms, after_ms)
 
 
 def _config(args: argparse.Namespace) -> MemoryConfig:
     d = MemoryConfig()
-    kw: dict[str, Any] = {"rerank_explore": False, "rerank_top_k": args.top_k}
+    kw: dict[str, Any] = {
+        "rerank_explore": False,
+        "rerank_top_k": args.top_k,
+        "budget_unit": "words",  # budgets in whitespace words, as `bench systems`
+    }
     if args.granularity != "default":
         kw["granularities"] = (args.granularity,)
     for flag, name in (
@@ -329,6 +322,8 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
         ("baseline", "rerank_baseline"),
         ("features", "rerank_features"),
         ("batch_size", "rerank_batch_size"),
+        ("memory_credit", "rerank_memory_credit"),
+        ("credit_cap", "rerank_memory_credit_cap"),
     ):
         val = getattr(args, flag, None)
         if val is not None:
@@ -364,13 +359,14 @@ def run(args: argparse.Namespace) -> int:
     ingest_s = time.time() - t0
     budgets = BUDGETS
     per_split: list[dict[str, Any]] = []
+    untrained: dict[tuple[str, str, int], float] = {}  # the same for every split
     for sp in splits:
         with fresh(sp.seed) as mem:
             ms_before: list[float] = []
-            _evaluate(mem, sp.test[:20], budgets, args.k_eval)  # warm caches
-            before = _evaluate(mem, sp.test, budgets, args.k_eval, ms_before)
-            train_before = _evaluate(mem, sp.train, budgets, args.k_eval)
-            ceiling = _ceiling(mem, sp.test, budgets, args.k_eval)
+            _evaluate(mem, sp.test[:20], (TEACH_BUDGET,))  # warm caches
+            _evaluate(mem, sp.test, (TEACH_BUDGET,), ms_before)
+            before = _evaluate(mem, sp.test, budgets, memo=untrained)
+            train_before = _evaluate(mem, sp.train, (TEACH_BUDGET,), memo=untrained)
         runs: dict[str, _Run] = {}
         for cond in tqdm(conditions, desc=f"split {sp.seed}", unit="condition"):
             with fresh(sp.seed) as mem:
@@ -381,12 +377,11 @@ def run(args: argparse.Namespace) -> int:
                     epochs=args.epochs,
                     checkpoints=args.checkpoints,
                     budgets=budgets,
-                    k_eval=args.k_eval,
                     before=before,
                     train_before=train_before,
                 )
         per_split.append(
-            {"split": sp, "before": before, "ceiling": ceiling, "runs": runs, "ms": ms_before}
+            {"split": sp, "before": before, "runs": runs, "ms": ms_before}
         )
     shutil.rmtree(store / "rerankers", ignore_errors=True)
     text = report(
@@ -437,8 +432,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help=f"comma-separated among {','.join(CONDITIONS)}",
     )
     p.add_argument("--epochs", type=int, default=1, help="passes over the teaching half")
-    p.add_argument("--checkpoints", type=int, default=6, help="learning-curve points per run")
-    p.add_argument("--k-eval", type=int, default=100, help="hits ranked for coverage")
+    p.add_argument("--checkpoints", type=int, default=3, help="learning-curve points per run")
     p.add_argument("--top-k", type=int, default=20, help="candidates the reranker reorders (K)")
     # Reranker settings: not given = the library's defaults.
     p.add_argument("--scope", default=None, choices=("user", "shared", "isolated"))
@@ -451,6 +445,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-decay", type=float, default=None)
     p.add_argument("--baseline", type=_baseline, default=None, help="a number or 'episode'")
     p.add_argument("--features", type=_features, default=None, help="names, or 'none'")
+    p.add_argument("--memory-credit", type=float, default=None, help="per-user credit rate")
+    p.add_argument("--credit-cap", type=float, default=None, help="largest credit per unit")
     p.add_argument("--memory-bias", action="store_true", help="learn a b.m term (extension)")
     p.add_argument("--limit", type=int, default=None, help="use the first N conversations")
     p.add_argument("--plot", default="docs/rmm_feedback_curve.png", help="'' for none")

@@ -1,7 +1,7 @@
 """Report of `reflective-memory bench feedback`: Markdown tables, learning curves, JSON, PNG.
 
 Reads the per-split results `reflective_memory.bench.feedback.run` collects (coverage before,
-the evidence-first ceiling, and per condition a `_Run` with its learning curve, teaching-half
+and per condition a `_Run` with its learning curve, teaching-half
 coverage and timings) and renders them; nothing here runs the engine.
 """
 
@@ -126,12 +126,6 @@ def report(
         lines.append(f"| {c}, after | {cells} | {_mean(tr_a, 1000):.1f} |")
         delta = " | ".join(f"{_mean(afters, b) - _mean(befores, b):+.1f}" for b in budgets)
         lines.append(f"| **{c}, change** | {delta} | {_mean(tr_a, 1000) - _mean(tb, 1000):+.1f} |")
-    ceil = [p["ceiling"] for p in per_split]
-    lines.append(
-        f"| reference: top {cfg.rerank_top_k} evidence-first | "
-        + " | ".join(f"{_mean(ceil, b):.1f}" for b in budgets)
-        + " | |"
-    )
     lines += [
         "",
         "Per split, change of held-out coverage@1000 (and @500):",
@@ -161,7 +155,7 @@ def report(
     lines += [
         "",
         f"feedback: {np.mean(fb):.2f} ms per episode (median {np.median(fb):.2f}, "
-        f"p95 {np.percentile(fb, 95):.2f}, {len(fb)} episodes); retrieval (k={args.k_eval}): "
+        f"p95 {np.percentile(fb, 95):.2f}, {len(fb)} episodes); retrieval (1,000 words): "
         f"median {np.median(ms_b):.2f} ms before learning, {np.median(ms_a):.2f} ms after "
         f"(ratio {np.median(ms_a) / max(np.median(ms_b), 1e-9):.2f})",
     ]
@@ -199,7 +193,6 @@ def as_json(per_split: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {
             "split": p["split"].seed,
             "before": p["before"],
-            "ceiling": p["ceiling"],
             "runs": {
                 c: {
                     "curve": [{"episodes_per_user": x, "test": cov} for x, cov in r.curve],

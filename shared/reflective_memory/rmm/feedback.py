@@ -36,12 +36,8 @@ from reflective_memory.rmm.answer_feedback import (
 )
 from reflective_memory.rmm.citations import attribute, parse_citations
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
-from reflective_memory.rmm.features import (
-    Candidates,
-    citation_rewards,
-    rank_prior,
-    sign_vector,
-)
+from reflective_memory.rmm.features import Candidates, citation_rewards, rank_prior, sign_vector
+from reflective_memory.rmm.memory_credit import add_credit, credit_offsets, hit_advantages
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.storage.index import UserIndex
@@ -356,6 +352,19 @@ class RerankStage:
             rep.extra["user_step"] = step
             return rep
 
+    def _credit(self, retrieval: Retrieval, cited: Sequence[int]) -> bool:
+        """Scope `user`: move the user's memory credit by this answer (`memory_credit`)."""
+        cfg = self.config
+        adv = hit_advantages(retrieval, cited) if cfg.rerank_memory_credit > 0 else {}
+        if cfg.rerank_scope != "user" or not adv:
+            return False
+        with self._lock:
+            table = self.adapter(retrieval.user_id).credit_
+            rate, cap = cfg.rerank_memory_credit, cfg.rerank_memory_credit_cap
+            if add_credit(table, adv, rate=rate, cap=cap):
+                self._dirty.add(retrieval.user_id)
+        return True
+
     # ---------------------------------------------------------------- erasure
     def forget_retrievals(self, user_id: str) -> int:
         """Drop the kept query and candidate vectors of a user's retrievals; return how many."""
@@ -507,12 +516,14 @@ class RerankStage:
         k = min(self.config.rerank_top_k, len(order))
         if k == 0:
             return order, scores
-        head = order[:k]
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+        rr = self.reranker(user_id)
+        if isinstance(rr, PersonalReranker) and rr.adapter.credit_:
+            order, scores = _promote(rr.adapter.credit_, index, q, order, scores)
+        head = order[:k]
         cand = index.dense.vectors[head]
         dense = cand @ q
         prior = rank_prior(dense)
-        rr = self.reranker(user_id)
         ids = [index.ids[p] for p in head]
         feats = None
         if rr.features:
@@ -598,9 +609,12 @@ class RerankStage:
         if out.reason:
             return out
         n = len(retrieval.hits)
+        credit = out.inferred is False and self._credit(retrieval, out.cited)
         ctx = self._context(retrieval, index_fn)
         if ctx is None:
-            out.reason = "the retrieval was not reranked or its memories changed"
+            out.learned = bool(credit)
+            if not credit:
+                out.reason = "the retrieval was not reranked or its memories changed"
             return out
         where = candidate_positions(retrieval, ctx.ids)
         shown_hits = [h for h in range(n) if retrieval.hits[h].memory.id in where]
@@ -629,12 +643,30 @@ class RerankStage:
             ctx.features,
         )
         rep = self.learn(retrieval.user_id, ep)
+        if out.inferred:
+            self._credit(retrieval, out.cited)
         out.rewards = {
             retrieval.hits[h].memory.id: float(r) for h, r in zip(shown_hits, rewards, strict=True)
         }
         out.learned = True
         out.updates, out.pending, out.loss = rep.updates, rep.pending, rep.loss
         return out
+
+
+def _promote(
+    credit: dict[str, float],
+    index: UserIndex,
+    q: np.ndarray,
+    order: list[int],
+    scores: list[dict[str, float]],
+) -> tuple[list[int], list[dict[str, float]]]:
+    """Reorder a whole ranking by its rank prior plus the user's memory credit (stable)."""
+    off = credit_offsets(credit, [index.ids[p] for p in order])
+    if off is None:
+        return order, scores
+    key = rank_prior(index.dense.vectors[order] @ q) + off
+    new = sorted(range(len(order)), key=lambda i: -float(key[i]))
+    return [order[i] for i in new], [scores[i] for i in new]
 
 
 def _untrained(rr: Reranker | PersonalReranker) -> bool:

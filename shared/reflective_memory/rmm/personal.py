@@ -11,7 +11,8 @@ side-feature weights `w_f`, learned from every user's feedback) and `delta_u` is
 of per-user offsets to the feature weights, learned from that user's feedback only by the same
 REINFORCE rule on the same Plackett–Luce policy, and pulled back toward zero (the prior) at
 every step. `UserAdapter` holds `delta_u`: F floats plus counters, serialisable to a few hundred
-bytes of JSON (`to_bytes` / `from_bytes`), saved with the user's data and erased with the user.
+bytes of JSON (`to_bytes` / `from_bytes`; with memory credit a bounded table of unit ids, see
+`reflective_memory.rmm.memory_credit`), saved with the user's data and erased with the user.
 `PersonalReranker` is the view that scores with prior + offsets; it offers the scoring API of
 `Reranker`, so adapters that rank their own candidates use it unchanged.
 """
@@ -85,13 +86,15 @@ class UserAdapter:
         self.tau = float(tau)
         self.baseline: float | str = baseline if isinstance(baseline, str) else float(baseline)
         self.delta_ = np.zeros(len(self.features), dtype=np.float64)
+        #: Per-unit score credit from this user's citations (`reflective_memory.rmm.memory_credit`).
+        self.credit_: dict[str, float] = {}
         self.n_episodes_ = 0
         self.n_updates_ = 0
 
     @property
     def is_zero(self) -> bool:
         """True while the user ranks exactly as the prior does."""
-        return not np.any(self.delta_)
+        return not np.any(self.delta_) and not self.credit_
 
     def offsets(self, features: np.ndarray | None) -> np.ndarray | None:
         """`(K,)` per-candidate score offsets `f_i . delta` (None without features)."""
@@ -180,6 +183,7 @@ class UserAdapter:
             "init_parameters": self.get_params(),
             "state": {
                 "delta": [float(x) for x in self.delta_],
+                "credit": {k: round(v, 6) for k, v in self.credit_.items()},
                 "n_episodes": self.n_episodes_,
                 "n_updates": self.n_updates_,
             },
@@ -210,6 +214,10 @@ class UserAdapter:
                 obj.delta_ = delta
                 obj.n_episodes_ = int(doc["state"]["n_episodes"])
                 obj.n_updates_ = int(doc["state"]["n_updates"])
+            credit = doc["state"].get("credit") or {}  # absent in older states
+            obj.credit_ = {str(k): float(v) for k, v in dict(credit).items()}
+            if not all(np.isfinite(v) for v in obj.credit_.values()):
+                raise ValueError("non-finite credit")
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
             raise ModelLoadError(f"not a user adapter state: {exc}") from exc
         return obj
