@@ -17,16 +17,15 @@ def _mem(mid, text, turn_ids):
     return Memory(mid, "u", "s", "turn", text, text, tuple(turn_ids), now, now)
 
 
-def test_coverage_packs_in_rank_order_and_skips_too_long():
+def test_coverage_counts_evidence_turns_among_returned_passages():
     hits = [
-        Hit(_mem("a", "word " * 300, ["s:0"]), 1.0, 0),
-        Hit(_mem("b", "word " * 100, ["s:1"]), 0.9, 1),
-        Hit(_mem("c", "word " * 200, ["s:2"]), 0.8, 2),
+        Hit(_mem("a", "word " * 300, ["s:0", "s:1"]), 1.0, 0),
+        Hit(_mem("b", "word " * 100, ["s:3"]), 0.9, 1),
     ]
     r = Retrieval("u", "q", hits)
-    cov = bench.coverage(r, {"s:0", "s:2"}, (250, 400))
-    assert cov[250] == 0.0  # a does not fit, b fits but is no evidence, c no longer fits
-    assert cov[400] == 0.5
+    assert bench.coverage(r, {"s:0", "s:2"}) == 0.5  # s:0 returned, s:2 not
+    assert bench.coverage(r, {"s:1", "s:3"}) == 1.0
+    assert bench.coverage(r, set()) == 0.0
 
 
 def test_simulated_citations_follow_evidence_and_noise():
@@ -138,8 +137,6 @@ def test_tiny_run_end_to_end(tmp_path, capsys):
             "none",
             "--splits",
             "2",
-            "--k-eval",
-            "10",
             "--checkpoints",
             "2",
             "--plot",

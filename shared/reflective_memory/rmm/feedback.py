@@ -7,10 +7,8 @@ answer's citations is `reflective_memory.rmm.answer_feedback`). Learned state is
 `<store dir>/rerankers/` (safetensors + JSON); an in-memory engine keeps it in memory only, and
 `reflective_memory.rmm.stored_rerank` keeps it in a database store's blobs.
 
-The Retrieval carries everything feedback needs in `diagnostics["rerank"]` (candidate ids in
-retriever order, their prior scores and features, the reranked order), so feedback also works
-for a retrieval made by another process or long ago: missing vectors are taken from the user's
-current index and the query is embedded again.
+`diagnostics["rerank"]` holds what feedback needs (candidate ids, prior scores, features), so
+feedback also works for a retrieval made by another process or long ago.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ from reflective_memory.rmm.answer_feedback import (
 from reflective_memory.rmm.citations import attribute, parse_citations
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
 from reflective_memory.rmm.features import Candidates, citation_rewards, rank_prior, sign_vector
-from reflective_memory.rmm.memory_credit import add_credit, credit_offsets, hit_advantages
+from reflective_memory.rmm.memory_credit import learn_credit, promote
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.storage.index import UserIndex
@@ -80,9 +78,7 @@ class RerankStage:
     `user-<hash>.safetensors` / `.json`. `forget(user_id)` deletes a user's files and the
     user's buffered episodes from the prior; for stores that keep state elsewhere,
     `user_state` / `restore_user_state` and `prior_state` / `restore_prior_state` move the same
-    state as bytes. Subclasses that persist elsewhere (`StoredRerankStage`) override `_full`,
-    `adapter`, `_write_full`, `_write_adapter`, `_erase_own`, `_erase_from_prior`, `learn`,
-    `save` and `save_all`.
+    state as bytes. `StoredRerankStage` overrides the persistence methods.
 
     Args:
         config: The engine's settings (`rerank_*`, `attribution_*`).
@@ -309,23 +305,15 @@ class RerankStage:
     def learn(self, user_id: str, episode: Episode) -> FitReport:
         """Give one feedback episode to the reranker serving `user_id`; persist what changed.
 
-        This is the training step `feedback` uses, public for adapters that rank their own
-        candidates (e.g. a LangChain compressor or a LlamaIndex postprocessor) with
-        `reranker(user_id)`: their feedback trains, and is saved with, the same reranker that
-        `ReflectiveMemory.retrieve` applies.
-
-        With scope `user` the episode takes one step of the user's offsets and joins the
-        prior's batch (`rerank_batch_size` episodes per step); that state is written every
-        `_FLUSH_EVERY` episodes and by `save_all()` (on close). Other scopes save a reranker
-        after each of its updates.
-
-        Args:
-            user_id: The user the feedback is about.
-            episode: The REINFORCE episode (`reflective_memory.rmm.episodes.Episode`).
+        Public for adapters that rank their own candidates with `reranker(user_id)` (LangChain
+        compressor, LlamaIndex postprocessor): their feedback trains, and is saved with, the
+        reranker `ReflectiveMemory.retrieve` applies. Scope `user`: one step of the user's
+        offsets, and the episode joins the prior's batch; state is written every `_FLUSH_EVERY`
+        episodes and by `save_all()`. Other scopes save a reranker after each update.
 
         Returns:
-            The prior's (or the user's full reranker's) `FitReport` for this call; with scope
-            `user`, `extra["user_step"]` is the size of the offsets' change.
+            The prior's (or the user's full reranker's) `FitReport`; with scope `user`,
+            `extra["user_step"]` is the size of the offsets' change.
         """
         with self._lock:
             if self.config.rerank_scope != "user":
@@ -355,15 +343,19 @@ class RerankStage:
     def _credit(self, retrieval: Retrieval, cited: Sequence[int]) -> bool:
         """Scope `user`: move the user's memory credit by this answer (`memory_credit`)."""
         cfg = self.config
-        adv = hit_advantages(retrieval, cited) if cfg.rerank_memory_credit > 0 else {}
-        if cfg.rerank_scope != "user" or not adv:
+        if cfg.rerank_scope != "user" or cfg.rerank_memory_credit <= 0:
             return False
         with self._lock:
-            table = self.adapter(retrieval.user_id).credit_
-            rate, cap = cfg.rerank_memory_credit, cfg.rerank_memory_credit_cap
-            if add_credit(table, adv, rate=rate, cap=cap):
+            moved = learn_credit(
+                self.adapter(retrieval.user_id).credit_,
+                retrieval,
+                cited,
+                rate=cfg.rerank_memory_credit,
+                cap=cfg.rerank_memory_credit_cap,
+            )
+            if moved:
                 self._dirty.add(retrieval.user_id)
-        return True
+        return moved is not None
 
     # ---------------------------------------------------------------- erasure
     def forget_retrievals(self, user_id: str) -> int:
@@ -518,8 +510,10 @@ class RerankStage:
             return order, scores
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
         rr = self.reranker(user_id)
-        if isinstance(rr, PersonalReranker) and rr.adapter.credit_:
-            order, scores = _promote(rr.adapter.credit_, index, q, order, scores)
+        if isinstance(rr, PersonalReranker) and rr.adapter.credit_:  # the whole ranking
+            ids_all = [index.ids[p] for p in order]
+            new = promote(rr.adapter.credit_, ids_all, index.dense.vectors[order] @ q)
+            order, scores = [order[i] for i in new], [scores[i] for i in new]
         head = order[:k]
         cand = index.dense.vectors[head]
         dense = cand @ q
@@ -609,12 +603,9 @@ class RerankStage:
         if out.reason:
             return out
         n = len(retrieval.hits)
-        credit = out.inferred is False and self._credit(retrieval, out.cited)
         ctx = self._context(retrieval, index_fn)
         if ctx is None:
-            out.learned = bool(credit)
-            if not credit:
-                out.reason = "the retrieval was not reranked or its memories changed"
+            out.reason = "the retrieval was not reranked or its memories changed"
             return out
         where = candidate_positions(retrieval, ctx.ids)
         shown_hits = [h for h in range(n) if retrieval.hits[h].memory.id in where]
@@ -643,30 +634,13 @@ class RerankStage:
             ctx.features,
         )
         rep = self.learn(retrieval.user_id, ep)
-        if out.inferred:
-            self._credit(retrieval, out.cited)
+        self._credit(retrieval, out.cited)
         out.rewards = {
             retrieval.hits[h].memory.id: float(r) for h, r in zip(shown_hits, rewards, strict=True)
         }
         out.learned = True
         out.updates, out.pending, out.loss = rep.updates, rep.pending, rep.loss
         return out
-
-
-def _promote(
-    credit: dict[str, float],
-    index: UserIndex,
-    q: np.ndarray,
-    order: list[int],
-    scores: list[dict[str, float]],
-) -> tuple[list[int], list[dict[str, float]]]:
-    """Reorder a whole ranking by its rank prior plus the user's memory credit (stable)."""
-    off = credit_offsets(credit, [index.ids[p] for p in order])
-    if off is None:
-        return order, scores
-    key = rank_prior(index.dense.vectors[order] @ q) + off
-    new = sorted(range(len(order)), key=lambda i: -float(key[i]))
-    return [order[i] for i in new], [scores[i] for i in new]
 
 
 def _untrained(rr: Reranker | PersonalReranker) -> bool:

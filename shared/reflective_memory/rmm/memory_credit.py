@@ -22,7 +22,14 @@ import numpy as np
 
 from reflective_memory.types import Retrieval
 
-__all__ = ["MAX_CREDITS", "hit_advantages", "add_credit", "credit_offsets"]
+__all__ = [
+    "MAX_CREDITS",
+    "hit_advantages",
+    "add_credit",
+    "learn_credit",
+    "credit_offsets",
+    "promote",
+]
 
 #: Most unit ids one user's credit table keeps.
 MAX_CREDITS = 2048
@@ -59,7 +66,7 @@ def hit_advantages(retrieval: Retrieval, cited: Iterable[int]) -> dict[str, floa
 def add_credit(
     table: dict[str, float], advantages: Mapping[str, float], *, rate: float, cap: float
 ) -> float:
-    """Move `table` by `rate * advantage` per unit, clipped to `[-cap, cap]`; return the change.
+    """Move `table` by `rate * advantage` per unit, clipped to `[0, cap]`; return the change.
 
     Entries that come back to zero are dropped; beyond `MAX_CREDITS` entries the smallest in
     magnitude are dropped.
@@ -67,7 +74,7 @@ def add_credit(
     moved = 0.0
     for unit, a in advantages.items():
         old = table.get(unit, 0.0)
-        new = float(np.clip(old + rate * a, -cap, cap))
+        new = float(np.clip(old + rate * a, 0.0, cap))
         moved += abs(new - old)
         if abs(new) < 1e-9:
             table.pop(unit, None)
@@ -86,3 +93,33 @@ def credit_offsets(table: Mapping[str, float], ids: Sequence[str]) -> np.ndarray
         return None
     off = np.asarray([table.get(m, 0.0) for m in ids], dtype=np.float32)
     return off if np.any(off) else None
+
+
+def learn_credit(
+    table: dict[str, float],
+    retrieval: Retrieval,
+    cited: Iterable[int],
+    *,
+    rate: float,
+    cap: float,
+) -> float | None:
+    """One answer's step on a user's table: None when it carries no advantage, else the change."""
+    adv = hit_advantages(retrieval, cited)
+    if not adv:
+        return None
+    return add_credit(table, adv, rate=rate, cap=cap)
+
+
+def promote(table: Mapping[str, float], ids: Sequence[str], cosines: np.ndarray) -> list[int]:
+    """New order (positions into `ids`) of a whole ranking by rank prior plus credit (stable).
+
+    Args:
+        table: The user's credit table.
+        ids: Unit ids of the ranking, best first.
+        cosines: `(N,)` dense cosines of those units to the query (the rank prior's scale).
+    """
+    off = credit_offsets(table, ids)
+    if off is None:
+        return list(range(len(ids)))
+    key = np.sort(np.asarray(cosines, dtype=np.float32).reshape(-1))[::-1] + off
+    return sorted(range(len(ids)), key=lambda i: -float(key[i]))

@@ -258,9 +258,21 @@ class Reranker:
         Returns:
             `(K,)` float32 scores.
         """
-        q, m, p, f = self._inputs(query, candidates, prior, features)
-        with torch.no_grad():
-            out = self._scores_t(q, m, p, f).numpy().astype(np.float32)
+        q, m, p, f = (
+            None if t is None else t.numpy()
+            for t in self._inputs(query, candidates, prior, features)
+        )
+        # numpy, not torch: K x dim products are tiny, and torch's thread pool costs ~10 ms a
+        # call on a busy machine. Same formula as `_scores_t`.
+        w_q, w_m = self.w_q_.detach().numpy(), self.w_m_.detach().numpy()
+        out = (m + m @ w_m.T) @ (q + w_q @ q)
+        if self.memory_bias:
+            out = out + m @ self.b_m_.detach().numpy()
+        if f is not None:
+            out = out + f @ self.w_f_.detach().numpy()
+        if p is not None:
+            out = out - m @ q + p
+        out = np.asarray(out, dtype=np.float32)
         if offset is not None:
             off = np.asarray(offset, dtype=np.float32).reshape(-1)
             if off.shape != out.shape or not np.all(np.isfinite(off)):
@@ -375,6 +387,14 @@ class Reranker:
         return torch.stack(out)
 
     def _step(self, episodes: list[Episode]) -> float:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # tiny tensors: a thread pool only adds waits on a busy box
+        try:
+            return self._step_batch(episodes)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _step_batch(self, episodes: list[Episode]) -> float:
         self._opt.zero_grad()
         total = torch.zeros(())
         for ep in episodes:
