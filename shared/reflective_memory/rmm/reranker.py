@@ -258,20 +258,22 @@ class Reranker:
         Returns:
             `(K,)` float32 scores.
         """
-        q, m, p, f = (
-            None if t is None else t.numpy()
-            for t in self._inputs(query, candidates, prior, features)
-        )
-        # numpy, not torch: K x dim products are tiny, and torch's thread pool costs ~10 ms a
-        # call on a busy machine. Same formula as `_scores_t`.
+        ins = self._inputs(query, candidates, prior, features)
+        q, m, p, f = (None if t is None else t.numpy() for t in ins)
+        # `_scores_t` as single-threaded einsum mat-vecs, (m + m W_m^T) q' = m (q' + W_m^T q'):
+        # BLAS / torch thread pools cost 10-30 ms per tiny call on a busy machine.
         w_q, w_m = self.w_q_.detach().numpy(), self.w_m_.detach().numpy()
-        out = (m + m @ w_m.T) @ (q + w_q @ q)
+        q2 = q + np.einsum("ij,j->i", w_q, q)
+        u = q2 + np.einsum("ji,j->i", w_m, q2)
         if self.memory_bias:
-            out = out + m @ self.b_m_.detach().numpy()
-        if f is not None:
-            out = out + f @ self.w_f_.detach().numpy()
+            u = u + self.b_m_.detach().numpy()
         if p is not None:
-            out = out - m @ q + p
+            u = u - q
+        out = np.einsum("kd,d->k", m, u)
+        if f is not None:
+            out = out + np.einsum("kf,f->k", f, self.w_f_.detach().numpy())
+        if p is not None:
+            out = out + p
         out = np.asarray(out, dtype=np.float32)
         if offset is not None:
             off = np.asarray(offset, dtype=np.float32).reshape(-1)
