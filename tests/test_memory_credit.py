@@ -52,8 +52,9 @@ def _rank_of(mem, user, query, needle):
 
 
 def test_advantages_are_centered_and_empty_without_information():
-    from reflective_memory.types import Hit, Memory, Retrieval
     from datetime import datetime, timezone
+
+    from reflective_memory.types import Hit, Memory, Retrieval
 
     now = datetime.now(timezone.utc)
 

@@ -380,9 +380,7 @@ def run(args: argparse.Namespace) -> int:
                     before=before,
                     train_before=train_before,
                 )
-        per_split.append(
-            {"split": sp, "before": before, "runs": runs, "ms": ms_before}
-        )
+        per_split.append({"split": sp, "before": before, "runs": runs, "ms": ms_before})
     shutil.rmtree(store / "rerankers", ignore_errors=True)
     text = report(
         args,

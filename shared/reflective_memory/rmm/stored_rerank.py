@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,8 +29,10 @@ from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, ModelLoadError
 from reflective_memory.rmm.feedback import _ADAPTER_CACHE, _SHARED, RerankStage
+from reflective_memory.rmm.memory_credit import hit_advantages, learn_credit
 from reflective_memory.rmm.personal import UserAdapter
 from reflective_memory.rmm.reranker import Episode, FitReport, Reranker
+from reflective_memory.types import Retrieval
 
 __all__ = [
     "StoredRerankStage",
@@ -214,6 +216,28 @@ class StoredRerankStage(RerankStage):
             )
         rep.extra["user_step"] = step
         return rep
+
+    def _credit(self, retrieval: Retrieval, cited: Sequence[int]) -> bool:
+        """Memory credit (see `RerankStage._credit`) inside the user's locked blob update."""
+        cfg = self.config
+        if cfg.rerank_scope != "user" or cfg.rerank_memory_credit <= 0:
+            return False
+        if not hit_advantages(retrieval, cited):
+            return False
+        self._modify(
+            retrieval.user_id,
+            ADAPTER_BLOB_NAME,
+            self._adapters,
+            self._load_adapter,
+            lambda ad: learn_credit(
+                ad.credit_,
+                retrieval,
+                cited,
+                rate=cfg.rerank_memory_credit,
+                cap=cfg.rerank_memory_credit_cap,
+            ),
+        )
+        return True
 
     def save(self, user_id: str) -> Path | None:
         """Write the state serving `user_id` to the store (already done by `learn`)."""
