@@ -164,7 +164,9 @@ class MemoryConfig:
         rerank_explore: Sample the top-M with Gumbel noise at retrieval (for learning); off,
             the reranked order is deterministic. `retrieve(explore=...)` overrides it per call.
         rerank_tau: Gumbel-softmax temperature (paper: 0.5).
-        rerank_learning_rate: REINFORCE learning rate (paper: 1e-3).
+        rerank_learning_rate: REINFORCE learning rate (paper: 1e-3; default 1e-4, chosen on
+            REALTALK dev with the per-user protocol: at 1e-3 pure-noise feedback cost 1.5
+            points of coverage at 250 words, at 1e-4 0.9; see BENCHMARKS.md, issue 19).
         rerank_baseline: REINFORCE baseline: a number (paper: 0.5) or `"episode"` (default),
             the mean reward of the episode's shown memories, so feedback teaches through the
             contrast between cited and uncited memories. With the paper's constant 0.5 most
@@ -256,7 +258,7 @@ class MemoryConfig:
     rerank_scope: str = "user"
     rerank_explore: bool = False
     rerank_tau: float = 0.5
-    rerank_learning_rate: float = 1e-3
+    rerank_learning_rate: float = 1e-4
     rerank_baseline: float | str = "episode"
     rerank_batch_size: int = 4
     rerank_optimizer: str = "sgd"
@@ -265,7 +267,7 @@ class MemoryConfig:
     rerank_features: tuple[str, ...] = ("overlap", "dense", "lexical", "rank", "both", "question")
     rerank_feature_learning_rate: float | None = None
     rerank_signed_features: bool = True
-    rerank_user_learning_rate: float = 0.01
+    rerank_user_learning_rate: float = 0.001
     rerank_user_decay: float = 1.0
     rerank_memory_credit: float = 0.0
     rerank_memory_credit_cap: float = 0.05
