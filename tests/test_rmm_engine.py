@@ -247,6 +247,7 @@ def test_citation_loop_end_to_end_moves_cited_memory_up():
         rerank_top_m=3,
         rerank_top_k=16,
         rerank_features=(),
+        rerank_learning_rate=1e-3,  # the paper's eta (the library's default is lower)
     )
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
