@@ -180,6 +180,7 @@ class RetrievalSteps:
             length_keep=settings.length_keep,
             length_free=settings.length_free,
             length_keep_share=settings.length_keep_share,
+            cost_cache=index.extras.setdefault("text_costs", {}),
         )
         hits = [self._with_unit_scores(h, unit_scores) for h in hits]
         if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
