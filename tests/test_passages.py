@@ -263,3 +263,112 @@ def test_segment_vectors_are_means_of_turn_vectors() -> None:
         turns = {t.turn_id: t.text for t in mem.turns("u", "pets")}
         mean = emb.encode([turns[t] for t in seg.turn_ids]).mean(axis=0)
         assert np.allclose(vec, mean / np.linalg.norm(mean), atol=1e-5)
+
+
+# -- packing order and time-aware ranking, on the algorithm itself ------------------------------
+def _turns(session: str, texts: list[str], day: str) -> list:
+    from reflective_memory.types import Turn
+
+    ts = datetime.fromisoformat(f"{day}T10:00:00+00:00")
+    return [
+        Turn(
+            user_id="u",
+            session_id=session,
+            turn_id=f"{session}:{i}",
+            position=i,
+            role="user",
+            text=t,
+            timestamp=ts + timedelta(minutes=i),
+        )
+        for i, t in enumerate(texts)
+    ]
+
+
+LONG_ANSWER = " ".join(["Here is a long general explanation about travel insurance."] * 12)
+
+
+def _votes(order: list[tuple[str, int]]):
+    from reflective_memory.passages import TurnVotes
+
+    votes = TurnVotes()
+    for rank, key in enumerate(order):
+        votes.add(key, 1.0 / (60 + rank + 1), None)
+    return votes
+
+
+def _pack(votes, sessions, budget, **kw):
+    from reflective_memory.passages import pack_passages
+
+    hits, used, _ = pack_passages(
+        "u", votes, sessions.__getitem__, lambda t: len(t.split()), k=None, budget=budget, **kw
+    )
+    return {tid for h in hits for tid in h.memory.turn_ids}, used
+
+
+def test_length_aware_packing_lets_short_turns_in_before_a_long_one() -> None:
+    short = [f"I booked the flight to Oslo on day {i}." for i in range(6)]
+    sessions = {"s": _turns("s", [*short[:2], LONG_ANSWER, *short[2:]], "2026-03-01")}
+    # vote order: best short turn, the long answer, then the other short turns
+    order = [("s", 0), ("s", 2), ("s", 1), ("s", 3), ("s", 4), ("s", 5), ("s", 6)]
+    plain, _ = _pack(_votes(order), sessions, 150)
+    assert "s:2" in plain and len(plain) <= 5  # the long answer eats most of the budget
+    aware, used = _pack(_votes(order), sessions, 150, length_exponent=0.5, length_free=2.0)
+    assert "s:0" in aware  # the best turn is always read first
+    assert "s:2" not in aware and len(aware) == 6 and used <= 150
+
+
+def test_length_aware_packing_keeps_a_clear_long_winner_and_the_budget_share() -> None:
+    short = [f"The museum closes at {i} pm on Sundays." for i in range(6)]
+    sessions = {"s": _turns("s", [LONG_ANSWER, *short], "2026-03-01")}
+    order = [("s", i) for i in range(7)]  # the long turn is the best match
+    got, used = _pack(_votes(order), sessions, 200, length_exponent=0.5, length_free=2.0)
+    assert "s:0" in got and used <= 200
+    # with a quarter of the budget kept in vote order, the first short turns stay in front
+    order = [("s", 1), ("s", 2), ("s", 0), ("s", 3), ("s", 4), ("s", 5), ("s", 6)]
+    got, _ = _pack(
+        _votes(order), sessions, 40, length_exponent=0.5, length_free=2.0, length_keep_share=0.5
+    )
+    assert {"s:1", "s:2"} <= got and "s:0" not in got
+
+
+def test_recency_only_reorders_turns_about_as_relevant_as_the_best() -> None:
+    from reflective_memory.passages import apply_recency
+
+    sessions = {
+        "old": _turns("old", ["I live in Lisbon."], "2025-01-10"),
+        "new": _turns("new", ["I moved to Berlin."], "2026-02-10"),
+        "chat": _turns("chat", ["Nice weather in Berlin today."], "2026-03-10"),
+    }
+    votes = _votes([("old", 0), ("new", 0)])
+    votes.add(("chat", 0), 0.5 / 61, None)  # a recent but much weaker match
+    before = dict(votes.turn)
+    assert apply_recency(votes, sessions.__getitem__, 0.25, margin=0.1)
+    assert votes.turn[("new", 0)] > votes.turn[("old", 0)]  # the newer answer wins the tie
+    assert votes.turn[("chat", 0)] == before[("chat", 0)]  # the weak match is not pulled up
+    assert votes.turn[("chat", 0)] < votes.turn[("old", 0)]
+
+
+def test_passage_hits_carry_relevance_from_the_units_that_voted() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        _add(mem, "u", "s1", PETS, "2026-03-01")
+        mem.end_session("u", "s1")
+        r = mem.retrieve("u", "what colour is Pixel's leash?", budget_tokens=80)
+        assert r.hits and all(h.memory.granularity == "passage" for h in r.hits)
+        assert 0 < r.hits[0].relevance <= 1 and "dense" in r.hits[0].scores
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"length_exponent": -1},
+        {"length_free": 0},
+        {"length_keep_share": 1.5},
+        {"recency_margin": 0},
+        {"context_weight": "high"},
+    ],
+)
+def test_passage_settings_are_validated(bad: dict) -> None:
+    from reflective_memory.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        MemoryConfig(**bad)

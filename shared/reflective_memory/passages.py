@@ -347,6 +347,16 @@ def _by_density(
     return kept + [item for _, item in scored] + tail
 
 
+def _cached(count: Callable[[str], int], cache: dict[str, int]) -> Callable[[str], int]:
+    def cached(text: str) -> int:
+        n = cache.get(text)
+        if n is None:
+            n = cache[text] = count(text)
+        return n
+
+    return cached
+
+
 def pack_passages(
     user_id: str,
     votes: TurnVotes,
@@ -360,6 +370,7 @@ def pack_passages(
     length_keep: int = 1,
     length_free: float = 1.0,
     length_keep_share: float = 0.0,
+    cost_cache: dict[str, int] | None = None,
 ) -> tuple[list[Hit], int, bool]:
     """Take turns (and turnless memories) in vote order and group them into passages.
 
@@ -384,6 +395,8 @@ def pack_passages(
         length_keep: See `PassageSettings.length_keep`.
         length_free: See `PassageSettings.length_free`.
         length_keep_share: See `PassageSettings.length_keep_share`.
+        cost_cache: Token counts by text, kept by the caller across calls (turn lines and
+            headers repeat from query to query).
 
     Returns:
         Hits (passages and turnless memories, best first), tokens used, and whether the cut was
@@ -394,6 +407,8 @@ def pack_passages(
     ]
     items += [(v, votes.first_seen[mid], mid) for mid, v in votes.loose.items()]
     items.sort(key=lambda x: (-x[0], x[1]))
+    if cost_cache is not None:
+        count = _cached(count, cost_cache)
     if budget is not None and length_exponent > 0 and items:
         items = _by_density(
             items,

@@ -30,6 +30,9 @@ __all__ = ["RetrievalSteps", "default_gate"]
 
 logger = logging.getLogger(__name__)
 
+#: Users with at most this many indexed memories have all their turns read in one query.
+_PRELOAD_TURNS = 20_000
+
 
 def default_gate(rcfg: RecallConfig) -> bool:
     """Whether `rcfg` gates with RF-Mem at the default thresholds (explicit ones are kept)."""
@@ -57,10 +60,11 @@ class RetrievalSteps:
         if not self.config.passages:
             return max(1, budget // 50)
         mean = index.extras.get("mean_key_words")  # enough turns to fill the budget
-        if mean is None:
-            mean = index.extras["mean_key_words"] = max(
-                4.0, float(np.mean([len(x.split()) for x in index.keys]))
-            )
+        if mean is None:  # from an even sample of at most 256 keys (cheap on a cold index)
+            keys = index.keys
+            step = max(1, len(keys) // 256)
+            sample = [len(keys[i].split()) for i in range(0, len(keys), step)]
+            mean = index.extras["mean_key_words"] = max(4.0, float(np.mean(sample or [4.0])))
         return int(2 * budget / mean)
 
     def _calibrated(
@@ -100,6 +104,22 @@ class RetrievalSteps:
             table = [light.get(i) for i in index.ids]
             index.extras["units"] = table
         return table
+
+    def _session_turn_cache(self, user_id: str, index: Any) -> dict[str, list[Turn]]:
+        """The user's turns by session (cached per index version).
+
+        A user with up to `_PRELOAD_TURNS` memories has all turns read in one query the first
+        time (a question's candidates span many sessions); larger users read sessions on demand.
+        """
+        cache: dict[str, list[Turn]] | None = index.extras.get("session_turns")
+        if cache is None:
+            cache = index.extras["session_turns"] = {}
+            if len(index) <= _PRELOAD_TURNS:
+                for t in self.store.turns(user_id):
+                    cache.setdefault(t.session_id, []).append(t)
+                for turns in cache.values():
+                    turns.sort(key=lambda t: t.position)
+        return cache
 
     def _segment_bounds(self, user_id: str, index: Any) -> dict[str, list[tuple[int, int]]]:
         """Topical segments of the user's sessions as turn-position spans (cached per index)."""
@@ -141,7 +161,7 @@ class RetrievalSteps:
         if loose:  # memories without turns are read whole
             full = {m.id: m for m in self.store.memories(user_id, loose)}
             ranked = [full.get(m.id, m) if not m.turn_ids else m for m in ranked]
-        cache: dict[str, list[Turn]] = index.extras.setdefault("session_turns", {})
+        cache = self._session_turn_cache(user_id, index)
 
         def session_turns(sid: str) -> list[Turn]:
             got = cache.get(sid)
@@ -180,6 +200,7 @@ class RetrievalSteps:
             length_keep=settings.length_keep,
             length_free=settings.length_free,
             length_keep_share=settings.length_keep_share,
+            cost_cache=index.extras.setdefault("text_costs", {}),
         )
         hits = [self._with_unit_scores(h, unit_scores) for h in hits]
         if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
