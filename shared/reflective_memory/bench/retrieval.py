@@ -22,7 +22,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from reflective_memory.bench.datasets import Conversation, load_conversations
+from reflective_memory.bench.datasets import (
+    Conversation,
+    ingest_conversations,
+    load_conversations,
+)
 from reflective_memory.config import MemoryConfig
 from reflective_memory.denoise import make_denoiser
 from reflective_memory.embed import (
@@ -236,13 +240,7 @@ def run_retrieval_bench(
     for conv, unit in tqdm(todo, desc="bench retrieval", disable=not progress):
         with factory(unit, embedder) as mem:
             t0 = time.perf_counter()
-            for s in conv.sessions:
-                if not s.turns:
-                    continue
-                mem.add_turns(
-                    [{**t, "user_id": conv.user_id, "session_id": s.session_id} for t in s.turns]
-                )
-                mem.end_session(conv.user_id, s.session_id)
+            ingest_conversations(mem, [conv], progress=False)
             res.ingest[unit] += [time.perf_counter() - t0, conv.n_turns]
             n_units = mem.stats(conv.user_id)["memories"]
             res.units[unit] += n_units

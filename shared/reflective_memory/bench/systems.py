@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from reflective_memory.bench.datasets import Conversation
+from reflective_memory.bench.datasets import Conversation, ingest_conversations
 from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.engine import ReflectiveMemory
@@ -235,13 +235,7 @@ def run_systems(
         mem = system.build(embedder, denoiser)
         try:
             t0 = time.perf_counter()
-            for s in conv.sessions:
-                if not s.turns:
-                    continue
-                mem.add_turns(
-                    [{**t, "user_id": conv.user_id, "session_id": s.session_id} for t in s.turns]
-                )
-                mem.end_session(conv.user_id, s.session_id)
+            ingest_conversations(mem, [conv], progress=False)
             res.ingest[system.name][0] += time.perf_counter() - t0
             res.ingest[system.name][1] += conv.n_turns
             n_units = mem.stats(conv.user_id)["memories"]
