@@ -55,6 +55,28 @@ def test_each_feature_on_realistic_candidates():
     assert m.shape == (3, len(FEATURES)) and np.all(np.isfinite(m))
 
 
+def test_overlap_from_the_bm25_postings_equals_tokenizing_the_keys():
+    """The stage reads query-word overlap off the BM25 index: same numbers, no re-tokenizing."""
+    from reflective_memory.storage.index import LexicalIndex
+
+    keys = [
+        "I adopted a beagle called Rex last week, he's calling for walks all day",
+        "Do you like dogs?\nWhat breed would you get?",
+        "We talked about the weather and the traffic",
+        "",
+        "Rex the beagle chewed my running shoes",
+    ]
+    lex = LexicalIndex(keys)
+    for query in ("what is my beagle called", "running with the dog", "the", "Rex's walks"):
+        head = [4, 0, 2, 3, 1]
+        slow = FEATURES["overlap"](Candidates([keys[p] for p in head], query=query))
+        fast = lex.overlap(query, head)
+        assert np.allclose(fast, slow), query
+        given = Candidates([keys[p] for p in head], query=query, overlap=fast)
+        assert np.allclose(FEATURES["overlap"](given), slow)
+    assert lex.overlap("beagle", []).shape == (0,)
+
+
 def test_features_are_neutral_when_inputs_are_missing():
     """Only keys known (a framework adapter's view): what cannot be computed is zero/flat."""
     c = Candidates(["a short one", "a much longer memory text here"])

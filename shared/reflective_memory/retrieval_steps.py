@@ -34,6 +34,11 @@ logger = logging.getLogger(__name__)
 _PRELOAD_TURNS = 20_000
 
 
+def _words(text: str) -> int:
+    """About `len(text.split())`, four times cheaper on long texts (spaces and line breaks)."""
+    return text.count(" ") + text.count("\n") + 1
+
+
 def default_gate(rcfg: RecallConfig) -> bool:
     """Whether `rcfg` gates with RF-Mem at the default thresholds (explicit ones are kept)."""
     base = RecallConfig()
@@ -63,7 +68,7 @@ class RetrievalSteps:
         if mean is None:  # from an even sample of at most 256 keys (cheap on a cold index)
             keys = index.keys
             step = max(1, len(keys) // 256)
-            sample = [len(keys[i].split()) for i in range(0, len(keys), step)]
+            sample = [_words(keys[i]) for i in range(0, len(keys), step)]
             mean = index.extras["mean_key_words"] = max(4.0, float(np.mean(sample or [4.0])))
         return int(2 * budget / mean)
 

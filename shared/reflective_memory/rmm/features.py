@@ -60,6 +60,8 @@ class Candidates:
         memories: The stored `Memory` of each candidate (None where unknown). Read defensively:
             only `text`, `granularity`, `turn_ids`, `start_time`, `end_time` and `created_at`
             are used, each when present.
+        overlap: `(K,)` share of the query's content words in each key, when the caller already
+            knows it (the BM25 index's postings); computed from `keys` otherwise.
     """
 
     keys: Sequence[str]
@@ -67,6 +69,7 @@ class Candidates:
     dense: np.ndarray | None = None
     scores: Sequence[Mapping[str, float]] | None = None
     memories: Sequence[Any | None] | None = None
+    overlap: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -126,6 +129,8 @@ def _cost(c: Candidates) -> np.ndarray:
 
 def _overlap(c: Candidates) -> np.ndarray:
     """Share of the query's content words (stemmed, no stopwords) found in the candidate key."""
+    if c.overlap is not None and len(c.overlap) == len(c):
+        return np.asarray(c.overlap, dtype=np.float32)
     if not c.query:
         return np.zeros(len(c), np.float32)
     q = set(lexical_tokens(c.query))

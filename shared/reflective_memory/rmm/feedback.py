@@ -528,6 +528,9 @@ class RerankStage:
                 dense=dense,
                 scores=scores[:k],
                 memories=self._memories(index, ids, fetch) if need_mem else None,
+                overlap=index.lexical.overlap(query, head)
+                if query and "overlap" in rr.features and index.has_lexical
+                else None,
             )
             feats = rr.features_of(cands)
         if _untrained(rr) and not explore:

@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,21 @@ class LexicalIndex:
         top = top[scores[top] > 0]
         return scores[top], top.astype(np.int64)
 
+    def overlap(self, query: str, positions: Sequence[int]) -> np.ndarray:
+        """Share of the query's distinct tokens found in the key at each of `positions`.
+
+        Reads the index's postings (a key holds a token exactly where that token alone scores
+        above zero) instead of tokenizing the keys again.
+        """
+        tokens = sorted(set(lexical_tokens(query)))
+        out = np.zeros(len(positions), np.float32)
+        if self._bm25 is None or not tokens or not len(positions):
+            return out
+        pos = np.asarray(positions, dtype=np.int64)
+        for tok in tokens:
+            out += np.asarray(self._bm25.get_scores([tok]), dtype=np.float32)[pos] > 0
+        return out / len(tokens)
+
 
 @dataclass
 class UserIndex:
@@ -224,6 +240,11 @@ class UserIndex:
         if self._lexical is None:
             self._lexical = LexicalIndex(self.keys)
         return self._lexical
+
+    @property
+    def has_lexical(self) -> bool:
+        """Whether the BM25 index is built already (reading it then costs nothing extra)."""
+        return self._lexical is not None
 
     def __len__(self) -> int:
         return len(self.ids)
