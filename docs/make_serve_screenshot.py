@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 
 import uvicorn
+from reflective_memory.cli import build_parser
+from reflective_memory.serve import server as serve_server
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
-
-from reflective_memory.cli import build_parser
-from reflective_memory.serve import server as serve_server
 
 QUESTION = "What was my half marathon time?"
 
