@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -365,6 +366,7 @@ def test_passage_hits_carry_relevance_from_the_units_that_voted() -> None:
         {"length_keep_share": 1.5},
         {"recency_margin": 0},
         {"context_weight": "high"},
+        {"speaker_focus": 1.5},
     ],
 )
 def test_passage_settings_are_validated(bad: dict) -> None:
@@ -372,3 +374,79 @@ def test_passage_settings_are_validated(bad: dict) -> None:
 
     with pytest.raises(ConfigError, match=next(iter(bad))):
         MemoryConfig(**bad)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("What sports does Kate like?", "Kate"),
+        ("what are kate's hobbies", "Kate"),
+        ("Where is Kate’s flat?", "Kate"),
+        ("Did Kate meet Sam's sister?", None),  # two speakers named: no focus
+        ("Who is Katerina?", None),  # a longer name is not Kate
+        ("What did we talk about?", None),
+    ],
+)
+def test_named_speaker(query: str, expected: str | None) -> None:
+    from reflective_memory.passages import named_speaker
+
+    assert named_speaker(query, ["Kate", "Sam"]) == expected
+
+
+def test_without_name_keeps_what_the_question_asks() -> None:
+    from reflective_memory.passages import without_name
+
+    assert without_name("What are Kate's hobbies?", "Kate") == "What are hobbies?"
+    assert without_name("Is Kate’s dog big?", "kate") == "Is dog big?"
+    assert without_name("Kate?", "Kate") == "Kate?"  # nothing left to search with
+
+
+KATE_AND_SAM = [
+    ("Sam", "Hey Kate! How was your weekend, Kate?"),
+    ("Kate", "Pretty good, I played badminton with my cousins on Saturday."),
+    ("Sam", "Kate, you always have the best weekends, Kate!"),
+    ("Kate", "I also went ice skating, I love it."),
+    ("Sam", "Sports are great. I played tennis and basketball with Kate's brother."),
+    ("Kate", "The weather was lovely too."),
+]
+
+
+def _chat(mem: ReflectiveMemory) -> None:
+    for i, (who, text) in enumerate(KATE_AND_SAM):
+        mem.add_turn("u", "s1", who, text, timestamp=f"2026-01-0{1 + i // 2}T10:{i:02d}:00")
+    mem.end_session("u", "s1")
+
+
+def test_a_question_about_one_speaker_is_answered_from_what_they_said() -> None:
+    """The name picks whose turns answer; the rest of the question picks which ones."""
+    cfg = _cfg(granularities=("turn",))
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+        _chat(mem)
+        r = mem.retrieve("u", "What sports does Kate play?", k=2)
+        assert r.diagnostics["speaker"] == "Kate"
+        assert r.diagnostics["search_query"] == "What sports does play?"
+        assert r.diagnostics["passages"]["speaker"] == "Kate"
+        texts = [h.memory.text for h in r.hits]
+        assert all("Kate: " in t and "Sam: " not in t for t in texts), texts
+        neutral = mem.retrieve("u", "What sports were played?", k=2)  # nobody named
+        assert "speaker" not in neutral.diagnostics
+    off = _cfg(granularities=("turn",), speaker_focus=0.0)
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=off) as mem:
+        _chat(mem)
+        r = mem.retrieve("u", "What sports does Kate play?", k=2)
+        assert "speaker" not in r.diagnostics
+        assert any("Sam: " in h.memory.text for h in r.hits)  # the name pulls Sam's turns in
+
+
+def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
+    from reflective_memory.passages import apply_speaker_focus
+
+    sessions = {"s": _turns("s", ["I love badminton.", "Kate loves badminton!"], "2026-01-01")}
+    sessions["s"][1] = replace(sessions["s"][1], role="Sam")
+    sessions["s"][0] = replace(sessions["s"][0], role="Kate")
+    votes = _votes([("s", 1), ("s", 0)])
+    before = dict(votes.turn)
+    assert apply_speaker_focus(votes, sessions.__getitem__, "kate", 0.8) == 1
+    assert votes.turn[("s", 0)] == before[("s", 0)]
+    assert votes.turn[("s", 1)] == pytest.approx(0.2 * before[("s", 1)])
+    assert apply_speaker_focus(votes, sessions.__getitem__, "Kate", 0.0) == 0

@@ -120,6 +120,9 @@ class MemoryConfig:
             to 1 (newest); 0 turns time-aware ranking off. Only the best turns compete: the
             10 best whose vote is within `recency_margin` (a fraction) of the best vote.
         recency_margin: See `recency_weight`.
+        speaker_focus: When a question names exactly one of the speakers of the user's turns
+            ("What does Kate do on weekends?"), the votes of the other speakers' turns are
+            multiplied by `1 - speaker_focus` (0: off, 1: only the named speaker's turns).
         length_exponent: Budget packing discounts a turn longer than `length_free` times the
             median candidate by `(length / (length_free * median)) ** length_exponent`, so a
             long turn must out-vote the several short ones whose room it would take (the
@@ -285,6 +288,7 @@ class MemoryConfig:
     neighbour_span: int = 1
     recency_weight: float = 0.25
     recency_margin: float = 0.1
+    speaker_focus: float = 0.8
     length_exponent: float = 0.5
     length_free: float = 2.0
     length_keep_share: float = 0.25
@@ -395,9 +399,10 @@ class MemoryConfig:
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not val >= 0:
                 raise ConfigError(f"{name} must be a number >= 0, got {val!r}")
-        share = self.length_keep_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
-            raise ConfigError(f"length_keep_share must be a number in [0, 1], got {share!r}")
+        for name in ("length_keep_share", "speaker_focus"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:
+                raise ConfigError(f"{name} must be a number in [0, 1], got {val!r}")
         for name in ("recency_margin", "length_free"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not val > 0:

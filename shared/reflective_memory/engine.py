@@ -164,6 +164,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             neighbour_span=cfg.neighbour_span,
             recency_weight=cfg.recency_weight,
             recency_margin=cfg.recency_margin,
+            speaker_focus=cfg.speaker_focus,
             length_exponent=cfg.length_exponent,
             length_free=cfg.length_free,
             length_keep_share=cfg.length_keep_share,
@@ -454,10 +455,15 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             timings["total"] = (time.perf_counter() - t_start) * 1000
             return Retrieval(user_id, query, [], diagnostics, retrieval_id=rid)
 
+        speaker = None
+        if self.config.passages and views is None:
+            speaker, query_text = self._speaker_focus(user_id, index, query, diagnostics)
+        else:
+            query_text = query
         qvec = None
         if mode != "lexical":
             t0 = time.perf_counter()
-            qvec = self.embedder.encode(query[: self.config.embed_max_chars])
+            qvec = self.embedder.encode(query_text[: self.config.embed_max_chars])
             timings["embed"] = (time.perf_counter() - t0) * 1000
 
         want = self._wanted(index, k, budget_tokens)
@@ -467,12 +473,12 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             rcfg = self._calibrated(index, rcfg, diagnostics)
         while True:
             order, scores = rank_candidates(
-                index, query, qvec, n, mode, rcfg, self._fusion, timings, diagnostics
+                index, query_text, qvec, n, mode, rcfg, self._fusion, timings, diagnostics
             )
             if self.config.rerank:
                 t0 = time.perf_counter()
                 if qvec is None:
-                    qvec = self.embedder.encode(query[: self.config.embed_max_chars])
+                    qvec = self.embedder.encode(query_text[: self.config.embed_max_chars])
                 order, scores = self.rerank_stage.apply(
                     user_id,
                     index,
@@ -482,13 +488,22 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                     explore=explore,
                     retrieval_id=rid,
                     diagnostics=diagnostics,
-                    query=query,
+                    query=query_text,
                     fetch=lambda ids: self.store.memories(user_id, ids),
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
             if self.config.passages and views is None:
                 hits, filled = self._pack_passages(
-                    user_id, query, index, order, scores, k, budget_tokens, timings, diagnostics
+                    user_id,
+                    query,
+                    index,
+                    order,
+                    scores,
+                    k,
+                    budget_tokens,
+                    timings,
+                    diagnostics,
+                    speaker=speaker,
                 )
             else:
                 hits, filled = pack_hits(

@@ -28,13 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.text import format_date
+from reflective_memory.text import format_date, lexical_tokens
 from reflective_memory.types import Hit, Memory, Turn
 
 __all__ = [
     "PASSAGE_GRANULARITY",
     "PassageSettings",
     "present_tense",
+    "named_speaker",
+    "without_name",
+    "apply_speaker_focus",
     "TurnVotes",
     "collect_votes",
     "pack_passages",
@@ -69,6 +72,48 @@ def present_tense(query: str) -> bool:
     return bool(_PRESENT.search(query))
 
 
+def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
+    """The one speaker a question names, if it names exactly one.
+
+    Args:
+        query: The question.
+        speakers: The roles of the user's turns (speaker names in a chat between people).
+
+    Returns:
+        The speaker named as a whole word (any case, possessives too), or None when the
+        question names none or several.
+
+    Example:
+        >>> named_speaker("What hobbies does Nebraas have?", ["Nicolas", "Nebraas"])
+        'Nebraas'
+        >>> named_speaker("Did Nicolas meet Nebraas's roommate?", ["Nicolas", "Nebraas"]) is None
+        True
+    """
+    found = [
+        s
+        for s in speakers
+        if s.strip() and re.search(rf"(?<!\w){re.escape(s.strip())}(?!\w)", query, re.IGNORECASE)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def without_name(query: str, name: str) -> str:
+    """The question with a name (and its possessive) taken out, for the rankers.
+
+    Falls back to the question as it is when nothing with content would be left.
+
+    Example:
+        >>> without_name("What are Nebraas's hobbies?", "Nebraas")
+        'What are hobbies?'
+        >>> without_name("Nebraas?", "Nebraas")
+        'Nebraas?'
+    """
+    pattern = rf"(?<!\w){re.escape(name.strip())}(?:['\u2019]s?)?(?!\w)"
+    text = " ".join(re.sub(pattern, " ", query, flags=re.IGNORECASE).split())
+    text = re.sub(r"\s+([?.!,;:])", r"\1", text)
+    return text if lexical_tokens(text) else query
+
+
 @dataclass(frozen=True)
 class PassageSettings:
     """How ranked units become passages.
@@ -88,6 +133,8 @@ class PassageSettings:
         recency_margin: Only turns whose vote is within this fraction of the best vote compete
             on time (the newest of the memories that answer about equally well wins; a turn
             clearly less relevant is never pulled up by its date).
+        speaker_focus: When a question names exactly one of the speakers, the votes of the
+            other speakers' turns are multiplied by `1 - speaker_focus`; 0 turns it off.
         length_exponent: Packing order is `vote / (cost / median cost) ** length_exponent`:
             0 packs in vote order; above 0 a long turn must out-vote several short ones to
             take their room in the budget.
@@ -106,6 +153,7 @@ class PassageSettings:
     recency_weight: float = 1.0
     recency_pool: int = 10
     recency_margin: float = 1.0
+    speaker_focus: float = 0.0
     length_exponent: float = 0.0
     length_keep: int = 1
     length_keep_share: float = 0.0
@@ -235,6 +283,31 @@ def apply_recency(
     for key, e in times.items():
         votes.turn[key] *= 1.0 + weight * (e - lo) / (hi - lo)
     return True
+
+
+def apply_speaker_focus(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    speaker: str,
+    focus: float,
+) -> int:
+    """Scale the votes of turns not spoken by `speaker` by `1 - focus`.
+
+    A question about one person ("What does Kate do on weekends?") is answered by what that
+    person said; the other side's turns still count, less.
+
+    Returns:
+        How many turn votes were scaled down.
+    """
+    if focus <= 0:
+        return 0
+    want = speaker.strip().casefold()
+    scaled = 0
+    for key in votes.turn:
+        if session_turns(key[0])[key[1]].role.strip().casefold() != want:
+            votes.turn[key] *= 1.0 - focus
+            scaled += 1
+    return scaled
 
 
 def turn_line(turn: Turn) -> str:

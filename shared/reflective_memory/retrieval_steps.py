@@ -18,9 +18,12 @@ import numpy as np
 from reflective_memory.passages import (
     PassageSettings,
     apply_recency,
+    apply_speaker_focus,
     collect_votes,
+    named_speaker,
     pack_passages,
     present_tense,
+    without_name,
 )
 from reflective_memory.recall import RecallConfig, calibrate_gate
 from reflective_memory.types import Hit, Memory, Turn
@@ -126,6 +129,37 @@ class RetrievalSteps:
                     turns.sort(key=lambda t: t.position)
         return cache
 
+    def _speaker_focus(
+        self, user_id: str, index: Any, query: str, diagnostics: dict[str, Any]
+    ) -> tuple[str | None, str]:
+        """The speaker a question is about, and the text to search with.
+
+        With `config.speaker_focus`, a question naming exactly one speaker of the user's turns
+        ("What does Kate do on weekends?") is searched without the name ("What does do on
+        weekends?"): the name says *whose* turns answer (their votes are kept, the others'
+        scaled down), not what they are about, and it would otherwise pull up every turn that
+        mentions or addresses that person. Speakers are the roles of the user's turns (all of
+        them up to `_PRELOAD_TURNS` memories, those of the sessions read so far above).
+
+        Returns:
+            `(speaker or None, query text for the rankers)`.
+        """
+        if self.config.speaker_focus <= 0:
+            return None, query
+        cache = self._session_turn_cache(user_id, index)
+        speakers = index.extras.get("speakers")
+        if speakers is None or len(index) > _PRELOAD_TURNS:
+            speakers = sorted({t.role for turns in cache.values() for t in turns})
+            index.extras["speakers"] = speakers
+        speaker = named_speaker(query, speakers)
+        if speaker is None:
+            return None, query
+        text = without_name(query, speaker)
+        diagnostics["speaker"] = speaker
+        if text != query:
+            diagnostics["search_query"] = text
+        return speaker, text
+
     def _segment_bounds(self, user_id: str, index: Any) -> dict[str, list[tuple[int, int]]]:
         """Topical segments of the user's sessions as turn-position spans (cached per index)."""
         cached = index.extras.get("segment_bounds")
@@ -151,8 +185,13 @@ class RetrievalSteps:
         budget: int | None,
         timings: dict[str, float],
         diagnostics: dict[str, Any],
+        *,
+        speaker: str | None = None,
     ) -> tuple[list[Hit], bool]:
-        """Small-to-big: resolve ranked units to turns and pack them into passages."""
+        """Small-to-big: resolve ranked units to turns and pack them into passages.
+
+        `speaker` (from `_speaker_focus`) scales down the votes of the other speakers' turns.
+        """
         t0 = time.perf_counter()
         units = self._unit_table(user_id, index)
         ranked: list[Memory] = []
@@ -184,6 +223,8 @@ class RetrievalSteps:
 
         settings = self._passage_settings
         votes = collect_votes(ranked, session_turns, bounds, settings)
+        if speaker is not None:
+            apply_speaker_focus(votes, session_turns, speaker, settings.speaker_focus)
         recency = False
         if settings.recency_weight > 0 and present_tense(query):
             recency = apply_recency(
@@ -216,6 +257,7 @@ class RetrievalSteps:
             "turns_packed": sum(len(h.memory.turn_ids) for h in hits),
             "tokens_used": used,
             "present_tense": recency,
+            "speaker": speaker,
         }
         timings["passages"] = (time.perf_counter() - t0) * 1000
         return hits, filled

@@ -118,6 +118,11 @@ ABLATIONS = (
         what="passages packed in vote order",
     ),
     System("- speaker in keys", {"speaker_keys": False}, what="BM25 keys without speakers"),
+    System(
+        "- speaker focus",
+        {"speaker_focus": 0.0},
+        what="a named speaker is searched for like any word",
+    ),
     System("- date headers", {"date_prefix": False}, what="passages without a date header"),
     System("- reranker stage", {"rerank": False}, what="untrained reranker removed"),
     System("+ neighbours", {"neighbour_weight": 0.5}, what="turn hits lend votes to neighbours"),

@@ -577,7 +577,8 @@ class RerankStage:
         where = {mid: p for p, mid in enumerate(index.ids)}
         if any(mid not in where for mid in ids):
             return None  # memories changed since: the episode cannot be rebuilt
-        q = np.asarray(self.embedder.encode(retrieval.query), dtype=np.float32).reshape(-1)
+        text = str(retrieval.diagnostics.get("search_query") or retrieval.query)  # as ranked
+        q = np.asarray(self.embedder.encode(text), dtype=np.float32).reshape(-1)
         pos = [where[m] for m in ids]
         cand = index.dense.vectors[pos]
         prior = np.asarray(info.get("prior") or rank_prior(cand @ q), dtype=np.float32)
@@ -590,7 +591,7 @@ class RerankStage:
                 feats = arr
             else:  # recompute what the index still tells (retriever scores are gone)
                 feats = rr.features_of(
-                    Candidates([index.keys[p] for p in pos], query=retrieval.query, dense=cand @ q)
+                    Candidates([index.keys[p] for p in pos], query=text, dense=cand @ q)
                 )
         return _Context(q, cand.copy(), prior, ids, feats, retrieval.user_id)
 
