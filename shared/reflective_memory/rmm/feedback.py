@@ -522,16 +522,10 @@ class RerankStage:
         feats = None
         if rr.features:
             need_mem = bool(set(rr.features) & _MEMORY_FEATURES)
-            cands = Candidates(
-                [index.keys[p] for p in head],
-                query=query,
-                dense=dense,
-                scores=scores[:k],
-                memories=self._memories(index, ids, fetch) if need_mem else None,
-                overlap=index.lexical.overlap(query, head)
-                if query and "overlap" in rr.features and index.has_lexical
-                else None,
-            )
+            mems = self._memories(index, ids, fetch) if need_mem else None
+            known = index.overlap(query, head) if query and "overlap" in rr.features else None
+            keys = [index.keys[p] for p in head]
+            cands = Candidates(keys, query, dense, scores[:k], memories=mems, overlap=known)
             feats = rr.features_of(cands)
         if _untrained(rr) and not explore:
             # an untrained reranker keeps the retriever's order: skip scoring it
@@ -590,9 +584,8 @@ class RerankStage:
             if arr is not None and arr.shape == (len(ids), rr.n_features):
                 feats = arr
             else:  # recompute what the index still tells (retriever scores are gone)
-                feats = rr.features_of(
-                    Candidates([index.keys[p] for p in pos], query=text, dense=cand @ q)
-                )
+                keys = [index.keys[p] for p in pos]
+                feats = rr.features_of(Candidates(keys, query=text, dense=cand @ q))
         return _Context(q, cand.copy(), prior, ids, feats, retrieval.user_id)
 
     def feedback(

@@ -241,10 +241,14 @@ class UserIndex:
             self._lexical = LexicalIndex(self.keys)
         return self._lexical
 
-    @property
-    def has_lexical(self) -> bool:
-        """Whether the BM25 index is built already (reading it then costs nothing extra)."""
-        return self._lexical is not None
+    def overlap(self, query: str, positions: Sequence[int]) -> np.ndarray | None:
+        """`LexicalIndex.overlap` when this process holds a built BM25 index, else None.
+
+        None when the BM25 index is not built yet (dense-only use: building it just for this
+        would cost more than tokenizing a few keys) or is run by a database server.
+        """
+        lex = self._lexical
+        return lex.overlap(query, positions) if isinstance(lex, LexicalIndex) else None
 
     def __len__(self) -> int:
         return len(self.ids)
