@@ -382,9 +382,7 @@ def _passage(
 
 def _by_density(
     items: list[tuple[float, int, Any]],
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    count: Callable[[str], int],
+    cost_of: Callable[[Any], int],
     exponent: float,
     keep: int = 1,
     free: float = 1.0,
@@ -398,12 +396,7 @@ def _by_density(
     not pulled above what answers).
     """
     head, tail = items[:pool], items[pool:]
-    costs = []
-    for _, _, key in head:
-        if isinstance(key, str):
-            costs.append(max(1, count(votes.loose_memories[key].text)))
-        else:
-            costs.append(max(1, count(turn_line(session_turns(key[0])[key[1]]))))
+    costs = [max(1, cost_of(key)) for _, _, key in head]
     mid = free * float(np.median(costs))
     spent = 0
     while keep < len(head) and spent + costs[keep] <= keep_budget:
@@ -420,14 +413,45 @@ def _by_density(
     return kept + [item for _, item in scored] + tail
 
 
-def _cached(count: Callable[[str], int], cache: dict[str, int]) -> Callable[[str], int]:
-    def cached(text: str) -> int:
-        n = cache.get(text)
-        if n is None:
-            n = cache[text] = count(text)
-        return n
+class _Costs:
+    """Token costs of turn lines, headers and turnless memories, cached by what they belong to.
 
-    return cached
+    Keyed by `(session_id, position)` for a turn's line and by session for its header, so a
+    long turn is neither rendered nor hashed again; `cache` may be kept by the caller for as
+    long as the turns do not change (one index version).
+    """
+
+    def __init__(
+        self,
+        votes: TurnVotes,
+        session_turns: Callable[[str], Sequence[Turn]],
+        count: Callable[[str], int],
+        date_header: bool,
+        cache: dict[Any, Any] | None,
+    ) -> None:
+        self.votes = votes
+        self.session_turns = session_turns
+        self.count = count
+        self.date_header = date_header
+        self.cache: dict[Any, Any] = {} if cache is None else cache
+
+    def of(self, key: Any) -> int:
+        """Cost of a turn (`(session_id, position)`) or of a turnless memory (its id)."""
+        if isinstance(key, str):
+            return self.count(self.votes.loose_memories[key].text)
+        n = self.cache.get(key)
+        if n is None:
+            n = self.cache[key] = self.count(turn_line(self.session_turns(key[0])[key[1]]))
+        return int(n)
+
+    def header(self, sid: str) -> int:
+        """Cost of the date header that opens a passage of session `sid`."""
+        slot = ("header", sid, self.date_header)
+        n = self.cache.get(slot)
+        if n is None:
+            text = _header(self.session_turns(sid), self.date_header)
+            n = self.cache[slot] = self.count(text) if text else 0
+        return int(n)
 
 
 def pack_passages(
@@ -443,7 +467,7 @@ def pack_passages(
     length_keep: int = 1,
     length_free: float = 1.0,
     length_keep_share: float = 0.0,
-    cost_cache: dict[str, int] | None = None,
+    cost_cache: dict[Any, Any] | None = None,
 ) -> tuple[list[Hit], int, bool]:
     """Take turns (and turnless memories) in vote order and group them into passages.
 
@@ -468,8 +492,8 @@ def pack_passages(
         length_keep: See `PassageSettings.length_keep`.
         length_free: See `PassageSettings.length_free`.
         length_keep_share: See `PassageSettings.length_keep_share`.
-        cost_cache: Token counts by text, kept by the caller across calls (turn lines and
-            headers repeat from query to query).
+        cost_cache: Token counts of turn lines and headers, kept by the caller across calls
+            for as long as the turns do not change (they repeat from query to query).
 
     Returns:
         Hits (passages and turnless memories, best first), tokens used, and whether the cut was
@@ -480,14 +504,11 @@ def pack_passages(
     ]
     items += [(v, votes.first_seen[mid], mid) for mid, v in votes.loose.items()]
     items.sort(key=lambda x: (-x[0], x[1]))
-    if cost_cache is not None:
-        count = _cached(count, cost_cache)
+    costs = _Costs(votes, session_turns, count, date_header, cost_cache)
     if budget is not None and length_exponent > 0 and items:
         items = _by_density(
             items,
-            votes,
-            session_turns,
-            count,
+            costs.of,
             length_exponent,
             length_keep,
             length_free,
@@ -512,7 +533,7 @@ def pack_passages(
                     break
                 continue
             mem = votes.loose_memories[key]
-            cost = count(mem.text)
+            cost = costs.of(key)
             if budget is not None and used + cost > budget:
                 continue
             used += cost
@@ -520,11 +541,9 @@ def pack_passages(
             loose.append((vote, seen, mem))
             continue
         sid, p = key
-        turns = session_turns(sid)
-        cost = count(turn_line(turns[p]))
+        cost = costs.of(key)
         have = chosen.get(sid, set())
-        header = _header(turns, date_header)
-        hcost = count(header) if header else 0
+        hcost = costs.header(sid)
         left, right = p - 1 in have, p + 1 in have
         if by_session:
             opens = not have
