@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from reflective_memory.passages import (
     PassageSettings,
     apply_recency,
