@@ -8,8 +8,12 @@ PG_MAJOR=15
 PGV_VERSION=0.8.6
 TARBALL="$(cd .. && pwd)/shared/vendor/pgvector-${PGV_VERSION}.tar.gz"
 
-if [ ! -x "/usr/lib/postgresql/${PG_MAJOR}/bin/postgres" ] \
-  || [ ! -x "/usr/lib/postgresql/${PG_MAJOR}/bin/pg_config" ] || ! command -v make >/dev/null; then
+# A machine may have the server without its development headers (postgresql-15 installed,
+# postgresql-server-dev-15 not): pgvector's build needs postgres.h, so check for it too.
+PG_BIN="/usr/lib/postgresql/${PG_MAJOR}/bin"
+if [ ! -x "${PG_BIN}/postgres" ] || [ ! -x "${PG_BIN}/pg_config" ] || ! command -v make >/dev/null \
+  || ! command -v gcc >/dev/null \
+  || [ ! -f "$("${PG_BIN}/pg_config" --includedir-server 2>/dev/null)/postgres.h" ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update
   apt-get install -y --no-install-recommends "postgresql-${PG_MAJOR}" \
