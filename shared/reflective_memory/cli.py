@@ -44,6 +44,7 @@ BENCH_MODULES = [
     "reflective_memory.bench.retrieval",
     "reflective_memory.bench.conditional",
     "reflective_memory.bench.feedback",
+    "reflective_memory.bench.transfer",
     "reflective_memory.bench.segmentation",
     "reflective_memory.bench.latency",
     "reflective_memory.bench.soak",

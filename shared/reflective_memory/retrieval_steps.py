@@ -15,6 +15,7 @@ from typing import Any
 
 from reflective_memory.passages import (
     PassageSettings,
+    TurnVotes,
     apply_recency,
     apply_speaker_focus,
     collect_votes,
@@ -234,6 +235,7 @@ class RetrievalSteps:
                 settings.recency_pool,
                 settings.recency_margin,
             )
+        self._adjust_votes(user_id, query, votes, session_turns)
         hits, used, filled = pack_passages(
             user_id,
             votes,
@@ -261,6 +263,20 @@ class RetrievalSteps:
         }
         timings["passages"] = (time.perf_counter() - t0) * 1000
         return hits, filled
+
+    def _adjust_votes(
+        self,
+        user_id: str,
+        query: str,
+        votes: TurnVotes,
+        session_turns: Callable[[str], list[Turn]],
+    ) -> None:
+        """Change the turns' votes in place before packing; the library's own is a no-op.
+
+        The last step of vote collection (after speaker focus and recency). A subclass may
+        override it to study another vote rule on the real pipeline (`bench transfer` puts
+        upper bounds of what feedback could teach here).
+        """
 
     @staticmethod
     def _with_unit_scores(hit: Hit, unit_scores: dict[str, dict[str, float]]) -> Hit:
