@@ -86,6 +86,7 @@ def test_tiny_run_reports_every_row(tmp_path):
         "oracle credit x1.5",
         "oracle features 0.5",
         "citation features 0.5",
+        "citation features, online TurnPrior 0.5",
     }
     for name, per_split in rows.items():
         assert len(per_split) == 2 and all(a.shape == (5,) for a in per_split)

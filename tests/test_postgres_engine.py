@@ -410,3 +410,29 @@ def test_memory_credit_lives_in_the_users_blob_and_goes_with_the_user(pg_dsn) ->
         a.delete_user("u")
         assert a.store.blob_version("u", ADAPTER_BLOB_NAME) == 0
         assert a.rerank_stage.adapter("u").credit_ == {}
+
+
+def test_turn_prior_lives_in_the_database_and_is_shared_by_processes(pg_dsn) -> None:
+    """The citation-trained turn prior is one blob: a second engine reads and extends it."""
+    from reflective_memory.rmm.turn_prior_stage import TURN_PRIOR_BLOB
+
+    schema = pg_schema()
+    cfg = {"budget_unit": "words", "granularities": ("turn", "segment")}
+
+    def teach(mem: ReflectiveMemory, i: int) -> bool:
+        r = mem.retrieve("u", f"what about {WORDS[i]}?", budget_tokens=30)
+        cited = [j for j, h in enumerate(r.hits) if f"I love {WORDS[i]}" in h.memory.text]
+        return mem.feedback(r, cited=cited).turn_prior
+
+    with _mem(pg_dsn, schema, **cfg) as a, _mem(pg_dsn, schema, **cfg) as b:
+        for i in range(8):
+            a.add_turn("u", f"s{i}", "friend", f"did you ever try {WORDS[i]}?")
+            a.add_turn("u", f"s{i}", "user", f"I love {WORDS[i]} and do it every week")
+            a.end_session("u", f"s{i}")
+        learned = sum(teach(a, i) for i in range(8)) + sum(teach(b, i) for i in range(8))
+        assert learned >= 8
+        assert a.store.blob_version("__shared__", TURN_PRIOR_BLOB) == learned
+        # each process sees every answer, its own and the other's
+        assert a.turn_prior.prior().n_episodes_ == b.turn_prior.prior().n_episodes_ == learned
+        with _mem(pg_dsn, schema, **cfg) as c:
+            assert np.allclose(c.turn_prior.prior().weights_, a.turn_prior.prior().weights_)

@@ -207,6 +207,12 @@ class MemoryConfig:
             own table (`reflective_memory.rmm.memory_credit`); 0 turns it off.
         rerank_memory_credit_cap: Largest credit of one memory unit, either sign (on the
             prior's cosine scale), bounding what any feedback, noise included, can do.
+        rerank_turn_prior: Extension: strength of the turn prior learned from citations
+            (`reflective_memory.rmm.turn_prior`): once trained by a few answers, every voted
+            turn's vote is multiplied by `exp(strength * z)`, z how much more than the other
+            voted turns it looks like what answers cite (statements, not questions); 0 turns
+            it off. One prior per memory, shared by its users; it holds no text.
+        rerank_turn_prior_learning_rate: Step of the turn prior per answer.
         rerank_seed: Seed of the exploration noise (`None`: random).
         attribution_fallback: When an answer carries no citation marker, infer the used
             memories from answer-sentence / memory embedding similarity.
@@ -274,6 +280,8 @@ class MemoryConfig:
     rerank_user_decay: float = 1.0
     rerank_memory_credit: float = 0.0
     rerank_memory_credit_cap: float = 0.05
+    rerank_turn_prior: float = 0.5
+    rerank_turn_prior_learning_rate: float = 0.5
     rerank_seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
@@ -457,6 +465,10 @@ class MemoryConfig:
                 f"rerank_user_decay must be >= 0 and below 1 / rerank_user_learning_rate, "
                 f"got {ud!r}"
             )
+        for name in ("rerank_turn_prior", "rerank_turn_prior_learning_rate"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 5:
+                raise ConfigError(f"{name} must be a number in [0, 5], got {v!r}")
         for name in ("rerank_memory_credit", "rerank_memory_credit_cap"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 10:

@@ -34,6 +34,7 @@ from reflective_memory.retrieval_steps import RetrievalSteps
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.stored_rerank import StoredRerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector
+from reflective_memory.rmm.turn_prior_stage import TurnPriorStage
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
 from reflective_memory.sessions import SessionBuilding
@@ -179,6 +180,12 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             self.rerank_stage = RerankStage(
                 self.config, self.embedder, None if self.path is None else self.path / "rerankers"
             )
+        self.turn_prior = TurnPriorStage(
+            strength=cfg.rerank_turn_prior if cfg.rerank else 0.0,
+            learning_rate=cfg.rerank_turn_prior_learning_rate,
+            directory=None if self.path is None else self.path / "rerankers",
+            store=self.store,
+        )
         if self.path is not None:
             self._end_stale_sessions()
 
@@ -558,7 +565,10 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         self._open()
         if not self.config.rerank:
             raise ConfigError("feedback trains the reranker; enable config.rerank")
-        return self.rerank_stage.feedback(retrieval, answer, cited, self.indexes.get)
+        out = self.rerank_stage.feedback(retrieval, answer, cited, self.indexes.get)
+        if out.cited:  # which kind of turn the answer cited (`reflective_memory.rmm.turn_prior`)
+            out.turn_prior = self.turn_prior.learn(retrieval, out.cited)
+        return out
 
     async def afeedback(
         self,

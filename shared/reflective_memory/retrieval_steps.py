@@ -25,6 +25,8 @@ from reflective_memory.passages import (
     without_name,
 )
 from reflective_memory.recall import RecallConfig, calibrate_gate
+from reflective_memory.rmm.turn_prior_stage import DIAGNOSTICS_KEY as TURN_FEATURES_KEY
+from reflective_memory.rmm.turn_prior_stage import TurnPriorStage
 from reflective_memory.types import Hit, Memory, Turn
 from reflective_memory.units import turn_unit_id
 
@@ -58,6 +60,7 @@ class RetrievalSteps:
     config: Any
     _passage_settings: PassageSettings
     _count: Callable[[str], int]
+    turn_prior: TurnPriorStage
 
     def _wanted(self, index: Any, k: int | None, budget: int | None) -> int:
         """How many ranked units to fetch for `k` hits or a budget of `budget` tokens."""
@@ -235,6 +238,7 @@ class RetrievalSteps:
                 settings.recency_pool,
                 settings.recency_margin,
             )
+        features = self.turn_prior.scale(votes, session_turns) if budget is not None else None
         self._adjust_votes(user_id, query, votes, session_turns)
         hits, used, filled = pack_passages(
             user_id,
@@ -251,6 +255,9 @@ class RetrievalSteps:
             cost_cache=index.extras.setdefault("text_costs", {}),
         )
         hits = [self._with_unit_scores(h, unit_scores) for h in hits]
+        shown = self.turn_prior.shown_features(features, hits)
+        if shown is not None:  # what feedback on this retrieval learns from
+            diagnostics[TURN_FEATURES_KEY] = shown
         if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
             hits = self._as_turn_units(user_id, hits)
         diagnostics["passages"] = {

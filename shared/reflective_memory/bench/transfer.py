@@ -25,7 +25,6 @@ vote collection (after speaker focus and recency), and this bench overrides it i
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,21 +44,13 @@ from reflective_memory.bench.feedback import (
 from reflective_memory.config import MemoryConfig
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.passages import TurnVotes
+from reflective_memory.rmm.turn_prior import TURN_FEATURES, TurnPrior, turn_features
 from reflective_memory.types import Turn
 
-__all__ = ["FEATURE_NAMES", "StudyMemory", "turn_features", "run_transfer", "register"]
+__all__ = ["FEATURE_NAMES", "StudyMemory", "run_transfer", "format_transfer", "register"]
 
-#: Generic turn features of the study models (none names a dataset's speakers or words).
-FEATURE_NAMES = (
-    "question",
-    "log_words",
-    "digit",
-    "first_person",
-    "log_rank",
-    "voters",
-    "short",
-)
-_FIRST_PERSON = re.compile(r"\b(i|i'm|im|i've|my|me|we|our)\b", re.IGNORECASE)
+#: Turn features of the study models (`reflective_memory.rmm.turn_prior.TURN_FEATURES`).
+FEATURE_NAMES = TURN_FEATURES
 
 Rule = Callable[[str, TurnVotes, Callable[[str], list[Turn]]], None]
 
@@ -84,34 +75,6 @@ class StudyMemory(ReflectiveMemory):
             self.rule(user_id, votes, session_turns)
 
 
-def turn_features(
-    votes: TurnVotes, session_turns: Callable[[str], list[Turn]]
-) -> tuple[list[tuple[str, int]], np.ndarray]:
-    """The voted turns and their `(n, len(FEATURE_NAMES))` features, in `FEATURE_NAMES` order."""
-    keys = list(votes.turn)
-    if not keys:
-        return keys, np.zeros((0, len(FEATURE_NAMES)))
-    v = np.array([votes.turn[k] for k in keys])
-    rank = np.empty(len(v))
-    rank[np.argsort(-v, kind="stable")] = np.arange(len(v))
-    rows = []
-    for i, key in enumerate(keys):
-        text = session_turns(key[0])[key[1]].text
-        words = len(text.split())
-        rows.append(
-            [
-                float("?" in text),
-                np.log1p(words),
-                float(bool(re.search(r"\d", text))),
-                float(bool(_FIRST_PERSON.search(text))),
-                np.log1p(rank[i]),
-                float(len(votes.sources.get(key, ()))),
-                float(words <= 3),
-            ]
-        )
-    return keys, np.asarray(rows, dtype=np.float64)
-
-
 def _credit_rule(table: dict[str, set[str]], strength: float) -> Rule:
     def rule(user_id: str, votes: TurnVotes, session_turns: Callable[[str], list[Turn]]) -> None:
         mine = table.get(user_id, set())
@@ -131,6 +94,13 @@ def _model_rule(model: Any, strength: float) -> Rule:
         z = np.clip(z - z.mean(), -3.0, 3.0)
         for key, zz in zip(keys, z, strict=True):
             votes.turn[key] *= float(np.exp(strength * zz))
+
+    return rule
+
+
+def _prior_rule(prior: TurnPrior, strength: float) -> Rule:
+    def rule(user_id: str, votes: TurnVotes, session_turns: Callable[[str], list[Turn]]) -> None:
+        prior.scale_votes(votes, session_turns, strength)
 
     return rule
 
@@ -169,7 +139,11 @@ def _coverages(mem: StudyMemory, split: Split, budgets: Sequence[int]) -> np.nda
 
 
 def _study_split(
-    mem: StudyMemory, split: Split, strengths: Sequence[float], budgets: Sequence[int]
+    mem: StudyMemory,
+    split: Split,
+    strengths: Sequence[float],
+    budgets: Sequence[int],
+    online_params: dict[str, Any],
 ) -> dict[str, np.ndarray]:
     """Mean coverage change (points) per study row on one split."""
     mem.rule = None
@@ -208,6 +182,9 @@ def _study_split(
         xs_shown.append(x[keep] if len(ids) else x)
         y_cited.append(np.array([t in pos for t, k in zip(ids, keep, strict=True) if k]))
     models = {"oracle features": _fit(xs, y_true), "citation features": _fit(xs_shown, y_cited)}
+    online = TurnPrior(**online_params)  # the library's learner, one answer at a time
+    for x, y in zip(xs_shown, y_cited, strict=True):
+        online.partial_fit(x, y)
     for s in strengths:
         rules: list[tuple[str, Rule | None]] = [
             (f"oracle credit x{1 + s:g}", _credit_rule(taught, s))
@@ -216,6 +193,7 @@ def _study_split(
             (f"{name} {s:g}", None if m is None else _model_rule(m, s))
             for name, m in models.items()
         ]
+        rules.append((f"citation features, online TurnPrior {s:g}", _prior_rule(online, s)))
         for name, rule in rules:
             if rule is None:
                 continue
@@ -233,6 +211,7 @@ def run_transfer(
     budgets: Sequence[int] = BUDGETS,
     embedder: Any = None,
     progress: bool = True,
+    online: dict[str, Any] | None = None,
 ) -> dict[str, list[np.ndarray]]:
     """Run every study row on every split.
 
@@ -243,6 +222,7 @@ def run_transfer(
         budgets: Word budgets.
         embedder: Embedder of the memory (`None`: the library's default).
         progress: Show progress bars.
+        online: `TurnPrior` arguments of the online row (`None`: its defaults).
 
     Returns:
         Per study row, one `(len(budgets),)` array of coverage change in points per split.
@@ -253,7 +233,7 @@ def run_transfer(
     with StudyMemory(None, config=cfg, embedder=embedder) as mem:
         ingest_conversations(mem, conversations, progress=progress)
         for sp in tqdm(splits, desc="bench transfer", unit="split", disable=not progress):
-            for name, delta in _study_split(mem, sp, strengths, budgets).items():
+            for name, delta in _study_split(mem, sp, strengths, budgets, online or {}).items():
                 rows.setdefault(name, []).append(delta)
     return rows
 
@@ -291,6 +271,7 @@ def _run(args: argparse.Namespace) -> int:
         seeds=seeds,
         strengths=args.strengths,
         embedder=make_embedder(args.embedder, args.cache),
+        online=None if args.online_lr is None else {"learning_rate": args.online_lr},
     )
     print(  # noqa: T201 - the command's output
         f"data: {args.data}; splits: {seeds}; "
@@ -312,6 +293,9 @@ def register(bench_subparsers: Any) -> None:
         type=lambda t: [float(x) for x in t.split(",") if x.strip()],
         default=[0.25, 0.5],
         help="vote strengths of the study rules, comma-separated",
+    )
+    p.add_argument(
+        "--online-lr", type=float, default=None, help="learning rate of the online TurnPrior row"
     )
     p.add_argument("--limit", type=int, default=None, help="use the first N conversations")
     add_embedder_arguments(p)

@@ -1,0 +1,251 @@
+"""Which kind of turn answers: a vote prior over turn features, learned from citations.
+
+An extension of RMM's retrospective reflection (not in the paper). RMM's reranker reorders the
+top K units of one question; what feedback teaches that carries over to *other* questions is
+rather which kind of turn an answer cites: first-person statements ("I moved to Lisbon in
+March") more than questions or two-word replies. `TurnPrior` is a logistic model over a few
+generic turn features (`TURN_FEATURES`; none names a word or a speaker of any dataset). Each
+answer is one step of class-balanced logistic regression: the turns of the cited passages are
+positive, the other turns shown are negative (an answer that cites nothing, or everything, says
+nothing and is skipped). At retrieval, once trained, every voted turn's vote is multiplied by
+`exp(strength * z)`, z its decision value centred over the voted turns and clipped to [-3, 3],
+so the model only reorders turns the question already found.
+
+One model serves all users of a memory (a prior: ~35 answers per user are too few, and the
+kind of turn that answers is not personal). It holds 2·F + 2 numbers and no text, so erasing a
+user leaves it as it is, like the reranker's prior.
+
+Measured (BENCHMARKS.md, "Per-user reranking"): fit offline on RMM-quality simulated citations
+of REALTALK dev's teaching halves, +1.1 / +1.7 / +0.4 points of held-out coverage at 250 / 500 /
+1,000 words (`bench transfer`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.passages import TurnVotes
+from reflective_memory.types import Turn
+
+__all__ = ["TURN_FEATURES", "TurnPrior", "turn_features"]
+
+#: Generic turn features, in column order.
+TURN_FEATURES = (
+    "question",
+    "log_words",
+    "digit",
+    "first_person",
+    "log_rank",
+    "voters",
+    "short",
+)
+_FIRST_PERSON = re.compile(r"\b(i|i'm|im|i've|my|me|we|our)\b", re.IGNORECASE)
+_DIGIT = re.compile(r"\d")
+_FORMAT_VERSION = 1
+_CLIP = 3.0
+
+
+def turn_features(
+    votes: TurnVotes, session_turns: Callable[[str], Sequence[Turn]]
+) -> tuple[list[tuple[str, int]], np.ndarray]:
+    """The voted turns and their `(n, len(TURN_FEATURES))` features.
+
+    Args:
+        votes: Votes of one retrieval (`reflective_memory.passages.collect_votes`).
+        session_turns: The turns of a session, in order.
+
+    Returns:
+        `(keys, features)`: the `(session_id, position)` keys of the voted turns in vote-table
+        order, and one row per key: has a question mark, log(1 + words), has a digit, has a
+        first-person word, log(1 + vote rank), number of units voting for it, at most 3 words.
+    """
+    keys = list(votes.turn)
+    if not keys:
+        return keys, np.zeros((0, len(TURN_FEATURES)))
+    v = np.fromiter((votes.turn[k] for k in keys), dtype=np.float64, count=len(keys))
+    rank = np.empty(len(v))
+    rank[np.argsort(-v, kind="stable")] = np.arange(len(v))
+    out = np.empty((len(keys), len(TURN_FEATURES)))
+    for i, key in enumerate(keys):
+        text = session_turns(key[0])[key[1]].text
+        words = text.count(" ") + 1
+        out[i] = (
+            "?" in text,
+            np.log1p(words),
+            _DIGIT.search(text) is not None,
+            _FIRST_PERSON.search(text) is not None,
+            np.log1p(rank[i]),
+            len(votes.sources.get(key, ())),
+            words <= 3,
+        )
+    return keys, out
+
+
+class TurnPrior:
+    """Online class-balanced logistic regression over `TURN_FEATURES`.
+
+    Args:
+        learning_rate: SGD step per answer.
+        l2: Weight decay per step.
+        min_episodes: Answers learned before the prior changes any vote.
+
+    Example:
+        >>> tp = TurnPrior()
+        >>> tp.trained
+        False
+    """
+
+    def __init__(
+        self, *, learning_rate: float = 0.5, l2: float = 1e-3, min_episodes: int = 8
+    ) -> None:
+        if not learning_rate > 0:
+            raise ConfigError(f"learning_rate must be > 0, got {learning_rate!r}")
+        if not l2 >= 0:
+            raise ConfigError(f"l2 must be >= 0, got {l2!r}")
+        if isinstance(min_episodes, bool) or not isinstance(min_episodes, int) or min_episodes < 1:
+            raise ConfigError(f"min_episodes must be an int >= 1, got {min_episodes!r}")
+        self.learning_rate = float(learning_rate)
+        self.l2 = float(l2)
+        self.min_episodes = min_episodes
+        f = len(TURN_FEATURES)
+        self.weights_ = np.zeros(f)
+        self.bias_ = 0.0
+        # running feature statistics for standardisation (Welford over every row seen)
+        self.n_rows_ = 0
+        self.mean_ = np.zeros(f)
+        self.m2_ = np.zeros(f)
+        self.n_episodes_ = 0
+
+    @property
+    def trained(self) -> bool:
+        """Whether enough answers were learned for the prior to change votes."""
+        return self.n_episodes_ >= self.min_episodes
+
+    def get_params(self) -> dict[str, Any]:
+        """Constructor arguments."""
+        return {
+            "learning_rate": self.learning_rate,
+            "l2": self.l2,
+            "min_episodes": self.min_episodes,
+        }
+
+    def _standardise(self, x: np.ndarray) -> np.ndarray:
+        sd = np.sqrt(self.m2_ / max(self.n_rows_ - 1, 1))
+        return (x - self.mean_) / np.where(sd > 1e-9, sd, 1.0)
+
+    def decision(self, x: np.ndarray) -> np.ndarray:
+        """`(n,)` decision values of feature rows `x`."""
+        return self._standardise(np.asarray(x, dtype=np.float64)) @ self.weights_ + self.bias_
+
+    def partial_fit(self, x: np.ndarray, y: Sequence[bool] | np.ndarray) -> TurnPrior:
+        """Learn from one answer: shown turns' features `x` and whether each was cited.
+
+        Raises:
+            InvalidInputError: Shapes that do not fit or values that are not finite.
+        """
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if x.ndim != 2 or x.shape[1] != len(TURN_FEATURES) or x.shape[0] != y.shape[0]:
+            raise InvalidInputError(
+                f"expected ({y.shape[0]}, {len(TURN_FEATURES)}) features, got {x.shape}"
+            )
+        if not np.isfinite(x).all():
+            raise InvalidInputError("turn features must be finite")
+        pos = y > 0.5
+        if pos.all() or not pos.any():
+            return self  # no contrast: nothing to learn
+        for row in x:  # Welford update of the running mean / variance
+            self.n_rows_ += 1
+            d = row - self.mean_
+            self.mean_ += d / self.n_rows_
+            self.m2_ += d * (row - self.mean_)
+        xs = self._standardise(x)
+        p = 1.0 / (1.0 + np.exp(-(xs @ self.weights_ + self.bias_)))
+        w = np.where(pos, 0.5 / pos.sum(), 0.5 / (~pos).sum())  # each class weighs one half
+        err = w * (p - pos)
+        self.weights_ -= self.learning_rate * (xs.T @ err + self.l2 * self.weights_)
+        self.bias_ -= self.learning_rate * float(err.sum())
+        self.n_episodes_ += 1
+        return self
+
+    def scale_votes(
+        self,
+        votes: TurnVotes,
+        session_turns: Callable[[str], Sequence[Turn]],
+        strength: float,
+        features: tuple[list[tuple[str, int]], np.ndarray] | None = None,
+    ) -> int:
+        """Multiply each voted turn's vote by `exp(strength * z)` (no-op until `trained`).
+
+        Args:
+            votes: A retrieval's votes (changed in place).
+            session_turns: The turns of a session, in order.
+            strength: Scaling strength; 0 changes nothing.
+            features: `turn_features(votes, session_turns)` when already computed.
+
+        Returns:
+            How many votes were scaled.
+        """
+        if not self.trained or strength <= 0 or not votes.turn:
+            return 0
+        keys, x = turn_features(votes, session_turns) if features is None else features
+        z = self.decision(x)
+        z = np.clip(z - z.mean(), -_CLIP, _CLIP)
+        for key, factor in zip(keys, np.exp(strength * z), strict=True):
+            votes.turn[key] *= float(factor)
+        return len(keys)
+
+    # ------------------------------------------------------------ persistence
+    def to_bytes(self) -> bytes:
+        """The state as UTF-8 JSON (`{"type", "init_parameters", "state"}`)."""
+        doc = {
+            "type": f"{type(self).__module__}.{type(self).__qualname__}",
+            "format_version": _FORMAT_VERSION,
+            "features": list(TURN_FEATURES),
+            "init_parameters": self.get_params(),
+            "state": {
+                "weights": self.weights_.tolist(),
+                "bias": self.bias_,
+                "n_rows": self.n_rows_,
+                "mean": self.mean_.tolist(),
+                "m2": self.m2_.tolist(),
+                "n_episodes": self.n_episodes_,
+            },
+        }
+        return json.dumps(doc).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, **overrides: Any) -> TurnPrior:
+        """Rebuild from `to_bytes` output; `overrides` replace saved hyperparameters.
+
+        Raises:
+            ModelLoadError: Not a turn-prior state, or one saved for other features.
+        """
+        try:
+            doc = json.loads(bytes(data).decode("utf-8"))
+            if doc.get("format_version") != _FORMAT_VERSION:
+                raise ValueError("unsupported format")
+            if doc.get("features") != list(TURN_FEATURES):
+                raise ValueError("saved for other features")
+            tp = cls(**{**doc["init_parameters"], **overrides})
+            st = doc["state"]
+            f = len(TURN_FEATURES)
+            arrays = [np.asarray(st[k], dtype=np.float64) for k in ("weights", "mean", "m2")]
+            if any(a.shape != (f,) or not np.isfinite(a).all() for a in arrays):
+                raise ValueError("state arrays do not fit")
+            tp.weights_, tp.mean_, tp.m2_ = arrays
+            tp.bias_ = float(st["bias"])
+            tp.n_rows_ = int(st["n_rows"])
+            tp.n_episodes_ = int(st["n_episodes"])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(f"not a turn-prior state: {exc}") from exc
+        return tp
+
+    def __repr__(self) -> str:
+        return f"TurnPrior(episodes={self.n_episodes_}, trained={self.trained})"

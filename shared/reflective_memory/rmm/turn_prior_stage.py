@@ -1,0 +1,193 @@
+"""The engine's turn prior: applied to a retrieval's votes, trained by answers, persisted.
+
+`TurnPriorStage` owns the one `TurnPrior` of a memory (`reflective_memory.rmm.turn_prior`):
+
+- `scale(votes, session_turns)` changes a retrieval's turn votes once the prior is trained and
+  returns the turns' features;
+- `shown_features(...)` picks the features of the turns a retrieval returned, kept in its
+  diagnostics so that feedback on that retrieval (in this process or another) can learn;
+- `learn(retrieval, cited)` takes one answer's citations.
+
+Persistence follows the reranker's: a file `turn_prior.json` in the store directory's
+`rerankers/` folder (written after every answer, atomically), or, in a store with versioned blobs
+(PostgreSQL), the blob `rmm.turn_prior` of the shared owner, updated inside the store's
+cross-process read-modify-write so concurrent answers are never lost; a process reloads the
+prior when another one saved a newer version. The prior holds no text and no user's data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.errors import ModelLoadError
+from reflective_memory.passages import TurnVotes
+from reflective_memory.rmm.turn_prior import TurnPrior, turn_features
+from reflective_memory.types import Hit, Retrieval, Turn
+
+__all__ = ["TurnPriorStage", "TURN_PRIOR_BLOB", "TURN_PRIOR_FILE", "DIAGNOSTICS_KEY"]
+
+logger = logging.getLogger(__name__)
+
+#: Blob name of the prior in stores with versioned blobs (owner: the shared owner).
+TURN_PRIOR_BLOB = "rmm.turn_prior"
+#: File name of the prior inside the `rerankers/` folder of a store directory.
+TURN_PRIOR_FILE = "turn_prior.json"
+#: Where a retrieval's diagnostics keep its shown turns' features.
+DIAGNOSTICS_KEY = "turn_features"
+_OWNER = "__shared__"
+
+
+class TurnPriorStage:
+    """Apply, record, learn and persist a memory's `TurnPrior`.
+
+    Args:
+        strength: Vote scaling strength (`exp(strength * z)`); 0 turns the stage off.
+        learning_rate: `TurnPrior` step per answer.
+        directory: Folder of the prior's file (`None`: not on disk).
+        store: A store with versioned blobs (`get_blob`, `update_blob`, `blob_version`);
+            takes precedence over `directory`.
+    """
+
+    def __init__(
+        self,
+        *,
+        strength: float,
+        learning_rate: float,
+        directory: Path | None = None,
+        store: Any = None,
+    ) -> None:
+        self.strength = float(strength)
+        self.learning_rate = float(learning_rate)
+        self.directory = directory
+        self.store = store if store is not None and hasattr(store, "update_blob") else None
+        self._prior: TurnPrior | None = None
+        self._version = -1
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the stage changes or records anything."""
+        return self.strength > 0
+
+    # ------------------------------------------------------------ state
+    def _decode(self, data: bytes | None) -> TurnPrior:
+        if data is not None:
+            try:
+                return TurnPrior.from_bytes(data, learning_rate=self.learning_rate)
+            except ModelLoadError as exc:
+                logger.warning("starting a fresh turn prior: %s", exc)
+        return TurnPrior(learning_rate=self.learning_rate)
+
+    def _file(self) -> Path | None:
+        return None if self.directory is None else self.directory / TURN_PRIOR_FILE
+
+    def prior(self) -> TurnPrior:
+        """The current prior (reloaded from the store when another process saved a newer one)."""
+        with self._lock:
+            if self.store is not None:
+                version = self.store.blob_version(_OWNER, TURN_PRIOR_BLOB)
+                if self._prior is None or version != self._version:
+                    got = self.store.get_blob(_OWNER, TURN_PRIOR_BLOB)
+                    self._version, data = (0, None) if got is None else got
+                    self._prior = self._decode(data)
+            elif self._prior is None:
+                path = self._file()
+                data = path.read_bytes() if path is not None and path.exists() else None
+                self._prior = self._decode(data)
+            return self._prior
+
+    # ------------------------------------------------------------ retrieval
+    def scale(
+        self, votes: TurnVotes, session_turns: Callable[[str], Sequence[Turn]]
+    ) -> tuple[list[tuple[str, int]], np.ndarray] | None:
+        """Scale a retrieval's votes by the prior (once trained).
+
+        Returns:
+            The voted turns' keys and features as they were *before* scaling (what
+            `shown_features` records for learning), or None when the stage is off.
+        """
+        if not self.enabled:
+            return None
+        features = turn_features(votes, session_turns)
+        self.prior().scale_votes(votes, session_turns, self.strength, features)
+        return features
+
+    @staticmethod
+    def shown_features(
+        features: tuple[list[tuple[str, int]], np.ndarray] | None, hits: Sequence[Hit]
+    ) -> list[list[list[float]]] | None:
+        """Per hit, the feature rows of its turns (from `scale`'s result), for `learn`."""
+        if features is None:
+            return None
+        keys, x = features
+        row = {key: i for i, key in enumerate(keys)}
+        out = []
+        for h in hits:
+            sid = h.memory.session_id
+            pos = h.memory.metadata.get("positions") or ()
+            out.append([np.round(x[row[(sid, p)]], 4).tolist() for p in pos if (sid, p) in row])
+        return out
+
+    # ------------------------------------------------------------ learning
+    def learn(self, retrieval: Retrieval, cited: Sequence[int]) -> bool:
+        """Learn from one answer: turns of cited hits are positive, other shown turns negative.
+
+        Returns:
+            Whether the prior took a step (False when off, when the retrieval recorded no
+            features, or when the answer cited none or all of the hits).
+        """
+        rows = retrieval.diagnostics.get(DIAGNOSTICS_KEY) if self.enabled else None
+        if not isinstance(rows, list) or len(rows) != len(retrieval.hits):
+            return False
+        chosen = {int(c) for c in cited}
+        if not chosen or all(i in chosen for i, r in enumerate(rows) if r):
+            return False
+        x, y = [], []
+        for i, hit_rows in enumerate(rows):
+            for r in hit_rows:
+                x.append(r)
+                y.append(i in chosen)
+        if not x or all(y) or not any(y):
+            return False
+        xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y)
+        if self.store is not None:
+
+            def update(_version: int, data: bytes | None) -> bytes:
+                tp = self._decode(data).partial_fit(xa, ya)
+                box.append(tp)
+                return tp.to_bytes()
+
+            box: list[TurnPrior] = []
+            with self._lock:
+                self._version = self.store.update_blob(_OWNER, TURN_PRIOR_BLOB, update)
+                self._prior = box[-1]
+            return True
+        tp = self.prior()
+        with self._lock:
+            tp.partial_fit(xa, ya)
+            path = self._file()
+            if path is not None:
+                _write_atomic(path, tp.to_bytes())
+        return True
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    """Write `data` to `target` through a temporary file renamed over it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
