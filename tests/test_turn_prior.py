@@ -110,6 +110,12 @@ def test_scaling_reorders_only_found_turns_and_is_bounded():
     assert all(np.exp(-1.5) - 1e-9 <= v <= np.exp(1.5) + 1e-9 for v in votes.turn.values())
     keys, x = turn_features(votes, lambda s: turns)
     assert keys == [("s", 0), ("s", 1), ("s", 2)] and x.shape == (3, len(TURN_FEATURES))
+    cache: dict = {}
+    some, xs = turn_features(votes, lambda s: turns, [("s", 2), ("s", 9)], cache)
+    assert some == [("s", 2)] and np.allclose(xs[0], x[2])  # ranks are over every voted turn
+    assert list(cache) == [("turn_features", "s", 2)]
+    again = turn_features(votes, lambda s: [], [("s", 2)], cache)[1]  # text read from the cache
+    assert np.allclose(again, xs)
 
 
 FACTS = [
@@ -176,3 +182,19 @@ def test_turned_off_or_without_a_budget_nothing_is_recorded_or_learned():
         r = mem.retrieve("ana", "where is your bike?", budget_tokens=400)
         assert not mem.feedback(r, cited=list(range(len(r.hits)))).turn_prior  # cites all
         assert mem.turn_prior.prior().n_episodes_ == 0
+
+
+def test_random_citations_never_earn_trust():
+    """Labels unrelated to the features: the prequential AUC stays at chance, no vote moves."""
+    rng = np.random.default_rng(3)
+    tp = TurnPrior(min_episodes=4)
+    for _ in range(200):
+        x = rng.normal(size=(12, len(TURN_FEATURES)))
+        y = rng.random(12) < 0.3
+        tp.partial_fit(x, y)
+    assert tp.n_episodes_ > 150 and abs(tp.auc_ - 0.5) < 0.03
+    assert tp.trust < 0.3
+    informative = TurnPrior(min_episodes=4)
+    for _ in range(30):
+        informative.partial_fit(*_episode(rng))
+    assert informative.auc_ > 0.9 and informative.trust == 1.0 and informative.trained

@@ -208,10 +208,11 @@ class MemoryConfig:
         rerank_memory_credit_cap: Largest credit of one memory unit, either sign (on the
             prior's cosine scale), bounding what any feedback, noise included, can do.
         rerank_turn_prior: Extension: strength of the turn prior learned from citations
-            (`reflective_memory.rmm.turn_prior`): once trained by a few answers, every voted
-            turn's vote is multiplied by `exp(strength * z)`, z how much more than the other
-            voted turns it looks like what answers cite (statements, not questions); 0 turns
-            it off. One prior per memory, shared by its users; it holds no text.
+            (`reflective_memory.rmm.turn_prior`): once a few answers were predicted better
+            than chance, every voted turn's vote is multiplied by `exp(strength * trust * z)`,
+            z how much more than the other voted turns it looks like what answers cite
+            (statements, not questions); 0 turns it off. One prior per memory, shared by its
+            users; it holds no text.
         rerank_turn_prior_learning_rate: Step of the turn prior per answer.
         rerank_seed: Seed of the exploration noise (`None`: random).
         attribution_fallback: When an answer carries no citation marker, infer the used

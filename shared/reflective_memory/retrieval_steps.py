@@ -238,7 +238,10 @@ class RetrievalSteps:
                 settings.recency_pool,
                 settings.recency_margin,
             )
-        features = self.turn_prior.scale(votes, session_turns) if budget is not None else None
+        text_cache = index.extras.setdefault("text_costs", {})  # per turn, per index version
+        features = None
+        if budget is not None:
+            features = self.turn_prior.scale(votes, session_turns, text_cache)
         self._adjust_votes(user_id, query, votes, session_turns)
         hits, used, filled = pack_passages(
             user_id,
@@ -252,12 +255,13 @@ class RetrievalSteps:
             length_keep=settings.length_keep,
             length_free=settings.length_free,
             length_keep_share=settings.length_keep_share,
-            cost_cache=index.extras.setdefault("text_costs", {}),
+            cost_cache=text_cache,
         )
         hits = [self._with_unit_scores(h, unit_scores) for h in hits]
-        shown = self.turn_prior.shown_features(features, hits)
-        if shown is not None:  # what feedback on this retrieval learns from
-            diagnostics[TURN_FEATURES_KEY] = shown
+        if budget is not None:  # what feedback on this retrieval learns from
+            shown = self.turn_prior.shown_features(features, votes, session_turns, hits, text_cache)
+            if shown is not None:
+                diagnostics[TURN_FEATURES_KEY] = shown
         if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
             hits = self._as_turn_units(user_id, hits)
         diagnostics["passages"] = {

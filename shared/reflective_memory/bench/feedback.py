@@ -324,6 +324,8 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
         ("batch_size", "rerank_batch_size"),
         ("memory_credit", "rerank_memory_credit"),
         ("credit_cap", "rerank_memory_credit_cap"),
+        ("turn_prior", "rerank_turn_prior"),
+        ("turn_prior_lr", "rerank_turn_prior_learning_rate"),
     ):
         val = getattr(args, flag, None)
         if val is not None:
@@ -446,6 +448,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-credit", type=float, default=None, help="per-user credit rate")
     p.add_argument("--credit-cap", type=float, default=None, help="largest credit per unit")
     p.add_argument("--memory-bias", action="store_true", help="learn a b.m term (extension)")
+    p.add_argument("--turn-prior", type=float, default=None, help="turn prior strength (0: off)")
+    p.add_argument("--turn-prior-lr", type=float, default=None, help="turn prior step")
     p.add_argument("--limit", type=int, default=None, help="use the first N conversations")
     p.add_argument("--plot", default="docs/rmm_feedback_curve.png", help="'' for none")
     p.add_argument("--json", default=None, help="write the results as JSON here")

@@ -8,6 +8,8 @@
 - `feedback`: the engine's reranking stage (prior + per-user, shared, or isolated) and feedback.
 - `answer_feedback`: reading an answer's citations into the hits it cited (`FeedbackResult`).
 - `stored_rerank`: the reranking stage persisted in a database store's versioned blobs.
+- `turn_prior` / `turn_prior_stage`: which kind of turn answers, learned from citations (an
+  extension) and applied to the votes of every retrieval with a budget.
 """
 
 from reflective_memory.rmm.citations import build_answer_prompt, parse_citations
@@ -17,6 +19,8 @@ from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, TopicDraft
+from reflective_memory.rmm.turn_prior import TURN_FEATURES, TurnPrior
+from reflective_memory.rmm.turn_prior_stage import TurnPriorStage
 
 __all__ = [
     "build_answer_prompt",
@@ -36,4 +40,7 @@ __all__ = [
     "ProspectiveReflector",
     "ReflectionReport",
     "TopicDraft",
+    "TURN_FEATURES",
+    "TurnPrior",
+    "TurnPriorStage",
 ]

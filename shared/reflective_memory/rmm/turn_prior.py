@@ -7,9 +7,14 @@ March") more than questions or two-word replies. `TurnPrior` is a logistic model
 generic turn features (`TURN_FEATURES`; none names a word or a speaker of any dataset). Each
 answer is one step of class-balanced logistic regression: the turns of the cited passages are
 positive, the other turns shown are negative (an answer that cites nothing, or everything, says
-nothing and is skipped). At retrieval, once trained, every voted turn's vote is multiplied by
-`exp(strength * z)`, z its decision value centred over the voted turns and clipped to [-3, 3],
-so the model only reorders turns the question already found.
+nothing and is skipped). Steps shrink as `1 / sqrt(answers)` and turns are scored with the
+running average of the weights (Polyak averaging), so the prior settles instead of following the
+last answers. At retrieval every voted turn's vote is multiplied by `exp(strength * trust * z)`,
+z its decision value centred over the voted turns and clipped to [-3, 3] (the prior only reorders
+turns the question already found). `trust` is earned: every answer is predicted before it is
+learned, and the prior acts only as far as the mean AUC of those predictions is above chance
+(full strength from 0.6), so citations that say nothing about the kind of turn (noise) move
+nothing.
 
 One model serves all users of a memory (a prior: ~35 answers per user are too few, and the
 kind of turn that answers is not personal). It holds 2·F + 2 numbers and no text, so erasing a
@@ -49,42 +54,71 @@ _FIRST_PERSON = re.compile(r"\b(i|i'm|im|i've|my|me|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
 _FORMAT_VERSION = 1
 _CLIP = 3.0
+#: AUC above chance at which the prior acts with its full strength.
+_TRUST_SPAN = 0.1
+
+
+def _auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """Area under the ROC curve of `scores` for the `positive` rows (ties count one half)."""
+    s = np.asarray(scores, dtype=np.float64)
+    pos, neg = s[positive], s[~positive]
+    greater = (pos[:, None] > neg[None, :]).sum()
+    ties = (pos[:, None] == neg[None, :]).sum()
+    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
+
+
+def _text_features(text: str) -> tuple[float, float, float, float, float]:
+    """The features of a turn that depend on its text alone."""
+    words = text.count(" ") + 1
+    return (
+        float("?" in text),
+        float(np.log1p(words)),
+        float(_DIGIT.search(text) is not None),
+        float(_FIRST_PERSON.search(text) is not None),
+        float(words <= 3),
+    )
 
 
 def turn_features(
-    votes: TurnVotes, session_turns: Callable[[str], Sequence[Turn]]
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    keys: Sequence[tuple[str, int]] | None = None,
+    cache: dict[Any, tuple[float, ...]] | None = None,
 ) -> tuple[list[tuple[str, int]], np.ndarray]:
-    """The voted turns and their `(n, len(TURN_FEATURES))` features.
+    """Voted turns and their `(n, len(TURN_FEATURES))` features.
 
     Args:
         votes: Votes of one retrieval (`reflective_memory.passages.collect_votes`).
         session_turns: The turns of a session, in order.
+        keys: The turns wanted (default: every voted turn); vote ranks are over all of them.
+        cache: Text features by `("turn_features", session_id, position)`, kept by the caller
+            across retrievals (a turn's text does not change while its index lives).
 
     Returns:
-        `(keys, features)`: the `(session_id, position)` keys of the voted turns in vote-table
-        order, and one row per key: has a question mark, log(1 + words), has a digit, has a
+        `(keys, features)`: the `(session_id, position)` keys in vote-table order (or as
+        given), and one row per key: has a question mark, log(1 + words), has a digit, has a
         first-person word, log(1 + vote rank), number of units voting for it, at most 3 words.
     """
-    keys = list(votes.turn)
-    if not keys:
-        return keys, np.zeros((0, len(TURN_FEATURES)))
-    v = np.fromiter((votes.turn[k] for k in keys), dtype=np.float64, count=len(keys))
+    every = list(votes.turn)
+    want = every if keys is None else [k for k in keys if k in votes.turn]
+    if not want:
+        return want, np.zeros((0, len(TURN_FEATURES)))
+    v = np.fromiter((votes.turn[k] for k in every), dtype=np.float64, count=len(every))
     rank = np.empty(len(v))
     rank[np.argsort(-v, kind="stable")] = np.arange(len(v))
-    out = np.empty((len(keys), len(TURN_FEATURES)))
-    for i, key in enumerate(keys):
-        text = session_turns(key[0])[key[1]].text
-        words = text.count(" ") + 1
-        out[i] = (
-            "?" in text,
-            np.log1p(words),
-            _DIGIT.search(text) is not None,
-            _FIRST_PERSON.search(text) is not None,
-            np.log1p(rank[i]),
-            len(votes.sources.get(key, ())),
-            words <= 3,
-        )
-    return keys, out
+    at = {k: i for i, k in enumerate(every)} if keys is not None else None
+    out = np.empty((len(want), len(TURN_FEATURES)))
+    for i, key in enumerate(want):
+        ck = ("turn_features", key[0], key[1])
+        text = cache.get(ck) if cache is not None else None
+        if text is None:
+            text = _text_features(session_turns(key[0])[key[1]].text)
+            if cache is not None:
+                cache[ck] = text
+        q, words, digit, first, short = text
+        r = rank[i if at is None else at[key]]
+        out[i] = (q, words, digit, first, np.log1p(r), len(votes.sources.get(key, ())), short)
+    return want, out
 
 
 class TurnPrior:
@@ -114,8 +148,10 @@ class TurnPrior:
         self.l2 = float(l2)
         self.min_episodes = min_episodes
         f = len(TURN_FEATURES)
-        self.weights_ = np.zeros(f)
+        self.weights_ = np.zeros(f)  # the SGD iterate
         self.bias_ = 0.0
+        self.average_ = np.zeros(f)  # its running (Polyak) average: what scores turns
+        self.auc_ = 0.5  # mean prequential AUC (each answer predicted before it is learned)
         # running feature statistics for standardisation (Welford over every row seen)
         self.n_rows_ = 0
         self.mean_ = np.zeros(f)
@@ -123,9 +159,20 @@ class TurnPrior:
         self.n_episodes_ = 0
 
     @property
+    def trust(self) -> float:
+        """How much of the strength to use, in [0, 1], from how well the prior predicted.
+
+        Each answer is first predicted, then learned (prequential validation): the mean AUC
+        of those predictions must rise above chance (0.5) for the prior to act, fully from
+        `0.5 + _TRUST_SPAN`. Citations unrelated to the turns (noise) keep it
+        near 0.5, so they move no vote.
+        """
+        return float(np.clip((self.auc_ - 0.5) / _TRUST_SPAN, 0.0, 1.0))
+
+    @property
     def trained(self) -> bool:
-        """Whether enough answers were learned for the prior to change votes."""
-        return self.n_episodes_ >= self.min_episodes
+        """Whether the prior changes votes: enough answers, predicted better than chance."""
+        return self.n_episodes_ >= self.min_episodes and self.trust > 0
 
     def get_params(self) -> dict[str, Any]:
         """Constructor arguments."""
@@ -141,7 +188,7 @@ class TurnPrior:
 
     def decision(self, x: np.ndarray) -> np.ndarray:
         """`(n,)` decision values of feature rows `x`."""
-        return self._standardise(np.asarray(x, dtype=np.float64)) @ self.weights_ + self.bias_
+        return self._standardise(np.asarray(x, dtype=np.float64)) @ self.average_
 
     def partial_fit(self, x: np.ndarray, y: Sequence[bool] | np.ndarray) -> TurnPrior:
         """Learn from one answer: shown turns' features `x` and whether each was cited.
@@ -166,12 +213,17 @@ class TurnPrior:
             self.mean_ += d / self.n_rows_
             self.m2_ += d * (row - self.mean_)
         xs = self._standardise(x)
+        if self.n_episodes_ > 0:  # predict first, then learn
+            auc = _auc(xs @ self.average_, pos)
+            self.auc_ += (auc - self.auc_) / self.n_episodes_  # mean over predicted answers
         p = 1.0 / (1.0 + np.exp(-(xs @ self.weights_ + self.bias_)))
         w = np.where(pos, 0.5 / pos.sum(), 0.5 / (~pos).sum())  # each class weighs one half
         err = w * (p - pos)
-        self.weights_ -= self.learning_rate * (xs.T @ err + self.l2 * self.weights_)
-        self.bias_ -= self.learning_rate * float(err.sum())
+        rate = self.learning_rate / np.sqrt(1.0 + self.n_episodes_)  # Robbins-Monro steps
+        self.weights_ -= rate * (xs.T @ err + self.l2 * self.weights_)
+        self.bias_ -= rate * float(err.sum())
         self.n_episodes_ += 1
+        self.average_ += (self.weights_ - self.average_) / self.n_episodes_
         return self
 
     def scale_votes(
@@ -197,7 +249,7 @@ class TurnPrior:
         keys, x = turn_features(votes, session_turns) if features is None else features
         z = self.decision(x)
         z = np.clip(z - z.mean(), -_CLIP, _CLIP)
-        for key, factor in zip(keys, np.exp(strength * z), strict=True):
+        for key, factor in zip(keys, np.exp(strength * self.trust * z), strict=True):
             votes.turn[key] *= float(factor)
         return len(keys)
 
@@ -212,6 +264,8 @@ class TurnPrior:
             "state": {
                 "weights": self.weights_.tolist(),
                 "bias": self.bias_,
+                "average": self.average_.tolist(),
+                "auc": self.auc_,
                 "n_rows": self.n_rows_,
                 "mean": self.mean_.tolist(),
                 "m2": self.m2_.tolist(),
@@ -236,10 +290,12 @@ class TurnPrior:
             tp = cls(**{**doc["init_parameters"], **overrides})
             st = doc["state"]
             f = len(TURN_FEATURES)
-            arrays = [np.asarray(st[k], dtype=np.float64) for k in ("weights", "mean", "m2")]
+            names = ("weights", "average", "mean", "m2")
+            arrays = [np.asarray(st[k], dtype=np.float64) for k in names]
             if any(a.shape != (f,) or not np.isfinite(a).all() for a in arrays):
                 raise ValueError("state arrays do not fit")
-            tp.weights_, tp.mean_, tp.m2_ = arrays
+            tp.weights_, tp.average_, tp.mean_, tp.m2_ = arrays
+            tp.auc_ = float(np.clip(float(st["auc"]), 0.0, 1.0))
             tp.bias_ = float(st["bias"])
             tp.n_rows_ = int(st["n_rows"])
             tp.n_episodes_ = int(st["n_episodes"])
@@ -248,4 +304,6 @@ class TurnPrior:
         return tp
 
     def __repr__(self) -> str:
-        return f"TurnPrior(episodes={self.n_episodes_}, trained={self.trained})"
+        return (
+            f"TurnPrior(episodes={self.n_episodes_}, auc={self.auc_:.3f}, trained={self.trained})"
+        )

@@ -106,27 +106,53 @@ class TurnPriorStage:
 
     # ------------------------------------------------------------ retrieval
     def scale(
-        self, votes: TurnVotes, session_turns: Callable[[str], Sequence[Turn]]
+        self,
+        votes: TurnVotes,
+        session_turns: Callable[[str], Sequence[Turn]],
+        cache: dict[Any, Any] | None = None,
     ) -> tuple[list[tuple[str, int]], np.ndarray] | None:
-        """Scale a retrieval's votes by the prior (once trained).
+        """Scale a retrieval's votes by the prior, once it is trained.
+
+        Args:
+            votes: The retrieval's votes (changed in place).
+            session_turns: The turns of a session, in order.
+            cache: Text features kept across retrievals (see `turn_features`).
 
         Returns:
-            The voted turns' keys and features as they were *before* scaling (what
-            `shown_features` records for learning), or None when the stage is off.
+            Every voted turn's key and features as they were *before* scaling (what
+            `shown_features` records for learning), or None when nothing was scaled.
         """
         if not self.enabled:
             return None
-        features = turn_features(votes, session_turns)
-        self.prior().scale_votes(votes, session_turns, self.strength, features)
+        prior = self.prior()
+        if not prior.trained:
+            return None
+        features = turn_features(votes, session_turns, cache=cache)
+        prior.scale_votes(votes, session_turns, self.strength, features)
         return features
 
-    @staticmethod
     def shown_features(
-        features: tuple[list[tuple[str, int]], np.ndarray] | None, hits: Sequence[Hit]
+        self,
+        features: tuple[list[tuple[str, int]], np.ndarray] | None,
+        votes: TurnVotes,
+        session_turns: Callable[[str], Sequence[Turn]],
+        hits: Sequence[Hit],
+        cache: dict[Any, Any] | None = None,
     ) -> list[list[list[float]]] | None:
-        """Per hit, the feature rows of its turns (from `scale`'s result), for `learn`."""
-        if features is None:
+        """Per hit, the feature rows of its turns, for `learn`; None when the stage is off.
+
+        `features` is `scale`'s result; without it (the prior did not scale) the returned
+        turns' features are computed from the unchanged `votes`.
+        """
+        if not self.enabled:
             return None
+        if features is None:
+            shown = [
+                (h.memory.session_id, p)
+                for h in hits
+                for p in h.memory.metadata.get("positions") or ()
+            ]
+            features = turn_features(votes, session_turns, shown, cache)
         keys, x = features
         row = {key: i for i, key in enumerate(keys)}
         out = []
