@@ -152,6 +152,7 @@ class TurnPrior:
         self.bias_ = 0.0
         self.average_ = np.zeros(f)  # its running (Polyak) average: what scores turns
         self.auc_ = 0.5  # mean prequential AUC (each answer predicted before it is learned)
+        self.auc_m2_ = 0.0  # sum of squared deviations of those AUCs (Welford)
         # running feature statistics for standardisation (Welford over every row seen)
         self.n_rows_ = 0
         self.mean_ = np.zeros(f)
@@ -162,12 +163,17 @@ class TurnPrior:
     def trust(self) -> float:
         """How much of the strength to use, in [0, 1], from how well the prior predicted.
 
-        Each answer is first predicted, then learned (prequential validation): the mean AUC
-        of those predictions must rise above chance (0.5) for the prior to act, fully from
-        `0.5 + _TRUST_SPAN`. Citations unrelated to the turns (noise) keep it
-        near 0.5, so they move no vote.
+        Each answer is first predicted, then learned (prequential validation). The prior acts
+        as far as a lower confidence bound of the mean AUC of those predictions (mean minus
+        two standard errors) is above chance (0.5), fully from `0.5 + _TRUST_SPAN`. Citations
+        unrelated to the turns (noise) keep the bound at or below chance, so they move no
+        vote; a few lucky answers do not either.
         """
-        return float(np.clip((self.auc_ - 0.5) / _TRUST_SPAN, 0.0, 1.0))
+        n = self.n_episodes_ - 1  # answers predicted (the first one is not)
+        if n < 2:
+            return 0.0
+        se = np.sqrt(self.auc_m2_ / (n - 1) / n)
+        return float(np.clip((self.auc_ - 2.0 * se - 0.5) / _TRUST_SPAN, 0.0, 1.0))
 
     @property
     def trained(self) -> bool:
@@ -215,7 +221,9 @@ class TurnPrior:
         xs = self._standardise(x)
         if self.n_episodes_ > 0:  # predict first, then learn
             auc = _auc(xs @ self.average_, pos)
-            self.auc_ += (auc - self.auc_) / self.n_episodes_  # mean over predicted answers
+            d = auc - self.auc_
+            self.auc_ += d / self.n_episodes_  # mean over the answers predicted so far
+            self.auc_m2_ += d * (auc - self.auc_)
         p = 1.0 / (1.0 + np.exp(-(xs @ self.weights_ + self.bias_)))
         w = np.where(pos, 0.5 / pos.sum(), 0.5 / (~pos).sum())  # each class weighs one half
         err = w * (p - pos)
@@ -266,6 +274,7 @@ class TurnPrior:
                 "bias": self.bias_,
                 "average": self.average_.tolist(),
                 "auc": self.auc_,
+                "auc_m2": self.auc_m2_,
                 "n_rows": self.n_rows_,
                 "mean": self.mean_.tolist(),
                 "m2": self.m2_.tolist(),
@@ -296,6 +305,7 @@ class TurnPrior:
                 raise ValueError("state arrays do not fit")
             tp.weights_, tp.average_, tp.mean_, tp.m2_ = arrays
             tp.auc_ = float(np.clip(float(st["auc"]), 0.0, 1.0))
+            tp.auc_m2_ = max(0.0, float(st["auc_m2"]))
             tp.bias_ = float(st["bias"])
             tp.n_rows_ = int(st["n_rows"])
             tp.n_episodes_ = int(st["n_episodes"])
