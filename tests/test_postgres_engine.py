@@ -417,7 +417,7 @@ def test_turn_prior_lives_in_the_database_and_is_shared_by_processes(pg_dsn) -> 
     from reflective_memory.rmm.turn_prior_stage import TURN_PRIOR_BLOB
 
     schema = pg_schema()
-    cfg = {"budget_unit": "words", "granularities": ("turn", "segment")}
+    cfg = {"budget_unit": "words", "granularities": ("turn", "segment"), "rerank_turn_prior": 0.5}
 
     def teach(mem: ReflectiveMemory, i: int) -> bool:
         r = mem.retrieve("u", f"what about {WORDS[i]}?", budget_tokens=30)

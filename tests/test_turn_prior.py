@@ -150,6 +150,7 @@ def _teach(mem: ReflectiveMemory, rounds: int = 2) -> list:
 
 
 def _engine(path=None, **cfg):
+    cfg.setdefault("rerank_turn_prior", 0.5)  # opt-in
     return ReflectiveMemory(path, embedder=HashingEmbedder(), config=MemoryConfig(**cfg))
 
 
@@ -169,6 +170,12 @@ def test_engine_learns_from_cited_passages_and_keeps_it_on_disk(tmp_path):
 
 
 def test_turned_off_or_without_a_budget_nothing_is_recorded_or_learned():
+    assert MemoryConfig().rerank_turn_prior == 0.0  # off by default
+    with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        _chat(mem)
+        r = mem.retrieve("ana", "where is your bike?", budget_tokens=40)
+        assert DIAGNOSTICS_KEY not in r.diagnostics
+        assert not mem.feedback(r, cited=[0]).turn_prior
     with _engine(rerank_turn_prior=0.0) as mem:
         _chat(mem)
         r = mem.retrieve("ana", "where is your bike?", budget_tokens=40)

@@ -211,8 +211,10 @@ class MemoryConfig:
             (`reflective_memory.rmm.turn_prior`): once a few answers were predicted better
             than chance, every voted turn's vote is multiplied by `exp(strength * trust * z)`,
             z how much more than the other voted turns it looks like what answers cite
-            (statements, not questions); 0 turns it off. One prior per memory, shared by its
-            users; it holds no text.
+            (statements, not questions); 0 (default) turns it off. One prior per memory,
+            shared by its users; it holds no text. Off by default: at 0.5 it gains on REALTALK
+            dev (+0.7 / +0.6 points at 250 / 500 words) and loses on LongMemEval dev100 (-4.7
+            / -3.6), BENCHMARKS.md "Per-user reranking".
         rerank_turn_prior_learning_rate: Step of the turn prior per answer.
         rerank_seed: Seed of the exploration noise (`None`: random).
         attribution_fallback: When an answer carries no citation marker, infer the used
@@ -281,7 +283,7 @@ class MemoryConfig:
     rerank_user_decay: float = 1.0
     rerank_memory_credit: float = 0.0
     rerank_memory_credit_cap: float = 0.05
-    rerank_turn_prior: float = 0.5
+    rerank_turn_prior: float = 0.0
     rerank_turn_prior_learning_rate: float = 0.5
     rerank_seed: int | None = None
     attribution_fallback: bool = True
