@@ -50,7 +50,9 @@ def make_llm(openai_model: str | None):
 def load_history(memory: ReflectiveMemory) -> int:
     """Store the demo's past sessions through the chat store and end them (builds memories)."""
     data = json.loads(
-        resources.files("reflective_memory").joinpath("data/demo_conversation.json").read_text("utf-8")
+        resources.files("reflective_memory")
+        .joinpath("data/demo_conversation.json")
+        .read_text("utf-8")
     )
     history = ReflectiveChatStore(memory=memory, user_id=USER)
     for session in data["sessions"]:

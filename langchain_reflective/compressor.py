@@ -153,9 +153,7 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         )
         return out
 
-    def feedback(
-        self, query: str, documents: Sequence[Document], answer: str
-    ) -> FeedbackResult:
+    def feedback(self, query: str, documents: Sequence[Document], answer: str) -> FeedbackResult:
         """Train the reranker from the citations of an answer.
 
         Only the answer is read; an answer that echoes the prompt's instructions back teaches

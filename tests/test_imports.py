@@ -147,8 +147,12 @@ def test_importing_the_core_imports_no_framework() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["reflective_memory", "reflective_memory.errors", "reflective_memory.types",
-     "reflective_memory.config"],
+    [
+        "reflective_memory",
+        "reflective_memory.errors",
+        "reflective_memory.types",
+        "reflective_memory.config",
+    ],
 )
 def test_light_modules_load_no_heavy_library(module: str) -> None:
     code = (
@@ -210,8 +214,9 @@ def test_a_user_project_with_its_own_shared_package_uses_both(tmp_path: Path) ->
     pkg = tmp_path / "pkgcase"
     (pkg / "shared").mkdir(parents=True)
     (pkg / "shared" / "__init__.py").write_text("NAME = 'user package'\n")
-    (pkg / "app.py").write_text(script.read_text().replace("GREETING", "NAME").replace(
-        "from the user", "user package"))
+    (pkg / "app.py").write_text(
+        script.read_text().replace("GREETING", "NAME").replace("from the user", "user package")
+    )
     out = subprocess.run(
         [sys.executable, "app.py"], cwd=pkg, env=env, capture_output=True, text=True
     )
@@ -229,9 +234,20 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for part in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / part, src / part)
     out = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp / "dist"), str(src)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, f"building the wheel failed: {out.stderr[-2000:]}"
     venv = tmp / "venv"
@@ -240,7 +256,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheel = next((tmp / "dist").glob("reflective_memory-*.whl"))
     out = subprocess.run(
         [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return python
@@ -250,19 +267,28 @@ def test_the_wheel_installs_reflective_memory_and_no_top_level_shared(installed:
     """What `pip install` puts in site-packages: our three packages, typed, and no `shared`."""
     show = subprocess.run(
         [str(installed), "-m", "pip", "show", "-f", "reflective-memory"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     files = [line.strip() for line in show.split("Files:", 1)[1].splitlines() if line.strip()]
     tops = {f.split("/")[0] for f in files if not f.split("/")[0].endswith(".dist-info")}
     tops.discard("..")  # the console script lives in bin/
     assert tops == {"reflective_memory", "langchain_reflective", "llamaindex_reflective"}, tops
-    for needed in ("reflective_memory/py.typed", "reflective_memory/data/demo_conversation.json",
-                   "reflective_memory/data/segmenter_weights.json"):
+    for needed in (
+        "reflective_memory/py.typed",
+        "reflective_memory/data/demo_conversation.json",
+        "reflective_memory/data/segmenter_weights.json",
+    ):
         assert needed in files, needed
     code = "import reflective_memory, sys; print(reflective_memory.__file__)"
     where = subprocess.run(
-        [str(installed), "-c", code], capture_output=True, text=True, check=True,
-        cwd=installed.parents[2], env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        [str(installed), "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=installed.parents[2],
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     ).stdout
     assert "site-packages" in where and str(ROOT) not in where, where
 
@@ -296,13 +322,20 @@ def test_mypy_accepts_a_user_script_using_the_public_api(installed: Path, tmp_pa
     )
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "from reflective_memory import ReflectiveMemory\n"
-        "ReflectiveMemory().retrieve('ana', 42)\n"
+        "from reflective_memory import ReflectiveMemory\nReflectiveMemory().retrieve('ana', 42)\n"
     )
     (tmp_path / "mypy.ini").write_text(_MYPY_INI)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
-    args = [sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"),
-            "--python-executable", str(installed), "--no-incremental"]
+    args = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(tmp_path / "mypy.ini"),
+        "--python-executable",
+        str(installed),
+        "--no-incremental",
+    ]
     ok = subprocess.run([*args, str(good)], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert ok.returncode == 0, ok.stdout[-3000:]
     wrong = subprocess.run([*args, str(bad)], capture_output=True, text=True, cwd=tmp_path, env=env)

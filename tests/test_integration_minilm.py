@@ -82,9 +82,7 @@ def test_demo_where_do_i_live_now_ranks_berlin_above_lisbon() -> None:
         assert r.diagnostics["passages"]["present_tense"] is True
         sessions = [h.memory.session_id for h in r.hits]
         evidence = {"s3-t3", "s4-t1", "s5-t7", "s6-t13"}
-        first_berlin = next(
-            i for i, h in enumerate(r.hits) if evidence & set(h.memory.turn_ids)
-        )
+        first_berlin = next(i for i, h in enumerate(r.hits) if evidence & set(h.memory.turn_ids))
         assert "2025-01-12-lisbon" not in sessions[: first_berlin + 1]
         assert r.hits[0].memory.session_id != "2025-01-12-lisbon"
         # a question about the past is not pushed to the newest sessions

@@ -173,8 +173,15 @@ class StoreContract:
         drafts = [
             MemoryDraft("s", "turn", "one", "one", ("a",)),
             MemoryDraft("s", "turn", "two", "two", ("b",)),
-            MemoryDraft("s", "topic", "both", "both", ("a", "b"), id="topic-1",
-                        metadata={"rmm": {"sessions": ["s"]}}),  # fmt: skip
+            MemoryDraft(
+                "s",
+                "topic",
+                "both",
+                "both",
+                ("a", "b"),
+                id="topic-1",
+                metadata={"rmm": {"sessions": ["s"]}},
+            ),  # fmt: skip
         ]
         store.replace_session_memories("u", "s", ["turn"], drafts, np.ones((3, 4)), "f")
         v = store.version("u")

@@ -406,8 +406,7 @@ def _by_density(
     if not head:
         return items
     scored = [
-        (item[0] / max(1.0, c / mid) ** exponent, item)
-        for item, c in zip(head, costs, strict=True)
+        (item[0] / max(1.0, c / mid) ** exponent, item) for item, c in zip(head, costs, strict=True)
     ]
     scored.sort(key=lambda x: (-x[0], x[1][1]))
     return kept + [item for _, item in scored] + tail

@@ -92,6 +92,8 @@ def model_on_disk(model: str) -> bool:
     except Exception:  # noqa: BLE001 - a malformed name is simply not cached
         return False
     return isinstance(found, str) and os.path.isfile(found)
+
+
 _SENTENCE_RE = re.compile(r"(?<=[.!?\n])\s+")
 
 

@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 #: Approximate index kinds `AnnSettings.kind` accepts.
 
+
 def _index_kind(index: Any) -> str:
     if faiss.try_extract_index_ivf(index) is not None:
         return "ivf"

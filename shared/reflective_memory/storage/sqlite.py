@@ -645,9 +645,7 @@ class SQLiteStore:
     # -- deletion -------------------------------------------------------------------------
     def _delete_values(self, where: str, args: tuple[Any, ...]) -> None:
         """Delete per-user kv rows: their keys look like `<namespace>/<user_id>/<rest>`."""
-        self.conn.execute(
-            f"DELETE FROM kv WHERE instr(key, '/') > 0 AND {where}", args
-        )
+        self.conn.execute(f"DELETE FROM kv WHERE instr(key, '/') > 0 AND {where}", args)
 
     @_guarded
     def delete_user(self, user_id: str) -> int:
