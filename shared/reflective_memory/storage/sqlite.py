@@ -7,17 +7,16 @@ stored here.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -29,116 +28,14 @@ from reflective_memory.errors import (
     UnknownSessionError,
 )
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.sqlite_delete import SQLiteDeleteMixin
+from reflective_memory.storage.sqlite_guard import guarded as _guarded
+from reflective_memory.storage.sqlite_schema import SCHEMA as _SCHEMA
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["SQLiteStore"]
 
 logger = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS turns (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    user_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    role TEXT NOT NULL,
-    text TEXT NOT NULL,
-    ts TEXT,
-    UNIQUE (user_id, session_id, turn_id)
-);
-CREATE INDEX IF NOT EXISTS turns_by_session ON turns (user_id, session_id, position);
-CREATE TABLE IF NOT EXISTS sessions (
-    user_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    n_turns INTEGER NOT NULL,
-    first_ts TEXT,
-    last_ts TEXT,
-    created_at TEXT NOT NULL,
-    ended_at TEXT,
-    PRIMARY KEY (user_id, session_id)
-);
-CREATE TABLE IF NOT EXISTS memories (
-    id TEXT PRIMARY KEY,
-    user_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    granularity TEXT NOT NULL,
-    text TEXT NOT NULL,
-    key TEXT NOT NULL,
-    turn_ids TEXT NOT NULL,
-    start_ts TEXT,
-    end_ts TEXT,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    embedding BLOB,
-    embed_model TEXT
-);
-CREATE INDEX IF NOT EXISTS memories_by_user ON memories (user_id, granularity);
-CREATE INDEX IF NOT EXISTS memories_by_session ON memories (user_id, session_id);
-CREATE TABLE IF NOT EXISTS user_state (
-    user_id TEXT PRIMARY KEY,
-    version INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS turn_extra (
-    user_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (user_id, session_id, turn_id)
-);
-CREATE TABLE IF NOT EXISTS kv (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS store_clock (
-    id INTEGER PRIMARY KEY CHECK (id = 0),
-    value INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO store_clock (id, value)
-    VALUES (0, (SELECT COALESCE(MAX(version), 0) FROM user_state));
-"""
-
-# SQLite result codes (low byte) that mean the file is damaged or is no database at all.
-_CORRUPT_CODES = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
-
-# Memories derived from one session: its own units and notes, and topics that merged it in.
-_FROM_SESSION = (
-    "(session_id = :s OR (granularity = 'topic' AND EXISTS (SELECT 1 FROM "
-    "json_each(memories.metadata, '$.rmm.sessions') WHERE json_each.value = :s)))"
-)
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _corruption(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return (int(code) & 0xFF) in _CORRUPT_CODES
-    text = str(exc).lower()
-    return "malformed" in text or "not a database" in text
-
-
-def _guarded(method: _F) -> _F:
-    """Turn SQLite's corruption errors into `StoreCorruptedError` naming the database."""
-
-    @functools.wraps(method)
-    def wrapper(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.IntegrityError) or not _corruption(exc):
-                raise
-            raise StoreCorruptedError(
-                f"the memory database {str(self.path or ':memory:')!r} is damaged ({exc}); "
-                "restore it from a backup or move the directory away"
-            ) from exc
-
-    return wrapper  # type: ignore[return-value]
-
-
-_EDGE_TS = "SELECT ts FROM turns WHERE user_id=? AND session_id=? AND ts IS NOT NULL"
 
 
 def _now() -> datetime:
@@ -158,7 +55,7 @@ def marker_path(path: Path) -> Path:
     return path.with_name(path.name + ".created")
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteDeleteMixin):
     """`MemoryStore` on one SQLite database in WAL mode.
 
     Turns are committed with `synchronous=FULL` before `add_turns` returns, so an acknowledged
@@ -641,113 +538,6 @@ class SQLiteStore:
             "memories": int(sum(mems.values())),
             "memories_by_granularity": {k: int(v) for k, v in mems.items()},
         }
-
-    # -- deletion -------------------------------------------------------------------------
-    def _delete_values(self, where: str, args: tuple[Any, ...]) -> None:
-        """Delete per-user kv rows: their keys look like `<namespace>/<user_id>/<rest>`."""
-        self.conn.execute(f"DELETE FROM kv WHERE instr(key, '/') > 0 AND {where}", args)
-
-    @_guarded
-    def delete_user(self, user_id: str) -> int:
-        """See `MemoryStore.delete_user`.
-
-        Every row naming the user goes (turns, sessions, memories, turn extras, its version
-        row and its `<namespace>/<user_id>/...` kv rows), then the WAL is checkpointed and
-        truncated so no copy stays in any file.
-        """
-        with self._lock:
-            with self._tx():
-                n = self.conn.execute("DELETE FROM turns WHERE user_id=?", (user_id,)).rowcount
-                self.conn.execute("DELETE FROM turn_extra WHERE user_id=?", (user_id,))
-                self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
-                self.conn.execute("DELETE FROM memories WHERE user_id=?", (user_id,))
-                self.conn.execute("DELETE FROM user_state WHERE user_id=?", (user_id,))
-                self._delete_values(
-                    "substr(key, instr(key, '/') + 1, ?) = ?", (len(user_id) + 1, user_id + "/")
-                )
-            self._scrub()
-        return int(n)
-
-    @_guarded
-    def delete_session(self, user_id: str, session_id: str) -> int:
-        """See `MemoryStore.delete_session`.
-
-        Removes the session's turns and memories, topic memories that merged it in, and its
-        `<namespace>/<user_id>/<session_id>` kv rows; the WAL is truncated before returning.
-        """
-        with self._lock:
-            with self._tx():
-                if self.session(user_id, session_id) is None:
-                    raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
-                n = self.conn.execute(
-                    "DELETE FROM turns WHERE user_id=? AND session_id=?", (user_id, session_id)
-                ).rowcount
-                self.conn.execute(
-                    "DELETE FROM sessions WHERE user_id=? AND session_id=?", (user_id, session_id)
-                )
-                self.conn.execute(
-                    "DELETE FROM turn_extra WHERE user_id=? AND session_id=?",
-                    (user_id, session_id),
-                )
-                self.conn.execute(
-                    f"DELETE FROM memories WHERE user_id=:u AND {_FROM_SESSION}",
-                    {"u": user_id, "s": session_id},
-                )
-                self._delete_values(
-                    "substr(key, instr(key, '/') + 1) = ?", (f"{user_id}/{session_id}",)
-                )
-                self._bump(user_id)
-            self._scrub()
-        return int(n)
-
-    @_guarded
-    def delete_turns(
-        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
-    ) -> list[Turn]:
-        """See `MemoryStore.delete_turns`.
-
-        Unknown turn ids are ignored. The session keeps its other turns (their positions do not
-        change) and its row. Memories that hold a deleted turn's text (units, notes, topics
-        citing it) are deleted too; if turns remain the session is marked open, so the next
-        `end_session` rebuilds its memories from them. The WAL is truncated before returning.
-        """
-        with self._lock:
-            with self._tx():
-                if self.session(user_id, session_id) is None:
-                    raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
-                stored = self.turns(user_id, session_id)
-                wanted = None if turn_ids is None else set(turn_ids)
-                gone = [t for t in stored if wanted is None or t.turn_id in wanted]
-                if not gone:
-                    return []
-                for i in range(0, len(gone), 500):
-                    chunk = [t.turn_id for t in gone[i : i + 500]]
-                    marks = ",".join("?" * len(chunk))
-                    for table in ("turns", "turn_extra"):
-                        self.conn.execute(
-                            f"DELETE FROM {table} WHERE user_id=? AND session_id=? "
-                            f"AND turn_id IN ({marks})",
-                            (user_id, session_id, *chunk),
-                        )
-                    named = {f"t{j}": tid for j, tid in enumerate(chunk)}
-                    self.conn.execute(
-                        f"DELETE FROM memories WHERE user_id=:u AND {_FROM_SESSION} AND EXISTS "
-                        "(SELECT 1 FROM json_each(memories.turn_ids) WHERE json_each.value IN "
-                        f"({','.join(':' + k for k in named)}))",
-                        {"u": user_id, "s": session_id, **named},
-                    )
-                left = len(stored) - len(gone)
-                self.conn.execute(
-                    "UPDATE sessions SET n_turns=?, "
-                    "status = CASE WHEN ? > 0 THEN 'open' ELSE status END, "
-                    f"first_ts=({_EDGE_TS} ORDER BY position LIMIT 1), "
-                    f"last_ts=({_EDGE_TS} ORDER BY position DESC LIMIT 1) "
-                    "WHERE user_id=? AND session_id=?",
-                    (left, left, user_id, session_id, user_id, session_id, user_id, session_id),
-                )
-                self._bump(user_id)
-            self._scrub()
-        return gone
 
     # -- per-turn extra data (adapters keep framework message fields here) ----------------
     @_guarded
