@@ -205,3 +205,27 @@ def test_random_citations_never_earn_trust():
     for _ in range(30):
         informative.partial_fit(*_episode(rng))
     assert informative.auc_ > 0.9 and informative.trust == 1.0 and informative.trained
+
+
+def test_garbage_in_a_retrievals_diagnostics_teaches_nothing_and_raises_nothing():
+    """A Retrieval comes back from the caller: its recorded features may be anything."""
+    from dataclasses import replace
+
+    with _engine() as mem:
+        _chat(mem)
+        r = mem.retrieve("ana", "where is your bike?", budget_tokens=40)
+        assert len(r.hits) >= 2
+        for rows in (
+            "junk",
+            [["a"] * 7] * len(r.hits),
+            [[[float("nan")] * 7]] * len(r.hits),
+            [[[1.0] * 3]] * len(r.hits),
+            [None] * len(r.hits),
+        ):
+            bad = replace(r, diagnostics={**r.diagnostics, DIAGNOSTICS_KEY: rows})
+            assert mem.turn_prior.learn(bad, [0]) is False
+        huge = [[[1e9] * 7 for _ in h] for h in r.diagnostics[DIAGNOSTICS_KEY]]
+        ok = replace(r, diagnostics={**r.diagnostics, DIAGNOSTICS_KEY: huge})
+        mem.turn_prior.learn(ok, [0])  # clipped, finite
+        assert np.isfinite(mem.turn_prior.prior().mean_).all()
+        assert np.abs(mem.turn_prior.prior().mean_).max() <= 100.0

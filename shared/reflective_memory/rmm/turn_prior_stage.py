@@ -29,7 +29,7 @@ import numpy as np
 
 from reflective_memory.errors import ModelLoadError
 from reflective_memory.passages import TurnVotes
-from reflective_memory.rmm.turn_prior import TurnPrior, turn_features
+from reflective_memory.rmm.turn_prior import TURN_FEATURES, TurnPrior, turn_features
 from reflective_memory.types import Hit, Retrieval, Turn
 
 __all__ = ["TurnPriorStage", "TURN_PRIOR_BLOB", "TURN_PRIOR_FILE", "DIAGNOSTICS_KEY"]
@@ -43,6 +43,8 @@ TURN_PRIOR_FILE = "turn_prior.json"
 #: Where a retrieval's diagnostics keep its shown turns' features.
 DIAGNOSTICS_KEY = "turn_features"
 _OWNER = "__shared__"
+#: Largest magnitude of a feature value taken from a retrieval's diagnostics.
+_FEATURE_LIMIT = 100.0
 
 
 class TurnPriorStage:
@@ -173,17 +175,26 @@ class TurnPriorStage:
         rows = retrieval.diagnostics.get(DIAGNOSTICS_KEY) if self.enabled else None
         if not isinstance(rows, list) or len(rows) != len(retrieval.hits):
             return False
-        chosen = {int(c) for c in cited}
+        chosen = {c for c in cited if isinstance(c, int)}
         if not chosen or all(i in chosen for i, r in enumerate(rows) if r):
             return False
         x, y = [], []
         for i, hit_rows in enumerate(rows):
+            if not isinstance(hit_rows, list):
+                return False
             for r in hit_rows:
                 x.append(r)
                 y.append(i in chosen)
         if not x or all(y) or not any(y):
             return False
-        xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y)
+        try:  # the diagnostics travel with the Retrieval object: trust nothing in them
+            xa = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError):
+            xa = np.zeros((0, 0))
+        if xa.shape != (len(y), len(TURN_FEATURES)) or not np.isfinite(xa).all():
+            logger.debug("turn features of retrieval %s are unreadable", retrieval.retrieval_id)
+            return False
+        xa, ya = np.clip(xa, -_FEATURE_LIMIT, _FEATURE_LIMIT), np.asarray(y)
         if self.store is not None:
 
             def update(_version: int, data: bytes | None) -> bytes:
