@@ -450,3 +450,33 @@ def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
     assert votes.turn[("s", 0)] == before[("s", 0)]
     assert votes.turn[("s", 1)] == pytest.approx(0.2 * before[("s", 1)])
     assert apply_speaker_focus(votes, sessions.__getitem__, "Kate", 0.0) == 0
+
+
+def _votes_of(mem: ReflectiveMemory, query: str, budget: int) -> list[tuple[tuple[str, ...], list]]:
+    r = mem.retrieve("u", query, budget_tokens=budget)
+    return [(h.memory.turn_ids, h.memory.metadata["turn_votes"]) for h in r.hits]
+
+
+def test_segment_votes_shrink_below_the_full_context_budget() -> None:
+    """Below `context_full_budget` a segment's vote scales by budget / full; above it, not."""
+
+    def build(**kw) -> ReflectiveMemory:
+        mem = ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg(**kw))
+        _add(mem, "u", "pets", PETS, "2025-03-01")
+        _add(mem, "u", "work", WORK, "2025-03-02")
+        for s in ("pets", "work"):
+            mem.end_session("u", s)
+        return mem
+
+    q = "how often do you walk Pixel on weekends?"
+    with build(context_full_budget=400) as scaled, build(context_full_budget=0) as full:
+        with build(context_full_budget=0, context_weight=0.25 * 100 / 400) as same:
+            assert _votes_of(scaled, q, 100) == _votes_of(same, q, 100)
+        assert _votes_of(scaled, q, 100) != _votes_of(full, q, 100)  # segments vote less
+        assert _votes_of(scaled, q, 400) == _votes_of(full, q, 400)  # full weight from 400
+        assert MemoryConfig().context_full_budget == 1000
+    from reflective_memory.errors import ConfigError
+
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="context_full_budget"):
+            MemoryConfig(context_full_budget=bad)

@@ -112,6 +112,10 @@ class MemoryConfig:
             are made from the utterances alone (so vectors of raw turns are reused).
         context_weight: Vote of a coarse unit (segment, session, topic, note) for each of its
             turns, relative to a turn's own key.
+        context_full_budget: Below this budget (in `budget_unit`s) the coarse units' votes
+            shrink in proportion (`context_weight * budget / context_full_budget`): when only
+            a few turns fit, the turn that matches the question should win over its topical
+            neighbours. 0 keeps the full context weight at every budget.
         neighbour_weight: Share of a turn hit's vote lent to its neighbours inside its topical
             segment (0: off; the ablation in BENCHMARKS.md found it costs coverage).
         neighbour_span: Farthest neighbour that gets such a vote.
@@ -295,6 +299,7 @@ class MemoryConfig:
     passages: bool = True
     speaker_keys: bool = True
     context_weight: float = 0.25
+    context_full_budget: int = 1000
     neighbour_weight: float = 0.0
     neighbour_span: int = 1
     recency_weight: float = 0.25
@@ -410,6 +415,9 @@ class MemoryConfig:
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not val >= 0:
                 raise ConfigError(f"{name} must be a number >= 0, got {val!r}")
+        cfb = self.context_full_budget
+        if isinstance(cfb, bool) or not isinstance(cfb, int) or cfb < 0:
+            raise ConfigError(f"context_full_budget must be an int >= 0, got {cfb!r}")
         for name in ("length_keep_share", "speaker_focus"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, (int, float)) or not 0 <= val <= 1:

@@ -226,6 +226,9 @@ class RetrievalSteps:
             return 0, len(session_turns(sid))
 
         settings = self._passage_settings
+        full = self.config.context_full_budget
+        if budget is not None and 0 < budget < full:  # few turns fit: direct matches first
+            settings = replace(settings, context_weight=settings.context_weight * budget / full)
         votes = collect_votes(ranked, session_turns, bounds, settings)
         if speaker is not None:
             apply_speaker_focus(votes, session_turns, speaker, settings.speaker_focus)

@@ -111,6 +111,11 @@ BASELINES = (
 ABLATIONS = (
     System("- segment keys", {"granularities": ("turn",)}, what="turn keys only"),
     System("- segment context votes", {"context_weight": 0.0}, what="segments searched, no vote"),
+    System(
+        "- small-budget context scaling",
+        {"context_full_budget": 0},
+        what="segment votes at full weight at every budget",
+    ),
     System("- recency", {"recency_weight": 0.0}, what="no time-aware boost"),
     System(
         "- length-aware packing",
