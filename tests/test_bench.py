@@ -133,3 +133,17 @@ def test_cached_embedder_embeds_each_text_once_and_bypasses_queries(tmp_path) ->
     q = cache.encode("gamma")
     assert calls[-1] == ["gamma"] and q.shape == (32,)  # a query is always computed
     assert cache.name == inner.name and cache.encode([]).shape == (0, 32)
+
+
+def test_bench_retrieval_dsn_does_not_go_with_units(tmp_path):
+    import pytest
+    from reflective_memory.bench.retrieval import _run
+    from reflective_memory.cli import build_parser
+    from reflective_memory.errors import ConfigError
+
+    args = build_parser().parse_args(
+        ["bench", "retrieval", "--data", str(tmp_path / "x.json"), "--units", "turn",
+         "--dsn", "postgresql://nobody@127.0.0.1:1/none"]
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="--units"):
+        _run(args)

@@ -436,3 +436,29 @@ def test_turn_prior_lives_in_the_database_and_is_shared_by_processes(pg_dsn) -> 
         assert a.turn_prior.prior().n_episodes_ == b.turn_prior.prior().n_episodes_ == learned
         with _mem(pg_dsn, schema, **cfg) as c:
             assert np.allclose(c.turn_prior.prior().weights_, a.turn_prior.prior().weights_)
+
+
+def test_bench_retrieval_on_postgres_matches_the_embedded_baselines(pg_dsn, tmp_path) -> None:
+    """`bench retrieval --dsn`: every system on its own schema, dropped afterwards; the plain
+    dense baseline ranks the same on both backends."""
+    import psycopg
+    from reflective_memory.bench.datasets import load_conversations
+    from reflective_memory.bench.retrieval import _pg_stores, coverage_at_budget
+    from reflective_memory.bench.systems import BASELINES, DEFAULT, run_systems
+    from test_bench_feedback import _locomo_file
+
+    convs = load_conversations(_locomo_file(tmp_path, users=2, questions=4))
+    systems = [DEFAULT, BASELINES[0]]
+    kw = {"embedder": HashingEmbedder(64), "budgets": [20, 60], "coverage_fn": coverage_at_budget}
+    on_pg = run_systems(convs, systems, stores=_pg_stores(pg_dsn), progress=False, **kw)
+    local = run_systems(convs, systems, progress=False, **kw)
+    dense = BASELINES[0].name
+    for b in (20, 60):
+        assert on_pg.coverage[(dense, b)] == local.coverage[(dense, b)]
+        assert len(on_pg.coverage[("default", b)]) == 8
+    with psycopg.connect(pg_dsn) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM information_schema.schemata "
+            "WHERE schema_name LIKE 'bench_retrieval_%'"
+        ).fetchone()[0]
+    assert left == 0

@@ -355,6 +355,28 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _pg_stores(dsn: str) -> Callable[[], tuple[Any, Callable[[], None]]]:
+    """Each call: a `PostgresStore` on a new, empty schema, and a clean-up that drops it."""
+    import uuid
+
+    import psycopg
+
+    from reflective_memory.storage.postgres import PostgresStore
+
+    def make() -> tuple[Any, Callable[[], None]]:
+        schema = f"bench_retrieval_{uuid.uuid4().hex[:12]}"
+        store = PostgresStore(dsn, schema=schema)
+
+        def drop() -> None:
+            store.close()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+        return store, drop
+
+    return make
+
+
 def _run_systems(args: argparse.Namespace, convs: list[Conversation], budgets: list[int]) -> int:
     from reflective_memory.bench.systems import (
         ABLATIONS,
@@ -380,8 +402,10 @@ def _run_systems(args: argparse.Namespace, convs: list[Conversation], budgets: l
         budgets=budgets,
         coverage_fn=coverage_at_budget,
         denoiser=denoiser,
+        stores=None if args.dsn is None else _pg_stores(args.dsn),
     )
-    print(f"data: {args.data} ({len(convs)} conversations)")  # noqa: T201
+    where = "in-memory SQLite" if args.dsn is None else "PostgreSQL + pgvector"
+    print(f"data: {args.data} ({len(convs)} conversations); store: {where}")  # noqa: T201
     print(format_systems(res, main, ablations, budgets))  # noqa: T201
     if args.json is not None:
         with open(args.json, "w") as fh:
@@ -390,6 +414,8 @@ def _run_systems(args: argparse.Namespace, convs: list[Conversation], budgets: l
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.dsn is not None and args.units is not None:
+        raise ConfigError("--dsn runs the default and the baselines; it does not go with --units")
     convs = load_conversations(args.data)
     if args.limit is not None:
         convs = convs[: args.limit]
@@ -455,4 +481,9 @@ def register(bench: Any) -> None:
     )
     p.add_argument("--denoiser-model", default=None, help="LLMLingua-2 model name or folder")
     p.add_argument("--json", default=None, help="also write the summary as JSON here")
+    p.add_argument(
+        "--dsn",
+        default=None,
+        help="run every system on PostgreSQL + pgvector (a fresh schema each, dropped after)",
+    )
     p.set_defaults(func=_run)

@@ -71,8 +71,10 @@ class System:
         """Whether the system returns passages (packed by the engine)."""
         return bool(self.config.get("passages", True))
 
-    def build(self, embedder: Embedder, denoiser: Any | None = None) -> ReflectiveMemory:
-        """A fresh in-memory `ReflectiveMemory` of this system."""
+    def build(
+        self, embedder: Embedder, denoiser: Any | None = None, store: Any | None = None
+    ) -> ReflectiveMemory:
+        """A fresh `ReflectiveMemory` of this system (in memory, or on an empty `store`)."""
         cfg = dict(self.config)
         if self.passages:
             cfg["budget_unit"] = "words"
@@ -82,7 +84,12 @@ class System:
         config = MemoryConfig(**cfg)
         segmenter = FixedWindowSegmenter(self.window) if self.window is not None else None
         return ReflectiveMemory(
-            None, embedder=embedder, config=config, segmenter=segmenter, denoiser=denoiser
+            None,
+            embedder=embedder,
+            config=config,
+            segmenter=segmenter,
+            denoiser=denoiser,
+            store=store,
         )
 
 
@@ -223,6 +230,7 @@ def run_systems(
     coverage_fn: Callable[[Retrieval, set[str], int], tuple[float, int]],
     denoiser: Any | None = None,
     progress: bool = True,
+    stores: Callable[[], tuple[Any, Callable[[], None]]] | None = None,
 ) -> SystemsResult:
     """Ingest every conversation into every system and measure coverage, latency and ingest.
 
@@ -234,6 +242,8 @@ def run_systems(
         coverage_fn: Packs a plain ranking into N words and returns `(coverage, words)`.
         denoiser: Denoiser override for every system (`None`: each config's).
         progress: Show a progress bar.
+        stores: Makes an empty store and its clean-up for each (conversation, system), e.g.
+            a fresh PostgreSQL schema (`None`: in-memory SQLite).
     """
     res = SystemsResult()
     embedder.encode(["load the model before anything is timed"])
@@ -242,7 +252,8 @@ def run_systems(
         embedder.encode([t["text"][:4000] for s in conv.sessions for t in s.turns])
     todo = [(c, s) for c in conversations for s in systems]
     for conv, system in tqdm(todo, desc="bench retrieval", disable=not progress):
-        mem = system.build(embedder, denoiser)
+        store, cleanup = stores() if stores is not None else (None, None)
+        mem = system.build(embedder, denoiser, store)
         try:
             t0 = time.perf_counter()
             ingest_conversations(mem, [conv], progress=False)
@@ -277,6 +288,8 @@ def run_systems(
                     res.by_type[(system.name, q.qtype or "-", b)].append(cov)
         finally:
             mem.close()
+            if cleanup is not None:
+                cleanup()
     return res
 
 
