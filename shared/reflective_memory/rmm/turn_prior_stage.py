@@ -18,8 +18,6 @@ prior when another one saved a newer version. The prior holds no text and no use
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +27,7 @@ import numpy as np
 
 from reflective_memory.errors import ModelLoadError
 from reflective_memory.passages import TurnVotes
+from reflective_memory.rmm.reranker import _atomic
 from reflective_memory.rmm.turn_prior import TURN_FEATURES, TurnPrior, turn_features
 from reflective_memory.types import Hit, Retrieval, Turn
 
@@ -212,19 +211,7 @@ class TurnPriorStage:
             tp.partial_fit(xa, ya)
             path = self._file()
             if path is not None:
-                _write_atomic(path, tp.to_bytes())
+                data = tp.to_bytes()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _atomic(path, lambda tmp: Path(tmp).write_bytes(data))
         return True
-
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    """Write `data` to `target` through a temporary file renamed over it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
