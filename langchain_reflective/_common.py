@@ -97,13 +97,14 @@ def send_feedback(memory: Any, retrieval: Retrieval | None, answer: str) -> Any 
     """Forward an answer's citations to the engine's reranker (`memory.feedback`).
 
     Sent when the retrieval showed at least one memory and the engine reranks
-    (`config.rerank`). Feedback never breaks the conversation: failures are logged and `None` is
+    (`config.rerank.enabled`). Feedback never breaks the conversation: failures are logged and
+    `None` is
     returned.
 
     Returns:
         The engine's `FeedbackResult`, or `None` when nothing was sent or learning failed.
     """
-    if retrieval is None or not retrieval.hits or not memory.config.rerank:
+    if retrieval is None or not retrieval.hits or not memory.config.rerank.enabled:
         return None
     try:
         return memory.feedback(retrieval, answer)

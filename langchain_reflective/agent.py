@@ -144,7 +144,8 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
     memories; every model call of the run sees them in its system message, numbered and with an
     instruction to cite them; after the run the user's message and the final answer are stored
     as turns of the current session and the answer's citations are sent to the engine's reranker
-    (`memory.feedback`; skipped when `config.rerank` is off). Sessions end on `end_session()`
+    (`memory.feedback`; skipped when `config.rerank.enabled` is off). Sessions end on
+    `end_session()`
     or after `idle_timeout_seconds` without turns, and then become memories.
 
     Args:

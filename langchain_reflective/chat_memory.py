@@ -32,7 +32,8 @@ class ReflectiveChatMemory(BaseMemory):
     returns them numbered for citation (`[0]`, `[1]`, ...), followed by the latest turns of the
     current session. After the call, `save_context` records the user turn and the answer in the
     core store and sends the answer's citations back as feedback to the engine's reranker for the
-    user (`memory.feedback`; skipped when `config.rerank` is off). A session ends (and becomes
+    user (`memory.feedback`; skipped when `config.rerank.enabled` is off). A session ends (and
+    becomes
     memories) on `end_session()` or when it has been idle longer than `idle_timeout_seconds`.
 
     Example:

@@ -42,13 +42,13 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         memory: The core memory: its embedder embeds query and documents, its reranker for
             `user_id` ranks them and learns from feedback.
         user_id: The user whose reranker ranks and learns (per user, or the engine's shared one
-            with `config.rerank_scope="shared"`).
+            with `config.rerank.scope="shared"`).
         top_n: Documents kept (RMM's top-M).
         reranker: An explicit reranker instead of the engine's: an object with
             `rerank(query, candidates, prior)` returning an object with `order` and `scores`,
             and `partial_fit(episode)`. It is neither saved nor used by `memory.retrieve`.
             `None` (default): the engine's reranker for `user_id`; when the engine has reranking
-            off (`config.rerank=False`), plain cosine order and feedback is not learned.
+            off (`config.rerank.enabled=False`), plain cosine order and feedback is not learned.
         explore: Sample the head with Gumbel noise (while learning) instead of taking it by score.
 
     Example:
@@ -69,7 +69,7 @@ class ReflectiveCompressor(BaseDocumentCompressor):
     reranker: Any | None = Field(
         default=None,
         description="Reranker with rerank(query, candidates, prior) and partial_fit(episode); "
-        "None: the engine's reranker for user_id (cosine order when config.rerank is off).",
+        "None: the engine's reranker for user_id (cosine order when config.rerank.enabled is off).",
     )
     explore: bool = Field(
         default=False, description="Sample the kept documents with Gumbel noise (learning)."
@@ -89,7 +89,7 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         """
         if self.reranker is not None:
             return self.reranker
-        if not self.memory.config.rerank:
+        if not self.memory.config.rerank.enabled:
             return None
         return self.memory.rerank_stage.reranker(self.user_id)
 
@@ -170,7 +170,7 @@ class ReflectiveCompressor(BaseDocumentCompressor):
             The same `FeedbackResult` as `ReflectiveMemory.feedback`: `cited` positions,
             `rewards` by document id (the position as a string for documents without an id),
             `learned` (whether a reranker received the episode), `updates` / `pending` (the
-            engine reranker takes one step per `config.rerank_batch_size` episodes and is saved
+            engine reranker takes one step per `config.rerank.batch_size` episodes and is saved
             after each step), and `reason` when nothing was learned.
         """
         docs = list(documents)
@@ -197,7 +197,7 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         }
         reranker = self.get_reranker()
         if reranker is None:
-            result.reason = "reranking is off (config.rerank)"
+            result.reason = "reranking is off (config.rerank.enabled)"
             logger.info("citations of user %s not learned: %s", self.user_id, result.reason)
             return result
         key = (query, tuple(d.page_content for d in docs))

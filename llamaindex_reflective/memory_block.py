@@ -222,9 +222,9 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         last = self._last
         if last is None or not last.hits:
             return FeedbackResult("", self.user_id, reason="nothing was retrieved yet")
-        if not self.memory.config.rerank:
+        if not self.memory.config.rerank.enabled:
             return FeedbackResult(
-                last.retrieval_id, self.user_id, reason="reranking is off (config.rerank)"
+                last.retrieval_id, self.user_id, reason="reranking is off (config.rerank.enabled)"
             )
         if echoes_instructions(answer, [self.instruction or ""]):
             reason = "the answer echoes the prompt's instructions"

@@ -113,14 +113,15 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         memory: The core `ReflectiveMemory`: its embedder, its reranker for `user_id`, its
             denoiser and its RF-Mem settings (`config.recall`) are used.
         user_id: The user whose reranker ranks and learns (per user, or the engine's shared one
-            with `config.rerank_scope="shared"`).
+            with `config.rerank.scope="shared"`).
         top_n: Nodes returned (RMM's top-M).
         candidate_k: Nodes considered (RMM's top-K), taken in the retriever's order unless
             `recollect` is on.
         reranker: An explicit reranker instead of the engine's (neither saved nor used by
             `memory.retrieve`): an object with `score(query_vec, candidate_vecs, prior=None) ->
             (K,) scores` and, to learn, `partial_fit(episode)`. Default: the engine's reranker
-            for `user_id`; plain cosine (and no learning) when the engine has `config.rerank` off.
+            for `user_id`; plain cosine (and no learning) when the engine has
+            `config.rerank.enabled` off.
         denoise: Score denoised node text (`denoiser`, else the engine's `memory.denoiser`);
             nodes keep their text. If the denoiser fails, the raw text is scored.
         denoiser: An object with `denoise(list[str]) -> list[str]`.
@@ -190,7 +191,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         """
         if self.reranker is not None:
             return self.reranker
-        if not self.memory.config.rerank:
+        if not self.memory.config.rerank.enabled:
             return None
         return self.memory.rerank_stage.reranker(self.user_id)
 
@@ -335,7 +336,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         `reflective_memory.rmm.citations`) are mapped back to the nodes this postprocessor
         returned for that query; each returned node gets reward +1 when cited and -1 when not.
         The engine's reranker for `user_id` learns the episode and is saved with the store after
-        each optimizer step (one per `config.rerank_batch_size` episodes); an explicit
+        each optimizer step (one per `config.rerank.batch_size` episodes); an explicit
         `reranker` gets `partial_fit`. An answer that echoes the prompt's instructions back
         teaches nothing.
 
@@ -405,8 +406,8 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
                 logger.info("feedback for user %s not learned: %s", self.user_id, result.reason)
                 return result
             self.reranker.partial_fit(episode)
-        elif not self.memory.config.rerank:
-            result.reason = "reranking is off (config.rerank)"
+        elif not self.memory.config.rerank.enabled:
+            result.reason = "reranking is off (config.rerank.enabled)"
             logger.info("feedback for user %s not learned: %s", self.user_id, result.reason)
             return result
         else:

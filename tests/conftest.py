@@ -22,7 +22,7 @@ def embedder() -> HashingEmbedder:
 
 #: Turn units ranked as units (the engine's unit-level behaviour; passages are tested in
 #: tests/test_passages.py).
-UNIT_CONFIG = {"granularities": ("turn",), "passages": False}
+UNIT_CONFIG = {"units": {"granularities": ("turn",)}, "passages": {"enabled": False}}
 
 
 @pytest.fixture

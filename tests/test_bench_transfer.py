@@ -40,7 +40,9 @@ def test_turn_features_describe_each_voted_turn():
 
 
 def _memory(cls):
-    mem = cls(None, embedder=HashingEmbedder(), config=MemoryConfig(budget_unit="words"))
+    mem = cls(
+        None, embedder=HashingEmbedder(), config=MemoryConfig(passages={"budget_unit": "words"})
+    )
     texts = [
         "we talked about the weather in spring",
         "my cat Tom likes the weather on the balcony",

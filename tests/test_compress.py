@@ -370,16 +370,14 @@ def _engine(tmp_path=None, **cfg):
         tmp_path,
         embedder=HashingEmbedder(),
         config=MemoryConfig(
-            granularities=("turn", "segment"),
-            segmenter="fixed",
-            segment_window=2,
-            **{"denoiser": "none", **cfg},
-        ),
+            units={"granularities": ("turn", "segment")},
+            segment={"kind": "fixed", "window": 2},
+        ).replace(**cfg),
     )
 
 
 def test_engine_offline_denoises_keys_only():
-    with _engine(denoiser="offline", denoise_rate=0.5) as mem:
+    with _engine(denoise={"kind": "offline", "rate": 0.5}) as mem:
         mems = _fill(mem)
         turns = mem.turns("ana", "s1")
         assert len(mems) == 6
@@ -407,7 +405,7 @@ def test_engine_constructor_object_is_fitted_per_user():
     shared_denoiser = Recording(rate=0.75)
     mem = ReflectiveMemory(
         embedder=HashingEmbedder(),
-        config=MemoryConfig(granularities=("turn",)),
+        config=MemoryConfig(units={"granularities": ("turn",)}),
         denoiser=shared_denoiser,
     )
     _fill(mem, "ana")
@@ -433,7 +431,9 @@ def test_engine_failing_denoiser_keeps_raw_keys(caplog):
 
     for bad in (Broken(), Short()):
         mem = ReflectiveMemory(
-            embedder=HashingEmbedder(), config=MemoryConfig(granularities=("turn",)), denoiser=bad
+            embedder=HashingEmbedder(),
+            config=MemoryConfig(units={"granularities": ("turn",)}),
+            denoiser=bad,
         )
         mems = _fill(mem)
         assert [m.key for m in mems] == [f"{r}: {t}" for r, t in SESSION]  # raw, with speakers
@@ -447,7 +447,7 @@ def test_engine_redenoise_rekeys_and_reembeds(tmp_path):
         before = {m.id: m for m in _fill(mem)}
         assert all(m.metadata["key_denoiser"] == "none" for m in before.values())
     # Reopen with a new denoiser: old memories keep their raw keys until redenoise.
-    with _engine(tmp_path, denoiser="offline", denoise_rate=0.5) as mem:
+    with _engine(tmp_path, denoise={"kind": "offline", "rate": 0.5}) as mem:
         assert {m.id: m.key for m in mem.memories("ana")} == {i: m.key for i, m in before.items()}
         assert mem.redenoise("ana") == len(before)
         after = {m.id: m for m in mem.memories("ana")}
@@ -477,7 +477,8 @@ def test_engine_redenoise_rekeys_and_reembeds(tmp_path):
 def test_engine_llmlingua_end_to_end(tiny_model):
     turns = [("user", UNITS[0]), ("assistant", UNITS[2]), ("user", UNITS[1])]
     cfg = MemoryConfig(
-        granularities=("turn",), denoiser="llmlingua", denoiser_model=tiny_model, denoise_rate=0.5
+        units={"granularities": ("turn",)},
+        denoise={"kind": "llmlingua", "model": tiny_model, "rate": 0.5},
     )
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         assert isinstance(mem.denoiser, LLMLinguaDenoiser)
@@ -492,15 +493,15 @@ def test_engine_llmlingua_end_to_end(tiny_model):
 
 def test_config_denoiser_validation():
     for bad in (
-        {"denoiser": "zip"},
-        {"denoise_rate": 0},
-        {"denoise_rate": 2},
-        {"denoiser_model": ""},
-        {"denoiser_device": ""},
+        {"denoise": {"kind": "zip"}},
+        {"denoise": {"rate": 0}},
+        {"denoise": {"rate": 2}},
+        {"denoise": {"model": ""}},
+        {"denoise": {"device": ""}},
     ):
         with pytest.raises(ConfigError):
             MemoryConfig(**bad)
-    cfg = MemoryConfig(denoiser="offline", denoise_rate=0.9)
+    cfg = MemoryConfig(denoise={"kind": "offline", "rate": 0.9})
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ConfigError):
         ReflectiveMemory(embedder=HashingEmbedder(), denoiser=object())  # type: ignore[arg-type]
@@ -508,9 +509,11 @@ def test_config_denoiser_validation():
 
 def test_engine_unloadable_llmlingua_falls_back_and_logs(tmp_path, caplog):
     cfg = MemoryConfig(
-        granularities=("turn",),
-        denoiser="llmlingua",
-        denoiser_model=str(tmp_path / "absent-bert-base-multilingual-cased"),
+        units={"granularities": ("turn",)},
+        denoise={
+            "kind": "llmlingua",
+            "model": str(tmp_path / "absent-bert-base-multilingual-cased"),
+        },
     )
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         with caplog.at_level("ERROR", logger="reflective_memory.engine"):

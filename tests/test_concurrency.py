@@ -6,7 +6,7 @@ from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
 
 def test_threads_adding_and_retrieving(tmp_path) -> None:
-    cfg = MemoryConfig(granularities=("turn",), max_session_turns=5)
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, sessions={"max_turns": 5})
     errors: list[BaseException] = []
     with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(64), config=cfg) as mem:
 

@@ -43,7 +43,7 @@ def test_sigkill_during_ingest_loses_no_acknowledged_turn(tmp_path: Path) -> Non
     proc.wait()
     acknowledged = [line for line in ack.read_text().splitlines() if line]
     assert len(acknowledged) >= 60
-    cfg = MemoryConfig(granularities=("turn",))
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
     with ReflectiveMemory(db, embedder=HashingEmbedder(64), config=cfg) as mem:
         stored = {t.turn_id for t in mem.turns("u")}
         assert set(acknowledged) <= stored

@@ -91,7 +91,7 @@ def test_unknown_user_gets_an_empty_result(mem: ReflectiveMemory) -> None:
 
 
 def test_memory_fields_text_key_dates(embedder) -> None:
-    cfg = MemoryConfig(granularities=("session",), denoiser="none")  # raw keys
+    cfg = MemoryConfig(units={"granularities": ("session",)}, denoise={"kind": "none"})  # raw keys
     with ReflectiveMemory(embedder=embedder, config=cfg) as m:
         m.add_turn("u", "s", "user", "I moved to Berlin.", timestamp="2023/05/21 (Sun) 11:54")
         m.add_turn("u", "s", "assistant", "How is Berlin?", timestamp="2023/05/21 (Sun) 11:55")
@@ -106,7 +106,7 @@ def test_memory_fields_text_key_dates(embedder) -> None:
 
 
 def test_segments_and_several_granularities(embedder) -> None:
-    cfg = MemoryConfig(granularities=("turn", "session", "segment"))
+    cfg = MemoryConfig(units={"granularities": ("turn", "session", "segment")})
     with ReflectiveMemory(embedder=embedder, config=cfg, segmenter=FixedWindowSegmenter(3)) as m:
         add_session(m, "u", "s", PETS + WORK)
         counts = m.stats("u")["memories_by_granularity"]
@@ -141,7 +141,7 @@ def test_delete_session_and_user(mem: ReflectiveMemory) -> None:
 
 def test_reopen_restores_everything_and_open_sessions(tmp_path, embedder) -> None:
     path = tmp_path / "db"
-    cfg = MemoryConfig(granularities=("turn",))
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
     with ReflectiveMemory(path, embedder=embedder, config=cfg) as m:
         add_session(m, "u", "pets", PETS)
         m.add_turn("u", "open", "user", "I am planning a trip to Lisbon in June.")
@@ -156,7 +156,7 @@ def test_reopen_restores_everything_and_open_sessions(tmp_path, embedder) -> Non
 
 def test_damaged_or_missing_index_files_are_rebuilt(tmp_path, embedder) -> None:
     path = tmp_path / "db"
-    cfg = MemoryConfig(granularities=("turn",))
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
     with ReflectiveMemory(path, embedder=embedder, config=cfg) as m:
         add_session(m, "u", "pets", PETS)
         expected = m.retrieve("u", "hiking", k=2).hits[0].memory.id
@@ -171,7 +171,7 @@ def test_damaged_or_missing_index_files_are_rebuilt(tmp_path, embedder) -> None:
 
 
 def test_turn_cap_ends_the_session(embedder) -> None:
-    cfg = MemoryConfig(granularities=("turn",), max_session_turns=3)
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, sessions={"max_turns": 3})
     with ReflectiveMemory(embedder=embedder, config=cfg) as m:
         add_session(m, "u", "s", PETS[:3], end=False)
         assert m.open_sessions("u") == []
@@ -179,7 +179,7 @@ def test_turn_cap_ends_the_session(embedder) -> None:
 
 
 def test_idle_timeout_ends_older_sessions(embedder) -> None:
-    cfg = MemoryConfig(granularities=("turn",), session_idle_seconds=3600)
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, sessions={"idle_seconds": 3600})
     t0 = datetime(2024, 1, 1, 9, 0)
     with ReflectiveMemory(embedder=embedder, config=cfg) as m:
         m.add_turn("u", "morning", "user", "Pixel ate my sandwich", timestamp=t0)

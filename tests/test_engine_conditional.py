@@ -33,8 +33,13 @@ def make(llm=None, path=None, **cfg):
     # Fixed-window segments: these tests count the conditional-memory LLM calls only (with an
     # LLM, the default segmenter="auto" would add one segmentation call per session).
     # Segment units ranked as units: these tests are about notes beside segments, not passages.
-    cfg = {"segmenter": "fixed", "granularities": ("segment",), "passages": False, **cfg}
-    return ReflectiveMemory(path, embedder=HashingEmbedder(), llm=llm, config=MemoryConfig(**cfg))
+    base = MemoryConfig(
+        segment={"kind": "fixed"},
+        units={"granularities": ("segment",)},
+        passages={"enabled": False},
+    )
+    config = base.replace(**cfg)
+    return ReflectiveMemory(path, embedder=HashingEmbedder(), llm=llm, config=config)
 
 
 def test_notes_off_by_default():
@@ -44,7 +49,7 @@ def test_notes_off_by_default():
 
 
 def test_offline_notes_beside_segments_and_replaced_on_reend():
-    with make(conditional_memory=True, segment_window=4) as mem:
+    with make(conditional={"notes": True}, segment={"window": 4}) as mem:
         built = fill(mem)
         notes = [m for m in built if m.granularity == "note"]
         assert len([m for m in built if m.granularity == "segment"]) == 2
@@ -78,7 +83,7 @@ def test_llm_notes_one_call_per_session_and_fallback_on_failure():
         ]
     )
     llm = Scripted(answer)
-    with make(llm=llm, conditional_memory=True) as mem:
+    with make(conditional={"notes": True}, llm=llm) as mem:
         notes = [m for m in fill(mem) if m.granularity == "note"]
         assert len(llm.prompts) == 1 and mem.llm.usage.llm_calls == 1
         assert [n.metadata["knowledge"] for n in notes] == [
@@ -87,7 +92,7 @@ def test_llm_notes_one_call_per_session_and_fallback_on_failure():
         ]
         assert all(n.metadata["decided_by"] == "llm" for n in notes)
     broken = Scripted(RuntimeError("LLM down"))
-    with make(llm=broken, conditional_memory=True) as mem:
+    with make(conditional={"notes": True}, llm=broken) as mem:
         built = fill(mem)
         notes = [m for m in built if m.granularity == "note"]
         assert len(notes) == 2 and all(n.metadata["decided_by"] == "heuristic" for n in notes)
@@ -96,7 +101,7 @@ def test_llm_notes_one_call_per_session_and_fallback_on_failure():
 
 
 def test_views_filter_and_shared_budget():
-    with make(conditional_memory=True) as mem:
+    with make(conditional={"notes": True}) as mem:
         fill(mem)
         r = mem.retrieve("ana", "my dog Max", k=5, views=["note"])
         assert r.hits and all(h.memory.granularity == "note" for h in r.hits)
@@ -107,22 +112,22 @@ def test_views_filter_and_shared_budget():
         assert all(h.memory.granularity == "segment" for h in seg_only.hits)
         with pytest.raises(InvalidInputError):
             mem.retrieve("ana", "x", views=["nope"])
-    with make(conditional_memory=True, retrieval_views=("note",)) as mem:
+    with make(conditional={"notes": True}, search={"views": ("note",)}) as mem:
         fill(mem)
         assert {h.memory.granularity for h in mem.retrieve("ana", "Max", k=5)} == {"note"}
     with pytest.raises(ConfigError):
-        MemoryConfig(retrieval_views=("bogus",))
+        MemoryConfig(search={"views": ("bogus",)})
     with pytest.raises(ConfigError):
-        MemoryConfig(self_reflection_rounds=0)
+        MemoryConfig(conditional={"self_reflection_rounds": 0})
     with pytest.raises(ConfigError):
-        MemoryConfig(note_prompt_chars=10)
-    cfg = MemoryConfig(retrieval_views=("note", "segment"), conditional_memory=True)
+        MemoryConfig(conditional={"note_prompt_chars": 10})
+    cfg = MemoryConfig(search={"views": ("note", "segment")}, conditional={"notes": True})
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
 
 
 def test_reflective_retrieve_through_engine():
     llm = Scripted("MISSING\nKeywords: Peru capital, none")
-    with make(llm=llm, conditional_memory=False, segment_window=2) as mem:
+    with make(conditional={"notes": False}, segment={"window": 2}, llm=llm) as mem:
         # the notes-making LLM is off (conditional_memory=False), so only reflection calls it
         fill(mem)
         plain = mem.retrieve("ana", "beagle food", k=2)
@@ -138,13 +143,13 @@ def test_reflective_retrieve_through_engine():
 
 def test_reflection_from_config_and_without_llm():
     llm = Scripted("ENOUGH\n[0] Max")
-    with make(llm=llm, self_reflection=True) as mem:
+    with make(conditional={"self_reflection": True}, llm=llm) as mem:
         fill(mem)
         r = mem.retrieve("ana", "dog", k=3)
         assert r.diagnostics["reflection"]["stopped"] == "enough" and len(llm.prompts) == 1
         mem.retrieve("ana", "dog", k=3, reflect=False)
         assert len(llm.prompts) == 1
-    with make(self_reflection=True) as mem:
+    with make(conditional={"self_reflection": True}) as mem:
         fill(mem)
         r = mem.retrieve("ana", "dog", k=3)
         plain = mem.retrieve("ana", "dog", k=3, reflect=False)
@@ -153,10 +158,10 @@ def test_reflection_from_config_and_without_llm():
 
 
 def test_notes_persist_and_are_deleted_with_session(tmp_path):
-    with make(path=tmp_path, conditional_memory=True) as mem:
+    with make(conditional={"notes": True}, path=tmp_path) as mem:
         fill(mem)
         fill(mem, user="bob", session="s1")
-    with make(path=tmp_path, conditional_memory=True) as mem:
+    with make(conditional={"notes": True}, path=tmp_path) as mem:
         assert mem.stats("ana")["memories_by_granularity"]["note"] == 2
         r = mem.retrieve("ana", "beagle", k=10, views=["note"])
         assert all(h.memory.user_id == "ana" for h in r.hits)

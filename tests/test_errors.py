@@ -99,12 +99,15 @@ def test_huge_text_is_stored_whole_and_embedded_truncated(mem) -> None:
     (m,) = mem.end_session("u", "s")
     assert mem.turns("u")[0].text == big
     assert m.key == f"user: {big}"  # the raw key, speaker first
-    assert max(seen) <= mem.config.embed_max_chars
+    assert max(seen) <= mem.config.units.embed_max_chars
     assert mem.retrieve("u", "lazy dog fox", k=1).hits[0].memory.id == m.id
 
 
 def test_text_over_the_configured_maximum_is_rejected() -> None:
-    with ReflectiveMemory(embedder=HashingEmbedder(), config=MemoryConfig(max_text_chars=10)) as m:
+    with ReflectiveMemory(
+        embedder=HashingEmbedder(),
+        config=MemoryConfig(sessions={"max_text_chars": 10}),
+    ) as m:
         with pytest.raises(InvalidInputError, match="more than max_text_chars=10"):
             m.add_turn("u", "s", "user", "x" * 11)
 
@@ -130,12 +133,15 @@ def test_closed_store_raises_on_every_call(embedder) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"granularities": ("topic",)}, "not built from turns"),
-        ({"granularities": ()}, "at least one"),
-        ({"retrieval_mode": "semantic"}, "retrieval_mode must be one of"),
-        ({"default_k": 0}, "default_k must be a positive integer"),
-        ({"dense_weight": -1}, "dense_weight must be a non-negative"),
-        ({"max_session_turns": 0}, "max_session_turns"),
+        (
+            {"units": {"granularities": ("topic",)}},
+            "units.granularities must be distinct names from",
+        ),
+        ({"units": {"granularities": ()}}, "at least one"),
+        ({"search": {"mode": "semantic"}}, "search.mode must be one of"),
+        ({"search": {"default_k": 0}}, "search.default_k must be an integer >= 1"),
+        ({"search": {"dense_weight": -1}}, "search.dense_weight must be a number >= 0"),
+        ({"sessions": {"max_turns": 0}}, "sessions.max_turns"),
     ],
 )
 def test_bad_config_is_rejected(kwargs, message) -> None:
@@ -144,9 +150,9 @@ def test_bad_config_is_rejected(kwargs, message) -> None:
 
 
 def test_config_round_trip() -> None:
-    cfg = MemoryConfig(granularities=("turn", "segment"), default_k=7)
+    cfg = MemoryConfig(units={"granularities": ("turn", "segment")}, search={"default_k": 7})
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ConfigError, match="unknown MemoryConfig fields"):
+    with pytest.raises(ConfigError, match="unknown MemoryConfig setting"):
         MemoryConfig.from_dict({"nope": 1})
 
 

@@ -90,7 +90,7 @@ def test_relevance_is_in_unit_range() -> None:
 
 @pytest.mark.parametrize("mode", ["hybrid", "dense", "lexical"])
 def test_engine_hits_carry_a_relevance_comparable_across_queries(mode) -> None:
-    cfg = MemoryConfig(granularities=("turn",))
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")
         mem.add_turn("ana", "s1", "user", "Tax forms are due in April.")
@@ -104,7 +104,7 @@ def test_engine_hits_carry_a_relevance_comparable_across_queries(mode) -> None:
 
 # -- citations: only the answer teaches ------------------------------------------------------------
 def test_an_answer_that_echoes_the_prompt_teaches_nothing() -> None:
-    cfg = MemoryConfig(granularities=("turn",), rerank_batch_size=1)
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, rerank={"batch_size": 1})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         for i, text in enumerate(["My dog Pixel loves the beach.", "I work as a nurse.", "x y z"]):
             mem.add_turn("ana", "s1", "user", text, turn_id=f"t{i}")
@@ -141,7 +141,8 @@ def test_llmlingua_missing_hub_model_fails_fast_without_network(monkeypatch) -> 
 
 def test_end_session_still_falls_back_when_llmlingua_is_missing(caplog) -> None:
     cfg = MemoryConfig(
-        granularities=("turn",), denoiser="llmlingua", denoiser_model="/nope/xlm-roberta-large"
+        units={"granularities": ("turn",)},
+        denoise={"kind": "llmlingua", "model": "/nope/xlm-roberta-large"},
     )
     with ReflectiveMemory(embedder=HashingEmbedder(64), config=cfg) as mem:
         mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")

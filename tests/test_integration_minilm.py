@@ -25,7 +25,7 @@ def test_default_embedder_is_offline_minilm() -> None:
 
 
 def test_semantic_retrieval_without_shared_words() -> None:
-    cfg = MemoryConfig(granularities=("turn",))
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
     with ReflectiveMemory(config=cfg) as mem:
         for i, text in enumerate(
             [

@@ -13,7 +13,7 @@ WORDS = (
 
 def test_users_never_receive_each_others_memories() -> None:
     rng = random.Random(1234)
-    cfg = MemoryConfig(granularities=("turn",))
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
     with ReflectiveMemory(embedder=HashingEmbedder(64), config=cfg) as mem:
         owner: dict[str, str] = {}
         users = [f"user-{i}" for i in range(6)]

@@ -112,15 +112,13 @@ def test_corpus_is_large_enough() -> None:
 @pytest.mark.parametrize("reply", CORPUS, ids=[f"case{i}" for i in range(len(CORPUS))])
 def test_malformed_llm_output_never_breaks_a_session(reply: object) -> None:
     cfg = MemoryConfig(
-        granularities=("segment", "turn"),
-        segmenter="llm",
-        conditional_memory=True,
-        prospective_reflection=True,
-        self_reflection=True,
-        denoiser="none",
-        rerank=False,
-        llm_max_chars=100_000,
-        llm_timeout_s=0.5,
+        units={"granularities": ("segment", "turn")},
+        segment={"kind": "llm"},
+        conditional={"notes": True, "self_reflection": True},
+        topics={"enabled": True},
+        denoise={"kind": "none"},
+        rerank={"enabled": False},
+        llm={"max_chars": 100_000, "timeout_s": 0.5},
     )
     llm = Answer(reply)
     with ReflectiveMemory(embedder=HashingEmbedder(64), llm=llm, config=cfg) as mem:

@@ -24,7 +24,7 @@ FACTS = [
 
 def _engine(tmp_path, credit=0.05, cap=0.3):
     cfg = MemoryConfig(
-        budget_unit="words", rerank_memory_credit=credit, rerank_memory_credit_cap=cap
+        passages={"budget_unit": "words"}, rerank_memory_credit=credit, rerank_memory_credit_cap=cap
     )
     return ReflectiveMemory(tmp_path, config=cfg, embedder=HashingEmbedder(dim=64))
 

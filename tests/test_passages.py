@@ -50,8 +50,8 @@ def _add(mem: ReflectiveMemory, user: str, session: str, texts: list[str], day: 
 
 
 def _cfg(**kw) -> MemoryConfig:
-    base = {"session_idle_seconds": None, "max_session_turns": None}
-    return MemoryConfig(**{**base, **kw})
+    base = MemoryConfig(sessions={"idle_seconds": None, "max_turns": None})
+    return base.replace(**kw)
 
 
 def test_a_turn_is_searchable_before_its_session_ends() -> None:
@@ -101,7 +101,7 @@ def test_open_sessions_older_than_the_idle_time_end_on_reopen(tmp_path: Path) ->
     path = tmp_path / "store"
     old = datetime.now(timezone.utc) - timedelta(hours=3)
     fresh = datetime.now(timezone.utc) - timedelta(minutes=1)
-    cfg = MemoryConfig(session_idle_seconds=3600)
+    cfg = MemoryConfig(sessions={"idle_seconds": 3600})
     with ReflectiveMemory(path, embedder=HashingEmbedder(128), config=cfg) as mem:
         for i, text in enumerate(PETS[:3]):
             mem.add_turn("u", "old", "user", text, timestamp=old + timedelta(seconds=i))
@@ -113,7 +113,7 @@ def test_open_sessions_older_than_the_idle_time_end_on_reopen(tmp_path: Path) ->
 
 
 def test_sessions_end_at_the_turn_cap() -> None:
-    cfg = MemoryConfig(max_session_turns=3, session_idle_seconds=None)
+    cfg = MemoryConfig(sessions={"max_turns": 3, "idle_seconds": None})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         _add(mem, "u", "s", PETS[:3], "2024-01-01")
         assert mem.open_sessions("u") == []
@@ -208,7 +208,7 @@ def test_present_tense_cues(query: str, expected: bool) -> None:
 
 
 def test_present_tense_questions_prefer_the_newest_evidence() -> None:
-    cfg = _cfg(granularities=("turn",))
+    cfg = _cfg(units={"granularities": ("turn",)})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         mem.add_turn(
             "u", "a", "user", "I live in Lisbon, in a flat in Alfama.", timestamp="2024-01-05"
@@ -224,7 +224,11 @@ def test_present_tense_questions_prefer_the_newest_evidence() -> None:
         assert past.diagnostics["passages"]["present_tense"] is False
         assert past.hits[0].memory.session_id == "a"
         off = ReflectiveMemory(
-            embedder=HashingEmbedder(128), config=_cfg(granularities=("turn",), recency_weight=0)
+            embedder=HashingEmbedder(128),
+            config=_cfg(
+                units={"granularities": ("turn",)},
+                passages={"recency_weight": 0},
+            ),
         )
         with off:
             for s, text, day in (
@@ -237,7 +241,7 @@ def test_present_tense_questions_prefer_the_newest_evidence() -> None:
 
 
 def test_unit_mode_still_returns_units() -> None:
-    cfg = _cfg(passages=False, granularities=("turn",))
+    cfg = _cfg(passages={"enabled": False}, units={"granularities": ("turn",)})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         _add(mem, "u", "pets", PETS, "2024-01-01")
         mem.end_session("u", "pets")
@@ -255,7 +259,7 @@ def test_turnless_memories_compete_as_they_are() -> None:
 
 def test_segment_vectors_are_means_of_turn_vectors() -> None:
     emb = HashingEmbedder(128)
-    with ReflectiveMemory(embedder=emb, config=_cfg(speaker_keys=False)) as mem:
+    with ReflectiveMemory(embedder=emb, config=_cfg(units={"speaker_keys": False})) as mem:
         _add(mem, "u", "pets", PETS, "2024-01-01")
         built = mem.end_session("u", "pets")
         seg = next(m for m in built if m.granularity == "segment")
@@ -361,18 +365,18 @@ def test_passage_hits_carry_relevance_from_the_units_that_voted() -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        {"length_exponent": -1},
-        {"length_free": 0},
-        {"length_keep_share": 1.5},
-        {"recency_margin": 0},
-        {"context_weight": "high"},
-        {"speaker_focus": 1.5},
+        {"passages": {"length_exponent": -1}},
+        {"passages": {"length_free": 0}},
+        {"passages": {"length_keep_share": 1.5}},
+        {"passages": {"recency_margin": 0}},
+        {"passages": {"context_weight": "high"}},
+        {"passages": {"speaker_focus": 1.5}},
     ],
 )
 def test_passage_settings_are_validated(bad: dict) -> None:
     from reflective_memory.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=next(iter(bad))):
+    with pytest.raises(ConfigError, match=next(iter(bad["passages"]))):
         MemoryConfig(**bad)
 
 
@@ -419,7 +423,7 @@ def _chat(mem: ReflectiveMemory) -> None:
 
 def test_a_question_about_one_speaker_is_answered_from_what_they_said() -> None:
     """The name picks whose turns answer; the rest of the question picks which ones."""
-    cfg = _cfg(granularities=("turn",))
+    cfg = _cfg(units={"granularities": ("turn",)})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         _chat(mem)
         r = mem.retrieve("u", "What sports does Kate play?", k=2)
@@ -430,7 +434,7 @@ def test_a_question_about_one_speaker_is_answered_from_what_they_said() -> None:
         assert all("Kate: " in t and "Sam: " not in t for t in texts), texts
         neutral = mem.retrieve("u", "What sports were played?", k=2)  # nobody named
         assert "speaker" not in neutral.diagnostics
-    off = _cfg(granularities=("turn",), speaker_focus=0.0)
+    off = _cfg(units={"granularities": ("turn",)}, passages={"speaker_focus": 0.0})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=off) as mem:
         _chat(mem)
         r = mem.retrieve("u", "What sports does Kate play?", k=2)
@@ -469,14 +473,17 @@ def test_segment_votes_shrink_below_the_full_context_budget() -> None:
         return mem
 
     q = "how often do you walk Pixel on weekends?"
-    with build(context_full_budget=400) as scaled, build(context_full_budget=0) as full:
-        with build(context_full_budget=0, context_weight=0.25 * 100 / 400) as same:
+    with (
+        build(passages={"context_full_budget": 400}) as scaled,
+        build(passages={"context_full_budget": 0}) as full,
+    ):
+        with build(passages={"context_full_budget": 0, "context_weight": 0.25 * 100 / 400}) as same:
             assert _votes_of(scaled, q, 100) == _votes_of(same, q, 100)
         assert _votes_of(scaled, q, 100) != _votes_of(full, q, 100)  # segments vote less
         assert _votes_of(scaled, q, 400) == _votes_of(full, q, 400)  # full weight from 400
-        assert MemoryConfig().context_full_budget == 1000
+        assert MemoryConfig().passages.context_full_budget == 1000
     from reflective_memory.errors import ConfigError
 
     for bad in (-1, 1.5, True):
         with pytest.raises(ConfigError, match="context_full_budget"):
-            MemoryConfig(context_full_budget=bad)
+            MemoryConfig(passages={"context_full_budget": bad})

@@ -42,11 +42,10 @@ def _store(dsn: str, schema: str, **kw):
 
 
 def _mem(dsn: str, schema: str, *, dim: int = 64, store_kw=None, **cfg) -> ReflectiveMemory:
-    cfg.setdefault("granularities", ("turn",))
     return ReflectiveMemory(
         store=_store(dsn, schema, **(store_kw or {})),
         embedder=HashingEmbedder(dim),
-        config=MemoryConfig(**cfg),
+        config=MemoryConfig(units={"granularities": ("turn",)}).replace(**cfg),
     )
 
 
@@ -210,7 +209,7 @@ def test_two_engines_ending_one_session_build_it_once(pg_dsn) -> None:
 
 def test_reranker_updates_from_two_processes_are_not_lost(pg_dsn) -> None:
     schema = pg_schema()
-    cfg = {"rerank_batch_size": 2, "rerank_scope": "isolated"}  # a full reranker per user
+    cfg = {"rerank": {"batch_size": 2, "scope": "isolated"}}  # a full reranker per user
     with _mem(pg_dsn, schema, **cfg) as a, _mem(pg_dsn, schema, **cfg) as b:
         for i in range(8):
             a.add_turn("u", "s", "user", f"note {i} about {WORDS[i]} and {WORDS[i + 5]}")
@@ -232,7 +231,7 @@ def test_per_user_offsets_and_prior_live_in_the_database_and_go_with_the_user(pg
     from reflective_memory.rmm.stored_rerank import ADAPTER_BLOB_NAME, BLOB_NAME
 
     schema = pg_schema()
-    cfg = {"rerank_batch_size": 2, "rerank_user_learning_rate": 0.5, "rerank_user_decay": 0.1}
+    cfg = {"rerank": {"batch_size": 2, "user_learning_rate": 0.5, "user_decay": 0.1}}
     with _mem(pg_dsn, schema, **cfg) as a, _mem(pg_dsn, schema, **cfg) as b:
         for user in ("u", "v"):
             for i in range(8):
@@ -268,7 +267,7 @@ def test_delete_user_drops_its_episodes_from_the_stored_shared_reranker(pg_dsn) 
     from reflective_memory.rmm.stored_rerank import BLOB_NAME, reranker_from_bytes
 
     schema = pg_schema()
-    with _mem(pg_dsn, schema, rerank_scope="shared", rerank_batch_size=8) as a:
+    with _mem(pg_dsn, schema, rerank={"scope": "shared", "batch_size": 8}) as a:
         for user in ("u", "v"):
             for i in range(4):
                 a.add_turn(user, "s", "user", f"note {i} about {WORDS[i]} and {WORDS[i + 5]}")
@@ -410,32 +409,6 @@ def test_memory_credit_lives_in_the_users_blob_and_goes_with_the_user(pg_dsn) ->
         a.delete_user("u")
         assert a.store.blob_version("u", ADAPTER_BLOB_NAME) == 0
         assert a.rerank_stage.adapter("u").credit_ == {}
-
-
-def test_turn_prior_lives_in_the_database_and_is_shared_by_processes(pg_dsn) -> None:
-    """The citation-trained turn prior is one blob: a second engine reads and extends it."""
-    from reflective_memory.rmm.turn_prior_stage import TURN_PRIOR_BLOB
-
-    schema = pg_schema()
-    cfg = {"budget_unit": "words", "granularities": ("turn", "segment"), "rerank_turn_prior": 0.5}
-
-    def teach(mem: ReflectiveMemory, i: int) -> bool:
-        r = mem.retrieve("u", f"what about {WORDS[i]}?", budget_tokens=30)
-        cited = [j for j, h in enumerate(r.hits) if f"I love {WORDS[i]}" in h.memory.text]
-        return mem.feedback(r, cited=cited).turn_prior
-
-    with _mem(pg_dsn, schema, **cfg) as a, _mem(pg_dsn, schema, **cfg) as b:
-        for i in range(8):
-            a.add_turn("u", f"s{i}", "friend", f"did you ever try {WORDS[i]}?")
-            a.add_turn("u", f"s{i}", "user", f"I love {WORDS[i]} and do it every week")
-            a.end_session("u", f"s{i}")
-        learned = sum(teach(a, i) for i in range(8)) + sum(teach(b, i) for i in range(8))
-        assert learned >= 8
-        assert a.store.blob_version("__shared__", TURN_PRIOR_BLOB) == learned
-        # each process sees every answer, its own and the other's
-        assert a.turn_prior.prior().n_episodes_ == b.turn_prior.prior().n_episodes_ == learned
-        with _mem(pg_dsn, schema, **cfg) as c:
-            assert np.allclose(c.turn_prior.prior().weights_, a.turn_prior.prior().weights_)
 
 
 def test_bench_retrieval_on_postgres_matches_the_embedded_baselines(pg_dsn, tmp_path) -> None:

@@ -146,7 +146,7 @@ def test_writers_readers_and_a_killed_writer(tmp_path: Path, pg_dsn) -> None:
     with ReflectiveMemory(
         store=PostgresStore(pg_dsn, schema=schema),
         embedder=HashingEmbedder(64),
-        config=MemoryConfig(granularities=("turn",)),
+        config=MemoryConfig(units={"granularities": ("turn",)}),
     ) as mem:
         store = mem.store
         for user in USERS:

@@ -18,7 +18,7 @@ class MemoryMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.mem = ReflectiveMemory(
-            embedder=HashingEmbedder(32), config=MemoryConfig(granularities=("turn",))
+            embedder=HashingEmbedder(32), config=MemoryConfig(units={"granularities": ("turn",)})
         )
         self.turns: dict[tuple[str, str], list[str]] = {}
         self.ended: dict[tuple[str, str], int] = {}

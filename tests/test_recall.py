@@ -77,7 +77,7 @@ def test_gate_signals_sharpness_lowers_entropy():
     ],
 )
 def test_choose_path_rule(mean, entropy, expected):
-    assert choose_path(mean, entropy, RecallConfig()) == expected
+    assert choose_path(mean, entropy, RecallConfig(mode="rfmem")) == expected
 
 
 def test_choose_path_forced_modes():
@@ -89,18 +89,21 @@ def test_recall_gate_on_constructed_scores():
     # A query unrelated to 100 random memories in 128 dimensions: s̄ low, so recollection.
     mat = _corpus(100, 128)
     q = _corpus(1, 128, seed=11)[0]
-    res = recall(ArrayIndex(mat), q, k=5)
+    res = recall(ArrayIndex(mat), q, k=5, mode="rfmem")
     assert res.path == "recollection" and res.mean_score < 0.3
     assert res.trace.rounds >= 1
     # The stored vector itself plus unrelated ones: middle band, one clear winner: familiarity.
     mat = _corpus(100, 32)
-    res = recall(ArrayIndex(mat), mat[0], k=5)
+    res = recall(ArrayIndex(mat), mat[0], k=5, mode="rfmem")
     assert 0.3 < res.mean_score < 0.6 and res.entropy <= 0.2 and res.path == "familiarity"
     # Same probe, but a tau below its entropy: recollection.
-    assert recall(ArrayIndex(mat), mat[0], k=5, tau=res.entropy / 2).path == "recollection"
+    assert (
+        recall(ArrayIndex(mat), mat[0], k=5, mode="rfmem", tau=res.entropy / 2).path
+        == "recollection"
+    )
     # Ten near-copies of the query: s̄ high, so familiarity.
     near = _unit(mat[0] + 0.05 * np.random.default_rng(1).normal(size=(10, 32)))
-    res = recall(ArrayIndex(np.vstack([mat, near])), mat[0], k=5)
+    res = recall(ArrayIndex(np.vstack([mat, near])), mat[0], k=5, mode="rfmem")
     assert res.path == "familiarity" and res.mean_score >= 0.6
     assert res.trace.rounds == 0 and res.filled == 0
     d = res.diagnostics()

@@ -20,7 +20,7 @@ TOPICS = [
 
 def _memory(users=("ana", "bob"), **cfg):
     mem = ReflectiveMemory(
-        embedder=HashingEmbedder(64), config=MemoryConfig(granularities=("turn",), **cfg)
+        embedder=HashingEmbedder(64), config=MemoryConfig(units={"granularities": ("turn",)}, **cfg)
     )
     for u in users:
         for s in range(3):
@@ -67,7 +67,7 @@ def test_recall_config_on_memory_config_and_per_call():
     with pytest.raises(ConfigError):
         MemoryConfig(recall={"alpha": 3})
     with pytest.raises(ConfigError):
-        MemoryConfig(ann_index="lsh")
+        MemoryConfig(index={"ann_kind": "lsh"})
     with _memory(users=("ana",), recall={"mode": "recollection"}) as mem:
         r = mem.retrieve("ana", "peanut allergy", k=3)
         assert r.diagnostics["path"] == "recollection"
@@ -124,9 +124,13 @@ def test_ann_switch_above_threshold(kind):
 
 
 def test_ann_index_persists_and_reloads(tmp_path):
-    cfg = dict(ann_threshold=10, ann_probe=4)
+    cfg = MemoryConfig(
+        units={"granularities": ("turn",)}, index={"ann_threshold": 10, "ann_probe": 4}
+    )
     with ReflectiveMemory(
-        tmp_path, embedder=HashingEmbedder(64), config=MemoryConfig(granularities=("turn",), **cfg)
+        tmp_path,
+        embedder=HashingEmbedder(64),
+        config=cfg,
     ) as mem:
         for i, t in enumerate(TOPICS * 3):
             mem.add_turn("ana", "s1", "user", f"{t} #{i}")
@@ -134,14 +138,18 @@ def test_ann_index_persists_and_reloads(tmp_path):
         first = mem.retrieve("ana", "violin lessons", k=5)
         assert first.diagnostics["ann"] == "ivf"
     with ReflectiveMemory(
-        tmp_path, embedder=HashingEmbedder(64), config=MemoryConfig(granularities=("turn",), **cfg)
+        tmp_path,
+        embedder=HashingEmbedder(64),
+        config=cfg,
     ) as mem:
         again = mem.retrieve("ana", "violin lessons", k=5)
         assert again.diagnostics["ann"] == "ivf"
         assert [h.memory.id for h in again.hits] == [h.memory.id for h in first.hits]
     # A changed threshold rebuilds the exact index instead of trusting the file.
     with ReflectiveMemory(
-        tmp_path, embedder=HashingEmbedder(64), config=MemoryConfig(granularities=("turn",))
+        tmp_path,
+        embedder=HashingEmbedder(64),
+        config=MemoryConfig(units={"granularities": ("turn",)}),
     ) as mem:
         assert mem.retrieve("ana", "violin lessons", k=5).diagnostics["ann"] == "exact"
 

@@ -35,7 +35,7 @@ USER = "erin-8a1f"
 
 
 def _cfg(**kw) -> MemoryConfig:
-    return MemoryConfig(granularities=("turn",), **kw)
+    return MemoryConfig(units={"granularities": ("turn",)}).replace(**kw)
 
 
 def _files_with(directory: Path, needle: bytes) -> list[str]:
@@ -92,10 +92,10 @@ def test_stale_fence_writes_nothing() -> None:
 
 # -- 2. atomic builds, note parsing, mixed timestamps ----------------------------------------------
 def test_failed_note_build_leaves_session_open_without_partial_memories(monkeypatch) -> None:
-    import reflective_memory.sessions as sessions
+    import reflective_memory.sessions.building as sessions
 
     with ReflectiveMemory(
-        embedder=HashingEmbedder(64), config=_cfg(conditional_memory=True)
+        embedder=HashingEmbedder(64), config=_cfg(conditional={"notes": True})
     ) as mem:
         mem.add_turn("u", "s", "user", "I adopted a cat named Miso last week.")
         live = mem.memories("u")  # the turn is searchable at once, before any build
@@ -126,7 +126,7 @@ def test_note_parser_ignores_non_ascii_digits() -> None:
 
 def test_notes_with_naive_and_aware_timestamps() -> None:
     with ReflectiveMemory(
-        embedder=HashingEmbedder(64), config=_cfg(conditional_memory=True)
+        embedder=HashingEmbedder(64), config=_cfg(conditional={"notes": True})
     ) as mem:
         mem.add_turn("u", "s", "assistant", "What did you do?", timestamp=1704103200)
         mem.add_turn(
@@ -157,7 +157,7 @@ def test_delete_user_leaves_no_copy_in_any_file(tmp_path: Path) -> None:
         '{"extracted_memories": [{"summary": "The user keeps a locker.", "reference": [0]}]}',
         "Add()",
     )
-    cfg = _cfg(prospective_reflection=True, rerank_batch_size=2)
+    cfg = _cfg(topics={"enabled": True}, rerank={"batch_size": 2})
     directory = tmp_path / "db"
     with ReflectiveMemory(directory, embedder=HashingEmbedder(64), llm=llm, config=cfg) as mem:
         _populate(mem)
@@ -191,7 +191,7 @@ def test_delete_session_and_turns_scrub_files(tmp_path: Path) -> None:
 
 
 def test_shared_reranker_forgets_a_deleted_users_episodes(tmp_path: Path) -> None:
-    cfg = _cfg(rerank_scope="shared", rerank_batch_size=16)
+    cfg = _cfg(rerank={"scope": "shared", "batch_size": 16})
     with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(64), config=cfg) as mem:
         _populate(mem)
         _populate(mem, "other-user")
@@ -357,7 +357,7 @@ class Sleepy:
 
 
 def test_a_hanging_llm_times_out_and_falls_back() -> None:
-    cfg = _cfg(conditional_memory=True, llm_timeout_s=0.2)
+    cfg = _cfg(conditional={"notes": True}, llm={"timeout_s": 0.2})
     llm = Sleepy(30)
     with ReflectiveMemory(embedder=HashingEmbedder(64), llm=llm, config=cfg) as mem:
         mem.add_turn("u", "s", "user", "I adopted a cat named Miso last week.")

@@ -31,7 +31,7 @@ class StoreModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="rm-model-"))
-        self.cfg = MemoryConfig(granularities=("turn",), denoiser="none")
+        self.cfg = MemoryConfig(units={"granularities": ("turn",)}, denoise={"kind": "none"})
         self.mem = self._open()
         # (user, session) -> {turn_id: text}; built: (user, session) -> texts at the last end
         self.turns: dict[tuple[str, str], dict[str, str]] = {}

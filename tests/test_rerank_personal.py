@@ -145,10 +145,13 @@ def test_adapter_gradient_matches_autograd_of_reranker_policy():
 
 
 def _cfg(**kw):
-    base = dict(granularities=("turn",), retrieval_mode="dense", rerank_top_k=8, rerank_top_m=3)
-    base["denoiser"] = "none"
-    base.update(kw)
-    return MemoryConfig(**base)
+    base = MemoryConfig(
+        units={"granularities": ("turn",)},
+        search={"mode": "dense"},
+        rerank={"top_k": 8, "top_m": 3},
+        denoise={"kind": "none"},
+    )
+    return base.replace(**kw)
 
 
 def _stage_episode(dim, rng, short_cited=True):
@@ -164,9 +167,7 @@ def _stage_episode(dim, rng, short_cited=True):
 
 def test_learning_on_one_user_does_not_change_another_users_own_part(tmp_path):
     cfg = _cfg(
-        rerank_features=("cost", "overlap"),
-        rerank_batch_size=1000,  # the prior does not step here: only the user parts move
-        rerank_user_learning_rate=0.2,
+        rerank={"features": ("cost", "overlap"), "batch_size": 1000, "user_learning_rate": 0.2}
     )
     dim = HashingEmbedder().dim
     rng = np.random.default_rng(1)
@@ -191,10 +192,12 @@ def test_learning_on_one_user_does_not_change_another_users_own_part(tmp_path):
 
 def test_prior_learns_across_users_and_new_users_inherit_it(tmp_path):
     cfg = _cfg(
-        rerank_features=("cost", "overlap"),
-        rerank_batch_size=2,
-        rerank_feature_learning_rate=0.05,
-        rerank_user_learning_rate=0.0,  # only the prior learns
+        rerank={
+            "features": ("cost", "overlap"),
+            "batch_size": 2,
+            "feature_learning_rate": 0.05,
+            "user_learning_rate": 0.0,
+        }
     )
     dim = HashingEmbedder().dim
     rng = np.random.default_rng(2)
@@ -211,7 +214,7 @@ def test_prior_learns_across_users_and_new_users_inherit_it(tmp_path):
 
 
 def test_user_state_bytes_round_trip_and_erase(tmp_path):
-    cfg = _cfg(rerank_features=("cost", "overlap"), rerank_user_learning_rate=0.2)
+    cfg = _cfg(rerank={"features": ("cost", "overlap"), "user_learning_rate": 0.2})
     dim = HashingEmbedder().dim
     rng = np.random.default_rng(4)
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
@@ -245,7 +248,7 @@ def test_user_state_bytes_round_trip_and_erase(tmp_path):
 
 def test_delete_user_drops_its_buffered_episodes_from_the_prior(tmp_path):
     """Scope `user`: the prior's buffer holds query and memory vectors; they go with the user."""
-    cfg = _cfg(rerank_features=("cost", "overlap"), rerank_batch_size=16)
+    cfg = _cfg(rerank={"features": ("cost", "overlap"), "batch_size": 16})
     dim = HashingEmbedder().dim
     rng = np.random.default_rng(6)
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
@@ -305,15 +308,15 @@ def test_pure_noise_feedback_keeps_offsets_small():
 
 def test_config_validates_new_rerank_fields():
     for bad in (
-        {"rerank_scope": "team"},
-        {"rerank_user_learning_rate": -1},
-        {"rerank_user_decay": -0.1},
-        {"rerank_feature_learning_rate": 0},
-        {"rerank_features": ("length",)},
+        {"rerank": {"scope": "team"}},
+        {"rerank": {"user_learning_rate": -1}},
+        {"rerank": {"user_decay": -0.1}},
+        {"rerank": {"feature_learning_rate": 0}},
+        {"rerank": {"features": ("length",)}},
     ):
         with pytest.raises(ConfigError):
             MemoryConfig(**bad)
-    assert MemoryConfig(rerank_scope="isolated").rerank_scope == "isolated"
+    assert MemoryConfig(rerank={"scope": "isolated"}).rerank.scope == "isolated"
 
 
 def test_signed_weights_never_invert_retriever_evidence():

@@ -24,10 +24,13 @@ def _fill(mem, user="u1"):
 
 
 def _cfg(**kw):
-    base = dict(granularities=("turn",), retrieval_mode="dense", rerank_top_k=8, rerank_top_m=3)
-    base["denoiser"] = "none"  # raw keys: these hashing-embedder examples match on stopwords
-    base.update(kw)
-    return MemoryConfig(**base)
+    base = MemoryConfig(
+        units={"granularities": ("turn",)},
+        search={"mode": "dense"},
+        rerank={"top_k": 8, "top_m": 3},
+        denoise={"kind": "none"},  # raw keys: these hashing-embedder examples match on stopwords
+    )
+    return base.replace(**kw)
 
 
 class ScriptedLLM:
@@ -54,7 +57,7 @@ def test_prospective_reflection_through_engine():
         ],
         update=["Merge(0, The user has a one-year-old beagle named Rex.)"],
     )
-    cfg = _cfg(prospective_reflection=True, granularities=("segment",))
+    cfg = _cfg(topics={"enabled": True}, units={"granularities": ("segment",)})
     with ReflectiveMemory(embedder=HashingEmbedder(), llm=llm, config=cfg) as mem:
         mem.add_turn("u1", "a", "user", "I adopted a beagle called Rex", timestamp="2024-01-02")
         mem.add_turn("u1", "a", "assistant", "Lovely!")
@@ -84,7 +87,7 @@ def test_reflection_failure_never_loses_the_session():
     def broken(prompt):
         return "total nonsense"
 
-    cfg = _cfg(prospective_reflection=True)
+    cfg = _cfg(topics={"enabled": True})
     with ReflectiveMemory(embedder=HashingEmbedder(), llm=broken, config=cfg) as mem:
         mem.add_turn("u1", "a", "user", "I adopted a beagle called Rex")
         out = mem.end_session("u1", "a")
@@ -96,7 +99,7 @@ def test_reflection_failure_never_loses_the_session():
 def test_reflection_off_without_llm_or_option():
     assert (
         ReflectiveMemory(
-            embedder=HashingEmbedder(), config=_cfg(prospective_reflection=True)
+            embedder=HashingEmbedder(), config=_cfg(topics={"enabled": True})
         ).reflector
         is None
     )
@@ -107,11 +110,14 @@ def test_reflection_off_without_llm_or_option():
 
 
 def test_untrained_reranker_keeps_retriever_order_and_reports_it():
-    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg(retrieval_mode="hybrid")) as mem:
+    with ReflectiveMemory(
+        embedder=HashingEmbedder(), config=_cfg(search={"mode": "hybrid"})
+    ) as mem:
         _fill(mem)
         r = mem.retrieve("u1", "what dog did I adopt", k=6)
         with ReflectiveMemory(
-            embedder=HashingEmbedder(), config=_cfg(retrieval_mode="hybrid", rerank=False)
+            embedder=HashingEmbedder(),
+            config=_cfg(search={"mode": "hybrid"}, rerank={"enabled": False}),
         ) as plain:
             _fill(plain)
             base = plain.retrieve("u1", "what dog did I adopt", k=6)
@@ -122,14 +128,14 @@ def test_untrained_reranker_keeps_retriever_order_and_reports_it():
 
 
 def test_ranking_continues_past_the_reranked_head():
-    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg(rerank_top_k=4)) as mem:
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg(rerank={"top_k": 4})) as mem:
         _fill(mem)
         r = mem.retrieve("u1", "nurse", k=12)
         assert len(r.hits) == 12 and len(r.diagnostics["rerank"]["retriever_order"]) == 4
 
 
 def test_isolated_scope_learns_and_persists_per_user(tmp_path):
-    cfg = _cfg(rerank_scope="isolated", rerank_batch_size=2, rerank_seed=0, rerank_explore=True)
+    cfg = _cfg(rerank={"scope": "isolated", "batch_size": 2, "seed": 0, "explore": True})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem, "u1")
         _fill(mem, "u2")
@@ -164,7 +170,7 @@ def test_isolated_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_
     cand = rng.normal(size=(4, dim)).astype(np.float32)
     feats = np.log1p(np.array([[3.0], [40.0], [7.0], [12.0]], np.float32))  # the cost feature
     ep = Episode(cand[0], cand, [1, 0], np.array([1.0, -1.0], np.float32), None, feats)
-    cfg = _cfg(rerank_scope="isolated", rerank_features=("cost",), rerank_batch_size=2)
+    cfg = _cfg(rerank={"scope": "isolated", "features": ("cost",), "batch_size": 2})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         stage = mem.rerank_stage
         first = stage.learn("u1", ep)
@@ -179,7 +185,7 @@ def test_isolated_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_
 
 
 def test_shared_scope_uses_one_reranker(tmp_path):
-    cfg = _cfg(rerank_scope="shared", rerank_batch_size=1)
+    cfg = _cfg(rerank={"scope": "shared", "batch_size": 1})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem, "u1")
         _fill(mem, "u2")
@@ -191,7 +197,7 @@ def test_shared_scope_uses_one_reranker(tmp_path):
 
 
 def test_feedback_no_cite_and_attribution_fallback():
-    cfg = _cfg(rerank_batch_size=100, attribution_threshold=0.3)
+    cfg = _cfg(rerank={"batch_size": 100, "attribution_threshold": 0.3})
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
         r = mem.retrieve("u1", "what do I do on weekends")
@@ -204,7 +210,7 @@ def test_feedback_no_cite_and_attribution_fallback():
         assert f.similarities is not None and len(f.similarities) == len(r.hits)
         f = mem.feedback(r, "Memory [1] and [1] and [42].")
         assert f.cited == (1,) and f.repeated == 1 and f.out_of_range == 1
-    off = _cfg(attribution_fallback=False)
+    off = _cfg(rerank={"attribution_fallback": False})
     with ReflectiveMemory(embedder=HashingEmbedder(), config=off) as mem:
         _fill(mem)
         f = mem.feedback(mem.retrieve("u1", "weekends"), "You study Japanese.")
@@ -212,7 +218,7 @@ def test_feedback_no_cite_and_attribution_fallback():
 
 
 def test_feedback_from_a_rebuilt_context(tmp_path):
-    cfg = _cfg(rerank_batch_size=1)
+    cfg = _cfg(rerank={"batch_size": 1})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
         r = mem.retrieve("u1", "nurse")
@@ -233,21 +239,25 @@ def test_feedback_errors():
             mem.feedback("not a retrieval", cited=[0])  # type: ignore[arg-type]
         empty = mem.retrieve("nobody", "nurse")
         assert not mem.feedback(empty, cited=[]).learned
-    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg(rerank=False)) as mem:
+    with ReflectiveMemory(
+        embedder=HashingEmbedder(), config=_cfg(rerank={"enabled": False})
+    ) as mem:
         _fill(mem)
         with pytest.raises(ConfigError):
             mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
 
 
 def test_citation_loop_end_to_end_moves_cited_memory_up():
-    cfg = _cfg(  # the paper's form: embedding maps only
-        rerank_explore=True,
-        rerank_seed=1,
-        rerank_batch_size=4,
-        rerank_top_m=3,
-        rerank_top_k=16,
-        rerank_features=(),
-        rerank_learning_rate=1e-3,  # the paper's eta (the library's default is lower)
+    cfg = _cfg(
+        rerank={
+            "explore": True,
+            "seed": 1,
+            "batch_size": 4,
+            "top_m": 3,
+            "top_k": 16,
+            "features": (),
+            "learning_rate": 1e-3,
+        }
     )
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
@@ -259,7 +269,6 @@ def test_citation_loop_end_to_end_moves_cited_memory_up():
 
         start = pos()
         # Plain SGD at the paper's eta moves the embedding maps slowly: about 200 episodes here
-        # (Adam at 1e-3 needs about 40; see the rerank_optimizer docs).
         for _ in range(240):
             r = mem.retrieve("u1", query, k=3)
             prompt = build_answer_prompt(query, r.hits)
@@ -270,27 +279,22 @@ def test_citation_loop_end_to_end_moves_cited_memory_up():
 
 
 def test_reranker_options_reach_the_engine_reranker(tmp_path):
-    cfg = _cfg(
-        rerank_scope="isolated",
-        rerank_batch_size=1,
-        rerank_memory_bias=True,
-        rerank_weight_decay=0.01,
-    )
+    cfg = _cfg(rerank={"scope": "isolated", "batch_size": 1, "tau": 0.7})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)
         mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
         rr = mem.rerank_stage.reranker("u1")
-        assert rr.memory_bias and rr.weight_decay == 0.01 and not rr.is_identity
+        assert rr.tau == 0.7 and rr.batch_size == 1 and not rr.is_identity
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         loaded = again.rerank_stage.reranker("u1")
-        assert loaded.memory_bias and loaded.n_updates_ == 1
+        assert loaded.tau == 0.7 and loaded.n_updates_ == 1
     for bad in (
-        {"rerank_weight_decay": -0.1},
-        {"rerank_memory_bias": "yes"},
-        {"rerank_baseline": "mean"},
-        {"rerank_baseline": True},
-        {"rerank_features": ("length",)},
-        {"rerank_features": ("cost", "cost")},
+        {"rerank_weight_decay": 0.1},  # removed in 0.2
+        {"rerank_memory_bias": True},
+        {"rerank": {"baseline": "mean"}},
+        {"rerank": {"baseline": True}},
+        {"rerank": {"features": ("length",)}},
+        {"rerank": {"features": ("cost", "cost")}},
     ):
         with pytest.raises(ConfigError):
             _cfg(**bad)
@@ -299,17 +303,19 @@ def test_reranker_options_reach_the_engine_reranker(tmp_path):
 def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
     """The default reranker scores the cost feature; feedback on short memories teaches it."""
     cfg = _cfg(
-        rerank_scope="isolated",
-        rerank_features=("cost",),
-        rerank_batch_size=1,
-        rerank_explore=True,
-        rerank_seed=0,
-        rerank_top_k=16,
+        rerank={
+            "scope": "isolated",
+            "features": ("cost",),
+            "batch_size": 1,
+            "explore": True,
+            "seed": 0,
+            "top_k": 16,
+        }
     )
-    cfg.passages = False  # the reranker's scores on the units themselves
-    assert cfg.rerank_baseline == "episode"
+    cfg = cfg.replace(passages={"enabled": False})  # the reranker's scores on the units
+    assert cfg.rerank.baseline == "episode"
     assert MemoryConfig.from_dict(cfg.to_dict()) == cfg
-    assert MemoryConfig(rerank_features="cost").rerank_features == ("cost",)
+    assert MemoryConfig(rerank={"features": "cost"}).rerank.features == ("cost",)
     hobbies = ["chess", "pottery", "running", "choir", "baking", "climbing", "salsa", "poetry"]
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         for i, h in enumerate(hobbies):  # short personal facts and long generic musings
@@ -340,17 +346,15 @@ def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
         rr = mem.rerank_stage.reranker("u1")
         assert rr.features == ("cost",) and float(rr.w_f_.detach()[0]) < 0
         assert facts_on_top("how do I spend evenings") > before  # another query, same lesson
-    paper = _cfg(
-        rerank_scope="isolated", rerank_features=(), rerank_baseline=0.5, rerank_optimizer="adam"
-    )
+    paper = _cfg(rerank={"scope": "isolated", "features": (), "baseline": 0.5})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=paper) as again:
         loaded = again.rerank_stage.reranker("u1")  # the config wins over the saved settings
-        assert loaded.features == () and loaded.baseline == 0.5 and loaded.optimizer == "adam"
+        assert loaded.features == () and loaded.baseline == 0.5
         assert loaded.n_updates_ == 40
 
 
 def test_buffered_feedback_survives_close_and_reopen(tmp_path):
-    cfg = _cfg(rerank_scope="isolated", rerank_batch_size=4)
+    cfg = _cfg(rerank={"scope": "isolated", "batch_size": 4})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem, "u1")
         f = mem.feedback(mem.retrieve("u1", "what pet do I have"), cited=[0])

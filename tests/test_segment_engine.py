@@ -107,30 +107,36 @@ def test_llm_that_raises_falls_back_offline():
 def test_config_choices(tmp_path):
     emb = HashingEmbedder(64)
     assert isinstance(
-        segmenter_from_config(MemoryConfig(segmenter="fixed"), emb), FixedWindowSegmenter
+        segmenter_from_config(MemoryConfig(segment={"kind": "fixed"}).segment, emb),
+        FixedWindowSegmenter,
     )
     assert isinstance(
-        segmenter_from_config(MemoryConfig(segmenter="texttiling"), emb), TextTilingSegmenter
+        segmenter_from_config(MemoryConfig(segment={"kind": "texttiling"}).segment, emb),
+        TextTilingSegmenter,
     )
-    seg = segmenter_from_config(MemoryConfig(segmenter="embedding", segment_unit="turn"), emb)
+    seg = segmenter_from_config(
+        MemoryConfig(segment={"kind": "embedding", "unit": "turn"}).segment, emb
+    )
     assert isinstance(seg, EmbeddingSegmenter) and seg.unit == "turn"
     with pytest.raises(ConfigError):
-        segmenter_from_config(MemoryConfig(segmenter="llm"), emb, None)
+        segmenter_from_config(MemoryConfig(segment={"kind": "llm"}).segment, emb, None)
     with pytest.raises(ConfigError):
-        MemoryConfig(segmenter="magic")
+        MemoryConfig(segment={"kind": "magic"})
     with pytest.raises(ConfigError):
-        MemoryConfig(segment_unit="sentence")
+        MemoryConfig(segment={"unit": "sentence"})
     with pytest.raises(ConfigError):
-        MemoryConfig(segment_llm_window=10, segment_llm_overlap=5)
+        MemoryConfig(segment={"llm_window": 10, "llm_overlap": 5})
     path = Rubric(items=["Cut at new subjects."]).save(tmp_path / "rubric.json")
-    cfg = MemoryConfig(segmenter="llm", segment_rubric=str(path), segment_llm_window=14)
-    seg = segmenter_from_config(cfg, emb, lambda p: "")
+    cfg = MemoryConfig(segment={"kind": "llm", "rubric": str(path), "llm_window": 14})
+    seg = segmenter_from_config(cfg.segment, emb, lambda p: "")
     assert isinstance(seg, LLMSegmenter)
     assert seg.rubric is not None and seg.rubric.items == ["Cut at new subjects."]
     assert seg.window == 14
     with pytest.raises(ConfigError):
         segmenter_from_config(
-            MemoryConfig(segmenter="llm", segment_rubric=str(tmp_path / "none.json")), emb, len
+            MemoryConfig(segment={"kind": "llm", "rubric": str(tmp_path / "none.json")}).segment,
+            emb,
+            len,
         )
 
 

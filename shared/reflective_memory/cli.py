@@ -224,7 +224,7 @@ def _ingest(args: argparse.Namespace) -> int:
 def _redenoise(args: argparse.Namespace) -> int:
     from reflective_memory.config import MemoryConfig
 
-    cfg = MemoryConfig(denoiser=args.denoiser, denoise_rate=args.rate, denoiser_model=args.model)
+    cfg = MemoryConfig(denoise={"kind": args.denoiser, "rate": args.rate, "model": args.model})
     with _open(args.db, config=cfg) as mem:
         _check_user(mem, args.user, args.db)
         warm_up = getattr(mem.denoiser, "warm_up", None)

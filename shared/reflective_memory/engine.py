@@ -26,18 +26,16 @@ from reflective_memory.errors import (
     StoreClosedError,
 )
 from reflective_memory.llm import LLMClient, as_llm, count_tokens
-from reflective_memory.passages import PassageSettings
-from reflective_memory.ranking import FusionWeights, pack_hits, rank_candidates
+from reflective_memory.ranking import pack_hits, rank_candidates
 from reflective_memory.recall import RecallConfig
 from reflective_memory.records import MemoryRecords
 from reflective_memory.retrieval_steps import RetrievalSteps
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.stored_rerank import StoredRerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector
-from reflective_memory.rmm.turn_prior_stage import TurnPriorStage
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
-from reflective_memory.sessions import SessionBuilding
+from reflective_memory.sessions.building import SessionBuilding
 from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
@@ -77,11 +75,11 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             LLM-backed step falls back to its offline counterpart without it.
         config: Settings; see `MemoryConfig`.
         segmenter: Cuts sessions into segments for the `segment` granularity (default: chosen by
-            `config.segmenter`; `auto` is the LLM segmenter when `llm` is given, else the offline
+            `config.segment.kind`; `auto` is the LLM segmenter when `llm` is given, else the offline
             embedding segmenter).
         denoiser: Denoises memory keys before indexing (SeCom compression): `"none"`,
             `"offline"`, `"llmlingua"` or any object with `denoise(texts)` (see
-            `reflective_memory.denoise.Denoiser`). `None` uses `config.denoiser`. Only keys
+            `reflective_memory.denoise.Denoiser`). `None` uses `config.denoise.kind`. Only keys
             are denoised; the LLM always gets the raw text. After changing it,
             `redenoise(user_id)` re-keys a user's existing memories.
         store: Keep everything in a database server instead of `path`: a
@@ -126,66 +124,46 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             )
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.llm: LLMClient | None = as_llm(
-            llm, timeout_s=self.config.llm_timeout_s, max_chars=self.config.llm_max_chars
+            llm, timeout_s=self.config.llm.timeout_s, max_chars=self.config.llm.max_chars
         )
         self.segmenter: Segmenter = (
             segmenter
             if segmenter is not None
-            else segmenter_from_config(self.config, self.embedder, self.llm)
+            else segmenter_from_config(self.config.segment, self.embedder, self.llm)
         )
         cfg = self.config
         self.denoiser: Denoiser | None = make_denoiser(
-            cfg.denoiser if denoiser is None else denoiser,
-            rate=cfg.denoise_rate,
-            model=cfg.denoiser_model,
-            device=cfg.denoiser_device,
+            cfg.denoise.kind if denoiser is None else denoiser,
+            rate=cfg.denoise.rate,
+            model=cfg.denoise.model,
+            device=cfg.denoise.device,
         )
         self.indexes = IndexCache(
             self.store,
             self.embedder,
             None if self.path is None else self.path / "index",
-            batch_size=self.config.embed_batch_size,
-            ann=self.config.ann_settings(),
-            max_bytes=self.config.index_cache_bytes,
+            batch_size=self.config.units.embed_batch_size,
+            ann=self.config.index.ann(),
+            max_bytes=self.config.index.cache_bytes,
         )
         # RMM: prospective reflection needs an LLM and the option; the reranker stage is local.
         self.reflector: ProspectiveReflector | None = None
-        if self.llm is not None and self.config.prospective_reflection:
+        if self.llm is not None and self.config.topics.enabled:
             self.reflector = ProspectiveReflector(
                 self.llm,
-                merge_k=self.config.topic_merge_k,
-                speakers=self.config.topic_speakers,
-                date_prefix=self.config.date_prefix,
+                merge_k=self.config.topics.merge_k,
+                speakers=self.config.topics.speakers,
+                date_prefix=self.config.units.date_prefix,
             )
-        self._fusion = FusionWeights(cfg.dense_weight, cfg.lexical_weight, cfg.rrf_k)
-        self._passage_settings = PassageSettings(
-            rrf_k=cfg.rrf_k,
-            context_weight=cfg.context_weight,
-            neighbour_weight=cfg.neighbour_weight,
-            neighbour_span=cfg.neighbour_span,
-            recency_weight=cfg.recency_weight,
-            recency_margin=cfg.recency_margin,
-            speaker_focus=cfg.speaker_focus,
-            length_exponent=cfg.length_exponent,
-            length_free=cfg.length_free,
-            length_keep_share=cfg.length_keep_share,
-            date_header=cfg.date_prefix,
-        )
-        self._count = count_tokens if cfg.budget_unit == "tokens" else _count_words
+        self._count = count_tokens if cfg.passages.budget_unit == "tokens" else _count_words
         if hasattr(self.store, "update_blob"):  # rerankers live in the database
             self.rerank_stage: RerankStage = StoredRerankStage(
-                self.config, self.embedder, self.store
+                cfg.rerank, self.embedder, self.store
             )
         else:
             self.rerank_stage = RerankStage(
-                self.config, self.embedder, None if self.path is None else self.path / "rerankers"
+                cfg.rerank, self.embedder, None if self.path is None else self.path / "rerankers"
             )
-        self.turn_prior = TurnPriorStage(
-            strength=cfg.rerank_turn_prior if cfg.rerank else 0.0,
-            learning_rate=cfg.rerank_turn_prior_learning_rate,
-            directory=None if self.path is None else self.path / "rerankers",
-            store=self.store,
-        )
         if self.path is not None:
             self._end_stale_sessions()
 
@@ -230,10 +208,10 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         check_encodable("text", text)
         if not text.strip():
             raise InvalidInputError("text must not be empty or whitespace")
-        if len(text) > self.config.max_text_chars:
+        if len(text) > self.config.sessions.max_text_chars:
             raise InvalidInputError(
                 f"text has {len(text)} characters, more than max_text_chars="
-                f"{self.config.max_text_chars}"
+                f"{self.config.sessions.max_text_chars}"
             )
         if turn_id is not None:
             check_id("turn_id", turn_id)
@@ -325,18 +303,18 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
     def _auto_end(self, stored: Sequence[Turn]) -> None:
         """End sessions that hit the turn cap or went idle (never fails the write)."""
         cfg = self.config
-        if cfg.max_session_turns is None and cfg.session_idle_seconds is None:
+        if cfg.sessions.max_turns is None and cfg.sessions.idle_seconds is None:
             return
         done: set[tuple[str, str]] = set()
         for turn in stored:
             key = (turn.user_id, turn.session_id)
             try:
-                if cfg.max_session_turns is not None and key not in done:
+                if cfg.sessions.max_turns is not None and key not in done:
                     info = self.store.session(*key)
-                    if info is not None and info.n_turns >= cfg.max_session_turns:
+                    if info is not None and info.n_turns >= cfg.sessions.max_turns:
                         self.end_session(*key)
                         done.add(key)
-                if cfg.session_idle_seconds is not None and turn.timestamp is not None:
+                if cfg.sessions.idle_seconds is not None and turn.timestamp is not None:
                     for info in self.store.sessions(turn.user_id, status="open"):
                         other = (info.user_id, info.session_id)
                         last = info.last_time
@@ -345,7 +323,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                         if not _comparable(last, turn.timestamp):
                             continue
                         idle = (turn.timestamp - last).total_seconds()
-                        if idle > cfg.session_idle_seconds:
+                        if idle > cfg.sessions.idle_seconds:
                             self.end_session(*other)
                             done.add(other)
             except Exception:  # the turns are committed; memory building can be retried
@@ -366,7 +344,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
     ) -> Retrieval:
         """Rank a user's memories for a query and return what the reader should see.
 
-        By default (`config.passages`) retrieval is small-to-big: every indexed key (turns,
+        By default (`config.passages.enabled`) retrieval is small-to-big: every indexed key (turns,
         segments, topics, notes) is ranked, the ranking is resolved to turns (each unit votes
         for the turns it was built from; see `reflective_memory.passages`), and:
 
@@ -378,28 +356,30 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         A passage is a `Memory` with `granularity="passage"`: its `turn_ids` are the turns it
         holds, `metadata["positions"]` their places in the session and `metadata["sources"]`
         the ids of the indexed units that voted for them. Passages are built per call and not
-        stored (`get_memory` does not know their ids). With `config.passages=False` or `views`,
+        stored (`get_memory` does not know their ids). With `config.passages.enabled=False` or
+        `views`,
         the ranked units themselves are returned.
 
         Args:
             user_id: Whose memories to search (an unknown user gets an empty result).
             query: The query text.
             k: Number of hits (may be as large as the user's memory count). Defaults to
-                `config.default_k` when `budget_tokens` is not given either.
+                `config.search.default_k` when `budget_tokens` is not given either.
             budget_tokens: Pack hits in rank order while their texts fit this many tokens
                 (counted by `reflective_memory.llm.count_tokens`: one per word or punctuation
                 mark); a hit that does not fit is skipped and smaller later hits may still fill
                 the budget. With `k` too, at most `k` hits.
-            mode: Override `config.retrieval_mode` (`hybrid`, `dense` or `lexical`).
+            mode: Override `config.search.mode` (`hybrid`, `dense` or `lexical`).
             recall: RF-Mem settings for this call: a `RecallConfig`, or a dict of fields that
                 override `config.recall` (e.g. `{"mode": "familiarity"}` or `{"alpha": 0.3}`).
-            views: Memory kinds to search (override `config.retrieval_views`), e.g.
+            views: Memory kinds to search (override `config.search.views`), e.g.
                 `("note", "segment")`; one ranking across them shares `k` / the budget, and
                 the hits are those units themselves (no passages).
-            reflect: Override `config.self_reflection`: let the LLM judge the hits and retrieve
+            reflect: Override `config.conditional.self_reflection`: let the LLM judge the hits and
+                retrieve
                 again with its keywords (`diagnostics["reflection"]` shows every round).
             explore: Sample the reranked top-M with Gumbel noise (for learning from feedback);
-                defaults to `config.rerank_explore`.
+                defaults to `config.rerank.explore`.
 
         Returns:
             The ranked `Retrieval`. Its diagnostics hold `mode`, the dense `path` taken
@@ -417,7 +397,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         check_encodable("query", query)
         k = check_positive("k", k)
         budget_tokens = check_positive("budget_tokens", budget_tokens)
-        mode = self.config.retrieval_mode if mode is None else mode
+        mode = self.config.search.mode if mode is None else mode
         if mode not in ("hybrid", "dense", "lexical"):
             raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
         if recall is None:
@@ -431,11 +411,11 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                 f"recall must be a RecallConfig, a dict or None, got {type(recall).__name__}"
             )
         if k is None and budget_tokens is None:
-            k = self.config.default_k
-        views = self.config.retrieval_views if views is None else tuple(views)
+            k = self.config.search.default_k
+        views = self.config.search.views if views is None else tuple(views)
         if views is not None and (not views or any(v not in GRANULARITIES for v in views)):
             raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
-        if self.config.self_reflection if reflect is None else reflect:
+        if self.config.conditional.self_reflection if reflect is None else reflect:
             kw = {"k": k, "budget_tokens": budget_tokens, "mode": mode, "views": views}
             kw["explore"] = explore
             kw["recall"] = rcfg
@@ -463,29 +443,29 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             return Retrieval(user_id, query, [], diagnostics, retrieval_id=rid)
 
         speaker = None
-        if self.config.passages and views is None:
+        if self.config.passages.enabled and views is None:
             speaker, query_text = self._speaker_focus(user_id, index, query, diagnostics)
         else:
             query_text = query
         qvec = None
         if mode != "lexical":
             t0 = time.perf_counter()
-            qvec = self.embedder.encode(query_text[: self.config.embed_max_chars])
+            qvec = self.embedder.encode(query_text[: self.config.units.embed_max_chars])
             timings["embed"] = (time.perf_counter() - t0) * 1000
 
         want = self._wanted(index, k, budget_tokens)
-        n = min(len(index), max(want, self.config.candidate_k, self.config.rerank_top_k))
-        explore = self.config.rerank_explore if explore is None else bool(explore)
+        n = min(len(index), max(want, self.config.search.candidate_k, self.config.rerank.top_k))
+        explore = self.config.rerank.explore if explore is None else bool(explore)
         if mode != "lexical":
             rcfg = self._calibrated(index, rcfg, diagnostics)
         while True:
             order, scores = rank_candidates(
-                index, query_text, qvec, n, mode, rcfg, self._fusion, timings, diagnostics
+                index, query_text, qvec, n, mode, rcfg, self.config.search, timings, diagnostics
             )
-            if self.config.rerank:
+            if self.config.rerank.enabled:
                 t0 = time.perf_counter()
                 if qvec is None:
-                    qvec = self.embedder.encode(query_text[: self.config.embed_max_chars])
+                    qvec = self.embedder.encode(query_text[: self.config.units.embed_max_chars])
                 order, scores = self.rerank_stage.apply(
                     user_id,
                     index,
@@ -499,7 +479,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                     fetch=lambda ids: self.store.memories(user_id, ids),
                 )
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
-            if self.config.passages and views is None:
+            if self.config.passages.enabled and views is None:
                 hits, filled = self._pack_passages(
                     user_id,
                     query,
@@ -549,8 +529,9 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         Args:
             retrieval: The `Retrieval` the answer was generated from.
             answer: The LLM's answer text; if it has no citation marker and
-                `config.attribution_fallback` is on, used memories are inferred by embedding
-                similarity (`config.attribution_threshold`) and the result is marked `inferred`.
+                `config.rerank.attribution_fallback` is on, used memories are inferred by embedding
+                similarity (`config.rerank.attribution_threshold`) and the result is marked
+                `inferred`.
             cited: The cited hit positions, given directly instead of an answer.
 
         Returns:
@@ -560,14 +541,12 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
 
         Raises:
             InvalidInputError: Neither `answer` nor `cited` given, or a cited position is no hit.
-            ConfigError: The reranker is disabled (`config.rerank` is False).
+            ConfigError: The reranker is disabled (`config.rerank.enabled` is False).
         """
         self._open()
-        if not self.config.rerank:
-            raise ConfigError("feedback trains the reranker; enable config.rerank")
+        if not self.config.rerank.enabled:
+            raise ConfigError("feedback trains the reranker; enable config.rerank.enabled")
         out = self.rerank_stage.feedback(retrieval, answer, cited, self.indexes.get)
-        if out.cited:  # which kind of turn the answer cited (`reflective_memory.rmm.turn_prior`)
-            out.turn_prior = self.turn_prior.learn(retrieval, out.cited)
         return out
 
     async def afeedback(

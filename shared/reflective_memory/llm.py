@@ -18,12 +18,14 @@ import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from reflective_memory.errors import InvalidInputError, LLMError
+from reflective_memory.settings import check_int, check_number
 from reflective_memory.types import Usage
 
-__all__ = ["LLM", "LLMClient", "as_llm", "count_tokens"]
+__all__ = ["LLM", "LLMClient", "LLMConfig", "as_llm", "count_tokens"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,25 @@ def count_tokens(text: str) -> int:
         8
     """
     return len(_TOKEN_RE.findall(text))
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Bounds on every LLM call a `ReflectiveMemory` makes.
+
+    Attributes:
+        timeout_s: Longest wait for one call, in seconds; a call that takes longer counts as
+            failed and its step falls back offline (`None`: wait forever).
+        max_chars: Longest reply used; a longer one is cut to this many characters before
+            parsing (lenient parsers read what fits; the rest is repaired offline).
+    """
+
+    timeout_s: float | None = 60.0
+    max_chars: int = 200_000
+
+    def __post_init__(self) -> None:
+        check_number("llm.timeout_s", self.timeout_s, 0, open_low=True, optional=True)
+        check_int("llm.max_chars", self.max_chars)
 
 
 @runtime_checkable

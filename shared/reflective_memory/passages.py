@@ -4,8 +4,7 @@ The index holds fine-grained keys (one per turn) beside coarser ones (segments, 
 notes). A ranking over all of them is resolved to *turns*: every ranked unit votes for the turns
 it was built from with a reciprocal-rank weight (`weight / (rrf_k + rank + 1)`, the same rule as
 the fusion of the rankers), so a turn found by its own key and inside a well-ranked segment rises
-above a turn found once. A turn hit also lends a smaller vote to its neighbours inside its topical
-segment (a question and the answer next to it), decaying with distance.
+above a turn found once.
 
 For a question about the present ("where do I live now?") the votes of newer turns are scaled up,
 so the newest evidence wins when older memories say otherwise (`present_tense`).
@@ -28,12 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from reflective_memory.settings import check_bool, check_choice, check_int, check_number
 from reflective_memory.text import format_date, lexical_tokens
 from reflective_memory.types import Hit, Memory, Turn
 
 __all__ = [
     "PASSAGE_GRANULARITY",
-    "PassageSettings",
+    "PassageConfig",
+    "RECENCY_POOL",
     "present_tense",
     "named_speaker",
     "without_name",
@@ -115,50 +116,62 @@ def without_name(query: str, name: str) -> str:
 
 
 @dataclass(frozen=True)
-class PassageSettings:
-    """How ranked units become passages.
+class PassageConfig:
+    """Small-to-big retrieval: how ranked units become passages of whole turns.
 
     Attributes:
-        rrf_k: Reciprocal-rank constant of the votes.
-        context_weight: Vote weight of a coarse unit (segment, session, topic, note) for each of
-            its turns, relative to a turn's own key (1.0).
-        neighbour_weight: Share of a turn hit's vote lent to its neighbours inside its segment
-            (distance 1; `neighbour_weight ** d` at distance d up to `neighbour_span`); 0 turns
-            it off.
-        neighbour_span: Farthest neighbour that gets a vote.
-        recency_weight: For present-tense questions, the votes of the `recency_pool` best turns
-            are multiplied by `1 + recency_weight * r`, r in [0, 1] the turn's time between the
-            oldest and newest of them; 0 turns it off.
-        recency_pool: How many of the best turns compete on time.
-        recency_margin: Only turns whose vote is within this fraction of the best vote compete
-            on time (the newest of the memories that answer about equally well wins; a turn
-            clearly less relevant is never pulled up by its date).
-        speaker_focus: When a question names exactly one of the speakers, the votes of the
-            other speakers' turns are multiplied by `1 - speaker_focus`; 0 turns it off.
-        length_exponent: Packing order is `vote / (cost / median cost) ** length_exponent`:
-            0 packs in vote order; above 0 a long turn must out-vote several short ones to
-            take their room in the budget.
-        length_keep_share: Besides the `length_keep` best, the best-voted items filling this
-            share of the budget keep vote order too (the length-aware order fills the rest).
-        length_free: Items up to `length_free` times the median cost are not discounted.
-        length_keep: The best-voted items keep their place in front of the length-aware
-            order (the clearest match is always read, however long).
-        date_header: Start each passage with its session's date.
+        enabled: Resolve the ranking to turns and return `passage` memories built for the
+            reader (see `ReflectiveMemory.retrieve`); `False` returns the ranked units.
+        context_weight: Vote of a coarse unit (segment, session, topic, note) for each of its
+            turns, relative to a turn's own key (1.0).
+        context_full_budget: Below this budget (in `budget_unit`s) the coarse units' votes
+            shrink in proportion (`context_weight * budget / context_full_budget`): when only
+            a few turns fit, the turn that matches the question should win over its topical
+            neighbours. 0 keeps the full context weight at every budget.
+        recency_weight: Present-tense questions ("now", "currently", "these days", "still")
+            multiply the votes of the best turns by `1 + recency_weight * r`, r from 0 (the
+            oldest of them) to 1 (the newest); 0 turns it off.
+        recency_margin: Only the 10 best turns whose vote is within this fraction of the best
+            vote compete on time (a clearly less relevant turn is never pulled up by its date).
+        speaker_focus: When a question names exactly one of the speakers of the user's turns
+            ("What does Kate do on weekends?"), it is searched without the name and the other
+            speakers' turns' votes are multiplied by `1 - speaker_focus` (0: off).
+        length_exponent: Packing order is `vote / (cost / (length_free * median)) **
+            length_exponent` for turns longer than `length_free` times the median candidate, so
+            a long turn must out-vote the several short ones whose room it would take (the
+            best-voted turns filling `length_keep_share` of the budget keep vote order); 0
+            packs in vote order.
+        length_free: See `length_exponent`.
+        length_keep_share: See `length_exponent`.
+        budget_unit: What `budget_tokens` counts: `tokens` (`reflective_memory.llm.count_tokens`)
+            or `words` (whitespace words, the retrieval bench's unit).
     """
 
-    rrf_k: int = 60
-    context_weight: float = 0.5
-    neighbour_weight: float = 0.0
-    neighbour_span: int = 1
-    recency_weight: float = 1.0
-    recency_pool: int = 10
-    recency_margin: float = 1.0
-    speaker_focus: float = 0.0
-    length_exponent: float = 0.0
-    length_keep: int = 1
-    length_keep_share: float = 0.0
-    length_free: float = 1.0
-    date_header: bool = True
+    enabled: bool = True
+    context_weight: float = 0.25
+    context_full_budget: int = 1000
+    recency_weight: float = 0.25
+    recency_margin: float = 0.1
+    speaker_focus: float = 0.8
+    length_exponent: float = 0.5
+    length_free: float = 2.0
+    length_keep_share: float = 0.25
+    budget_unit: str = "tokens"
+
+    def __post_init__(self) -> None:
+        check_bool("passages.enabled", self.enabled)
+        for name in ("context_weight", "recency_weight", "length_exponent"):
+            check_number(f"passages.{name}", getattr(self, name), 0)
+        check_int("passages.context_full_budget", self.context_full_budget, 0)
+        for name in ("length_keep_share", "speaker_focus"):
+            check_number(f"passages.{name}", getattr(self, name), 0, 1)
+        for name in ("recency_margin", "length_free"):
+            check_number(f"passages.{name}", getattr(self, name), 0, open_low=True)
+        check_choice("passages.budget_unit", self.budget_unit, ("tokens", "words"))
+
+
+#: Turns that compete on time for a present-tense question.
+RECENCY_POOL = 10
 
 
 @dataclass
@@ -197,24 +210,24 @@ def _positions(mem: Memory, session_turns: Sequence[Turn]) -> list[int]:
 def collect_votes(
     ranked: Sequence[Memory],
     session_turns: Callable[[str], Sequence[Turn]],
-    segment_bounds: Callable[[str, int], tuple[int, int]],
-    settings: PassageSettings,
+    *,
+    rrf_k: int,
+    context_weight: float,
 ) -> TurnVotes:
     """Turn a ranking of memory units into votes for turns.
 
     Args:
         ranked: Memory units in rank order.
         session_turns: The turns of a session, in order (cached by the caller).
-        segment_bounds: `(start, end)` of the topical segment holding a turn position of a
-            session (the whole session when it has no segments).
-        settings: Vote weights.
+        rrf_k: Reciprocal-rank constant of the votes (the fusion's).
+        context_weight: Vote of a coarse unit for each of its turns (a turn's own key: 1).
 
     Returns:
         The votes.
     """
     votes = TurnVotes()
     for rank, mem in enumerate(ranked):
-        base = 1.0 / (settings.rrf_k + rank + 1)
+        base = 1.0 / (rrf_k + rank + 1)
         turns = session_turns(mem.session_id) if mem.turn_ids else ()
         pos = _positions(mem, turns) if turns else []
         if not pos:
@@ -223,18 +236,9 @@ def collect_votes(
                 votes.loose_memories[mem.id] = mem
                 votes.first_seen.setdefault(mem.id, len(votes.first_seen))
             continue
-        weight = 1.0 if mem.granularity == "turn" else settings.context_weight
+        weight = 1.0 if mem.granularity == "turn" else context_weight
         for p in pos:
             votes.add((mem.session_id, p), weight * base, mem.id)
-        if mem.granularity != "turn" or settings.neighbour_weight <= 0:
-            continue
-        for p in pos:
-            lo, hi = segment_bounds(mem.session_id, p)
-            for d in range(1, settings.neighbour_span + 1):
-                share = weight * base * settings.neighbour_weight**d
-                for q in (p - d, p + d):
-                    if lo <= q < hi and q != p:
-                        votes.add((mem.session_id, q), share, None)
     return votes
 
 
@@ -487,10 +491,11 @@ def pack_passages(
         k: Most passages (hits).
         budget: Token budget of the passages' texts.
         date_header: Start each passage with its session's date.
-        length_exponent: See `PassageSettings.length_exponent` (with a budget only).
-        length_keep: See `PassageSettings.length_keep`.
-        length_free: See `PassageSettings.length_free`.
-        length_keep_share: See `PassageSettings.length_keep_share`.
+        length_exponent: See `PassageConfig.length_exponent` (with a budget only).
+        length_keep: The best-voted items that keep their place in front of the length-aware
+            order (the clearest match is always read, however long).
+        length_free: See `PassageConfig.length_free`.
+        length_keep_share: See `PassageConfig.length_keep_share`.
         cost_cache: Token counts of turn lines and headers, kept by the caller across calls
             for as long as the turns do not change (they repeat from query to query).
 

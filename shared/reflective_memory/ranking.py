@@ -5,26 +5,63 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reflective_memory.errors import ConfigError
 from reflective_memory.llm import count_tokens
 from reflective_memory.recall import RecallConfig
 from reflective_memory.recall import recall as rf_recall
-from reflective_memory.storage.index import UserIndex
-from reflective_memory.types import Hit, Memory
+from reflective_memory.settings import check_choice, check_int, check_names, check_number, set_field
+from reflective_memory.types import GRANULARITIES, Hit, Memory
 
-__all__ = ["FusionWeights", "rank_candidates", "pack_hits"]
+if TYPE_CHECKING:
+    from reflective_memory.storage.index import UserIndex
+
+__all__ = ["SEARCH_MODES", "SearchConfig", "rank_candidates", "pack_hits"]
+
+
+#: Search modes: dense fused with lexical, or either alone.
+SEARCH_MODES = ("hybrid", "dense", "lexical")
 
 
 @dataclass(frozen=True)
-class FusionWeights:
-    """Reciprocal-rank fusion settings: `weight / (rrf_k + rank + 1)` per ranker."""
+class SearchConfig:
+    """Candidate search: dense (RF-Mem) and lexical (BM25) rankings and their fusion.
 
+    Attributes:
+        mode: `hybrid` (dense cosine fused with BM25), `dense` or `lexical`.
+        dense_weight: Weight of the dense ranking in reciprocal-rank fusion.
+        lexical_weight: Weight of the BM25 ranking in reciprocal-rank fusion.
+        rrf_k: The constant of reciprocal-rank fusion, `score = sum(w / (rrf_k + rank + 1))`
+            (small-to-big turn votes use it too).
+        candidate_k: Candidates each ranker contributes before fusion (at least `k`).
+        default_k: Hits returned when neither `k` nor `budget_tokens` is given.
+        views: Memory kinds `retrieve` searches (e.g. `("note", "segment")`), all in one
+            ranking that shares `k` / the budget, returned as they are (no passages); `None`
+            searches every stored kind.
+    """
+
+    mode: str = "hybrid"
     dense_weight: float = 1.0
     lexical_weight: float = 1.0
     rrf_k: int = 60
+    candidate_k: int = 50
+    default_k: int = 5
+    views: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("search.mode", self.mode, SEARCH_MODES)
+        check_number("search.dense_weight", self.dense_weight, 0)
+        check_number("search.lexical_weight", self.lexical_weight, 0)
+        for name in ("rrf_k", "candidate_k", "default_k"):
+            check_int(f"search.{name}", getattr(self, name))
+        if self.views is not None:
+            views = check_names("search.views", self.views, GRANULARITIES)
+            if not views:
+                raise ConfigError(f"search.views must name kinds from {GRANULARITIES}")
+            set_field(self, "views", views)
 
 
 def rank_candidates(
@@ -34,7 +71,7 @@ def rank_candidates(
     n: int,
     mode: str,
     rcfg: RecallConfig,
-    fusion: FusionWeights,
+    fusion: SearchConfig,
     timings: dict[str, float],
     diagnostics: dict[str, Any],
 ) -> tuple[list[int], list[dict[str, float]]]:

@@ -1,6 +1,6 @@
 """Read-side steps of `ReflectiveMemory.retrieve`: gate calibration and small-to-big passages.
 
-A mixin over the engine's components (`store`, `config`, `_passage_settings`, `_count`); it
+A mixin over the engine's components (`store`, `config`, `_count`); it
 never imports the engine. The algorithms themselves live in `reflective_memory.passages`
 (votes, recency, packing) and `reflective_memory.recall.calibration` (the RF-Mem gate).
 """
@@ -14,8 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from reflective_memory.passages import (
-    PassageSettings,
-    TurnVotes,
+    RECENCY_POOL,
     apply_recency,
     apply_speaker_focus,
     collect_votes,
@@ -25,8 +24,6 @@ from reflective_memory.passages import (
     without_name,
 )
 from reflective_memory.recall import RecallConfig, calibrate_gate
-from reflective_memory.rmm.turn_prior_stage import DIAGNOSTICS_KEY as TURN_FEATURES_KEY
-from reflective_memory.rmm.turn_prior_stage import TurnPriorStage
 from reflective_memory.types import Hit, Memory, Turn
 from reflective_memory.units import turn_unit_id
 
@@ -58,16 +55,14 @@ class RetrievalSteps:
 
     store: Any
     config: Any
-    _passage_settings: PassageSettings
     _count: Callable[[str], int]
-    turn_prior: TurnPriorStage
 
     def _wanted(self, index: Any, k: int | None, budget: int | None) -> int:
         """How many ranked units to fetch for `k` hits or a budget of `budget` tokens."""
         if k is not None:
             return k
         assert budget is not None
-        if not self.config.passages:
+        if not self.config.passages.enabled:
             return max(1, budget // 50)
         mean = index.extras.get("mean_key_words")  # enough turns to fill the budget
         if mean is None:  # mean characters of all keys x words per character of a sample
@@ -84,11 +79,11 @@ class RetrievalSteps:
     ) -> RecallConfig:
         """RF-Mem thresholds calibrated on the user's own index (cached per index version).
 
-        Applies only with `config.recall_calibrate` and the default thresholds. Stored key
+        Applies only with `config.recall.calibrate` and the default thresholds. Stored key
         vectors serve as pseudo-queries (`reflective_memory.recall.calibrate_gate`), so the
         gate needs no hand-set thresholds for a new embedder or a new user.
         """
-        if not (self.config.recall_calibrate and default_gate(rcfg)):
+        if not (self.config.recall.calibrate and default_gate(rcfg)):
             return rcfg
         key = ("gate", rcfg.probe_k, rcfg.lam)
         cal = index.extras.get(key)
@@ -138,7 +133,8 @@ class RetrievalSteps:
     ) -> tuple[str | None, str]:
         """The speaker a question is about, and the text to search with.
 
-        With `config.speaker_focus`, a question naming exactly one speaker of the user's turns
+        With `config.passages.speaker_focus`, a question naming exactly one speaker of the user's
+        turns
         ("What does Kate do on weekends?") is searched without the name ("What does do on
         weekends?"): the name says *whose* turns answer (their votes are kept, the others'
         scaled down), not what they are about, and it would otherwise pull up every turn that
@@ -148,7 +144,7 @@ class RetrievalSteps:
         Returns:
             `(speaker or None, query text for the rankers)`.
         """
-        if self.config.speaker_focus <= 0:
+        if self.config.passages.speaker_focus <= 0:
             return None, query
         cache = self._session_turn_cache(user_id, index)
         speakers = index.extras.get("speakers")
@@ -163,20 +159,6 @@ class RetrievalSteps:
         if text != query:
             diagnostics["search_query"] = text
         return speaker, text
-
-    def _segment_bounds(self, user_id: str, index: Any) -> dict[str, list[tuple[int, int]]]:
-        """Topical segments of the user's sessions as turn-position spans (cached per index)."""
-        cached = index.extras.get("segment_bounds")
-        if cached is None:
-            cached = {}
-            for mem in self._unit_table(user_id, index):
-                if mem is None:
-                    continue
-                pos = mem.metadata.get("positions") if mem.granularity == "segment" else None
-                if isinstance(pos, (list, tuple)) and len(pos) == 2:
-                    cached.setdefault(mem.session_id, []).append((int(pos[0]), int(pos[1])))
-            index.extras["segment_bounds"] = cached
-        return cached
 
     def _pack_passages(
         self,
@@ -217,35 +199,22 @@ class RetrievalSteps:
                 got = cache[sid] = self.store.turns(user_id, sid)
             return got
 
-        spans = self._segment_bounds(user_id, index) if self.config.neighbour_weight > 0 else {}
-
-        def bounds(sid: str, p: int) -> tuple[int, int]:
-            for a, b in spans.get(sid, ()):
-                if a <= p < b:
-                    return a, b
-            return 0, len(session_turns(sid))
-
-        settings = self._passage_settings
-        full = self.config.context_full_budget
+        cfg = self.config.passages
+        context = cfg.context_weight
+        full = cfg.context_full_budget
         if budget is not None and 0 < budget < full:  # few turns fit: direct matches first
-            settings = replace(settings, context_weight=settings.context_weight * budget / full)
-        votes = collect_votes(ranked, session_turns, bounds, settings)
+            context = context * budget / full
+        votes = collect_votes(
+            ranked, session_turns, rrf_k=self.config.search.rrf_k, context_weight=context
+        )
         if speaker is not None:
-            apply_speaker_focus(votes, session_turns, speaker, settings.speaker_focus)
+            apply_speaker_focus(votes, session_turns, speaker, cfg.speaker_focus)
         recency = False
-        if settings.recency_weight > 0 and present_tense(query):
+        if cfg.recency_weight > 0 and present_tense(query):
             recency = apply_recency(
-                votes,
-                session_turns,
-                settings.recency_weight,
-                settings.recency_pool,
-                settings.recency_margin,
+                votes, session_turns, cfg.recency_weight, RECENCY_POOL, cfg.recency_margin
             )
         text_cache = index.extras.setdefault("text_costs", {})  # per turn, per index version
-        features = None
-        if budget is not None:
-            features = self.turn_prior.scale(votes, session_turns, text_cache)
-        self._adjust_votes(user_id, query, votes, session_turns)
         hits, used, filled = pack_passages(
             user_id,
             votes,
@@ -253,18 +222,13 @@ class RetrievalSteps:
             self._count,
             k=k,
             budget=budget,
-            date_header=settings.date_header,
-            length_exponent=settings.length_exponent,
-            length_keep=settings.length_keep,
-            length_free=settings.length_free,
-            length_keep_share=settings.length_keep_share,
+            date_header=self.config.units.date_prefix,
+            length_exponent=cfg.length_exponent,
+            length_free=cfg.length_free,
+            length_keep_share=cfg.length_keep_share,
             cost_cache=text_cache,
         )
         hits = [self._with_unit_scores(h, unit_scores) for h in hits]
-        if budget is not None:  # what feedback on this retrieval learns from
-            shown = self.turn_prior.shown_features(features, votes, session_turns, hits, text_cache)
-            if shown is not None:
-                diagnostics[TURN_FEATURES_KEY] = shown
         if budget is None:  # one turn per hit: hand back the turn's stored unit when it has one
             hits = self._as_turn_units(user_id, hits)
         diagnostics["passages"] = {
@@ -277,20 +241,6 @@ class RetrievalSteps:
         }
         timings["passages"] = (time.perf_counter() - t0) * 1000
         return hits, filled
-
-    def _adjust_votes(
-        self,
-        user_id: str,
-        query: str,
-        votes: TurnVotes,
-        session_turns: Callable[[str], list[Turn]],
-    ) -> None:
-        """Change the turns' votes in place before packing; the library's own is a no-op.
-
-        The last step of vote collection (after speaker focus and recency). A subclass may
-        override it to study another vote rule on the real pipeline (`bench transfer` puts
-        upper bounds of what feedback could teach here).
-        """
 
     @staticmethod
     def _with_unit_scores(hit: Hit, unit_scores: dict[str, dict[str, float]]) -> Hit:

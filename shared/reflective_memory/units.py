@@ -11,19 +11,22 @@ import hashlib
 import inspect
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 
 from reflective_memory.denoise import Denoiser, denoiser_name, fitted_on
-from reflective_memory.errors import ModelLoadError, ReflectiveMemoryError
+from reflective_memory.errors import ConfigError, ModelLoadError, ReflectiveMemoryError
 from reflective_memory.segment.base import Segmenter, check_spans
+from reflective_memory.settings import check_bool, check_choice, check_int, check_names, set_field
 from reflective_memory.storage.base import MemoryDraft
 from reflective_memory.text import format_date
 from reflective_memory.types import Memory, Turn
 
 __all__ = [
     "BASE_UNITS",
+    "UnitConfig",
     "build_units",
     "turn_unit_id",
     "unit_draft",
@@ -37,6 +40,45 @@ logger = logging.getLogger(__name__)
 
 #: Unit kinds built from a session's turns (rebuilt by `end_session` and `redenoise`).
 BASE_UNITS = ("turn", "session", "segment")
+
+
+@dataclass(frozen=True)
+class UnitConfig:
+    """Which memory units are built from a session's turns and how their keys are made.
+
+    Attributes:
+        granularities: Any of `turn` (one unit per utterance, indexed by `add_turn` at once),
+            `session` (the whole session) and `segment` (topical segments, built by
+            `end_session`). All are searched. Turns are the keys that find things; segments
+            add topical context.
+        speaker_keys: Keys of units built from turns start each line with the speaker
+            (`Kate: ...`), so keyword search finds what a named person said; dense vectors are
+            made from the utterances alone (so vectors of raw turns are reused).
+        date_prefix: Start each memory's text with its session date when known.
+        segment_vectors: Vector of a multi-turn unit with a raw key: `mean` (the normalised
+            mean of its turns' vectors, nothing embedded again) or `embed` (embed the key).
+        embed_max_chars: Texts are cut to this many characters before embedding; the stored
+            text stays whole.
+        embed_batch_size: Texts per embedding call when indexing.
+    """
+
+    granularities: tuple[str, ...] = ("turn", "segment")
+    speaker_keys: bool = True
+    date_prefix: bool = True
+    segment_vectors: str = "mean"
+    embed_max_chars: int = 4000
+    embed_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        names = check_names("units.granularities", self.granularities, BASE_UNITS)
+        if not names:
+            raise ConfigError("units.granularities must name at least one unit kind")
+        set_field(self, "granularities", names)
+        check_bool("units.speaker_keys", self.speaker_keys)
+        check_bool("units.date_prefix", self.date_prefix)
+        check_choice("units.segment_vectors", self.segment_vectors, ("mean", "embed"))
+        check_int("units.embed_max_chars", self.embed_max_chars)
+        check_int("units.embed_batch_size", self.embed_batch_size)
 
 
 def turn_unit_id(user_id: str, session_id: str, turn_id: str) -> str:

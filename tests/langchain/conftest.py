@@ -16,7 +16,7 @@ def mem() -> ReflectiveMemory:
 @pytest.fixture
 def fmem() -> FeedbackMemory:
     with FeedbackMemory(
-        embedder=HashingEmbedder(), config=MemoryConfig(granularities=("turn",))
+        embedder=HashingEmbedder(), config=MemoryConfig(units={"granularities": ("turn",)})
     ) as m:
         yield populate(m)
 

@@ -53,7 +53,7 @@ def populate(mem: ReflectiveMemory) -> ReflectiveMemory:
 
 def new_memory(**kw: Any) -> ReflectiveMemory:
     return ReflectiveMemory(
-        embedder=HashingEmbedder(), config=MemoryConfig(granularities=("turn",)), **kw
+        embedder=HashingEmbedder(), config=MemoryConfig(units={"granularities": ("turn",)}), **kw
     )
 
 

@@ -51,7 +51,9 @@ class ReverseReranker:
 
 
 def test_cosine_order_when_engine_reranking_is_off():
-    off = ReflectiveMemory(embedder=HashingEmbedder(), config=MemoryConfig(rerank=False))
+    off = ReflectiveMemory(
+        embedder=HashingEmbedder(), config=MemoryConfig(rerank={"enabled": False})
+    )
     comp = ReflectiveCompressor(memory=off, user_id="ana", top_n=2)
     assert comp.get_reranker() is None
     out = comp.compress_documents(DOCS, "where can I buy sourdough bread at the bakery")
@@ -129,16 +131,10 @@ BREAD_QUERY = "bread bakery"
 
 
 def _learning_memory(path=None, **cfg) -> ReflectiveMemory:
-    config = MemoryConfig(
-        **{  # a full reranker per user (the per-user embedding maps these tests inspect)
-            "granularities": ("turn",),
-            "rerank_batch_size": 1,
-            "rerank_learning_rate": 0.05,
-            "rerank_scope": "isolated",
-            "rerank_features": ("cost",),
-            **cfg,
-        }
-    )
+    config = MemoryConfig(  # a full reranker per user (the per-user maps these tests inspect)
+        units={"granularities": ("turn",)},
+        rerank={"batch_size": 1, "learning_rate": 0.05, "scope": "isolated", "features": ("cost",)},
+    ).replace(**cfg)
     return populate(ReflectiveMemory(path, embedder=HashingEmbedder(), config=config))
 
 
@@ -191,7 +187,7 @@ def test_feedback_trains_persists_and_isolates_the_engines_reranker(tmp_path):
 
 
 def test_shared_scope_feedback_reaches_every_user():
-    mem = _learning_memory(rerank_scope="shared")
+    mem = _learning_memory(rerank={"scope": "shared"})
     comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=2)
     comp.feedback(BREAD_QUERY, comp.compress_documents(DOCS, BREAD_QUERY), "[0]")
     assert mem.retrieve("bob", "my cat", k=1).diagnostics["rerank"]["updates"] == 1

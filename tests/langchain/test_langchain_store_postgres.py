@@ -30,7 +30,7 @@ def _core(dsn: str, schema: str) -> ReflectiveMemory:
     return ReflectiveMemory(
         store=PostgresStore(dsn, schema=schema, pool_max=4),
         embedder=HashingEmbedder(),
-        config=MemoryConfig(granularities=("turn",)),
+        config=MemoryConfig(units={"granularities": ("turn",)}),
     )
 
 

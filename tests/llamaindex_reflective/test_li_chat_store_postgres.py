@@ -27,7 +27,7 @@ from llamaindex_reflective import ReflectiveChatStore
 def _mem(dsn: str, schema: str) -> ReflectiveMemory:
     from reflective_memory.storage.postgres import PostgresStore
 
-    cfg = MemoryConfig(granularities=("turn",), retrieval_mode="dense")
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, search={"mode": "dense"})
     return ReflectiveMemory(
         store=PostgresStore(dsn, schema=schema, pool_max=4),
         embedder=HashingEmbedder(128),

@@ -126,7 +126,7 @@ def test_feedback_delegates(mem):
 
 
 def test_feedback_trains_the_engines_reranker_for_the_user():
-    cfg = MemoryConfig(granularities=("turn",), rerank_batch_size=1)
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, rerank={"batch_size": 1})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         _seed(mem)
         block = ReflectiveMemoryBlock(memory=mem, user_id="ana")

@@ -202,7 +202,7 @@ def test_feedback_maps_citations_and_trains(mem):
 
 
 def test_feedback_without_reranker_reports_only():
-    cfg = MemoryConfig(granularities=("turn",), rerank=False)
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, rerank={"enabled": False})
     mem = ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg)
     pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=2)
     assert pp._reranker() is None
@@ -249,16 +249,10 @@ PIXEL_QUERY = "Pixel dog beach"
 
 
 def _learning_memory(path=None, **cfg) -> ReflectiveMemory:
-    config = MemoryConfig(
-        **{  # a full reranker per user (the per-user embedding maps these tests inspect)
-            "granularities": ("turn",),
-            "rerank_batch_size": 1,
-            "rerank_learning_rate": 0.05,
-            "rerank_scope": "isolated",
-            "rerank_features": ("cost",),
-            **cfg,
-        }
-    )
+    config = MemoryConfig(  # a full reranker per user (the per-user maps these tests inspect)
+        units={"granularities": ("turn",)},
+        rerank={"batch_size": 1, "learning_rate": 0.05, "scope": "isolated", "features": ("cost",)},
+    ).replace(**cfg)
     mem = ReflectiveMemory(path, embedder=HashingEmbedder(128), config=config)
     for user, texts in (("ana", TEXTS), ("bob", ["My bike is red.", "I like tea."])):
         mem.add_turns(
@@ -320,7 +314,7 @@ def test_feedback_trains_persists_and_isolates_the_engines_reranker(tmp_path):
 
 
 def test_shared_scope_feedback_reaches_every_user():
-    mem = _learning_memory(rerank_scope="shared")
+    mem = _learning_memory(rerank={"scope": "shared"})
     pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=2)
     shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
     assert pp.feedback(Response(response="[1]", source_nodes=shown)).updates == 1
@@ -353,7 +347,7 @@ def _chatty_nodes():
 
 
 def test_denoise_uses_the_engines_denoiser_on_chatty_text():
-    cfg = MemoryConfig(denoiser="offline", denoise_rate=0.4)  # the offline denoiser, opted in
+    cfg = MemoryConfig(denoise={"kind": "offline", "rate": 0.4})  # the offline denoiser, opted in
     mem = ReflectiveMemory(embedder=HashingEmbedder(), config=cfg)
     query = "what's the name of my puppy?"
     raw = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=4)
@@ -433,6 +427,6 @@ def test_recollect_uses_shared_recall_with_the_engines_settings(mem, monkeypatch
     assert len({n.node.node_id for n in out} & dog) >= 2
     # the engine's familiarity default becomes recollection; other settings are the engine's
     assert seen == [(14, 3, "recollection", mem.config.recall.alpha)]
-    mem.config.recall = mem.config.recall.replace(mode="rfmem", alpha=0.3)
+    mem.config = mem.config.replace(recall={"mode": "rfmem", "alpha": 0.3})
     pp.postprocess_nodes(_buried_nodes(), query_str=query)
     assert seen[-1] == (14, 3, "rfmem", 0.3)

@@ -40,8 +40,8 @@ class GateCalibration:
     recollection_rate: float
 
     def apply(self, config: RecallConfig | None = None) -> RecallConfig:
-        """Return `config` (default: paper defaults) with these thresholds."""
-        cfg = RecallConfig() if config is None else config
+        """Return `config` (default: the RF-Mem gate, `mode="rfmem"`) with these thresholds."""
+        cfg = RecallConfig(mode="rfmem") if config is None else config
         return cfg.replace(theta_high=self.theta_high, theta_low=self.theta_low, tau=self.tau)
 
 
@@ -81,7 +81,7 @@ def calibrate_from_signals(
     th_low = float(np.quantile(m, low_quantile))
     band = (m > th_low) & (m < th_high)
     tau = float(np.quantile(h[band] if band.any() else h, tau_quantile))
-    cfg = RecallConfig(theta_high=th_high, theta_low=th_low, tau=tau)
+    cfg = RecallConfig(mode="rfmem", theta_high=th_high, theta_low=th_low, tau=tau)
     rec = sum(choose_path(a, b, cfg) == "recollection" for a, b in zip(m, h, strict=True))
     return GateCalibration(
         theta_high=th_high,

@@ -43,8 +43,9 @@ class RecallConfig:
     Override per call with `config.replace(alpha=0.3)` or `recall(..., alpha=0.3)`.
 
     Attributes:
-        mode: `rfmem` (gate between the paths), `familiarity` (always top-K) or `recollection`
-            (always expand).
+        mode: `rfmem` (gate between the paths), `familiarity` (always top-K; the default: the
+            RF-Mem gate was never worse but within noise of it on the dev sets, and costs a
+            calibration per index) or `recollection` (always expand).
         probe_k: Probe hits the gate statistics are computed over (the paper finds 10–20
             enough, Appendix D.5). The probe search itself fetches `max(probe_k, k)` hits and
             doubles as the familiarity result.
@@ -65,9 +66,13 @@ class RecallConfig:
         kmeans: `faiss` (fast, default) or `sklearn`.
         kmeans_iters: Lloyd iterations per clustering.
         seed: Random seed of the clustering; fixed seed = deterministic results.
+        calibrate: With `mode="rfmem"` and the thresholds left at their defaults, a
+            `ReflectiveMemory` calibrates the gate's θ_high, θ_low and τ on each user's own
+            index (stored vectors as pseudo-queries, cached per index version) instead of using
+            the numbers above (`reflective_memory.recall.calibrate_gate`).
     """
 
-    mode: str = "rfmem"
+    mode: str = "familiarity"
     probe_k: int = 10
     lam: float = 20.0
     theta_high: float = 0.6
@@ -82,6 +87,7 @@ class RecallConfig:
     kmeans: str = "faiss"
     kmeans_iters: int = 20
     seed: int = 0
+    calibrate: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -112,6 +118,8 @@ class RecallConfig:
             raise ConfigError(f"tau must be >= 0, got {self.tau!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.calibrate, bool):
+            raise ConfigError(f"calibrate must be True or False, got {self.calibrate!r}")
         return self
 
     def replace(self, **overrides: Any) -> RecallConfig:

@@ -8,19 +8,45 @@
 - `feedback`: the engine's reranking stage (prior + per-user, shared, or isolated) and feedback.
 - `answer_feedback`: reading an answer's citations into the hits it cited (`FeedbackResult`).
 - `stored_rerank`: the reranking stage persisted in a database store's versioned blobs.
-- `turn_prior` / `turn_prior_stage`: which kind of turn answers, learned from citations (an
-  extension) and applied to the votes of every retrieval with a budget.
 """
 
-from reflective_memory.rmm.citations import build_answer_prompt, parse_citations
-from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
-from reflective_memory.rmm.features import FEATURES, Candidates, citation_rewards, rank_prior
-from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
-from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
-from reflective_memory.rmm.reranker import Reranker
-from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, TopicDraft
-from reflective_memory.rmm.turn_prior import TURN_FEATURES, TurnPrior
-from reflective_memory.rmm.turn_prior_stage import TurnPriorStage
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reflective_memory.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from reflective_memory.rmm.citations import build_answer_prompt, parse_citations
+    from reflective_memory.rmm.config import RerankConfig, TopicConfig
+    from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
+    from reflective_memory.rmm.features import FEATURES, Candidates, citation_rewards, rank_prior
+    from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
+    from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
+    from reflective_memory.rmm.reranker import Reranker
+    from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, TopicDraft
+
+_EXPORTS = {
+    "build_answer_prompt": "reflective_memory.rmm.citations",
+    "parse_citations": "reflective_memory.rmm.citations",
+    "Episode": "reflective_memory.rmm.episodes",
+    "FitReport": "reflective_memory.rmm.episodes",
+    "RerankResult": "reflective_memory.rmm.episodes",
+    "FEATURES": "reflective_memory.rmm.features",
+    "Candidates": "reflective_memory.rmm.features",
+    "citation_rewards": "reflective_memory.rmm.features",
+    "rank_prior": "reflective_memory.rmm.features",
+    "FeedbackResult": "reflective_memory.rmm.feedback",
+    "RerankStage": "reflective_memory.rmm.feedback",
+    "PersonalReranker": "reflective_memory.rmm.personal",
+    "UserAdapter": "reflective_memory.rmm.personal",
+    "Reranker": "reflective_memory.rmm.reranker",
+    "ProspectiveReflector": "reflective_memory.rmm.topics",
+    "ReflectionReport": "reflective_memory.rmm.topics",
+    "TopicDraft": "reflective_memory.rmm.topics",
+    "RerankConfig": "reflective_memory.rmm.config",
+    "TopicConfig": "reflective_memory.rmm.config",
+}
 
 __all__ = [
     "build_answer_prompt",
@@ -30,17 +56,18 @@ __all__ = [
     "RerankResult",
     "FEATURES",
     "Candidates",
-    "PersonalReranker",
-    "UserAdapter",
     "citation_rewards",
     "rank_prior",
     "FeedbackResult",
     "RerankStage",
+    "PersonalReranker",
+    "UserAdapter",
     "Reranker",
     "ProspectiveReflector",
     "ReflectionReport",
     "TopicDraft",
-    "TURN_FEATURES",
-    "TurnPrior",
-    "TurnPriorStage",
+    "RerankConfig",
+    "TopicConfig",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -46,8 +46,6 @@ class FeedbackResult:
         loss: REINFORCE loss of the step taken, if any.
         similarities: For inferred feedback, the best answer-sentence cosine per hit.
         reason: Why nothing was learned, when `learned` is False.
-        turn_prior: The turn prior learned from this answer (`reflective_memory.rmm.turn_prior`;
-            needs passages from `retrieve(budget_tokens=...)` and citations of some but not all).
     """
 
     retrieval_id: str
@@ -64,7 +62,6 @@ class FeedbackResult:
     loss: float | None = None
     similarities: list[float] | None = None
     reason: str = ""
-    turn_prior: bool = False
 
 
 def read_answer(

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.config import RERANK_FEATURES
+from reflective_memory.rmm.config import RERANK_FEATURES
 from reflective_memory.text import lexical_tokens
 
 __all__ = [

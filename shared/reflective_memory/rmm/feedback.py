@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, ModelLoadError
 from reflective_memory.rmm.answer_feedback import (
@@ -33,6 +32,7 @@ from reflective_memory.rmm.answer_feedback import (
     read_answer,
 )
 from reflective_memory.rmm.citations import attribute, parse_citations
+from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
 from reflective_memory.rmm.features import Candidates, citation_rewards, rank_prior, sign_vector
 from reflective_memory.rmm.memory_credit import learn_credit, promote
@@ -86,7 +86,7 @@ class RerankStage:
         directory: Where reranker files go (`None`: memory only).
     """
 
-    def __init__(self, config: MemoryConfig, embedder: Embedder, directory: Path | None) -> None:
+    def __init__(self, config: RerankConfig, embedder: Embedder, directory: Path | None) -> None:
         self.config = config
         self.embedder = embedder
         self.directory = directory
@@ -102,7 +102,7 @@ class RerankStage:
 
     # -------------------------------------------------------------- rerankers
     def _owner(self, user_id: str) -> str:
-        return user_id if self.config.rerank_scope == "isolated" else _SHARED
+        return user_id if self.config.scope == "isolated" else _SHARED
 
     def _file(self, owner: str) -> Path | None:
         if self.directory is None:
@@ -119,34 +119,34 @@ class RerankStage:
         """Reranker hyperparameters from the config (they also override a saved reranker's)."""
         cfg = self.config
         return {
-            "top_m": cfg.rerank_top_m,
-            "tau": cfg.rerank_tau,
-            "learning_rate": cfg.rerank_learning_rate,
-            "baseline": cfg.rerank_baseline,
-            "batch_size": cfg.rerank_batch_size,
-            "optimizer": cfg.rerank_optimizer,
-            "weight_decay": cfg.rerank_weight_decay,
-            "memory_bias": cfg.rerank_memory_bias,
-            "features": cfg.rerank_features,
-            "feature_learning_rate": cfg.rerank_feature_learning_rate,
-            "signed_features": cfg.rerank_signed_features,
-            "seed": cfg.rerank_seed,
+            "top_m": cfg.top_m,
+            "tau": cfg.tau,
+            "learning_rate": cfg.learning_rate,
+            "baseline": cfg.baseline,
+            "batch_size": cfg.batch_size,
+            "optimizer": "sgd",
+            "weight_decay": 0.0,
+            "memory_bias": False,
+            "features": cfg.features,
+            "feature_learning_rate": cfg.feature_learning_rate,
+            "signed_features": cfg.signed_features,
+            "seed": cfg.seed,
         }
 
     def _adapter_params(self) -> dict[str, Any]:
         cfg = self.config
         return {
-            "learning_rate": cfg.rerank_user_learning_rate,
-            "decay": cfg.rerank_user_decay,
-            "tau": cfg.rerank_tau,
-            "baseline": cfg.rerank_baseline,
+            "learning_rate": cfg.user_learning_rate,
+            "decay": cfg.user_decay,
+            "tau": cfg.tau,
+            "baseline": cfg.baseline,
         }
 
     def _new(self) -> Reranker:
         return Reranker(self.embedder.dim, **self._params())
 
     def _new_adapter(self) -> UserAdapter:
-        return UserAdapter(self.config.rerank_features, **self._adapter_params())
+        return UserAdapter(self.config.features, **self._adapter_params())
 
     def _full(self, owner: str) -> Reranker:
         """The full reranker of an owner (the prior, or an isolated user's), loaded or new."""
@@ -193,7 +193,7 @@ class RerankStage:
             if path is not None and path.exists():
                 try:
                     ad = UserAdapter.load(path, **self._adapter_params())
-                    if ad.features != tuple(self.config.rerank_features):
+                    if ad.features != tuple(self.config.features):
                         raise ModelLoadError("saved for other features")
                 except (ModelLoadError, ConfigError) as exc:
                     logger.warning("starting fresh user offsets: %s", exc)
@@ -211,7 +211,7 @@ class RerankStage:
 
     def reranker(self, user_id: str) -> Reranker | PersonalReranker:
         """The reranker that serves `user_id` (by scope; see the class docs)."""
-        scope = self.config.rerank_scope
+        scope = self.config.scope
         if scope == "isolated":
             return self._full(user_id)
         if scope == "shared":
@@ -266,7 +266,7 @@ class RerankStage:
             return None
         with self._lock:
             out = self._full(self._owner(user_id)).save(path)
-            if self.config.rerank_scope == "user" and user_id in self._adapters:
+            if self.config.scope == "user" and user_id in self._adapters:
                 self._adapters[user_id].save(self._adapter_file(user_id))  # type: ignore[arg-type]
             return out
 
@@ -294,7 +294,7 @@ class RerankStage:
         base = prior.score(ep.query, ep.candidates, ep.prior, ep.features)
         own = ad.offsets(ep.features)
         signs = None
-        if self.config.rerank_signed_features and prior.features:
+        if self.config.signed_features and prior.features:
             signs = sign_vector(prior.features)
         step = ad.update(ep, base, prior.w_f_.detach().numpy().copy(), signs)
         if own is not None and np.any(own):
@@ -316,7 +316,7 @@ class RerankStage:
             `extra["user_step"]` is the size of the offsets' change.
         """
         with self._lock:
-            if self.config.rerank_scope != "user":
+            if self.config.scope != "user":
                 owner = self._owner(user_id)
                 rr = self._full(owner)
                 rep = self._fit(owner, rr, episode, user_id)
@@ -343,15 +343,15 @@ class RerankStage:
     def _credit(self, retrieval: Retrieval, cited: Sequence[int]) -> bool:
         """Scope `user`: move the user's memory credit by this answer (`memory_credit`)."""
         cfg = self.config
-        if cfg.rerank_scope != "user" or cfg.rerank_memory_credit <= 0:
+        if cfg.scope != "user" or True:
             return False
         with self._lock:
             moved = learn_credit(
                 self.adapter(retrieval.user_id).credit_,
                 retrieval,
                 cited,
-                rate=cfg.rerank_memory_credit,
-                cap=cfg.rerank_memory_credit_cap,
+                rate=cfg.memory_credit,
+                cap=cfg.memory_credit_cap,
             )
             if moved:
                 self._dirty.add(retrieval.user_id)
@@ -425,7 +425,7 @@ class RerankStage:
         (scope `user`) or a full reranker's safetensors blob (scope `isolated`).
         """
         with self._lock:
-            scope = self.config.rerank_scope
+            scope = self.config.scope
             if scope == "shared":
                 return None
             if scope == "isolated":
@@ -441,7 +441,7 @@ class RerankStage:
             ModelLoadError: The bytes are no such state.
         """
         with self._lock:
-            scope = self.config.rerank_scope
+            scope = self.config.scope
             if scope == "shared":
                 raise ConfigError("scope 'shared' keeps no per-user reranker state")
             if scope == "isolated":
@@ -505,7 +505,7 @@ class RerankStage:
         feedback on `retrieval_id`. `query` and `fetch` (memories by id) feed the side
         features; without them the features that need them are neutral.
         """
-        k = min(self.config.rerank_top_k, len(order))
+        k = min(self.config.top_k, len(order))
         if k == 0:
             return order, scores
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
@@ -540,9 +540,9 @@ class RerankStage:
             sc["rerank"] = float(res.scores[i])
             new_scores.append(sc)
         diagnostics["rerank"] = {
-            "scope": self.config.rerank_scope,
+            "scope": self.config.scope,
             "top_k": k,
-            "top_m": self.config.rerank_top_m,
+            "top_m": self.config.top_m,
             "explored": res.sampled,
             "updates": rr.n_updates_,
             "retriever_order": ids,

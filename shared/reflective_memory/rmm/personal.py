@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.config import EPISODE_BASELINE
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.rmm.config import EPISODE_BASELINE
 from reflective_memory.rmm.episodes import Episode, RerankResult
 from reflective_memory.rmm.features import FEATURES, Candidates, project_signs
 from reflective_memory.rmm.reranker import Reranker

@@ -17,8 +17,8 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import load_file, save_file
 from safetensors.torch import save as save_bytes
 
-from reflective_memory.config import EPISODE_BASELINE
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.rmm.config import EPISODE_BASELINE
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
 from reflective_memory.rmm.features import (
     FEATURES,

@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, ModelLoadError
+from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.feedback import _ADAPTER_CACHE, _SHARED, RerankStage
 from reflective_memory.rmm.memory_credit import hit_advantages, learn_credit
 from reflective_memory.rmm.personal import UserAdapter
@@ -72,7 +72,7 @@ class StoredRerankStage(RerankStage):
         store: A store with `get_blob`, `update_blob`, `blob_version` and `delete_blob`.
     """
 
-    def __init__(self, config: MemoryConfig, embedder: Embedder, store: Any) -> None:
+    def __init__(self, config: RerankConfig, embedder: Embedder, store: Any) -> None:
         super().__init__(config, embedder, None)
         self.store = store
         self._versions: dict[tuple[str, str], int] = {}
@@ -95,7 +95,7 @@ class StoredRerankStage(RerankStage):
         if data is not None:
             try:
                 ad = UserAdapter.from_bytes(data, **self._adapter_params())
-                if ad.features != tuple(self.config.rerank_features):
+                if ad.features != tuple(self.config.features):
                     raise ModelLoadError("saved for other features")
                 return ad
             except (ModelLoadError, ConfigError) as exc:
@@ -189,7 +189,7 @@ class StoredRerankStage(RerankStage):
         read-modify-write (with scope `user`: the user's offsets, then the prior), so
         concurrent feedback from other processes is never overwritten.
         """
-        if self.config.rerank_scope != "user":
+        if self.config.scope != "user":
             owner = self._owner(user_id)
             return self._modify(
                 owner,
@@ -220,7 +220,7 @@ class StoredRerankStage(RerankStage):
     def _credit(self, retrieval: Retrieval, cited: Sequence[int]) -> bool:
         """Memory credit (see `RerankStage._credit`) inside the user's locked blob update."""
         cfg = self.config
-        if cfg.rerank_scope != "user" or cfg.rerank_memory_credit <= 0:
+        if cfg.scope != "user" or True:
             return False
         if not hit_advantages(retrieval, cited):
             return False
@@ -233,8 +233,8 @@ class StoredRerankStage(RerankStage):
                 ad.credit_,
                 retrieval,
                 cited,
-                rate=cfg.rerank_memory_credit,
-                cap=cfg.rerank_memory_credit_cap,
+                rate=cfg.memory_credit,
+                cap=cfg.memory_credit_cap,
             ),
         )
         return True
@@ -244,7 +244,7 @@ class StoredRerankStage(RerankStage):
         owner = self._owner(user_id)
         with self._lock:
             self._write_full(owner, self._full(owner))
-            if self.config.rerank_scope == "user" and user_id in self._adapters:
+            if self.config.scope == "user" and user_id in self._adapters:
                 self._write_adapter(user_id, self._adapters[user_id])
         return None
 

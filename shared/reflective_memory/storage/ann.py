@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reflective_memory.errors import ConfigError
+from reflective_memory.settings import check_choice, check_int
 
-__all__ = ["ANN_KINDS", "AnnSettings"]
+__all__ = ["ANN_KINDS", "AnnSettings", "IndexConfig"]
 
 #: Approximate index kinds (FAISS IVF or HNSW).
 ANN_KINDS = ("ivf", "hnsw")
@@ -57,3 +58,37 @@ class AnnSettings:
         if self.threshold is None or n <= self.threshold:
             return "exact"
         return self.kind
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """The in-process index caches of a `ReflectiveMemory`.
+
+    Attributes:
+        ann_threshold: Users with more memories than this are searched with an approximate
+            index (`None`: always exact).
+        ann_kind: `ivf` or `hnsw`.
+        ann_probe: IVF lists visited per query (`ivf`) or HNSW search breadth (`hnsw`).
+        cache_bytes: Memory the in-process index cache may hold, in bytes; the least recently
+            used users' indexes are dropped beyond it (they reload from disk).
+    """
+
+    ann_threshold: int | None = 50_000
+    ann_kind: str = "ivf"
+    ann_probe: int = 32
+    cache_bytes: int = 512 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        check_int("index.ann_threshold", self.ann_threshold, 0, optional=True)
+        check_choice("index.ann_kind", self.ann_kind, ANN_KINDS)
+        check_int("index.ann_probe", self.ann_probe)
+        check_int("index.cache_bytes", self.cache_bytes)
+
+    def ann(self) -> AnnSettings:
+        """The exact/approximate switch as `AnnSettings`."""
+        return AnnSettings(
+            threshold=self.ann_threshold,
+            kind=self.ann_kind,
+            nprobe=self.ann_probe,
+            ef_search=self.ann_probe if self.ann_kind == "hnsw" else 64,
+        )

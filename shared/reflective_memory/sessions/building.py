@@ -141,18 +141,18 @@ class SessionBuilding:
         turn_vecs = self._turn_vectors(user_id, session_id, turns)
         drafts = build_units(
             turns,
-            self.config.granularities,
+            self.config.units.granularities,
             self.segmenter,
-            date_prefix=self.config.date_prefix,
+            date_prefix=self.config.units.date_prefix,
             turn_vectors=turn_vecs,
-            speaker_keys=self.config.speaker_keys,
+            speaker_keys=self.config.units.speaker_keys,
         )
         for d in drafts:
             if d.granularity == "turn" and len(d.turn_ids) == 1:
                 d.id = turn_unit_id(user_id, session_id, d.turn_ids[0])
         self.denoise_keys(user_id, drafts)
         kinds: tuple[str, ...] = BASE_UNITS
-        if self.config.conditional_memory:
+        if self.config.conditional.notes:
             drafts = drafts + self._note_drafts(user_id, session_id, turns)
             kinds = (*BASE_UNITS, NOTE_GRANULARITY)
         report = None
@@ -184,7 +184,7 @@ class SessionBuilding:
         placeholder vector marked `pending`, which the index build embeds again (so the turn
         is still found by BM25 at once and by dense search as soon as the embedder works).
         """
-        if not stored or "turn" not in self.config.granularities:
+        if not stored or "turn" not in self.config.units.granularities:
             return
         by_user: dict[str, list[MemoryDraft]] = {}
         texts: dict[str, list[str]] = {}
@@ -196,8 +196,8 @@ class SessionBuilding:
                 "turn",
                 [t],
                 first,
-                date_prefix=self.config.date_prefix,
-                speaker_keys=self.config.speaker_keys,
+                date_prefix=self.config.units.date_prefix,
+                speaker_keys=self.config.units.speaker_keys,
             )
             draft.id = turn_unit_id(t.user_id, t.session_id, t.turn_id)
             draft.metadata = {**(draft.metadata or {}), "key_denoiser": "none"}
@@ -218,7 +218,7 @@ class SessionBuilding:
         A session's last activity is its last turn's timestamp (its creation time when its
         turns carry none). Failures are logged; the turns stay committed and indexed.
         """
-        idle = self.config.session_idle_seconds
+        idle = self.config.sessions.idle_seconds
         if idle is None:
             return
         for user_id in self.store.users():
@@ -247,7 +247,7 @@ class SessionBuilding:
         found = {m.id: m for m in self.store.memories(user_id, ids)}
         stored = self.store.vectors(user_id, ids, self.embedder.name)
         out = np.zeros((len(turns), self.embedder.dim), np.float32)
-        speakers = self.config.speaker_keys
+        speakers = self.config.units.speaker_keys
         missing = []
         for i, (mid, t) in enumerate(zip(ids, turns, strict=True)):
             mem = found.get(mid)
@@ -274,12 +274,12 @@ class SessionBuilding:
         pos = {t.turn_id: i for i, t in enumerate(turns)}
         for i, d in enumerate(drafts):
             idx = [pos[tid] for tid in d.turn_ids if tid in pos]
-            raw = raw_key([turns[j] for j in idx], self.config.speaker_keys) if idx else None
+            raw = raw_key([turns[j] for j in idx], self.config.units.speaker_keys) if idx else None
             if turn_vecs is None or not idx or d.key != raw:
                 todo.append(i)
             elif len(idx) == 1:
                 out[i] = turn_vecs[idx[0]]
-            elif self.config.segment_vectors == "mean":
+            elif self.config.units.segment_vectors == "mean":
                 v = turn_vecs[idx].mean(axis=0)
                 out[i] = v / max(float(np.linalg.norm(v)), 1e-12)
             else:
@@ -296,8 +296,8 @@ class SessionBuilding:
         drafts, diag = build_note_drafts(
             turns,
             self.llm,
-            date_prefix=self.config.date_prefix,
-            max_prompt_chars=self.config.note_prompt_chars,
+            date_prefix=self.config.units.date_prefix,
+            max_prompt_chars=self.config.conditional.note_prompt_chars,
             usage=usage,
         )
         logger.info(
@@ -319,7 +319,7 @@ class SessionBuilding:
             lambda q: self.retrieve(user_id, q, reflect=False, **retrieve_kwargs),
             query,
             self.llm,
-            rounds=self.config.self_reflection_rounds,
+            rounds=self.config.conditional.self_reflection_rounds,
             k=retrieve_kwargs.get("k"),
             budget_tokens=retrieve_kwargs.get("budget_tokens"),
             user_id=user_id,
@@ -353,10 +353,10 @@ class SessionBuilding:
         return self.store.get_value(f"rmm.reflection/{user_id}/{session_id}")
 
     def _embed_keys(self, keys: list[str]) -> np.ndarray:
-        cut = [k[: self.config.embed_max_chars] for k in keys]
+        cut = [k[: self.config.units.embed_max_chars] for k in keys]
         if not cut:
             return np.zeros((0, self.embedder.dim), np.float32)
-        bs = max(self.config.embed_batch_size, 1) * 16
+        bs = max(self.config.units.embed_batch_size, 1) * 16
         parts = [self.embedder.encode(cut[i : i + bs]) for i in range(0, len(cut), bs)]
         return np.vstack(parts).astype(np.float32)
 
@@ -364,7 +364,10 @@ class SessionBuilding:
     def build_units(self, turns: Sequence[Turn]) -> list[MemoryDraft]:
         """Memory units of one session for every configured granularity (not yet stored)."""
         return build_units(
-            turns, self.config.granularities, self.segmenter, date_prefix=self.config.date_prefix
+            turns,
+            self.config.units.granularities,
+            self.segmenter,
+            date_prefix=self.config.units.date_prefix,
         )
 
     def denoise_keys(
@@ -421,7 +424,7 @@ class SessionBuilding:
                     logger.warning("cannot rebuild the key of memory %s; left as is", mem.id)
                     continue
                 todo.append(mem)
-                sources.append(raw_key(src, self.config.speaker_keys))
+                sources.append(raw_key(src, self.config.units.speaker_keys))
         if not todo:
             return 0
         drafts = [

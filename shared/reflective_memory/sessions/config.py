@@ -1,0 +1,36 @@
+"""`SessionConfig`: when open sessions end, and what a turn may hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reflective_memory.settings import check_int, check_number
+
+__all__ = ["SessionConfig"]
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """When a session ends (and becomes memories) and the largest turn accepted.
+
+    Turns are searchable at once, before their session ends; ending it adds segment, topic and
+    note memories.
+
+    Attributes:
+        max_turns: A session is ended automatically once it has this many turns (`None`:
+            never).
+        idle_seconds: Open sessions of a user whose last turn is older than this (by turn
+            timestamps) are ended when that user adds a turn to another session, and opening a
+            store directory ends open sessions idle longer than this by the clock (`None`:
+            never).
+        max_text_chars: Longest accepted turn text (longer raises `InvalidInputError`).
+    """
+
+    max_turns: int | None = 500
+    idle_seconds: float | None = 1800.0
+    max_text_chars: int = 2_000_000
+
+    def __post_init__(self) -> None:
+        check_int("sessions.max_turns", self.max_turns, optional=True)
+        check_number("sessions.idle_seconds", self.idle_seconds, 0, open_low=True, optional=True)
+        check_int("sessions.max_text_chars", self.max_text_chars)
