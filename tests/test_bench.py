@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from reflective_memory import HashingEmbedder
-from reflective_memory.bench.datasets import Conversation, Question, SessionData
-from reflective_memory.bench.retrieval import (
+from reflective_bench.retrieval import (
     coverage_at_budget,
     format_table,
     run_retrieval_bench,
     session_recall,
 )
+from reflective_memory import HashingEmbedder
+from reflective_memory.io import Conversation, Question, SessionData
 from reflective_memory.types import Hit, Memory, Retrieval
 
 NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -137,7 +137,7 @@ def test_cached_embedder_embeds_each_text_once_and_bypasses_queries(tmp_path) ->
 
 def test_bench_retrieval_dsn_does_not_go_with_units(tmp_path):
     import pytest
-    from reflective_memory.bench.retrieval import _run
+    from reflective_bench.retrieval import _run
     from reflective_memory.cli import build_parser
     from reflective_memory.errors import ConfigError
 

@@ -3,7 +3,7 @@ import gzip
 import json
 from datetime import datetime, timezone
 
-from reflective_memory.bench.conditional import coverage_at, main, register
+from reflective_bench.conditional import coverage_at, main, register
 from reflective_memory.types import Memory
 
 NOW = datetime(2024, 1, 1, tzinfo=timezone.utc)

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-import reflective_memory.bench.feedback as bench
+import reflective_bench.feedback as bench
 from reflective_memory.config import MemoryConfig
 from reflective_memory.errors import ConfigError
 from reflective_memory.types import Hit, Memory, Retrieval
@@ -92,7 +92,7 @@ def _locomo_file(tmp_path, users=3, questions=6):
 
 
 def test_make_splits_per_user_and_across_users(tmp_path):
-    from reflective_memory.bench.datasets import load_conversations
+    from reflective_memory.io import load_conversations
 
     convs = load_conversations(_locomo_file(tmp_path, users=2, questions=4))
     protocol, (s0, s1) = bench.make_splits(convs, [0, 1])

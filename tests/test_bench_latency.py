@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import pytest
-from reflective_memory.bench.latency import (
+from reflective_bench.latency import (
     exact_topk,
     format_latency_table,
     load_texts,
@@ -11,7 +11,7 @@ from reflective_memory.bench.latency import (
     run_latency_bench,
     synthetic_corpus,
 )
-from reflective_memory.bench.retrieval import _mode_kwargs
+from reflective_bench.retrieval import _mode_kwargs
 from reflective_memory.embed import HashingEmbedder
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.storage.index import AnnSettings

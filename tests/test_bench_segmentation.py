@@ -2,7 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
-from reflective_memory.bench.segmentation import evaluate_segmenter, load_dialogues
+from reflective_bench.segmentation import evaluate_segmenter, load_dialogues
 from reflective_memory.cli import main
 from reflective_memory.embed import HashingEmbedder
 from reflective_memory.errors import InvalidInputError

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from reflective_memory import HashingEmbedder, ReflectiveMemory, __version__
-from reflective_memory.bench.datasets import load_conversations
-from reflective_memory.cli import main
+from reflective_memory import HashingEmbedder, ReflectiveMemory, __version__, cli
+from reflective_memory.cli import NO_BENCH, main
+from reflective_memory.io import load_conversations
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "faiss", "transformers", "sentence_transformers", "reflective_memory.engine")
+HEAVY = (
+    "torch",
+    "faiss",
+    "transformers",
+    "sentence_transformers",
+    "reflective_memory.engine",
+    "reflective_bench",
+)
+SHARED = ROOT / "shared"
 
 
 @pytest.fixture
@@ -35,8 +44,15 @@ def store(tmp_path, hashing):
 
 
 def _import_probe(code: str) -> dict:
+    """Run `code` on this checkout (the benchmarks importable) and parse its last line."""
+    path = os.pathsep.join(filter(None, [str(SHARED), os.environ.get("PYTHONPATH")]))
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": path},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -47,14 +63,54 @@ def test_help_and_version_import_nothing_heavy_and_are_fast() -> None:
         "t = time.perf_counter()\n"
         "from reflective_memory.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    rc = [main(['--help']), main(['--version']), main(['search', '--help'])]\n"
+        "    rc = [main(['--help']), main(['--version']), main(['search', '--help']),\n"
+        "          main(['ingest', '--help'])]\n"
         f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
         "print(json.dumps({'rc': rc, 'heavy': heavy, 's': time.perf_counter() - t}))\n"
     )
     res = _import_probe(code)
-    assert res["rc"] == [0, 0, 0]
+    assert res["rc"] == [0, 0, 0, 0]
     assert res["heavy"] == []
-    assert res["s"] < 1.5  # import + three parses; ~0.1 s on an idle machine
+    assert res["s"] < 1.5  # import + four parses; ~0.1 s on an idle machine
+
+
+def test_only_bench_imports_the_benchmarks() -> None:
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from reflective_memory.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = [main(['segment', '--help']), main(['demo', '--help'])]\n"
+        "    before = 'reflective_bench' in sys.modules\n"
+        "    rc.append(main(['bench', '--help']))\n"
+        "after = 'reflective_bench' in sys.modules\n"
+        "print(json.dumps({'rc': rc, 'before': before, 'after': after}))\n"
+    )
+    assert _import_probe(code) == {"rc": [0, 0, 0], "before": False, "after": True}
+
+
+@pytest.fixture
+def no_benchmarks_on_path(monkeypatch):
+    """`reflective_bench` neither imported nor on `sys.path` (as with an editable install)."""
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != SHARED])
+    monkeypatch.delitem(sys.modules, "reflective_bench", raising=False)
+
+
+def test_bench_finds_the_benchmarks_beside_the_library(no_benchmarks_on_path) -> None:
+    assert str(SHARED) not in sys.path
+    assert cli._find_benchmarks()
+    assert sys.path[-1] == str(SHARED)
+
+
+def test_bench_without_the_benchmarks_exits_2_with_one_line(
+    no_benchmarks_on_path, monkeypatch, tmp_path, capsys
+) -> None:
+    (tmp_path / "reflective_memory").mkdir()  # an installed library: nothing beside it
+    monkeypatch.setattr(cli, "__file__", str(tmp_path / "reflective_memory" / "cli.py"))
+    assert main(["bench", "retrieval", "--help"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == f"error: {NO_BENCH}\n"
+    assert NO_BENCH.startswith("benchmarks run from a source checkout of reflective-memory; ")
+    assert str(tmp_path) not in sys.path
 
 
 def test_version(capsys) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reflective_bench.ingest import TimedEmbedder, format_result, run_ingest_bench
 from reflective_memory import (
     FeedbackResult,
     HashingEmbedder,
@@ -16,10 +17,9 @@ from reflective_memory import (
     ModelLoadError,
     ReflectiveMemory,
 )
-from reflective_memory.bench.datasets import load_conversations
-from reflective_memory.bench.ingest import TimedEmbedder, format_result, run_ingest_bench
 from reflective_memory.denoise import LLMLinguaDenoiser
 from reflective_memory.embed import _MODEL_CACHE, SentenceTransformerEmbedder
+from reflective_memory.io import load_conversations
 from reflective_memory.rmm.citations import build_answer_prompt, echoes_instructions
 from reflective_memory.types import LEXICAL_HALF_RELEVANCE, Hit, Memory
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from reflective_memory import InvalidInputError
-from reflective_memory.bench.datasets import load_conversations
+from reflective_memory.io import load_conversations
 
 LOCOMO = [
     {

@@ -341,7 +341,7 @@ def test_db_init_command_is_idempotent(pg_dsn, capsys) -> None:
 
 
 def test_bench_storage_small_run(pg_dsn, tmp_path) -> None:
-    from reflective_memory.bench.storage import run_storage_bench
+    from reflective_bench.storage import run_storage_bench
     from reflective_memory.cli import build_parser
 
     args = build_parser().parse_args(
@@ -415,9 +415,9 @@ def test_bench_retrieval_on_postgres_matches_the_embedded_baselines(pg_dsn, tmp_
     """`bench retrieval --dsn`: every system on its own schema, dropped afterwards; the plain
     dense baseline ranks the same on both backends."""
     import psycopg
-    from reflective_memory.bench.datasets import load_conversations
-    from reflective_memory.bench.retrieval import _pg_stores, coverage_at_budget
-    from reflective_memory.bench.systems import BASELINES, DEFAULT, run_systems
+    from reflective_bench.retrieval import _pg_stores, coverage_at_budget
+    from reflective_bench.systems import BASELINES, DEFAULT, run_systems
+    from reflective_memory.io import load_conversations
     from test_bench_feedback import _locomo_file
 
     convs = load_conversations(_locomo_file(tmp_path, users=2, questions=4))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reflective_memory.bench.soak import kill_loop, process_soak, thread_soak
+from reflective_bench.soak import kill_loop, process_soak, thread_soak
 
 pytestmark = pytest.mark.reliability
 

@@ -1,8 +1,9 @@
-"""The `reflective-memory` command: demo, ingest, search, stats, redenoise, serve and benchmarks.
+"""The `reflective-memory` command: demo, ingest, search, stats, segment, redenoise, serve, bench.
 
 Every argument is checked while the command line is parsed, before any model loads or any file
 is created. Heavy modules (the engine, torch, FAISS) are imported inside the commands that need
-them, so `--help` and `--version` stay fast.
+them, so `--help` and `--version` stay fast. `bench` runs the benchmarks of a source checkout
+(`shared/reflective_bench`, beside the library; the wheel does not ship them).
 
 Exit codes: 0 success; 1 nothing to show (e.g. `search` for a user the store does not have,
 unless `--allow-empty`); 2 bad arguments or an error (one line on stderr).
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,25 +34,32 @@ __all__ = [
     "main",
     "build_parser",
     "BENCH_MODULES",
+    "NO_BENCH",
     "STORE_FILE",
     "DEMO_FILE",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: Modules that add `bench` sub-commands through a `register(bench_subparsers)` function. They
-#: are imported only when the command line asks for `bench`.
+#: Modules of the benchmarks (`reflective_bench`, in a source checkout) that add `bench`
+#: sub-commands through a `register(bench_subparsers)` function. They are imported only when the
+#: command line asks for `bench`.
 BENCH_MODULES = [
-    "reflective_memory.bench.retrieval",
-    "reflective_memory.bench.conditional",
-    "reflective_memory.bench.feedback",
-    "reflective_memory.bench.transfer",
-    "reflective_memory.bench.segmentation",
-    "reflective_memory.bench.latency",
-    "reflective_memory.bench.soak",
-    "reflective_memory.bench.ingest",
-    "reflective_memory.bench.storage",
+    "reflective_bench.retrieval",
+    "reflective_bench.conditional",
+    "reflective_bench.feedback",
+    "reflective_bench.segmentation",
+    "reflective_bench.latency",
+    "reflective_bench.soak",
+    "reflective_bench.ingest",
+    "reflective_bench.storage",
 ]
+
+#: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.
+NO_BENCH = (
+    "benchmarks run from a source checkout of reflective-memory; clone the repository and run "
+    "`reflective-memory bench ...` there (or put its shared/ folder on PYTHONPATH)"
+)
 
 #: The SQLite file that marks a directory as a store.
 STORE_FILE = "memory.sqlite3"
@@ -156,7 +165,7 @@ def _check_user(mem: ReflectiveMemory, user: str, db: str) -> None:
 
 # -- commands ----------------------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    from reflective_memory.bench.datasets import ingest_conversations, load_conversations
+    from reflective_memory.io import ingest_conversations, load_conversations
 
     src = resources.files("reflective_memory") / "data" / DEMO_FILE
     if args.export is not None:
@@ -211,7 +220,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from reflective_memory.bench.datasets import ingest_conversations, load_conversations
+    from reflective_memory.io import ingest_conversations, load_conversations
 
     convs = load_conversations(args.file, default_user=args.user)  # parsed before the store opens
     with _open(args.db) as mem:
@@ -360,18 +369,103 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _segment(args: argparse.Namespace) -> int:
+    """Print (or `--json`) the segments the offline segmenter finds in each session of a file."""
+    from reflective_memory.embed import HashingEmbedder, default_embedder
+    from reflective_memory.io import load_conversations
+    from reflective_memory.segment.base import check_spans
+    from reflective_memory.segment.embedding import make_segmenter
+    from reflective_memory.types import Turn
+
+    embedder = HashingEmbedder(256) if args.embedder == "hashing" else default_embedder()
+    seg = make_segmenter(args.segmenter, embedder=embedder, unit=args.unit, window=args.window)
+    rows = []
+    for conv in load_conversations(args.file, default_user="user"):
+        for sess in conv.sessions[: args.limit] if args.limit is not None else conv.sessions:
+            turns = [
+                Turn(
+                    conv.user_id,
+                    sess.session_id,
+                    str(t["role"]),
+                    str(t["text"]),
+                    str(t.get("turn_id") or f"{sess.session_id}:{i}"),
+                    i,
+                )
+                for i, t in enumerate(sess.turns)
+            ]
+            spans = check_spans(seg.segment(turns), len(turns)) if turns else []
+            rows.append((conv.user_id, sess.session_id, turns, spans))
+    if args.json:
+        payload = [
+            {
+                "user_id": u,
+                "session_id": s,
+                "segments": [
+                    {"start": a, "end": b, "turn_ids": [t.turn_id for t in turns[a:b]]}
+                    for a, b in spans
+                ],
+            }
+            for u, s, turns, spans in rows
+        ]
+        _out(json.dumps(payload, indent=2))
+        return 0
+    for user, sid, turns, spans in rows:
+        _out(f"user {user} session {sid}: {len(turns)} turns, {len(spans)} segments")
+        for k, (a, b) in enumerate(spans):
+            first = turns[a].text.replace("\n", " ")
+            first = first if len(first) <= 70 else first[:67] + "..."
+            _out(f"  [{k}] turns {a}-{b - 1}: {turns[a].role}: {first}")
+    return 0
+
+
+def _segment_arguments(p: argparse.ArgumentParser) -> None:
+    """The `segment` options (the segmenter names import the segmenters, hence only on demand)."""
+    from reflective_memory.segment.embedding import SEGMENTER_KINDS
+
+    p.add_argument("file", type=_input_file, help="conversation file (.json or .json.gz)")
+    p.add_argument("--segmenter", choices=SEGMENTER_KINDS, default="embedding")
+    p.add_argument("--unit", choices=("exchange", "turn"), default="exchange")
+    p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
+    p.add_argument("--window", type=int, default=6, help="turns per segment for 'fixed'")
+    p.add_argument("--limit", type=int, default=None, help="only the first N sessions per user")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_segment)
+
+
+def _find_benchmarks() -> bool:
+    """Whether `reflective_bench` can be imported, looking beside this library if need be.
+
+    The wheel ships no benchmarks; a source checkout has them in `shared/reflective_bench`, next
+    to `shared/reflective_memory`. When that folder is there, `shared/` goes on `sys.path`.
+    """
+    if importlib.util.find_spec("reflective_bench") is not None:
+        return True
+    shared = Path(__file__).resolve().parents[1]
+    if not (shared / "reflective_bench" / "__init__.py").is_file():
+        return False
+    sys.path.append(str(shared))
+    return importlib.util.find_spec("reflective_bench") is not None
+
+
 # -- parser ------------------------------------------------------------------------------------
-#: Commands whose arguments are defined by modules with heavy imports (numpy, the engine).
+#: Commands whose arguments are defined by modules with heavy imports (numpy, the engine, the
+#: benchmarks).
 _HEAVY_COMMANDS = ("segment", "bench")
 
 
-def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
+def _command(argv: Sequence[str]) -> str | None:
+    """The sub-command a command line names (the global options take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.ArgumentParser:
     """The argument parser of the `reflective-memory` command.
 
     Args:
-        full: Define the `segment` and `bench` sub-commands' arguments, which imports their
-            modules. `main` passes False unless the command line names one of them, so `--help`
-            and the other commands do not pay for those imports (the commands are still
+        define: Which of the heavy commands (`segment`, `bench`) get their arguments defined,
+            which imports their modules (for `bench`, the benchmarks of a source checkout, when
+            they are there). `main` names only the command on the command line, so `--help`
+            and the other commands pay for none of those imports (every command is still
             listed).
     """
     parser = argparse.ArgumentParser(
@@ -416,7 +510,7 @@ def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "ingest",
         help="add a conversation file to a store",
-        description="Formats: reflective-memory/v1 JSON (see reflective_memory.bench.datasets; "
+        description="Formats: reflective-memory/v1 JSON (see reflective_memory.io; "
         "`reflective-memory demo --export conv.json` writes a sample), LongMemEval, LoCoMo. "
         "Each session is ended after ingestion, so it becomes memories.",
     )
@@ -443,12 +537,14 @@ def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_stats)
 
-    if full:
-        importlib.import_module("reflective_memory.bench.segmentation").register_segment_command(
-            sub
-        )
-    else:
-        sub.add_parser("segment", help="print the topical segments of each session of a file")
+    p = sub.add_parser(
+        "segment",
+        help="print the topical segments of each session of a conversation file",
+        description="Reads the same conversation formats as `ingest` and prints, per session, "
+        "the segments the offline segmenter finds.",
+    )
+    if "segment" in define:
+        _segment_arguments(p)
 
     p = sub.add_parser(
         "redenoise",
@@ -495,9 +591,12 @@ def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_db_init)
 
-    p = sub.add_parser("bench", help="benchmarks (reflective-memory bench --help lists them)")
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks, in a source checkout (reflective-memory bench --help lists them)",
+    )
     bench = p.add_subparsers(dest="bench", required=True)
-    if full:
+    if "bench" in define and _find_benchmarks():
         for name in BENCH_MODULES:
             importlib.import_module(name).register(bench)
     return parser
@@ -506,7 +605,11 @@ def build_parser(*, full: bool = True) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `reflective-memory` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(full=any(a in _HEAVY_COMMANDS for a in argv))
+    command = _command(argv)
+    if command == "bench" and not _find_benchmarks():
+        sys.stderr.write(f"error: {NO_BENCH}\n")
+        return 2
+    parser = build_parser(define=[c for c in _HEAVY_COMMANDS if c == command])
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad argument (already reported)

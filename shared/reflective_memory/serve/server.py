@@ -76,7 +76,7 @@ def _check_port(host: str, port: int) -> None:
 
 def load_demo(memory: ReflectiveMemory) -> str:
     """Ingest the bundled demo conversation unless its user is already stored; return a note."""
-    from reflective_memory.bench.datasets import ingest_conversations, load_conversations
+    from reflective_memory.io import ingest_conversations, load_conversations
 
     if DEMO_USER in memory.users():
         return f"demo user {DEMO_USER!r} is already in the store; left as it is"

@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from reflective_memory.bench.datasets import Conversation, load_conversations
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.io import Conversation, load_conversations
 
 __all__ = ["IngestResult", "TimedEmbedder", "run_ingest_bench", "format_result", "register"]
 
@@ -166,11 +165,10 @@ def run_ingest_bench(
     Returns:
         The measurements.
     """
-    from tqdm import tqdm
-
     from reflective_memory.config import MemoryConfig
     from reflective_memory.embed import SentenceTransformerEmbedder
     from reflective_memory.engine import ReflectiveMemory
+    from tqdm import tqdm
 
     overrides = dict(config_overrides or {})
     config = MemoryConfig(**overrides)

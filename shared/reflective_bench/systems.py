@@ -25,15 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
-
-from reflective_memory.bench.datasets import Conversation, ingest_conversations
 from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError
+from reflective_memory.io import Conversation, ingest_conversations
 from reflective_memory.segment.base import FixedWindowSegmenter
 from reflective_memory.types import Retrieval
+from tqdm import tqdm
 
 __all__ = [
     "System",
@@ -137,7 +136,6 @@ ABLATIONS = (
     ),
     System("- date headers", {"date_prefix": False}, what="passages without a date header"),
     System("- reranker stage", {"rerank": False}, what="untrained reranker removed"),
-    System("+ neighbours", {"neighbour_weight": 0.5}, what="turn hits lend votes to neighbours"),
     System("+ offline denoiser", {"denoiser": "offline"}, what="denoised keys (re-embedded)"),
     System("+ RF-Mem gate", {"recall": {"mode": "rfmem"}}, what="RF-Mem, self-calibrated gate"),
 )

@@ -27,9 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from reflective_memory.bench.retrieval import add_embedder_arguments, make_embedder
 from reflective_memory.conditional.notes import build_note_drafts, heuristic_decisions
 from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import Embedder
@@ -38,6 +35,9 @@ from reflective_memory.errors import InvalidInputError
 from reflective_memory.llm import LLMClient
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import Memory, Turn, Usage
+from tqdm import tqdm
+
+from reflective_bench.retrieval import add_embedder_arguments, make_embedder
 
 __all__ = ["register", "run", "main", "coverage_at", "VIEWS"]
 
@@ -285,7 +285,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run standalone: `python -m reflective_memory.bench.conditional --data ...`."""
+    """Run standalone: `python -m reflective_bench.conditional --data ...`."""
     p = argparse.ArgumentParser(prog="reflective-memory bench conditional")
     _arguments(p)
     args = p.parse_args(argv)

@@ -35,12 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
-
 from reflective_memory.embed import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.recall import RecallConfig, recall
 from reflective_memory.storage.index import ANN_KINDS, AnnSettings, DenseIndex, build_dense_index
+from tqdm import tqdm
 
 __all__ = [
     "METHODS",
@@ -402,7 +401,7 @@ def register(bench: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run `bench latency` on its own (`python -m reflective_memory.bench.latency ...`)."""
+    """Run `bench latency` on its own (`python -m reflective_bench.latency ...`)."""
     parser = argparse.ArgumentParser(prog="bench")
     register(parser.add_subparsers(dest="bench", required=True))
     args = parser.parse_args(["latency", *(argv if argv is not None else sys.argv[1:])])

@@ -37,14 +37,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
-
-from reflective_memory.bench.datasets import Conversation, Question, load_conversations
-from reflective_memory.bench.feedback_report import as_json, plot_curves, report
 from reflective_memory.config import MemoryConfig
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.io import Conversation, Question, load_conversations
 from reflective_memory.types import Retrieval
+from tqdm import tqdm
+
+from reflective_bench.feedback_report import as_json, plot_curves, report
 
 __all__ = [
     "register",
@@ -311,27 +311,17 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
     }
     if args.granularity != "default":
         kw["granularities"] = (args.granularity,)
-    for flag, name in (
-        ("scope", "rerank_scope"),
-        ("optimizer", "rerank_optimizer"),
-        ("lr", "rerank_learning_rate"),
-        ("feature_lr", "rerank_feature_learning_rate"),
-        ("user_lr", "rerank_user_learning_rate"),
-        ("user_decay", "rerank_user_decay"),
-        ("weight_decay", "rerank_weight_decay"),
-        ("baseline", "rerank_baseline"),
-        ("features", "rerank_features"),
-        ("batch_size", "rerank_batch_size"),
-        ("memory_credit", "rerank_memory_credit"),
-        ("credit_cap", "rerank_memory_credit_cap"),
-        ("turn_prior", "rerank_turn_prior"),
-        ("turn_prior_lr", "rerank_turn_prior_learning_rate"),
-    ):
-        val = getattr(args, flag, None)
-        if val is not None:
-            kw[name] = val
-    if getattr(args, "memory_bias", False):
-        kw["rerank_memory_bias"] = True
+    given = {
+        "rerank_scope": args.scope,
+        "rerank_learning_rate": args.lr,
+        "rerank_feature_learning_rate": args.feature_lr,
+        "rerank_user_learning_rate": args.user_lr,
+        "rerank_user_decay": args.user_decay,
+        "rerank_baseline": args.baseline,
+        "rerank_features": args.features,
+        "rerank_batch_size": args.batch_size,
+    }
+    kw.update({name: val for name, val in given.items() if val is not None})
     return MemoryConfig(**{**{"rerank_scope": d.rerank_scope}, **kw})
 
 
@@ -344,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     protocol, splits = make_splits(convs, seeds)
     store = Path(args.store)
     cfg = _config(args)
-    from reflective_memory.bench.retrieval import make_embedder, parse_denoiser
+    from reflective_bench.retrieval import make_embedder, parse_denoiser
 
     embedder = _QueryCache(make_embedder(args.embedder, args.cache))
     denoiser = parse_denoiser(args.denoiser)
@@ -411,7 +401,7 @@ def register(bench_subparsers: Any) -> None:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from reflective_memory.bench.retrieval import add_embedder_arguments
+    from reflective_bench.retrieval import add_embedder_arguments
 
     p.add_argument("--data", required=True, help="REALTALK/LoCoMo, LongMemEval or our own JSON")
     p.add_argument("--store", default="rmm-bench-store", help="store directory (reused)")
@@ -436,20 +426,13 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=20, help="candidates the reranker reorders (K)")
     # Reranker settings: not given = the library's defaults.
     p.add_argument("--scope", default=None, choices=("user", "shared", "isolated"))
-    p.add_argument("--optimizer", default=None, choices=("adam", "sgd"))
     p.add_argument("--lr", type=float, default=None, help="prior's learning rate (maps)")
     p.add_argument("--feature-lr", type=float, default=None, help="prior's feature-weight lr")
     p.add_argument("--user-lr", type=float, default=None, help="per-user offsets' lr")
     p.add_argument("--user-decay", type=float, default=None, help="per-user pull to the prior")
     p.add_argument("--batch-size", type=int, default=None, help="episodes per prior update")
-    p.add_argument("--weight-decay", type=float, default=None)
     p.add_argument("--baseline", type=_baseline, default=None, help="a number or 'episode'")
     p.add_argument("--features", type=_features, default=None, help="names, or 'none'")
-    p.add_argument("--memory-credit", type=float, default=None, help="per-user credit rate")
-    p.add_argument("--credit-cap", type=float, default=None, help="largest credit per unit")
-    p.add_argument("--memory-bias", action="store_true", help="learn a b.m term (extension)")
-    p.add_argument("--turn-prior", type=float, default=None, help="turn prior strength (0: off)")
-    p.add_argument("--turn-prior-lr", type=float, default=None, help="turn prior step")
     p.add_argument("--limit", type=int, default=None, help="use the first N conversations")
     p.add_argument("--plot", default="docs/rmm_feedback_curve.png", help="'' for none")
     p.add_argument("--json", default=None, help="write the results as JSON here")
@@ -487,7 +470,7 @@ def _arguments_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, _run: Callable[..., int] = run) -> int:
-    """Standalone entry: `python -m reflective_memory.bench.feedback --data ...`."""
+    """Standalone entry: `python -m reflective_bench.feedback --data ...`."""
     p = _arguments_parser()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("bm25s").setLevel(logging.WARNING)

@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
-
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.segment.base import Segmenter, check_spans
@@ -40,6 +38,7 @@ from reflective_memory.segment.dialogues import (
 )
 from reflective_memory.segment.metrics import SegmentationScores, evaluate_segmentations
 from reflective_memory.segment.rubric import LabeledDialogue
+from tqdm import tqdm
 
 __all__ = [
     "load_dialogues",
@@ -48,7 +47,6 @@ __all__ = [
     "parse_segment_list",
     "evaluate_segmenter",
     "register",
-    "register_segment_command",
     "run",
 ]
 
@@ -210,68 +208,3 @@ def register(bench_subparsers: Any) -> None:
         return run(args)
 
     p.set_defaults(func=_func)
-
-
-def _segment_file(args: argparse.Namespace) -> int:
-    """Entry point of `reflective-memory segment FILE`."""
-    from reflective_memory.bench.datasets import load_conversations
-    from reflective_memory.types import Turn
-
-    seg = _build_segmenter(args.segmenter, _make_embedder(args.embedder), args.window, args.unit)
-    rows = []
-    for conv in load_conversations(args.file, default_user="user"):
-        for sess in conv.sessions[: args.limit] if args.limit is not None else conv.sessions:
-            turns = [
-                Turn(
-                    conv.user_id,
-                    sess.session_id,
-                    str(t["role"]),
-                    str(t["text"]),
-                    str(t.get("turn_id") or f"{sess.session_id}:{i}"),
-                    i,
-                )
-                for i, t in enumerate(sess.turns)
-            ]
-            spans = check_spans(seg.segment(turns), len(turns)) if turns else []
-            rows.append((conv.user_id, sess.session_id, turns, spans))
-    if args.json:
-        payload = [
-            {
-                "user_id": u,
-                "session_id": s,
-                "segments": [
-                    {"start": a, "end": b, "turn_ids": [t.turn_id for t in turns[a:b]]}
-                    for a, b in spans
-                ],
-            }
-            for u, s, turns, spans in rows
-        ]
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-        return 0
-    for user, sid, turns, spans in rows:
-        sys.stdout.write(f"user {user} session {sid}: {len(turns)} turns, {len(spans)} segments\n")
-        for k, (a, b) in enumerate(spans):
-            first = turns[a].text.replace("\n", " ")
-            first = first if len(first) <= 70 else first[:67] + "..."
-            sys.stdout.write(f"  [{k}] turns {a}-{b - 1}: {turns[a].role}: {first}\n")
-    return 0
-
-
-def register_segment_command(subparsers: Any) -> None:
-    """Add `reflective-memory segment FILE` (print a conversation's segments)."""
-    from reflective_memory.segment.embedding import SEGMENTER_KINDS
-
-    p = subparsers.add_parser(
-        "segment",
-        help="print the topical segments of each session of a conversation file",
-        description="Reads the same conversation formats as `ingest` and prints, per session, "
-        "the segments the offline segmenter finds.",
-    )
-    p.add_argument("file", help="conversation file (.json or .json.gz)")
-    p.add_argument("--segmenter", choices=SEGMENTER_KINDS, default="embedding")
-    p.add_argument("--unit", choices=("exchange", "turn"), default="exchange")
-    p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
-    p.add_argument("--window", type=int, default=6, help="turns per segment for 'fixed'")
-    p.add_argument("--limit", type=int, default=None, help="only the first N sessions per user")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=_segment_file)

@@ -1,6 +1,6 @@
 """Report of `reflective-memory bench feedback`: Markdown tables, learning curves, JSON, PNG.
 
-Reads the per-split results `reflective_memory.bench.feedback.run` collects (coverage before,
+Reads the per-split results `reflective_bench.feedback.run` collects (coverage before,
 and per condition a `_Run` with its learning curve, teaching-half
 coverage and timings) and renders them; nothing here runs the engine.
 """
@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from reflective_memory.bench.datasets import Conversation
 from reflective_memory.config import MemoryConfig
+from reflective_memory.io import Conversation
 
 __all__ = ["report", "as_json", "curves_of", "plot_curves"]
 
@@ -100,7 +99,7 @@ def report(
         f"units={list(cfg.granularities)}, denoiser={args.denoiser}, embedder={embedder_name}, "
         f"retrieval={cfg.retrieval_mode}; reranker: scope={cfg.rerank_scope}, "
         f"K={cfg.rerank_top_k}, M={cfg.rerank_top_m}, tau={cfg.rerank_tau}, "
-        f"lr={cfg.rerank_learning_rate} ({cfg.rerank_optimizer}), "
+        f"lr={cfg.rerank_learning_rate}, "
         f"feature lr={cfg.rerank_feature_learning_rate}, user lr={cfg.rerank_user_learning_rate}, "
         f"user decay={cfg.rerank_user_decay}, batch={cfg.rerank_batch_size}, "
         f"b={cfg.rerank_baseline}, features={list(cfg.rerank_features)}; "

@@ -1,4 +1,7 @@
-"""Readers for conversation files: our own JSON schema, LongMemEval and LoCoMo.
+"""Conversation files: read them (our JSON schema, LongMemEval, LoCoMo) and ingest them.
+
+What `reflective-memory ingest`, `demo` and `serve --demo` read, and what the benchmarks
+(`reflective_bench`, beside the library in a source checkout) load their data with.
 
 Our schema (`"format": "reflective-memory/v1"`)::
 

@@ -131,7 +131,6 @@ def _load_postgres(
 
 def _fresh_pg(dsn: str, schema: str, **kw: Any) -> Any:
     import psycopg
-
     from reflective_memory.storage.postgres import PostgresStore
 
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -20,13 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
-
-from reflective_memory.bench.datasets import (
-    Conversation,
-    ingest_conversations,
-    load_conversations,
-)
 from reflective_memory.config import MemoryConfig
 from reflective_memory.denoise import make_denoiser
 from reflective_memory.embed import (
@@ -37,8 +30,14 @@ from reflective_memory.embed import (
 )
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError
+from reflective_memory.io import (
+    Conversation,
+    ingest_conversations,
+    load_conversations,
+)
 from reflective_memory.segment.base import FixedWindowSegmenter
 from reflective_memory.types import Retrieval
+from tqdm import tqdm
 
 __all__ = [
     "BenchResult",
@@ -360,7 +359,6 @@ def _pg_stores(dsn: str) -> Callable[[], tuple[Any, Callable[[], None]]]:
     import uuid
 
     import psycopg
-
     from reflective_memory.storage.postgres import PostgresStore
 
     def make() -> tuple[Any, Callable[[], None]]:
@@ -378,7 +376,7 @@ def _pg_stores(dsn: str) -> Callable[[], tuple[Any, Callable[[], None]]]:
 
 
 def _run_systems(args: argparse.Namespace, convs: list[Conversation], budgets: list[int]) -> int:
-    from reflective_memory.bench.systems import (
+    from reflective_bench.systems import (
         ABLATIONS,
         BASELINES,
         DEFAULT,

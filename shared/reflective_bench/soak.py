@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from reflective_memory.config import MemoryConfig
 from reflective_memory.embed import HashingEmbedder
 from reflective_memory.engine import ReflectiveMemory
@@ -210,7 +209,7 @@ def thread_soak(
 _ZYGOTE = """
 import json, os, random, sys, threading, time
 from pathlib import Path
-from reflective_memory.bench.soak import _new_stats, _open, _work
+from reflective_bench.soak import _new_stats, _open, _work
 directory = sys.argv[1]
 children = []
 for line in sys.stdin:
@@ -243,7 +242,7 @@ class _Zygote:
 
     def __init__(self, directory: Path) -> None:
         env = dict(os.environ)
-        here = str(Path(__file__).resolve().parents[2])
+        here = str(Path(__file__).resolve().parents[1])  # shared/: this package and the library
         env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _ZYGOTE, str(directory)],

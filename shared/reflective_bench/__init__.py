@@ -1,0 +1,15 @@
+"""Benchmarks of reflective-memory (beside the library: a source checkout has them, the wheel not).
+
+Run them as `reflective-memory bench ...` from a checkout; the library never imports this
+package. Conversation files are read with the library's own `reflective_memory.io`.
+
+- `retrieval` / `systems`: evidence coverage under a word budget, latency and ingest rate.
+- `feedback` / `feedback_report`: RMM reranker learning from simulated citations.
+- `conditional`: conditional-memory notes (memorize rate, coverage, prompt cost).
+- `latency`: RF-Mem latency at 10K-1M memories.
+- `segmentation`: SeCom segmentation scores (Pk, WindowDiff, F1).
+- `ingest`: ingest turns/s against bare embedding; `storage`: the store backends.
+- `soak`: the reliability soaks (threads, processes, SIGKILL loop).
+"""
+
+__all__: list[str] = []
