@@ -171,12 +171,12 @@ def test_hnsw_path_with_iterative_scan_matches_exact(pg_dsn) -> None:
             exact.close()
         store = mem.store
         q = HashingEmbedder(64).encode("piano")
-        with store._conn() as conn:
+        with store.db.transaction() as conn:
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             plan = "\n".join(
                 r[0]
                 for r in conn.execute(
-                    f"EXPLAIN SELECT id FROM {store._s}.memories WHERE user_id='big' AND"
+                    f"EXPLAIN SELECT id FROM {store.db.qualified}.memories WHERE user_id='big' AND"
                     " embed_dim=64 ORDER BY embedding::vector(64) <#> %s::vector(64) LIMIT 10",
                     (np.asarray(q, np.float32),),
                 )
@@ -431,8 +431,8 @@ def test_turn_prior_lives_in_the_database_and_is_shared_by_processes(pg_dsn) -> 
             a.end_session("u", f"s{i}")
         learned = sum(teach(a, i) for i in range(8)) + sum(teach(b, i) for i in range(8))
         assert learned >= 8
-        assert a.store.blob_version("__shared__", TURN_PRIOR_BLOB) == learned
-        # each process sees every answer, its own and the other's
+        assert a.store.blob_version("__shared__", TURN_PRIOR_BLOB) > 0  # versions are opaque
+        # each process sees every answer, its own and the other's: no update was lost
         assert a.turn_prior.prior().n_episodes_ == b.turn_prior.prior().n_episodes_ == learned
         with _mem(pg_dsn, schema, **cfg) as c:
             assert np.allclose(c.turn_prior.prior().weights_, a.turn_prior.prior().weights_)
