@@ -206,15 +206,18 @@ class FileStateStore:
         _sync_dir(path.parent)
 
     @staticmethod
-    def _header(path: Path) -> tuple[dict[str, Any], bytes] | None:
-        """The header of a state file and the rest of it, or None when there is no file."""
+    def _header(path: Path, *, with_data: bool = True) -> tuple[dict[str, Any], bytes] | None:
+        """The header of a state file and (`with_data`) the rest of it; None without a file."""
         try:
-            raw = path.read_bytes()
+            with open(path, "rb") as f:
+                if f.read(len(_MAGIC)) != _MAGIC:
+                    raise ValueError("not a state file")
+                line = f.readline()
+                data = f.read() if with_data else b""
         except FileNotFoundError:
             return None
-        if not raw.startswith(_MAGIC):
-            raise ValueError("not a state file")
-        line, _, data = raw[len(_MAGIC) :].partition(b"\n")
+        if not line.endswith(b"\n"):
+            raise ValueError("truncated header")
         head = json.loads(line)
         if not isinstance(head, dict):
             raise ValueError("bad header")
@@ -225,7 +228,7 @@ class FileStateStore:
             return self._memory.get((owner, name))
         path = self._path(owner, name)
         try:
-            got = self._header(path)
+            got = self._header(path, with_data=verify)
             if got is None:
                 return None
             head, data = got
@@ -329,7 +332,7 @@ class FileStateStore:
         found: list[str] = []
         for path in sorted(self._owner_dir(owner).glob(f"*{_SUFFIX}")):
             try:
-                got = self._header(path)
+                got = self._header(path, with_data=False)
             except (ValueError, UnicodeDecodeError) as exc:
                 logger.warning("ignoring damaged state file %s: %s", path, exc)
                 continue

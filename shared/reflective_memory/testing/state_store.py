@@ -26,7 +26,7 @@ from reflective_memory.storage.state import StateStore
 __all__ = ["StateStoreContract"]
 
 
-def _put(data: bytes) -> Any:
+def _put(data: bytes | bytearray | None) -> Any:
     return lambda _version, _old: data
 
 
