@@ -199,6 +199,23 @@ def test_importing_the_core_imports_no_framework() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
+def test_the_library_needs_no_pytest_and_testing_says_it_does() -> None:
+    """Only `reflective_memory.testing` (the shipped contract tests) needs pytest."""
+    code = (
+        "import sys\n"
+        "sys.modules['pytest'] = None\n"  # as if pytest were not installed
+        "import reflective_memory, reflective_memory.engine, reflective_memory.storage\n"
+        "import reflective_memory.storage.factory, reflective_memory.storage.state\n"
+        "try:\n"
+        "    import reflective_memory.testing\n"
+        "except ImportError as exc:\n"
+        "    assert 'pip install pytest' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('reflective_memory.testing imported without pytest')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
 @pytest.mark.parametrize(
     "module",
     [
