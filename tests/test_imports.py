@@ -134,15 +134,71 @@ def test_the_import_scan_sees_imports_outside_the_core(tmp_path: Path) -> None:
     assert "reflective_bench.systems" in _imports("reflective_memory.m", src)
 
 
-#: Modules not split yet, with the most lines they may have until they are (they may only
-#: shrink): the SQLite store grew with this batch's reliability work.
-_NOT_YET_SPLIT: dict[str, int] = {}
+def _reach(name: str) -> set[str]:
+    """Every core module `name` imports, directly or through others (package inits included)."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for dep in GRAPH[todo.pop()]:
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
 
 
-def test_no_core_module_is_longer_than_about_600_lines() -> None:
-    sizes = {n: len(p.read_text("utf-8").splitlines()) for n, p in MODULES.items()}
-    long = {n: s for n, s in sizes.items() if s > _NOT_YET_SPLIT.get(n, 650)}
-    assert not long, long
+def _in(name: str, *packages: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+_ALGORITHMS = tuple(
+    f"reflective_memory.{p}" for p in ("segment", "denoise", "recall", "rmm", "conditional")
+)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n in MODULES if _in(n, *_ALGORITHMS, "reflective_memory.storage"))
+)
+def test_algorithms_and_storage_never_reach_the_engine(name: str) -> None:
+    """Algorithms and storage never import the engine (or its session building), even through
+    another module."""
+    reached = _reach(name)
+    front = {"reflective_memory.engine", "reflective_memory.sessions", "reflective_memory.records"}
+    assert not reached & front, f"{name} reaches {sorted(reached & front)}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if _in(n, "reflective_memory.storage")))
+def test_storage_never_reaches_the_algorithms(name: str) -> None:
+    """The store of record knows nothing of segmentation, RMM or the engine."""
+    bad = {
+        d
+        for d in _reach(name)
+        if _in(d, "reflective_memory.rmm", "reflective_memory.segment", "reflective_memory.engine")
+    }
+    assert not bad, f"{name} reaches {sorted(bad)}"
+
+
+def test_the_reach_follows_imports_through_other_modules() -> None:
+    assert "reflective_memory.types" in _reach("reflective_memory.storage.sqlite")
+    assert "reflective_memory.storage.base" in _reach("reflective_memory.storage.postgres")
+    assert "reflective_memory.storage.state" in _reach("reflective_memory.storage.factory")
+
+
+def _mixin_bases() -> list[str]:
+    """`module.Class(Base)` for every class of the core with a base named `...Mixin`."""
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    text = ast.unparse(base).split("[")[0].rsplit(".", 1)[-1]
+                    if text.endswith("Mixin"):
+                        found.append(f"{name}.{node.name}({ast.unparse(base)})")
+    return found
+
+
+def test_no_class_of_the_core_inherits_a_mixin() -> None:
+    """Composition, not mixins: collaborators are attributes, capabilities are protocols."""
+    assert _mixin_bases() == []
 
 
 def test_importing_the_core_imports_no_framework() -> None:
@@ -157,6 +213,23 @@ def test_importing_the_core_imports_no_framework() -> None:
     path = os.pathsep.join(filter(None, [str(CORE.parent), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}  # the benchmarks: from this checkout
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
+
+
+def test_the_library_needs_no_pytest_and_testing_says_it_does() -> None:
+    """Only `reflective_memory.testing` (the shipped contract tests) needs pytest."""
+    code = (
+        "import sys\n"
+        "sys.modules['pytest'] = None\n"  # as if pytest were not installed
+        "import reflective_memory, reflective_memory.engine, reflective_memory.storage\n"
+        "import reflective_memory.storage.factory, reflective_memory.storage.state\n"
+        "try:\n"
+        "    import reflective_memory.testing\n"
+        "except ImportError as exc:\n"
+        "    assert 'pip install pytest' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('reflective_memory.testing imported without pytest')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 @pytest.mark.parametrize(

@@ -170,12 +170,12 @@ def test_hnsw_path_with_iterative_scan_matches_exact(pg_dsn) -> None:
             exact.close()
         store = mem.store
         q = HashingEmbedder(64).encode("piano")
-        with store._conn() as conn:
+        with store.db.transaction() as conn:
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             plan = "\n".join(
                 r[0]
                 for r in conn.execute(
-                    f"EXPLAIN SELECT id FROM {store._s}.memories WHERE user_id='big' AND"
+                    f"EXPLAIN SELECT id FROM {store.db.qualified}.memories WHERE user_id='big' AND"
                     " embed_dim=64 ORDER BY embedding::vector(64) <#> %s::vector(64) LIMIT 10",
                     (np.asarray(q, np.float32),),
                 )

@@ -1,8 +1,10 @@
-"""Store contract as a mixin: every `MemoryStore` implementation runs the same tests.
+"""Our stores run the shipped store contract (`reflective_memory.testing.MemoryStoreContract`).
 
-`StoreContract` holds the tests; each backend has one class with a `store` fixture giving an
-empty store: SQLite in memory, SQLite on disk, PostgreSQL (a fresh schema per test in the
-module's database; skipped without a local PostgreSQL + pgvector, failed in CI).
+Each backend has one class with a `store` fixture giving an empty store: SQLite in memory,
+SQLite on disk, PostgreSQL (a fresh schema per test in the module's database; skipped without a
+local PostgreSQL + pgvector, failed with REFLECTIVE_REQUIRE_POSTGRES=1). `OurStores` adds the
+tests of what our two stores offer beyond the contract; the capability protocols are checked
+for each.
 """
 
 from __future__ import annotations
@@ -10,215 +12,47 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from pg_cluster import pg_schema
-from reflective_memory import InvalidInputError, UnknownSessionError
-from reflective_memory.errors import SessionChangedError
-from reflective_memory.storage.base import MemoryDraft, session_fence
+from reflective_memory import HashingEmbedder, InvalidInputError, ReflectiveMemory
+from reflective_memory.storage.base import (
+    MemoryDraft,
+    MemoryStore,
+    ServerSearch,
+    SessionBuildLock,
+    StateHolder,
+)
+from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.sqlite import SQLiteStore
+from reflective_memory.storage.state import StateStore
+from reflective_memory.testing import MemoryStoreContract
 
 
-def _turn(user: str, session: str, text: str, **kw):
-    return {"user_id": user, "session_id": session, "role": "user", "text": text, **kw}
+class OurStores:
+    """Beyond the contract: what `SQLiteStore` and `PostgresStore` both offer."""
 
-
-class StoreContract:
-    """Subclasses provide a `store` fixture."""
-
-    def test_turn_positions_and_sessions(self, store) -> None:
-        a = store.add_turns([_turn("u", "s", "one"), _turn("u", "s", "two", turn_id="x")])
-        assert [t.position for t in a] == [0, 1] and a[1].turn_id == "x"
-        info = store.session("u", "s")
-        assert info.status == "open" and info.n_turns == 2
-        assert [t.text for t in store.turns("u", "s")] == ["one", "two"]
-        with pytest.raises(InvalidInputError):
-            store.add_turns([_turn("u", "s", "dup", turn_id="x")])
-        assert store.session("u", "s").n_turns == 2
-
-    def test_memories_replace_and_versions(self, store) -> None:
-        store.add_turns([_turn("u", "s", "hello")])
-        v0 = store.version("u")
-        d = MemoryDraft("s", "turn", "user: hello", "hello", ("s:0",))
-        (m,) = store.replace_session_memories("u", "s", ["turn"], [d], np.ones((1, 4)), "fake")
-        assert store.version("u") > v0
-        assert store.session("u", "s").status == "ended"
-        (m2,) = store.replace_session_memories("u", "s", ["turn"], [d], np.ones((1, 4)), "fake")
-        assert [x.id for x in store.memories("u")] == [m2.id] and m2.id != m.id
-        ids, keys, blobs, models = store.embeddings("u")
-        assert keys == ["hello"] and models == ["fake"]
-        assert np.frombuffer(blobs[0], np.float32).tolist() == [1, 1, 1, 1]
-        assert store.memories("u", ["nope", m2.id]) == [store.memories("u")[0]]
-        with pytest.raises(UnknownSessionError):
-            store.replace_session_memories("u", "zz", ["turn"], [], np.zeros((0, 4)), "f")
-
-    def test_upsert_keeps_created_time(self, store) -> None:
-        d = MemoryDraft("s", "topic", "text", "key", ("a",), id="topic-1")
-        (m,) = store.upsert_memories("u", [d], np.zeros((1, 4)), "f")
-        d2 = MemoryDraft("s2", "topic", "text 2", "key 2", ("a", "b"), id="topic-1")
-        (m2,) = store.upsert_memories("u", [d2], np.zeros((1, 4)), "f")
-        assert m2.created_at == m.created_at and m2.turn_ids == ("a", "b")
-        assert len(store.memories("u")) == 1
-        assert store.delete_memories("u", ["topic-1"]) == 1
-
-    def test_delete_and_users(self, store) -> None:
-        store.add_turns([_turn("a", "s", "x"), _turn("b", "s", "y")])
-        assert store.users() == ["a", "b"]
-        assert store.delete_session("a", "s") == 1
-        assert store.users() == ["b"]
-        assert store.delete_user("b") == 1 and store.users() == []
-
-    def test_sessions_and_counts(self, store) -> None:
-        store.add_turns([_turn("u", "s1", "a"), _turn("u", "s2", "b"), _turn("u", "s2", "c")])
-        d = MemoryDraft("s1", "turn", "a", "a", ("s1:0",))
-        store.replace_session_memories("u", "s1", ["turn"], [d], np.ones((1, 4)), "f")
-        assert [s.session_id for s in store.sessions("u", status="open")] == ["s2"]
-        assert {s.session_id for s in store.sessions("u")} == {"s1", "s2"}
-        c = store.count("u")
-        assert c["turns"] == 3 and c["sessions"] == 2 and c["open_sessions"] == 1
-        assert c["memories_by_granularity"] == {"turn": 1}
-        assert store.session("u", "nope") is None and store.turns("nobody") == []
-
-    def test_delete_turns_reopens_and_keeps_positions(self, store) -> None:
-        store.add_turns([_turn("u", "s", t) for t in ("a", "b", "c")])
-        d = MemoryDraft("s", "turn", "a", "a", ("s:0",))
-        store.replace_session_memories("u", "s", ["turn"], [d], np.ones((1, 4)), "f")
-        store.set_turn_extra("u", "s", {"s:1": {"x": 1}, "s:2": {"y": [2]}})
-        gone = store.delete_turns("u", "s", ["s:1", "unknown"])
-        assert [t.turn_id for t in gone] == ["s:1"]
-        left = store.turns("u", "s")
-        assert [(t.turn_id, t.position) for t in left] == [("s:0", 0), ("s:2", 2)]
-        info = store.session("u", "s")
-        assert info.status == "open" and info.n_turns == 2
-        assert store.turn_extra("u", "s") == {"s:2": {"y": [2]}}
-        assert len(store.memories("u")) == 1  # memories stay until the session is rebuilt
-        with pytest.raises(UnknownSessionError):
-            store.delete_turns("u", "zz")
-
-    def test_users_never_read_each_other(self, store) -> None:
-        store.add_turns([_turn("a", "s", "alpha secret"), _turn("b", "s", "beta")])
-        da = MemoryDraft("s", "turn", "alpha secret", "alpha secret", ("s:0",), id="m-a")
-        (ma,) = store.replace_session_memories("a", "s", ["turn"], [da], np.ones((1, 4)), "f")
-        assert store.memories("b", [ma.id]) == []
-        assert store.memories("b") == [] and store.embeddings("b")[0] == []
-        assert store.delete_memories("b", [ma.id]) == 0
-        assert [m.id for m in store.memories("a")] == ["m-a"]
-        assert [t.text for t in store.turns("b")] == ["beta"]
-        store.delete_user("a")
-        assert store.memories("a") == [] and store.turns("a") == []
-        assert [t.text for t in store.turns("b")] == ["beta"]
-
-    def test_embeddings_and_keys(self, store) -> None:
+    def test_set_keys_clears_the_embedding_and_bumps_the_version(self, store) -> None:
         d = MemoryDraft("s", "item", "text", "old key", (), id="i1")
-        store.upsert_memories("u", [d], np.zeros((1, 3)), "m1")
-        store.set_embeddings("u", ["i1"], np.array([[1.0, 2.0, 3.0]]), "m2")
-        ids, keys, blobs, models = store.embeddings("u")
-        assert ids == ["i1"] and models == ["m2"]
-        assert np.frombuffer(blobs[0], np.float32).tolist() == [1, 2, 3]
+        store.upsert_memories("u", [d], np.ones((1, 3)), "m1")
         v = store.version("u")
         store.set_keys("u", ["i1"], ["new key"])
         ids, keys, blobs, models = store.embeddings("u")
         assert keys == ["new key"] and blobs == [None] and store.version("u") > v
         assert store.memories("u")[0].key == "new key"
 
-    def test_duplicate_turn_rolls_back_the_batch(self, store) -> None:
-        store.add_turns([_turn("u", "s", "one", turn_id="t1")])
-        with pytest.raises(InvalidInputError):
-            store.add_turns([_turn("u", "s", "two"), _turn("u", "s", "three", turn_id="t1")])
-        assert [t.text for t in store.turns("u")] == ["one"]
-        assert store.session("u", "s").n_turns == 1
 
-    def test_key_value(self, store) -> None:
-        assert store.get_value("k") is None
-        store.set_value("k", {"a": [1, 2]})
-        assert store.get_value("k") == {"a": [1, 2]}
-
-    def test_fence_rejects_a_changed_session_and_writes_nothing(self, store) -> None:
-        store.add_turns([_turn("u", "s", "one", turn_id="a"), _turn("u", "s", "two")])
-        fence = session_fence(store.turns("u", "s"))
-        unit = MemoryDraft("s", "turn", "user: one", "one", ("a",))
-        topic = MemoryDraft("s", "topic", "t", "t", ("a",), id="topic-1",
-                            metadata={"rmm": {"sessions": ["s"]}})  # fmt: skip
-        store.add_turns([_turn("u", "s", "three")])  # the session grew during the build
-        v = store.version("u")
-        with pytest.raises(SessionChangedError):
-            store.replace_session_memories(
-                "u", "s", ["turn"], [unit, topic], np.ones((2, 4)), "f", fence=fence
-            )
-        assert store.memories("u") == [] and store.version("u") == v
-        assert store.session("u", "s").status == "open"
-        store.delete_turns("u", "s", ["a"])  # same count as the fence, but not the same turns
-        with pytest.raises(SessionChangedError):
-            store.replace_session_memories(
-                "u", "s", ["turn"], [unit], np.ones((1, 4)), "f", fence=fence
-            )
-        fence = session_fence(store.turns("u", "s"))
-        out = store.replace_session_memories(
-            "u", "s", ["turn"], [unit, topic], np.ones((2, 4)), "f", fence=fence
-        )
-        assert sorted(m.granularity for m in out) == ["topic", "turn"]
-        assert store.session("u", "s").status == "ended"
-        assert {m.id for m in store.memories("u")} == {m.id for m in out}
-
-    def test_version_never_repeats_after_delete_user(self, store) -> None:
-        seen = []
-        for _ in range(3):
-            store.add_turns([_turn("u", "s", "hi")])
-            d = MemoryDraft("s", "turn", "hi", "hi", ("s:0",))
-            store.replace_session_memories("u", "s", ["turn"], [d], np.ones((1, 4)), "f")
-            seen.append(store.version("u"))
-            store.delete_user("u")
-            assert store.version("u") == 0
-        assert len(set(seen)) == 3 and all(v > 0 for v in seen)
-
-    def test_delete_turns_drops_memories_holding_them(self, store) -> None:
-        store.add_turns([_turn("u", "s", "one", turn_id="a"), _turn("u", "s", "two", turn_id="b")])
-        drafts = [
-            MemoryDraft("s", "turn", "one", "one", ("a",)),
-            MemoryDraft("s", "turn", "two", "two", ("b",)),
-            MemoryDraft(
-                "s",
-                "topic",
-                "both",
-                "both",
-                ("a", "b"),
-                id="topic-1",
-                metadata={"rmm": {"sessions": ["s"]}},
-            ),  # fmt: skip
-        ]
-        store.replace_session_memories("u", "s", ["turn"], drafts, np.ones((3, 4)), "f")
-        v = store.version("u")
-        assert [t.turn_id for t in store.delete_turns("u", "s", ["a"])] == ["a"]
-        assert [m.text for m in store.memories("u")] == ["two"]
-        assert store.version("u") > v and store.session("u", "s").status == "open"
-
-    def test_delete_session_and_user_remove_derived_rows(self, store) -> None:
-        store.add_turns([_turn("u", "s1", "one"), _turn("u", "s2", "two")])
-        topic = MemoryDraft("s2", "topic", "merged", "merged", ("s1:0", "s2:0"), id="topic-1",
-                            metadata={"rmm": {"sessions": ["s2", "s1"]}})  # fmt: skip
-        other = MemoryDraft("s2", "topic", "only s2", "only", ("s2:0",), id="topic-2",
-                            metadata={"rmm": {"sessions": ["s2"]}})  # fmt: skip
-        store.upsert_memories("u", [topic, other], np.ones((2, 4)), "f")
-        store.set_value("rmm/u/s1", {"x": 1})
-        store.set_value("rmm/u/s2", {"x": 2})
-        store.set_value("rmm/u2/s1", {"x": 3})
-        store.set_value("global", {"x": 4})
-        assert store.delete_session("u", "s1") == 1
-        assert [m.id for m in store.memories("u")] == ["topic-2"]
-        assert store.get_value("rmm/u/s1") is None and store.get_value("rmm/u/s2") == {"x": 2}
-        store.delete_user("u")
-        assert store.memories("u") == [] and store.turns("u") == []
-        assert store.get_value("rmm/u/s2") is None and store.version("u") == 0
-        assert store.get_value("rmm/u2/s1") == {"x": 3} and store.get_value("global") == {"x": 4}
-        assert "u" not in store.users()
-
-
-class TestSQLiteMemory(StoreContract):
+class TestSQLiteMemory(MemoryStoreContract, OurStores):
     @pytest.fixture
     def store(self):
         s = SQLiteStore(None)
         yield s
         s.close()
 
+    def test_capabilities(self, store) -> None:
+        """The embedded store searches in-process, keeps no shared state and needs no lock."""
+        assert isinstance(store, MemoryStore)
+        assert not isinstance(store, ServerSearch | SessionBuildLock | StateHolder)
 
-class TestSQLiteFile(StoreContract):
+
+class TestSQLiteFile(MemoryStoreContract, OurStores):
     @pytest.fixture
     def store(self, tmp_path):
         s = SQLiteStore(tmp_path / "m.sqlite3")
@@ -226,7 +60,7 @@ class TestSQLiteFile(StoreContract):
         s.close()
 
 
-class TestPostgres(StoreContract):
+class TestPostgres(MemoryStoreContract, OurStores):
     @pytest.fixture
     def store(self, pg_dsn):
         from reflective_memory.storage.postgres import PostgresStore
@@ -234,3 +68,45 @@ class TestPostgres(StoreContract):
         s = PostgresStore(pg_dsn, schema=pg_schema(), pool_max=4)
         yield s
         s.close()
+
+    def test_capabilities(self, store) -> None:
+        """The server store offers every optional capability."""
+        for capability in (MemoryStore, ServerSearch, SessionBuildLock, StateHolder):
+            assert isinstance(store, capability), capability.__name__
+        assert isinstance(store.state, StateStore)
+
+    def test_delete_user_deletes_the_users_state(self, store) -> None:
+        """The user's learned state goes with `delete_user`; the shared and others' stay."""
+        store.add_turns([{"user_id": "u", "session_id": "s", "role": "user", "text": "hi"}])
+        for owner in ("u", "v", "__shared__"):
+            store.state.update(owner, "rmm.reranker", lambda _v, _d: b"weights")
+        store.delete_user("u")
+        assert store.state.names("u") == []
+        assert store.state.names("v") == ["rmm.reranker"]
+        assert store.state.get("__shared__", "rmm.reranker")[1] == b"weights"
+
+    def test_the_blob_api_reads_and_writes_state(self, store) -> None:
+        """`get_blob`/`update_blob`/`blob_version`/`delete_blob` are `state`, for the reranker."""
+        v = store.update_blob("u", "w", lambda version, data: b"x")
+        assert store.blob_version("u", "w") == v == store.state.version("u", "w")
+        assert store.get_blob("u", "w") == (v, b"x") == store.state.get("u", "w")
+        assert store.delete_blob("u", "w") is True and store.state.get("u", "w") is None
+
+
+class _Partial:
+    """Most of a store, without `vectors`, `count` or `closed`."""
+
+    def __getattr__(self, name: str):
+        if name in ("vectors", "count", "closed") or name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: None
+
+
+def test_open_store_names_what_a_store_object_lacks() -> None:
+    with pytest.raises(InvalidInputError, match=r"missing closed, count, vectors\)"):
+        open_store(_Partial())
+    with pytest.raises(InvalidInputError, match="store contract"):
+        ReflectiveMemory(store=object(), embedder=HashingEmbedder(16))
+    store = SQLiteStore(None)
+    assert open_store(store) is store
+    store.close()

@@ -101,9 +101,9 @@ def _load_postgres(
 ) -> None:
     from reflective_memory.storage.postgres import _lex
 
-    s = store._s
+    s = store.db.qualified
     dim = int(vectors.shape[1])
-    with store._conn() as conn, conn.cursor() as cur:
+    with store.db.transaction() as conn, conn.cursor() as cur:
         with cur.copy(
             f"COPY {s}.memories (user_id, id, session_id, granularity, text, key, lex, turn_ids,"
             " created_at, updated_at, metadata, embedding, embed_dim, embed_model)"
@@ -125,7 +125,7 @@ def _load_postgres(
             f"INSERT INTO {s}.user_state (user_id, version) SELECT DISTINCT user_id, 1 FROM"
             f" {s}.memories ON CONFLICT (user_id) DO UPDATE SET version = user_state.version + 1"
         )
-    with store._conn() as conn:
+    with store.db.transaction() as conn:
         conn.execute(f"ANALYZE {s}.memories")
 
 
@@ -182,7 +182,7 @@ def _one_user(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     _load_postgres(pg_store, rows, vectors, emb.name)
     loads["postgres"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    pg_store.ensure_vector_index(dim)
+    pg_store.search.ensure_vector_index(dim)
     build_s = time.perf_counter() - t0
     # the same rows through the HNSW index (iterative scans): a second store, threshold 0
     hnsw_store = PostgresStore(args.dsn, schema="bench_one", hnsw_threshold=0)

@@ -335,7 +335,7 @@ def _db_init(args: argparse.Namespace) -> int:
         raise ConfigError("--dsn must be a postgresql://... URI")
     store = PostgresStore(args.dsn, schema=args.schema, pool_max=2)
     try:
-        with store._raw() as conn:
+        with store.db.connection() as conn:
             made = [d for d in args.dim if ensure_vector_index(conn, store.schema, d)]
     finally:
         store.close()

@@ -1,22 +1,45 @@
 """The store contract: what the engine needs from storage, whichever backend holds it.
 
-`MemoryStore` is the protocol; `MemoryDraft` and `SessionInfo` are the records that cross it.
-The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`; a server backend
-implements the same methods and passes the same contract tests.
+`MemoryStore` is the protocol every store implements; `MemoryDraft` and `SessionInfo` are the
+records that cross it. A store may also offer optional capabilities, each a protocol the engine
+checks once with `isinstance`:
+
+- `SessionBuildLock`: building a session's memories is serialised across processes;
+- `ServerSearch`: searches run on the database server instead of in-process indexes;
+- `StateHolder`: the store keeps learned state (a `StateStore`) for every process it serves.
+
+The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`, the server backend
+`reflective_memory.storage.postgres.PostgresStore`; both pass the contract tests shipped in
+`reflective_memory.testing`, which any other implementation can run too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from reflective_memory.storage.state import StateStore
 from reflective_memory.types import Memory, Turn
 
-__all__ = ["MemoryStore", "MemoryDraft", "SessionInfo", "session_fence"]
+if TYPE_CHECKING:
+    from reflective_memory.embed import Embedder
+    from reflective_memory.storage.index import UserIndex
+
+__all__ = [
+    "MemoryStore",
+    "SessionBuildLock",
+    "ServerSearch",
+    "StateHolder",
+    "MemoryDraft",
+    "SessionInfo",
+    "session_fence",
+    "missing_members",
+]
 
 
 def session_fence(turns: Sequence[Turn]) -> tuple[int, int]:
@@ -69,8 +92,14 @@ class SessionInfo:
     ended_at: datetime | None
 
 
+@runtime_checkable
 class MemoryStore(Protocol):
-    """What the engine needs from storage; a server backend implements the same methods."""
+    """What the engine and its adapters need from storage; every store implements all of it."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called (later calls raise `StoreClosedError`)."""
+        ...
 
     def add_turns(self, turns: Sequence[dict[str, Any]]) -> list[Turn]:
         """Commit turns durably; return them as stored."""
@@ -112,6 +141,10 @@ class MemoryStore(Protocol):
         self, user_id: str, drafts: Sequence[MemoryDraft], embeddings: np.ndarray, embed_model: str
     ) -> list[Memory]:
         """Insert or update memories by id."""
+        ...
+
+    def delete_memories(self, user_id: str, ids: Sequence[str]) -> int:
+        """Delete memories of a user by id (others' ids are ignored); return how many went."""
         ...
 
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
@@ -164,10 +197,87 @@ class MemoryStore(Protocol):
         """
         ...
 
+    def count(self, user_id: str) -> dict[str, Any]:
+        """Counts of a user's things.
+
+        Keys: `turns`, `sessions`, `open_sessions`, `memories` and
+        `memories_by_granularity` (granularity to count).
+        """
+        ...
+
     def users(self) -> list[str]:
         """Every user with stored turns or memories."""
+        ...
+
+    def set_turn_extra(
+        self, user_id: str, session_id: str, extras: dict[str, dict[str, Any]]
+    ) -> None:
+        """Attach JSON data to stored turns (by turn id); deleted together with the turns."""
+        ...
+
+    def turn_extra(self, user_id: str, session_id: str) -> dict[str, dict[str, Any]]:
+        """The extra data of a session's turns, by turn id."""
+        ...
+
+    def get_value(self, key: str) -> Any | None:
+        """A JSON value stored by `set_value`, or None.
+
+        Keys shaped `<namespace>/<user_id>/...` belong to the user: `delete_user` deletes them,
+        and `delete_session` deletes `<namespace>/<user_id>/<session_id>`.
+        """
+        ...
+
+    def set_value(self, key: str, value: Any) -> None:
+        """Store a JSON-serialisable value durably (see `get_value` for per-user keys)."""
         ...
 
     def close(self) -> None:
         """Release resources."""
         ...
+
+
+@runtime_checkable
+class SessionBuildLock(Protocol):
+    """A store shared by several processes that serialises building one session's memories."""
+
+    def session_build(
+        self, user_id: str, session_id: str
+    ) -> AbstractContextManager[list[Memory] | None]:
+        """Hold the cross-process lock for building one session's memories.
+
+        The context yields None when the caller should build, or the session's stored memories
+        when another process built them while this one waited (the session is ended and no turn
+        was added since).
+        """
+        ...
+
+
+@runtime_checkable
+class ServerSearch(Protocol):
+    """A store that searches on its server: indexes are snapshots, nothing is built locally."""
+
+    def server_index(self, user_id: str, embedder: Embedder) -> UserIndex:
+        """A `UserIndex` of the user's current memories whose searches run on the server.
+
+        Memories without an embedding of `embedder` are embedded and stored first.
+        """
+        ...
+
+
+@runtime_checkable
+class StateHolder(Protocol):
+    """A store that keeps learned state (reranker weights) for every process it serves.
+
+    The state of a user (owner: the user id) is deleted by the store's `delete_user`.
+    """
+
+    @property
+    def state(self) -> StateStore:
+        """The store's `StateStore`."""
+        ...
+
+
+def missing_members(obj: object, protocol: type) -> list[str]:
+    """The public members of `protocol` that `obj` lacks (for error messages), sorted."""
+    names = [n for n in vars(protocol) if not n.startswith("_")]
+    return sorted(n for n in names if not hasattr(obj, n))

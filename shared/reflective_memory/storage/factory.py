@@ -5,30 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.storage.base import MemoryStore, missing_members
+from reflective_memory.storage.pg_database import is_postgres_dsn
 
-__all__ = ["open_store", "STORE_METHODS"]
-
-#: Methods a store object must have to back a `ReflectiveMemory`.
-STORE_METHODS = (
-    "add_turns", "turns", "session", "sessions", "replace_session_memories", "upsert_memories",
-    "memories", "embeddings", "set_embeddings", "version", "delete_user", "delete_session",
-    "delete_turns", "users", "close", "closed", "delete_memories", "count", "get_value",
-    "set_value",
-)  # fmt: skip
+__all__ = ["open_store"]
 
 
-def open_store(store: Any) -> Any:
+def open_store(store: Any) -> MemoryStore:
     """Return the store for `store`.
 
     Args:
         store: A `postgresql://...` / `postgres://...` URI (opens a `PostgresStore` with its own
-            connection pool) or an object implementing the store contract (used as is).
+            connection pool) or an object implementing `MemoryStore` (used as is).
 
     Raises:
-        InvalidInputError: Any other value, before anything is opened.
+        InvalidInputError: Any other value (naming the missing `MemoryStore` members), before
+            anything is opened.
     """
-    from reflective_memory.storage.postgres import is_postgres_dsn
-
     if isinstance(store, str):
         if not is_postgres_dsn(store):
             raise InvalidInputError(
@@ -38,10 +31,10 @@ def open_store(store: Any) -> Any:
         from reflective_memory.storage.postgres import PostgresStore
 
         return PostgresStore(store)
-    missing = [m for m in STORE_METHODS if not hasattr(store, m)]
-    if missing:
+    if not isinstance(store, MemoryStore):
+        missing = missing_members(store, MemoryStore)
         raise InvalidInputError(
             f"store {type(store).__name__} does not implement the store contract "
-            f"(missing {', '.join(missing[:5])})"
+            f"`reflective_memory.storage.base.MemoryStore` (missing {', '.join(missing)})"
         )
     return store

@@ -30,7 +30,7 @@ import numpy as np
 
 from reflective_memory.embed import Embedder
 from reflective_memory.storage.ann import ANN_KINDS, AnnSettings
-from reflective_memory.storage.base import MemoryStore
+from reflective_memory.storage.base import MemoryStore, ServerSearch
 from reflective_memory.text import lexical_tokens
 
 __all__ = [
@@ -293,6 +293,8 @@ class IndexCache:
         max_bytes: int | None = None,
     ) -> None:
         self.store = store
+        #: The store when it searches on its server (`ServerSearch`): indexes are its snapshots.
+        self._server: ServerSearch | None = store if isinstance(store, ServerSearch) else None
         self.embedder = embedder
         self.directory = directory
         self.batch_size = batch_size
@@ -376,9 +378,8 @@ class IndexCache:
             if cached is not None:
                 return cached
             t0 = time.perf_counter()
-            server = getattr(self.store, "server_index", None)
-            if callable(server):  # searched on the database server: nothing to load or save
-                built = server(user_id, self.embedder)
+            if self._server is not None:  # searched on the database server: nothing to keep
+                built = self._server.server_index(user_id, self.embedder)
             else:
                 with self._guard:
                     epoch = self._epochs.get(user_id, 0)

@@ -1,5 +1,9 @@
 """Search on the PostgreSQL server for `PostgresStore`: pgvector dense search and full-text.
 
+`PgSearch` is the store's collaborator for everything about embeddings and search (the store
+exposes it as `PostgresStore.search` and delegates its `vectors`, `set_embeddings` and
+`server_index` to it).
+
 Dense search is exact for users up to `hnsw_threshold` memories (a scan of the user's rows via
 the `(user_id, ...)` btree) and walks the HNSW index with pgvector 0.8's iterative scans above;
 lexical search matches the library's tokens with a `tsvector` + GIN index. `server_index` wraps
@@ -11,21 +15,26 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reflective_memory.errors import ConfigError
+from reflective_memory.storage.pg_database import PgDatabase
 from reflective_memory.storage.pg_schema import ensure_vector_index, vector_index_name
 from reflective_memory.text import lexical_tokens
 
-__all__ = ["PgSearchMixin", "to_vector", "tsquery_text"]
+if TYPE_CHECKING:
+    from reflective_memory.storage.index import UserIndex
+
+__all__ = ["PgSearch", "to_vector", "tsquery_text"]
 
 logger = logging.getLogger(__name__)
 
 
 def to_vector(value: Any) -> np.ndarray:
     """A pgvector value as a float32 array."""
-    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, np.float32)
+    return np.asarray(value if isinstance(value, np.ndarray) else value.to_numpy(), np.float32)
 
 
 def tsquery_text(tokens: Sequence[str]) -> str:
@@ -34,44 +43,60 @@ def tsquery_text(tokens: Sequence[str]) -> str:
     return " | ".join(q for q in quoted if q != "''")
 
 
-class PgSearchMixin:
-    """Search methods of `PostgresStore` (needs its `_conn`, `_raw`, `_s`, `schema`, settings)."""
+class PgSearch:
+    """The embeddings of `PostgresStore`'s memories and the searches run over them on the server.
 
-    _s: str
-    schema: str
-    hnsw_threshold: int | None
-    ef_search: int
-    max_scan_tuples: int
-    _conn: Any
-    _raw: Any
-    _psycopg: Any
-    _register_vector: Any
-    _lock: threading.Lock
-    _dims: set[int]
+    Owns everything about the `embedding` column and the search indexes: stored vectors, the
+    per-dimension HNSW indexes, dense and full-text search, and `server_index`, the `UserIndex`
+    the engine's algorithms search through.
+
+    Args:
+        db: The connections and schema (shared with the store).
+        hnsw_threshold: Users with more stored memories than this are searched through the
+            HNSW index with iterative scans; smaller ones exactly (`None`: always exact).
+        ef_search: HNSW search breadth (raised to the number of results asked for, at most
+            1000).
+        max_scan_tuples: Upper bound of rows an iterative HNSW scan visits.
+
+    Raises:
+        ConfigError: `hnsw_threshold` is neither None nor a non-negative int.
+    """
+
+    def __init__(
+        self,
+        db: PgDatabase,
+        *,
+        hnsw_threshold: int | None = 50_000,
+        ef_search: int = 64,
+        max_scan_tuples: int = 50_000,
+    ) -> None:
+        if hnsw_threshold is not None and (
+            not isinstance(hnsw_threshold, int) or hnsw_threshold < 0
+        ):
+            raise ConfigError(f"hnsw_threshold must be None or >= 0, got {hnsw_threshold!r}")
+        self.db = db
+        self.hnsw_threshold = hnsw_threshold
+        self.ef_search = int(ef_search)
+        self.max_scan_tuples = int(max_scan_tuples)
+        self._s = db.qualified
+        self._lock = threading.Lock()
+        self._dims: set[int] = set()
 
     def index_snapshot(self, user_id: str) -> tuple[int, list[str], list[str]]:
         """`(version, ids, keys)` of a user's memories, read in one consistent snapshot."""
-        with self._raw() as conn:
-            if conn.adapters.types.get("vector") is None:
-                self._register_vector(conn)
-                conn.commit()
-            conn.isolation_level = self._psycopg.IsolationLevel.REPEATABLE_READ
-            try:
-                with conn.transaction():
-                    row = conn.execute(
-                        f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
-                    ).fetchone()
-                    rows = conn.execute(
-                        f"SELECT id, key FROM {self._s}.memories WHERE user_id=%s ORDER BY seq",
-                        (user_id,),
-                    ).fetchall()
-            finally:
-                conn.isolation_level = None
+        with self.db.transaction(repeatable_read=True) as conn:
+            row = conn.execute(
+                f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
+            ).fetchone()
+            rows = conn.execute(
+                f"SELECT id, key FROM {self._s}.memories WHERE user_id=%s ORDER BY seq",
+                (user_id,),
+            ).fetchall()
         return (0 if row is None else int(row[0])), [r[0] for r in rows], [r[1] for r in rows]
 
     def stale_embeddings(self, user_id: str, model: str, dim: int) -> tuple[list[str], list[str]]:
         """Ids and keys of a user's memories with no embedding of `model` and size `dim`."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             rows = conn.execute(
                 f"SELECT id, key FROM {self._s}.memories WHERE user_id=%s AND (embedding IS NULL"
                 " OR embed_model IS DISTINCT FROM %s OR embed_dim IS DISTINCT FROM %s)"
@@ -86,8 +111,8 @@ class PgSearchMixin:
             return
         with self._lock:
             if dim not in self._dims:
-                with self._raw() as conn:
-                    if ensure_vector_index(conn, self.schema, dim):
+                with self.db.connection() as conn:
+                    if ensure_vector_index(conn, self.db.schema, dim):
                         logger.info("created HNSW index %s", vector_index_name(dim))
                 self._dims.add(dim)
 
@@ -106,9 +131,22 @@ class PgSearchMixin:
         if model is not None:
             sql += " AND embed_model=%s"
             args = (*args, model)
-        with self._conn() as conn, conn.cursor(binary=True) as cur:
+        with self.db.transaction() as conn, conn.cursor(binary=True) as cur:
             rows = cur.execute(sql, args).fetchall()
         return {r[0]: to_vector(r[1]) for r in rows}
+
+    def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
+        """Store (re)computed embeddings without changing the user's version."""
+        rows = []
+        for i, v in zip(ids, emb, strict=True):
+            v = np.asarray(v, dtype=np.float32).reshape(-1)
+            rows.append((v, int(v.shape[0]), model, user_id, i))
+        with self.db.transaction() as conn, conn.cursor() as cur:
+            cur.executemany(
+                f"UPDATE {self._s}.memories SET embedding=%s, embed_dim=%s, embed_model=%s "
+                "WHERE user_id=%s AND id=%s",
+                rows,
+            )
 
     def dense_search(
         self, user_id: str, query: np.ndarray, n: int, model: str, *, approximate: bool
@@ -127,7 +165,7 @@ class PgSearchMixin:
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         dim = int(q.shape[0])
         s = self._s
-        with self._conn() as conn, conn.cursor(binary=True) as cur:
+        with self.db.transaction() as conn, conn.cursor(binary=True) as cur:
             if approximate:
                 self.ensure_vector_index(dim)
                 cur.execute(
@@ -168,7 +206,7 @@ class PgSearchMixin:
         tsq = tsquery_text(lexical_tokens(query))
         if not tsq or n <= 0:
             return [], np.zeros(0, np.float32)
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             rows = conn.execute(
                 f"SELECT id, ts_rank(tsv, q, 1) AS r FROM {self._s}.memories,"
                 " to_tsquery('simple', %s) AS q WHERE user_id=%s AND tsv @@ q"
@@ -177,7 +215,7 @@ class PgSearchMixin:
             ).fetchall()
         return [r[0] for r in rows], np.asarray([float(r[1]) for r in rows], np.float32)
 
-    def server_index(self, user_id: str, embedder: Any) -> Any:
+    def server_index(self, user_id: str, embedder: Any) -> UserIndex:
         """A `UserIndex` whose searches run on this server (see `storage.server_index`)."""
         from reflective_memory.storage.server_index import build_server_index
 

@@ -1,11 +1,20 @@
 """The server store: PostgreSQL + pgvector holds everything, for many processes and hosts.
 
-`PostgresStore` implements `reflective_memory.storage.base.MemoryStore` (and every other method
-the engine and adapters use on `SQLiteStore`) over a psycopg 3 connection pool. Besides the
-contract it searches on the server (`dense_search`, `lexical_search`; see
-`reflective_memory.storage.server_index`), keeps versioned blobs (reranker state shared by all
-processes) and serialises the building of a session's memories across processes with an advisory
-lock (`session_build`). The schema lives in `reflective_memory.storage.pg_schema`.
+`PostgresStore` implements `reflective_memory.storage.base.MemoryStore` over a psycopg 3
+connection pool, with three optional capabilities of the store contract:
+
+- `ServerSearch`: searches run on the server (`server_index`; the collaborator `search`, a
+  `reflective_memory.storage.pg_search.PgSearch`, owns embeddings and search);
+- `StateHolder`: learned state (reranker weights) shared by all processes, in `state`, a
+  `reflective_memory.storage.pg_state.DatabaseStateStore`;
+- `SessionBuildLock`: building a session's memories is serialised across processes with an
+  advisory lock (`session_build`).
+
+Connections come from a `reflective_memory.storage.pg_database.PgDatabase` shared by the three;
+the schema lives in `reflective_memory.storage.pg_schema`. Deletions remove every row naming the
+user or session in one transaction; PostgreSQL keeps dead row versions on disk until VACUUM
+reclaims them (autovacuum does so in the background), and no query can read them after the
+commit.
 
 Needs the `postgres` extra: `pip install 'reflective-memory[postgres]'`.
 """
@@ -14,54 +23,36 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from reflective_memory.errors import (
-    ConfigError,
-    InvalidInputError,
-    SessionChangedError,
-    StoreClosedError,
-    StoreUnavailableError,
-    UnknownSessionError,
-)
+from reflective_memory.errors import InvalidInputError, SessionChangedError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
-from reflective_memory.storage.pg_delete import PgDeleteMixin
-from reflective_memory.storage.pg_schema import check_schema_name, migrate
-from reflective_memory.storage.pg_search import PgSearchMixin, to_vector
-from reflective_memory.storage.pg_state import PgStateMixin
+from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
+from reflective_memory.storage.pg_schema import migrate
+from reflective_memory.storage.pg_search import PgSearch, to_vector
+from reflective_memory.storage.pg_state import DatabaseStateStore, delete_owner_rows
+from reflective_memory.storage.state import StateUpdate
 from reflective_memory.text import lexical_tokens
 from reflective_memory.types import Memory, Turn
+
+if TYPE_CHECKING:
+    from reflective_memory.storage.index import UserIndex
 
 __all__ = ["PostgresStore", "is_postgres_dsn"]
 
 logger = logging.getLogger(__name__)
 
-_DSN_PREFIXES = ("postgresql://", "postgres://")
-
-
-def is_postgres_dsn(value: object) -> bool:
-    """Whether `value` is a PostgreSQL connection URI (`postgresql://...` or `postgres://...`)."""
-    return isinstance(value, str) and value.startswith(_DSN_PREFIXES)
-
-
-def _import_driver() -> tuple[Any, Any, Any]:
-    try:
-        import psycopg
-        import psycopg_pool
-        from pgvector.psycopg import register_vector
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ConfigError(
-            "the PostgreSQL store needs psycopg, psycopg_pool and pgvector: "
-            "pip install 'reflective-memory[postgres]'"
-        ) from exc
-    return psycopg, psycopg_pool, register_vector
+# Memories derived from one session: its own units and notes, and topics that merged it in.
+_FROM_SESSION = (
+    "(session_id = %(s)s OR (granularity = 'topic' AND "
+    "COALESCE(metadata -> 'rmm' -> 'sessions', '[]'::jsonb) ? %(s)s))"
+)
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -77,7 +68,7 @@ def _lex(key: str) -> str:
     return " ".join(lexical_tokens(key))
 
 
-class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
+class PostgresStore:
     """`MemoryStore` on PostgreSQL with pgvector.
 
     Every acknowledged write is committed (PostgreSQL's default `synchronous_commit=on` makes it
@@ -100,7 +91,13 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
             1000).
         max_scan_tuples: Upper bound of rows an iterative HNSW scan visits.
 
+    Attributes:
+        db: The connections and schema (`PgDatabase`).
+        search: Embeddings and server-side search (`PgSearch`).
+        state: Learned state shared by every process (`DatabaseStateStore`).
+
     Raises:
+        ConfigError: A setting is out of range.
         InvalidInputError: `dsn_or_pool` is neither a PostgreSQL URI nor a pool.
         StoreUnavailableError: The server cannot be reached.
     """
@@ -118,90 +115,36 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         ef_search: int = 64,
         max_scan_tuples: int = 50_000,
     ) -> None:
-        self.schema = check_schema_name(schema)
-        if hnsw_threshold is not None and (
-            not isinstance(hnsw_threshold, int) or hnsw_threshold < 0
-        ):
-            raise ConfigError(f"hnsw_threshold must be None or >= 0, got {hnsw_threshold!r}")
-        for name, val in (("pool_min", pool_min), ("pool_max", pool_max)):
-            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {val!r}")
-        self.hnsw_threshold = hnsw_threshold
-        self.ef_search = int(ef_search)
-        self.max_scan_tuples = int(max_scan_tuples)
-        self.timeout = float(timeout)
-        psycopg, psycopg_pool, self._register_vector = _import_driver()
-        self._psycopg = psycopg
-        self._own_pool = False
-        if is_postgres_dsn(dsn_or_pool):
-            self.dsn: str | None = dsn_or_pool
-            try:
-                pool = psycopg_pool.ConnectionPool(
-                    dsn_or_pool,
-                    min_size=min(pool_min, pool_max),
-                    max_size=pool_max,
-                    timeout=self.timeout,
-                    open=False,
-                    name="reflective-memory",
-                )
-                pool.open(wait=True, timeout=self.timeout)
-            except psycopg_pool.PoolTimeout as exc:
-                pool.close()
-                raise StoreUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
-            self._own_pool = True
-        elif isinstance(dsn_or_pool, psycopg_pool.ConnectionPool):
-            self.dsn = None
-            pool = dsn_or_pool
-        else:
-            raise InvalidInputError(
-                "dsn_or_pool must be a 'postgresql://...' URI or a psycopg_pool.ConnectionPool, "
-                f"got {type(dsn_or_pool).__name__}"
+        self.db = PgDatabase(
+            dsn_or_pool, schema=schema, pool_min=pool_min, pool_max=pool_max, timeout=timeout
+        )
+        self.schema = self.db.schema
+        self._s = self.db.qualified
+        try:
+            self.search = PgSearch(
+                self.db,
+                hnsw_threshold=hnsw_threshold,
+                ef_search=ef_search,
+                max_scan_tuples=max_scan_tuples,
             )
-        self._pool: Any | None = pool
-        self._s = f'"{self.schema}"'
-        self._lock = threading.Lock()
-        self._dims: set[int] = set()
-        if create:
-            with self._raw() as conn:
-                migrate(conn, self.schema)
+            self.state = DatabaseStateStore(self.db)
+            self.db.open()
+            if create:
+                with self.db.connection() as conn:
+                    migrate(conn, self.db.schema)
+        except BaseException:
+            self.db.close()
+            raise
 
     # -- plumbing -------------------------------------------------------------------------
     @property
-    def pool(self) -> Any:
-        """The connection pool; raises `StoreClosedError` after `close()`."""
-        if self._pool is None:
-            raise StoreClosedError("the memory store is closed")
-        return self._pool
-
-    @property
     def closed(self) -> bool:
         """Whether `close()` was called."""
-        return self._pool is None
+        return self.db.closed
 
     def close(self) -> None:
         """Close the pool if this store opened it (idempotent)."""
-        pool, self._pool = self._pool, None
-        if pool is not None and self._own_pool:
-            pool.close()
-
-    @contextmanager
-    def _raw(self) -> Iterator[Any]:
-        """A pooled connection without type registration (schema work)."""
-        try:
-            with self.pool.connection() as conn:
-                yield conn
-        except self._psycopg.OperationalError as exc:
-            raise StoreUnavailableError(f"PostgreSQL request failed: {exc}") from exc
-
-    @contextmanager
-    def _conn(self) -> Iterator[Any]:
-        """A pooled connection with pgvector types; one transaction, committed on exit."""
-        with self._raw() as conn:
-            if conn.adapters.types.get("vector") is None:
-                self._register_vector(conn)
-                conn.commit()
-            with conn.transaction():
-                yield conn
+        self.db.close()
 
     def _bump(self, conn: Any, user_id: str) -> None:
         conn.execute(
@@ -225,7 +168,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
                 if "\x00" in (t.get(field) or ""):
                     raise InvalidInputError(f"{field} contains a NUL character (0x00)")
         out: list[Turn] = []
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             for t in turns:
                 user_id, session_id, ts = t["user_id"], t["session_id"], t.get("timestamp")
                 conn.execute(
@@ -269,7 +212,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
 
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
         """See `MemoryStore.turns`."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             if session_id is None:
                 rows = conn.execute(
                     f"SELECT {self._TURN_COLS} FROM {self._s}.turns WHERE user_id=%s ORDER BY seq",
@@ -292,7 +235,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
 
     def session(self, user_id: str, session_id: str) -> SessionInfo | None:
         """See `MemoryStore.session`."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             row = conn.execute(
                 f"SELECT {self._SESSION_COLS} FROM {self._s}.sessions "
                 "WHERE user_id=%s AND session_id=%s",
@@ -307,13 +250,13 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         if status is not None:
             sql += " AND status=%s"
             args += (status,)
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             rows = conn.execute(sql + " ORDER BY created_at, session_id", args).fetchall()
         return [self._session(r) for r in rows]
 
     def session_builds(self, user_id: str, session_id: str) -> int:
         """How many times a session's memories were built (0 for an unknown session)."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             row = conn.execute(
                 f"SELECT builds FROM {self._s}.sessions WHERE user_id=%s AND session_id=%s",
                 (user_id, session_id),
@@ -330,7 +273,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         it is released when the block exits, or by the server if this process dies.
         """
         key = f"session-build\x1f{self.schema}\x1f{user_id}\x1f{session_id}"
-        with self._raw() as conn:
+        with self.db.connection() as conn:
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
             conn.commit()
             try:
@@ -430,7 +373,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         it too) either committed before the fence is read or wait until this build commits.
         """
         s = self._s
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             row = conn.execute(
                 f"SELECT 1 FROM {s}.sessions WHERE user_id=%s AND session_id=%s FOR UPDATE",
                 (user_id, session_id),
@@ -464,7 +407,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         self, user_id: str, drafts: Sequence[MemoryDraft], embeddings: np.ndarray, embed_model: str
     ) -> list[Memory]:
         """See `MemoryStore.upsert_memories`."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             return self._insert_memories(conn, user_id, drafts, embeddings, embed_model)
 
     def delete_memories(self, user_id: str, ids: Iterable[str]) -> int:
@@ -472,7 +415,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         ids = list(ids)
         if not ids:
             return 0
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             n = conn.execute(
                 f"DELETE FROM {self._s}.memories WHERE user_id=%s AND id = ANY(%s)",
                 (user_id, ids),
@@ -494,7 +437,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
 
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
         """See `MemoryStore.memories`."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             if ids is None:
                 rows = conn.execute(
                     f"SELECT {self._MEM_COLS} FROM {self._s}.memories WHERE user_id=%s "
@@ -513,7 +456,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
 
     def session_memories(self, user_id: str, session_id: str) -> list[Memory]:
         """A session's memories, in storage order."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             rows = conn.execute(
                 f"SELECT {self._MEM_COLS} FROM {self._s}.memories WHERE user_id=%s "
                 "AND session_id=%s ORDER BY seq",
@@ -525,7 +468,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         self, user_id: str
     ) -> tuple[list[str], list[str], list[bytes | None], list[str]]:
         """See `MemoryStore.embeddings`."""
-        with self._conn() as conn, conn.cursor(binary=True) as cur:
+        with self.db.transaction() as conn, conn.cursor(binary=True) as cur:
             rows = cur.execute(
                 f"SELECT id, key, embedding, COALESCE(embed_model, '') FROM {self._s}.memories "
                 "WHERE user_id=%s ORDER BY seq",
@@ -534,22 +477,21 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
         blobs = [None if r[2] is None else to_vector(r[2]).tobytes() for r in rows]
         return [r[0] for r in rows], [r[1] for r in rows], blobs, [r[3] for r in rows]
 
+    def vectors(self, user_id: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
+        """See `MemoryStore.vectors` (read by `search`)."""
+        return self.search.vectors(user_id, ids, model)
+
     def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
-        """See `MemoryStore.set_embeddings`."""
-        rows = []
-        for i, v in zip(ids, emb, strict=True):
-            v = np.asarray(v, dtype=np.float32).reshape(-1)
-            rows.append((v, int(v.shape[0]), model, user_id, i))
-        with self._conn() as conn, conn.cursor() as cur:
-            cur.executemany(
-                f"UPDATE {self._s}.memories SET embedding=%s, embed_dim=%s, embed_model=%s "
-                "WHERE user_id=%s AND id=%s",
-                rows,
-            )
+        """See `MemoryStore.set_embeddings` (written by `search`)."""
+        self.search.set_embeddings(user_id, ids, emb, model)
+
+    def server_index(self, user_id: str, embedder: Any) -> UserIndex:
+        """See `ServerSearch.server_index`: a `UserIndex` searched on the server by `search`."""
+        return self.search.server_index(user_id, embedder)
 
     def set_keys(self, user_id: str, ids: Sequence[str], keys: Sequence[str]) -> None:
         """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             with conn.cursor() as cur:
                 cur.executemany(
                     f"UPDATE {self._s}.memories SET key=%s, lex=%s, embedding=NULL,"
@@ -560,7 +502,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
 
     def version(self, user_id: str) -> int:
         """See `MemoryStore.version`."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             row = conn.execute(
                 f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
             ).fetchone()
@@ -569,7 +511,7 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
     def count(self, user_id: str) -> dict[str, Any]:
         """Counts of a user's turns, sessions and memories by granularity."""
         s = self._s
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             n_turns = conn.execute(
                 f"SELECT COUNT(*) FROM {s}.turns WHERE user_id=%s", (user_id,)
             ).fetchone()[0]
@@ -597,9 +539,182 @@ class PostgresStore(PgSearchMixin, PgStateMixin, PgDeleteMixin):
     def users(self) -> list[str]:
         """See `MemoryStore.users`."""
         s = self._s
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             rows = conn.execute(
                 f"SELECT user_id FROM {s}.sessions UNION SELECT user_id FROM {s}.memories "
                 "ORDER BY 1"
             ).fetchall()
         return [r[0] for r in rows]
+
+    # -- per-turn extra data (adapters keep framework message fields here) ----------------
+    def set_turn_extra(
+        self, user_id: str, session_id: str, extras: dict[str, dict[str, Any]]
+    ) -> None:
+        """See `MemoryStore.set_turn_extra`."""
+        if not extras:
+            return
+        with self.db.transaction() as conn, conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self._s}.turn_extra (user_id, session_id, turn_id, data) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (user_id, session_id, turn_id) "
+                "DO UPDATE SET data = EXCLUDED.data",
+                [
+                    (user_id, session_id, tid, json.dumps(data, default=str))
+                    for tid, data in extras.items()
+                ],
+            )
+
+    def turn_extra(self, user_id: str, session_id: str) -> dict[str, dict[str, Any]]:
+        """See `MemoryStore.turn_extra`."""
+        with self.db.transaction() as conn:
+            rows = conn.execute(
+                f"SELECT turn_id, data FROM {self._s}.turn_extra WHERE user_id=%s "
+                "AND session_id=%s",
+                (user_id, session_id),
+            ).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    # -- small key/value area for components (reflection reports, adapters' markers) ------
+    def get_value(self, key: str) -> Any | None:
+        """See `MemoryStore.get_value`."""
+        with self.db.transaction() as conn:
+            row = conn.execute(f"SELECT value FROM {self._s}.kv WHERE key=%s", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_value(self, key: str, value: Any) -> None:
+        """See `MemoryStore.set_value`."""
+        text = json.dumps(value)
+        with self.db.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO {self._s}.kv (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (key, text),
+            )
+
+    # -- the blob API of `rmm.stored_rerank` and `rmm.turn_prior_stage`, over `state` -----
+    # Kept until the reranker persistence uses `state` directly; then they go.
+    def blob_version(self, owner: str, name: str) -> int:
+        """`state.version(owner, name)`."""
+        return self.state.version(owner, name)
+
+    def get_blob(self, owner: str, name: str) -> tuple[int, bytes] | None:
+        """`state.get(owner, name)`."""
+        return self.state.get(owner, name)
+
+    def update_blob(self, owner: str, name: str, update: StateUpdate) -> int:
+        """`state.update(owner, name, update)`; returns the new version."""
+        return self.state.update(owner, name, update)[0]
+
+    def delete_blob(self, owner: str, name: str) -> bool:
+        """`state.delete(owner, name)`."""
+        return self.state.delete(owner, name)
+
+    # -- deletion -------------------------------------------------------------------------
+    def _lock_session(self, conn: Any, user_id: str, session_id: str) -> None:
+        row = conn.execute(
+            f"SELECT 1 FROM {self._s}.sessions WHERE user_id=%s AND session_id=%s FOR UPDATE",
+            (user_id, session_id),
+        ).fetchone()
+        if row is None:
+            raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
+
+    def delete_user(self, user_id: str) -> int:
+        """See `MemoryStore.delete_user`.
+
+        Every row naming the user goes: turns, sessions, memories, turn extras, its version
+        row, its `<namespace>/<user_id>/...` kv rows and its own blobs (reranker state).
+        """
+        s = self._s
+        with self.db.transaction() as conn:
+            n = conn.execute(f"DELETE FROM {s}.turns WHERE user_id=%s", (user_id,)).rowcount
+            for table in ("turn_extra", "sessions", "memories", "user_state"):
+                conn.execute(f"DELETE FROM {s}.{table} WHERE user_id=%s", (user_id,))
+            delete_owner_rows(conn, s, user_id)  # its learned state (`state`)
+            conn.execute(
+                f"DELETE FROM {s}.kv WHERE strpos(key, '/') > 0 AND "
+                "starts_with(substr(key, strpos(key, '/') + 1), %s)",
+                (user_id + "/",),
+            )
+        return int(n)
+
+    def delete_session(self, user_id: str, session_id: str) -> int:
+        """See `MemoryStore.delete_session`.
+
+        Removes the session's turns and memories, topic memories that merged it in, and its
+        `<namespace>/<user_id>/<session_id>` kv rows.
+        """
+        s = self._s
+        with self.db.transaction() as conn:
+            self._lock_session(conn, user_id, session_id)
+            conn.execute(
+                f"DELETE FROM {s}.sessions WHERE user_id=%s AND session_id=%s",
+                (user_id, session_id),
+            )
+            n = conn.execute(
+                f"DELETE FROM {s}.turns WHERE user_id=%s AND session_id=%s", (user_id, session_id)
+            ).rowcount
+            conn.execute(
+                f"DELETE FROM {s}.turn_extra WHERE user_id=%s AND session_id=%s",
+                (user_id, session_id),
+            )
+            conn.execute(
+                f"DELETE FROM {s}.memories WHERE user_id=%(u)s AND {_FROM_SESSION}",
+                {"u": user_id, "s": session_id},
+            )
+            conn.execute(
+                f"DELETE FROM {s}.kv WHERE strpos(key, '/') > 0 AND "
+                "substr(key, strpos(key, '/') + 1) = %s",
+                (f"{user_id}/{session_id}",),
+            )
+            self._bump(conn, user_id)
+        return int(n)
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> list[Turn]:
+        """See `MemoryStore.delete_turns`.
+
+        Memories holding a deleted turn's text (units, notes, topics citing it) go too; if
+        turns remain the session is reopened so the next `end_session` rebuilds it.
+        """
+        s = self._s
+        with self.db.transaction() as conn:
+            self._lock_session(conn, user_id, session_id)
+            sql = (
+                f"DELETE FROM {s}.turns WHERE user_id=%s AND session_id=%s"
+                + ("" if turn_ids is None else " AND turn_id = ANY(%s)")
+                + f" RETURNING {self._TURN_COLS}"
+            )
+            args: tuple[Any, ...] = (user_id, session_id)
+            if turn_ids is not None:
+                args += (list(turn_ids),)
+            gone = sorted(
+                (self._turn(r) for r in conn.execute(sql, args)), key=lambda t: t.position
+            )
+            if not gone:
+                return []
+            ids = [t.turn_id for t in gone]
+            conn.execute(
+                f"DELETE FROM {s}.turn_extra WHERE user_id=%s AND session_id=%s "
+                "AND turn_id = ANY(%s)",
+                (user_id, session_id, ids),
+            )
+            conn.execute(
+                f"DELETE FROM {s}.memories WHERE user_id=%(u)s AND {_FROM_SESSION} AND "
+                "EXISTS (SELECT 1 FROM jsonb_array_elements_text(turn_ids) AS t(v) "
+                "WHERE t.v = ANY(%(ids)s))",
+                {"u": user_id, "s": session_id, "ids": ids},
+            )
+            edge = f"SELECT ts FROM {s}.turns WHERE user_id=%s AND session_id=%s AND ts IS NOT NULL"
+            conn.execute(
+                f"UPDATE {s}.sessions SET n_turns = (SELECT COUNT(*) FROM {s}.turns WHERE"
+                " user_id=%s AND session_id=%s),"
+                f" status = CASE WHEN EXISTS (SELECT 1 FROM {s}.turns WHERE user_id=%s AND"
+                " session_id=%s) THEN 'open' ELSE status END,"
+                f" first_ts = ({edge} ORDER BY position LIMIT 1),"
+                f" last_ts = ({edge} ORDER BY position DESC LIMIT 1)"
+                " WHERE user_id=%s AND session_id=%s",
+                (user_id, session_id) * 5,
+            )
+            self._bump(conn, user_id)
+        return gone

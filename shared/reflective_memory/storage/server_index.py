@@ -14,11 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from reflective_memory.storage.index import UserIndex
+
+if TYPE_CHECKING:
+    from reflective_memory.storage.pg_search import PgSearch
 
 __all__ = ["ServerDenseIndex", "ServerLexicalIndex", "build_server_index"]
 
@@ -43,7 +46,7 @@ class _Rows:
         with self._lock:
             need = sorted({int(p) for p in pos if int(p) not in self._cache})
         if need:
-            got = o.store.vectors(o.user_id, [o.ids[p] for p in need])
+            got = o.server.vectors(o.user_id, [o.ids[p] for p in need])
             with self._lock:
                 for p in need:
                     v = got.get(o.ids[p])
@@ -79,7 +82,7 @@ class ServerDenseIndex:
     """Dense search over one user's stored embeddings, run by pgvector.
 
     Args:
-        store: A `PostgresStore`.
+        server: The store's server-side search (`PostgresStore.search`).
         user_id: Owner.
         ids: Memory ids by position (the snapshot).
         dim: Embedding size.
@@ -89,7 +92,7 @@ class ServerDenseIndex:
 
     def __init__(
         self,
-        store: Any,
+        server: PgSearch,
         user_id: str,
         ids: Sequence[str],
         dim: int,
@@ -97,7 +100,7 @@ class ServerDenseIndex:
         *,
         approximate: bool,
     ) -> None:
-        self.store = store
+        self.server = server
         self.user_id = user_id
         self.ids = list(ids)
         self.dim = int(dim)
@@ -113,7 +116,7 @@ class ServerDenseIndex:
         return len(self.ids)
 
     def set_search_params(self, ann: Any) -> None:
-        """Search breadth is the store's (`PostgresStore.ef_search`); nothing to set here."""
+        """Search breadth is the server's (`PgSearch.ef_search`); nothing to set here."""
 
     def search(self, queries: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-`n` positions per query (see `DenseIndex.search`).
@@ -130,7 +133,7 @@ class ServerDenseIndex:
             return scores, pos
         take = min(width, self.ntotal)
         for i in range(m):
-            ids, sc, vecs = self.store.dense_search(
+            ids, sc, vecs = self.server.dense_search(
                 self.user_id, q[i], take, self.model, approximate=self.approximate
             )
             j = 0
@@ -147,8 +150,8 @@ class ServerDenseIndex:
 class ServerLexicalIndex:
     """Full-text search over one user's keys, run by PostgreSQL (tsvector + GIN)."""
 
-    def __init__(self, store: Any, user_id: str, ids: Sequence[str]) -> None:
-        self.store = store
+    def __init__(self, server: PgSearch, user_id: str, ids: Sequence[str]) -> None:
+        self.server = server
         self.user_id = user_id
         self._where = {mid: p for p, mid in enumerate(ids)}
         self.size = len(self._where)
@@ -157,7 +160,7 @@ class ServerLexicalIndex:
         """Top-`n` positions with a positive score, best first (see `LexicalIndex.search`)."""
         if n <= 0 or self.size == 0:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        ids, sc = self.store.lexical_search(self.user_id, query, n)
+        ids, sc = self.server.lexical_search(self.user_id, query, n)
         keep = [
             (self._where[m], s) for m, s in zip(ids, sc.tolist(), strict=True) if m in self._where
         ]
@@ -169,22 +172,22 @@ class ServerLexicalIndex:
         )
 
 
-def build_server_index(store: Any, user_id: str, embedder: Any) -> UserIndex:
+def build_server_index(server: PgSearch, user_id: str, embedder: Any) -> UserIndex:
     """Snapshot a user's memories on the server and wrap them as a `UserIndex`.
 
     Memories without an embedding of `embedder` (new keys, another model) are embedded and
     written back first, so every memory is searchable.
     """
     dim, model = int(embedder.dim), str(embedder.name)
-    ids, keys = store.stale_embeddings(user_id, model, dim)
+    ids, keys = server.stale_embeddings(user_id, model, dim)
     if ids:
         logger.info("embedding %d memories of user %s", len(ids), user_id)
         for s in range(0, len(ids), 4096):
             emb = embedder.encode(keys[s : s + 4096])
-            store.set_embeddings(user_id, ids[s : s + 4096], emb, model)
-    version, ids, keys = store.index_snapshot(user_id)
-    threshold = store.hnsw_threshold
+            server.set_embeddings(user_id, ids[s : s + 4096], emb, model)
+    version, ids, keys = server.index_snapshot(user_id)
+    threshold = server.hnsw_threshold
     approximate = threshold is not None and len(ids) > threshold
-    dense = ServerDenseIndex(store, user_id, ids, dim, model, approximate=approximate)
-    lexical = ServerLexicalIndex(store, user_id, ids)
+    dense = ServerDenseIndex(server, user_id, ids, dim, model, approximate=approximate)
+    lexical = ServerLexicalIndex(server, user_id, ids)
     return UserIndex(user_id, version, ids, dense, keys, _lexical=lexical)  # type: ignore[arg-type]

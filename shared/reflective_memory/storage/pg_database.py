@@ -1,0 +1,172 @@
+"""Connections to one schema of one PostgreSQL database, shared by the PostgreSQL classes.
+
+`PgDatabase` owns the connection pool (or borrows the caller's), the schema name and the
+pgvector type registration. `PostgresStore`, its server-side search (`PgSearch`) and its state
+store (`DatabaseStateStore`) all take their connections from one `PgDatabase`.
+
+Needs the `postgres` extra: `pip install 'reflective-memory[postgres]'`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from reflective_memory.errors import (
+    ConfigError,
+    InvalidInputError,
+    StoreClosedError,
+    StoreUnavailableError,
+)
+from reflective_memory.storage.pg_schema import check_schema_name
+
+__all__ = ["PgDatabase", "is_postgres_dsn"]
+
+_DSN_PREFIXES = ("postgresql://", "postgres://")
+
+
+def is_postgres_dsn(value: object) -> bool:
+    """Whether `value` is a PostgreSQL connection URI (`postgresql://...` or `postgres://...`)."""
+    return isinstance(value, str) and value.startswith(_DSN_PREFIXES)
+
+
+def _import_driver() -> tuple[Any, Any, Any]:
+    try:
+        import psycopg
+        import psycopg_pool
+        from pgvector.psycopg import register_vector
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError(
+            "the PostgreSQL store needs psycopg, psycopg_pool and pgvector: "
+            "pip install 'reflective-memory[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool, register_vector
+
+
+class PgDatabase:
+    """A connection pool and the schema the tables live in.
+
+    The constructor checks the settings and makes the pool; `open()` connects it.
+
+    Args:
+        dsn_or_pool: A connection URI (`postgresql://user@host:5432/db`) or an open
+            `psycopg_pool.ConnectionPool` you own (it is not closed by `close()`).
+        schema: Schema holding the tables.
+        pool_min: Connections kept open (URI only).
+        pool_max: Most connections (URI only).
+        timeout: Seconds to wait for a pooled connection before raising.
+
+    Raises:
+        ConfigError: Bad schema name or pool sizes, or the driver is not installed.
+        InvalidInputError: `dsn_or_pool` is neither a PostgreSQL URI nor a pool.
+        StoreUnavailableError: The server cannot be reached.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: Any,
+        *,
+        schema: str = "reflective_memory",
+        pool_min: int = 1,
+        pool_max: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        #: The schema as a quoted SQL identifier, for building statements.
+        self.qualified = f'"{self.schema}"'
+        for name, val in (("pool_min", pool_min), ("pool_max", pool_max)):
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {val!r}")
+        self.timeout = float(timeout)
+        self.psycopg, self._psycopg_pool, self._register_vector = _import_driver()
+        self._own_pool = False
+        if is_postgres_dsn(dsn_or_pool):
+            self.dsn: str | None = dsn_or_pool
+            pool = self._psycopg_pool.ConnectionPool(
+                dsn_or_pool,
+                min_size=min(pool_min, pool_max),
+                max_size=pool_max,
+                timeout=self.timeout,
+                open=False,
+                name="reflective-memory",
+            )
+            self._own_pool = True
+        elif isinstance(dsn_or_pool, self._psycopg_pool.ConnectionPool):
+            self.dsn = None
+            pool = dsn_or_pool
+        else:
+            raise InvalidInputError(
+                "dsn_or_pool must be a 'postgresql://...' URI or a psycopg_pool.ConnectionPool, "
+                f"got {type(dsn_or_pool).__name__}"
+            )
+        self._pool: Any | None = pool
+
+    def open(self) -> None:
+        """Connect the pool this object made (a caller's pool is used as it is).
+
+        Raises:
+            StoreUnavailableError: The server cannot be reached within `timeout`.
+        """
+        if not self._own_pool:
+            return
+        pool = self.pool
+        try:
+            pool.open(wait=True, timeout=self.timeout)
+        except self._psycopg_pool.PoolTimeout as exc:
+            self.close()
+            raise StoreUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
+
+    @property
+    def pool(self) -> Any:
+        """The connection pool; raises `StoreClosedError` after `close()`."""
+        if self._pool is None:
+            raise StoreClosedError("the memory store is closed")
+        return self._pool
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._pool is None
+
+    def close(self) -> None:
+        """Close the pool if this object opened it (idempotent)."""
+        pool, self._pool = self._pool, None
+        if pool is not None and self._own_pool:
+            pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A pooled connection without type registration (schema work, advisory locks)."""
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except self.psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"PostgreSQL request failed: {exc}") from exc
+
+    def with_vectors(self, conn: Any) -> Any:
+        """Register pgvector's types on `conn` (once per connection); return it."""
+        if conn.adapters.types.get("vector") is None:
+            self._register_vector(conn)
+            conn.commit()
+        return conn
+
+    @contextmanager
+    def transaction(self, *, repeatable_read: bool = False) -> Iterator[Any]:
+        """A pooled connection with pgvector types; one transaction, committed on exit.
+
+        Args:
+            repeatable_read: Read every statement from one snapshot (`REPEATABLE READ`).
+        """
+        with self.connection() as conn:
+            self.with_vectors(conn)
+            if not repeatable_read:
+                with conn.transaction():
+                    yield conn
+                return
+            conn.isolation_level = self.psycopg.IsolationLevel.REPEATABLE_READ
+            try:
+                with conn.transaction():
+                    yield conn
+            finally:
+                conn.isolation_level = None

@@ -1,0 +1,24 @@
+"""Contract tests for third-party stores, as pytest test mixins (one fixture each).
+
+- `MemoryStoreContract`: every `reflective_memory.storage.base.MemoryStore`; needs a `store`
+  fixture yielding an empty store.
+- `StateStoreContract`: every `reflective_memory.storage.state.StateStore`; needs a
+  `state_store` fixture yielding an empty state store.
+
+Subclass one in a `Test...` class of your test suite and define its fixture; every test of the
+contract then runs against your implementation. This package needs pytest (the `dev` extra);
+the library itself never imports it.
+"""
+
+try:
+    import pytest  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "reflective_memory.testing holds pytest tests: pip install pytest "
+        "(or 'reflective-memory[dev]')"
+    ) from exc
+
+from reflective_memory.testing.memory_store import MemoryStoreContract
+from reflective_memory.testing.state_store import StateStoreContract
+
+__all__ = ["MemoryStoreContract", "StateStoreContract"]
