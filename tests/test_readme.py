@@ -1,4 +1,4 @@
-"""Every code block of README.md runs as written, so the README and the code cannot drift.
+"""Every code block of README.md and docs/*.md runs as written, so they and the code cannot drift.
 
 A block is preceded by an HTML comment that says how the test runs it (invisible on GitHub):
 
@@ -8,8 +8,8 @@ A block is preceded by an HTML comment that says how the test runs it (invisible
   through the CLI's `main`, in order, in one fresh directory (hashing embedder too); every line
   must exit 0.
 
-The quick start also runs with the real MiniLM (integration). Install blocks (`pip ...`) are not
-run.
+Every python block of the README runs. The quick start also runs with the real MiniLM
+(integration). Install blocks (`pip ...`) and blocks that need a server are not run.
 """
 
 from __future__ import annotations
@@ -23,23 +23,29 @@ from reflective_memory import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 _BLOCK = re.compile(
     r"(?:<!--\s*readme-test:\s*(?P<marker>[^>]*?)\s*-->\s*\n)?```(?P<lang>\w+)\n(?P<code>.*?)```",
     re.S,
 )
 
 
-def _blocks(lang: str) -> list[tuple[int, str, str]]:
-    text = README.read_text("utf-8")
+def _blocks(lang: str, pages: list[Path] = PAGES) -> list[tuple[str, str, str]]:
+    """(page:line, marker, code) of every ```lang block of `pages`."""
     out = []
-    for m in _BLOCK.finditer(text):
-        if m.group("lang") == lang:
-            line = text.count("\n", 0, m.start("code")) + 1
-            out.append((line, m.group("marker") or "", m.group("code")))
+    for page in pages:
+        text = page.read_text("utf-8")
+        for m in _BLOCK.finditer(text):
+            if m.group("lang") == lang:
+                line = text.count("\n", 0, m.start("code")) + 1
+                out.append(
+                    (f"{page.relative_to(ROOT)}:{line}", m.group("marker") or "", m.group("code"))
+                )
     return out
 
 
-PYTHON_BLOCKS = _blocks("python")
+README_PYTHON = _blocks("python", [README])
+PYTHON_BLOCKS = [b for b in _blocks("python") if b[1] == "embedder=hashing"]
 CLI_BLOCKS = [b for b in _blocks("bash") if b[1] == "cli"]
 
 
@@ -63,21 +69,21 @@ def _needs(code: str) -> None:
 
 
 def test_the_readme_has_runnable_blocks() -> None:
-    assert len(PYTHON_BLOCKS) >= 4 and len(CLI_BLOCKS) == 1
-    for line, marker, _ in PYTHON_BLOCKS:
-        assert marker == "embedder=hashing", f"README.md:{line}: unknown marker {marker!r}"
+    assert len(README_PYTHON) >= 4 and len(CLI_BLOCKS) == 1
+    for where, marker, _ in README_PYTHON:
+        assert marker == "embedder=hashing", f"{where}: unknown marker {marker!r}"
+    for where, marker, _ in _blocks("python"):  # docs/ may say why a block cannot run here
+        assert marker == "embedder=hashing" or marker.startswith("not run:"), (
+            f"{where}: mark the block `embedder=hashing` or `not run: <why>`, got {marker!r}"
+        )
 
 
-@pytest.mark.parametrize(
-    "line,marker,code",
-    [b for b in PYTHON_BLOCKS if b[1] == "embedder=hashing"],
-    ids=[f"README.md:{b[0]}" for b in PYTHON_BLOCKS if b[1] == "embedder=hashing"],
-)
-def test_python_block_runs(line, marker, code, tmp_path, monkeypatch, capsys) -> None:
+@pytest.mark.parametrize("where,marker,code", PYTHON_BLOCKS, ids=[b[0] for b in PYTHON_BLOCKS])
+def test_python_block_runs(where, marker, code, tmp_path, monkeypatch, capsys) -> None:
     _needs(code)
     _use_hashing_embedder(monkeypatch)
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "__readme__"})  # noqa: S102
+    exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
     out = capsys.readouterr().out
     if "MockLLM" in code:  # what the block's comment promises
         assert "False the answer has no citation" in out
@@ -87,19 +93,19 @@ def test_python_block_runs(line, marker, code, tmp_path, monkeypatch, capsys) ->
 
 @pytest.mark.integration
 def test_quick_start_runs_with_minilm(tmp_path, monkeypatch, capsys) -> None:
-    line, _, code = PYTHON_BLOCKS[0]
+    where, _, code = README_PYTHON[0]
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "__readme__"})  # noqa: S102
+    exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
     first = capsys.readouterr().out.splitlines()[0]
     assert float(first.split()[0]) >= 0.15 and "2025-03-01" in first
 
 
 def test_quick_start_prints_relevance(tmp_path, monkeypatch, capsys) -> None:
-    line, _, code = PYTHON_BLOCKS[0]
+    where, _, code = README_PYTHON[0]
     assert "ReflectiveMemory(" in code and "hit.relevance" in code
     _use_hashing_embedder(monkeypatch)
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "__readme__"})  # noqa: S102
+    exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
     first = capsys.readouterr().out.splitlines()[0]
     relevance = float(first.split()[0])
     assert 0.0 < relevance <= 1.0 and "2025-03-01" in first
