@@ -147,7 +147,9 @@ def coverage(
     reflect_tokens: list[int] = []
     t0 = time.perf_counter()
     cfg = MemoryConfig(
-        granularities=("segment",), segment_window=segment_window, conditional_memory=True
+        units={"granularities": ("segment",)},
+        segment={"window": segment_window},
+        conditional={"notes": True},
     )
     for q in tqdm(data, desc="coverage", leave=False):
         judge = _EnoughJudge()

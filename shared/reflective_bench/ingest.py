@@ -292,7 +292,9 @@ def register(bench: Any) -> None:
     p.add_argument("--data", required=True, help="conversation file (any format `ingest` reads)")
     p.add_argument("--limit", type=_positive, default=None, help="first N conversations only")
     p.add_argument(
-        "--config", default=None, help='MemoryConfig overrides as JSON, e.g. {"denoiser":"none"}'
+        "--config",
+        default=None,
+        help='MemoryConfig overrides as JSON, e.g. {"denoise": {"kind": "none"}}',
     )
     p.add_argument("--profile", default=None, help="write cProfile stats here and print the top")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -145,20 +145,20 @@ class BenchResult:
 def _default_factory(
     unit: str, embedder: Embedder, denoiser: Any | None = None
 ) -> ReflectiveMemory:
-    plain = {"passages": False, "speaker_keys": False}  # units ranked as they are (issue 2)
+    plain: dict[str, Any] = {"passages": {"enabled": False}}  # units ranked as they are (issue 2)
     if unit == "window":
-        cfg = MemoryConfig(granularities=("segment",), **plain)
+        cfg = MemoryConfig(units={"granularities": ("segment",), "speaker_keys": False}, **plain)
         return ReflectiveMemory(
             None,
             embedder=embedder,
             config=cfg,
-            segmenter=FixedWindowSegmenter(cfg.segment_window),
+            segmenter=FixedWindowSegmenter(cfg.segment.window),
             denoiser=denoiser,
         )
     return ReflectiveMemory(
         None,
         embedder=embedder,
-        config=MemoryConfig(granularities=(unit,), **plain),
+        config=MemoryConfig(units={"granularities": (unit,), "speaker_keys": False}, **plain),
         denoiser=denoiser,
     )
 

@@ -66,14 +66,13 @@ _WORDS = (
 
 def soak_config(**overrides: Any) -> MemoryConfig:
     """The configuration every soak worker uses (turn and session units, offline notes)."""
-    base: dict[str, Any] = {
-        "granularities": ("turn", "session"),
-        "conditional_memory": True,
-        "denoiser": "none",
-        "rerank": False,
-    }
-    base.update(overrides)
-    return MemoryConfig(**base)
+    base = MemoryConfig(
+        units={"granularities": ("turn", "session")},
+        conditional={"notes": True},
+        denoise={"kind": "none"},
+        rerank={"enabled": False},
+    )
+    return base.replace(**overrides)
 
 
 def _open(directory: Path) -> ReflectiveMemory:
@@ -414,7 +413,9 @@ def cache_rss(
     it stays flat however many users are served.
     """
     cfg = soak_config(
-        conditional_memory=False, granularities=("turn",), index_cache_bytes=cache_mb * 1024 * 1024
+        conditional={"notes": False},
+        units={"granularities": ("turn",)},
+        index={"cache_bytes": cache_mb * 1024 * 1024},
     )
     rng = random.Random(0)
     rss_start = _rss_mb()

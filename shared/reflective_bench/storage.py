@@ -142,7 +142,9 @@ def _mem(store: Any, dim: int) -> Any:
     from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
     return ReflectiveMemory(
-        store=store, embedder=HashingEmbedder(dim), config=MemoryConfig(granularities=("turn",))
+        store=store,
+        embedder=HashingEmbedder(dim),
+        config=MemoryConfig(units={"granularities": ("turn",)}),
     )
 
 
@@ -272,7 +274,7 @@ def _many_users(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 def _writer(spec: dict[str, Any], user: str, ready: Any, go: Any, results: Any) -> None:
     from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 
-    cfg = MemoryConfig(granularities=("turn",), max_session_turns=10)
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, sessions={"max_turns": 10})
     if spec["backend"] == "embedded":
         mem = ReflectiveMemory(spec["path"], embedder=HashingEmbedder(spec["dim"]), config=cfg)
     else:

@@ -44,7 +44,17 @@ __all__ = [
     "format_systems",
 ]
 
-_PLAIN = {"denoiser": "none", "rerank": False, "passages": False, "speaker_keys": False}
+_PLAIN: dict[str, dict[str, Any]] = {
+    "denoise": {"kind": "none"},
+    "rerank": {"enabled": False},
+    "passages": {"enabled": False},
+}
+
+
+def _plain(**groups: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A plain baseline's nested overrides: no reranker, no passages, no speakers in keys."""
+    units = {"speaker_keys": False, **groups.pop("units", {})}
+    return {**_PLAIN, "units": units, **groups}
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class System:
 
     Attributes:
         name: Row label.
-        config: `MemoryConfig` overrides (on top of the library defaults).
+        config: Nested `MemoryConfig` overrides (merged into the library defaults).
         mode: Retrieval mode passed to `retrieve` (`None`: the config's).
         window: Fixed-window segmenter of this many turns (plain window baselines).
         what: One line saying what the row is.
@@ -68,19 +78,17 @@ class System:
     @property
     def passages(self) -> bool:
         """Whether the system returns passages (packed by the engine)."""
-        return bool(self.config.get("passages", True))
+        return bool(self.config.get("passages", {}).get("enabled", True))
 
     def build(
         self, embedder: Embedder, denoiser: Any | None = None, store: Any | None = None
     ) -> ReflectiveMemory:
         """A fresh `ReflectiveMemory` of this system (in memory, or on an empty `store`)."""
-        cfg = dict(self.config)
-        if self.passages:
-            cfg["budget_unit"] = "words"
         # the bench ends every session itself; nothing ends on idle time or turn count
-        cfg.setdefault("session_idle_seconds", None)
-        cfg.setdefault("max_session_turns", None)
-        config = MemoryConfig(**cfg)
+        config = MemoryConfig(sessions={"idle_seconds": None, "max_turns": None})
+        if self.passages:
+            config = config.replace(passages={"budget_unit": "words"})
+        config = config.replace(**self.config)
         segmenter = FixedWindowSegmenter(self.window) if self.window is not None else None
         return ReflectiveMemory(
             None,
@@ -96,47 +104,57 @@ DEFAULT = System("default", {}, what="ReflectiveMemory() as shipped")
 BASELINES = (
     System(
         "turn dense",
-        {**_PLAIN, "granularities": ("turn",)},
+        _plain(units={"granularities": ("turn",)}),
         mode="dense",
         what="one unit per turn, MiniLM top-k",
     ),
     System(
         "turn dense+BM25",
-        {**_PLAIN, "granularities": ("turn",)},
+        _plain(units={"granularities": ("turn",)}),
         mode="hybrid",
         what="one unit per turn, MiniLM and BM25 fused by reciprocal rank",
     ),
     System(
         "5-turn window BM25",
-        {**_PLAIN, "granularities": ("segment",)},
+        _plain(units={"granularities": ("segment",)}),
         mode="lexical",
         window=5,
         what="fixed windows of 5 turns, BM25",
     ),
 )
 ABLATIONS = (
-    System("- segment keys", {"granularities": ("turn",)}, what="turn keys only"),
-    System("- segment context votes", {"context_weight": 0.0}, what="segments searched, no vote"),
+    System("- segment keys", {"units": {"granularities": ("turn",)}}, what="turn keys only"),
+    System(
+        "- segment context votes",
+        {"passages": {"context_weight": 0.0}},
+        what="segments searched, no vote",
+    ),
     System(
         "- small-budget context scaling",
-        {"context_full_budget": 0},
+        {"passages": {"context_full_budget": 0}},
         what="segment votes at full weight at every budget",
     ),
-    System("- recency", {"recency_weight": 0.0}, what="no time-aware boost"),
+    System("- recency", {"passages": {"recency_weight": 0.0}}, what="no time-aware boost"),
     System(
         "- length-aware packing",
-        {"length_exponent": 0.0},
+        {"passages": {"length_exponent": 0.0}},
         what="passages packed in vote order",
     ),
-    System("- speaker in keys", {"speaker_keys": False}, what="BM25 keys without speakers"),
+    System(
+        "- speaker in keys", {"units": {"speaker_keys": False}}, what="BM25 keys without speakers"
+    ),
     System(
         "- speaker focus",
-        {"speaker_focus": 0.0},
+        {"passages": {"speaker_focus": 0.0}},
         what="a named speaker is searched for like any word",
     ),
-    System("- date headers", {"date_prefix": False}, what="passages without a date header"),
-    System("- reranker stage", {"rerank": False}, what="untrained reranker removed"),
-    System("+ offline denoiser", {"denoiser": "offline"}, what="denoised keys (re-embedded)"),
+    System(
+        "- date headers", {"units": {"date_prefix": False}}, what="passages without a date header"
+    ),
+    System("- reranker stage", {"rerank": {"enabled": False}}, what="untrained reranker removed"),
+    System(
+        "+ offline denoiser", {"denoise": {"kind": "offline"}}, what="denoised keys (re-embedded)"
+    ),
     System("+ RF-Mem gate", {"recall": {"mode": "rfmem"}}, what="RF-Mem, self-calibrated gate"),
 )
 
