@@ -92,7 +92,7 @@ def test_huge_text_is_stored_whole_and_embedded_truncated(mem) -> None:
             seen.extend(len(t) for t in ([texts] if isinstance(texts, str) else texts))
             return inner.encode(texts)
 
-    mem.embedder = mem.indexes.embedder = Spy()
+    mem.embedder = mem.indexes.embedder = mem.sessions.embedder = Spy()
     mem.denoiser = None  # check the raw key (the default denoiser would shorten it)
     big = ("The quick brown fox jumps over the lazy dog. " * 23000)[:1_000_000]
     mem.add_turn("u", "s", "user", big)

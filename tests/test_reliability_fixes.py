@@ -51,7 +51,7 @@ def test_turn_added_during_end_session_is_built_or_left_open(tmp_path: Path) -> 
     with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(64), config=_cfg()) as mem:
         for i in range(3):
             mem.add_turn("u", "s", "user", f"early fact {i}")
-        real = mem._turn_vectors
+        real = mem.sessions._turn_vectors
         calls = {"n": 0}
 
         def read_and_interleave(*args):
@@ -62,7 +62,7 @@ def test_turn_added_during_end_session_is_built_or_left_open(tmp_path: Path) -> 
                 )
             return real(*args)
 
-        mem._turn_vectors = read_and_interleave
+        mem.sessions._turn_vectors = read_and_interleave
         mem.end_session("u", "s")
         texts = {m.text for m in mem.memories("u")}
         assert "late fact" in " ".join(texts) or mem.open_sessions("u") == ["s"]
@@ -92,7 +92,7 @@ def test_stale_fence_writes_nothing() -> None:
 
 # -- 2. atomic builds, note parsing, mixed timestamps ----------------------------------------------
 def test_failed_note_build_leaves_session_open_without_partial_memories(monkeypatch) -> None:
-    import reflective_memory.sessions.building as sessions
+    import reflective_memory.sessions.writer as sessions
 
     with ReflectiveMemory(
         embedder=HashingEmbedder(64), config=_cfg(conditional={"notes": True})

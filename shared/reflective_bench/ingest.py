@@ -183,7 +183,8 @@ def run_ingest_bench(
         seg = mem.segmenter
         seg_segment = seg.segment
         object.__setattr__(seg, "segment", _timed(seg_segment, stages, "segment+embed"))
-        mem.denoise_keys = _timed(mem.denoise_keys, stages, "denoise")  # type: ignore[method-assign]
+        writer = mem.sessions
+        writer.denoise_keys = _timed(writer.denoise_keys, stages, "denoise")  # type: ignore[method-assign]
         store = mem.store
         for name in ("add_turns", "replace_session_memories", "upsert_memories"):
             setattr(store, name, _timed(getattr(store, name), stages, "store"))

@@ -23,7 +23,7 @@ from reflective_memory.denoise.config import DenoiseConfig
 from reflective_memory.errors import ConfigError
 from reflective_memory.llm import LLMConfig
 from reflective_memory.passages import PassageConfig
-from reflective_memory.ranking import SearchConfig
+from reflective_memory.pipeline.fusion import SearchConfig
 from reflective_memory.recall import RecallConfig
 from reflective_memory.rmm.config import RerankConfig, TopicConfig
 from reflective_memory.segment.config import SegmentConfig

@@ -1,17 +1,16 @@
-"""`ReflectiveMemory`: the orchestrator every adapter calls.
+"""`ReflectiveMemory`: the façade every adapter calls.
 
-Write path: `add_turn` commits a turn at once; `end_session` turns a session into memory units
-(turns, whole sessions or topical segments), embeds their keys and indexes them.
-Read path: `retrieve` ranks a user's memories for a query (RF-Mem adaptive dense retrieval, fused
-with BM25 by reciprocal rank) and cuts the ranking to `k` hits or a token budget.
+Write path (`SessionWriter`): `add_turn` commits a turn at once and indexes it; `end_session`
+turns a session into memory units (turns, whole sessions or topical segments). Read path
+(`Retriever`): `retrieve` runs the retrieval pipeline (RF-Mem dense + BM25 candidates, fusion,
+RMM reranking, small-to-big passages). Learning (`RerankStage`): `feedback` trains the reranker
+from an answer's citations.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -20,28 +19,22 @@ from typing import Any
 from reflective_memory.config import MemoryConfig
 from reflective_memory.denoise import Denoiser, make_denoiser
 from reflective_memory.embed import Embedder, default_embedder
-from reflective_memory.errors import (
-    ConfigError,
-    InvalidInputError,
-    StoreClosedError,
-)
+from reflective_memory.errors import ConfigError, InvalidInputError
 from reflective_memory.llm import LLMClient, as_llm, count_tokens
-from reflective_memory.ranking import pack_hits, rank_candidates
+from reflective_memory.pipeline.retriever import Retriever
 from reflective_memory.recall import RecallConfig
-from reflective_memory.records import MemoryRecords
-from reflective_memory.retrieval_steps import RetrievalSteps
+from reflective_memory.records import Records
 from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
 from reflective_memory.rmm.stored_rerank import StoredRerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
-from reflective_memory.sessions.building import SessionBuilding
+from reflective_memory.sessions.writer import SessionWriter
+from reflective_memory.storage.base import MemoryStore, StateHolder, require_open
 from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
-from reflective_memory.text import parse_timestamp
-from reflective_memory.types import GRANULARITIES, Memory, Retrieval, Turn
-from reflective_memory.validation import check_encodable, check_id, check_positive, check_role
+from reflective_memory.types import Memory, Retrieval, Turn
 
 __all__ = ["ReflectiveMemory"]
 
@@ -55,16 +48,16 @@ def _has_derived_files(directory: Path) -> bool:
     )
 
 
-def _comparable(a: datetime, b: datetime) -> bool:
-    return (a.tzinfo is None) == (b.tzinfo is None)
-
-
 def _count_words(text: str) -> int:
     return len(text.split())
 
 
-class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
-    """Long-term memory for many users, in one durable store.
+class ReflectiveMemory:
+    """Long-term memory for many users, in one durable store: a façade over its collaborators.
+
+    Writes go to a `SessionWriter` (turns in, sessions out as memories), reads to a
+    `Retriever` (the retrieval pipeline), record edits to `Records`, learning to RMM's
+    `RerankStage`; this class wires them to one store and one set of settings.
 
     Args:
         path: `None` keeps everything in memory; a directory holds the SQLite database
@@ -107,32 +100,18 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         denoiser: Denoiser | str | None = None,
         store: Any | None = None,
     ) -> None:
-        self.config = (config if config is not None else MemoryConfig()).validate()
-        if store is not None and path is not None:
-            raise InvalidInputError("give either path (embedded store) or store, not both")
-        self.path = None if path is None else Path(path)
-        if self.path is not None:
-            if self.path.exists() and not self.path.is_dir():
-                raise InvalidInputError(f"path {str(self.path)!r} exists and is not a directory")
-            self.path.mkdir(parents=True, exist_ok=True)
-        if store is not None:
-            self.store: Any = open_store(store)
-        else:
-            self.store = SQLiteStore(
-                None if self.path is None else self.path / "memory.sqlite3",
-                must_exist=self.path is not None and _has_derived_files(self.path),
-            )
+        cfg = self.config = config if config is not None else MemoryConfig()
+        if not isinstance(cfg, MemoryConfig):
+            raise ConfigError(f"config must be a MemoryConfig, got {type(cfg).__name__}")
+        self.path = self._directory(path, store)
+        self.store: MemoryStore = self._open_store(store)
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.llm: LLMClient | None = as_llm(
-            llm, timeout_s=self.config.llm.timeout_s, max_chars=self.config.llm.max_chars
+            llm, timeout_s=cfg.llm.timeout_s, max_chars=cfg.llm.max_chars
         )
-        self.segmenter: Segmenter = (
-            segmenter
-            if segmenter is not None
-            else segmenter_from_config(self.config.segment, self.embedder, self.llm)
-        )
-        cfg = self.config
-        self.denoiser: Denoiser | None = make_denoiser(
+        if segmenter is None:
+            segmenter = segmenter_from_config(cfg.segment, self.embedder, self.llm)
+        made = make_denoiser(
             cfg.denoise.kind if denoiser is None else denoiser,
             rate=cfg.denoise.rate,
             model=cfg.denoise.model,
@@ -142,30 +121,78 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             self.store,
             self.embedder,
             None if self.path is None else self.path / "index",
-            batch_size=self.config.units.embed_batch_size,
-            ann=self.config.index.ann(),
-            max_bytes=self.config.index.cache_bytes,
+            batch_size=cfg.units.embed_batch_size,
+            ann=cfg.index.ann(),
+            max_bytes=cfg.index.cache_bytes,
         )
-        # RMM: prospective reflection needs an LLM and the option; the reranker stage is local.
-        self.reflector: ProspectiveReflector | None = None
-        if self.llm is not None and self.config.topics.enabled:
-            self.reflector = ProspectiveReflector(
+        reflector = None  # RMM prospective reflection needs an LLM and the option
+        if self.llm is not None and cfg.topics.enabled:
+            reflector = ProspectiveReflector(
                 self.llm,
-                merge_k=self.config.topics.merge_k,
-                speakers=self.config.topics.speakers,
-                date_prefix=self.config.units.date_prefix,
+                merge_k=cfg.topics.merge_k,
+                speakers=cfg.topics.speakers,
+                date_prefix=cfg.units.date_prefix,
             )
-        self._count = count_tokens if cfg.passages.budget_unit == "tokens" else _count_words
-        if hasattr(self.store, "update_blob"):  # rerankers live in the database
-            self.rerank_stage: RerankStage = StoredRerankStage(
-                cfg.rerank, self.embedder, self.store
-            )
-        else:
-            self.rerank_stage = RerankStage(
-                cfg.rerank, self.embedder, None if self.path is None else self.path / "rerankers"
-            )
+        self.rerank_stage = self._rerankers()
+        self.sessions = SessionWriter(
+            cfg, self.store, self.indexes, self.embedder, self.llm, segmenter, made, reflector
+        )
+        self.records = Records(
+            self.store, self.indexes, self.rerank_stage, self.embedder, self.sessions.embed_keys
+        )
+        count = count_tokens if cfg.passages.budget_unit == "tokens" else _count_words
+        self.retriever = Retriever(
+            cfg, self.store, self.indexes, self.embedder, self.rerank_stage, self.llm, count
+        )
         if self.path is not None:
-            self._end_stale_sessions()
+            self.sessions.end_stale_sessions()
+
+    @staticmethod
+    def _directory(path: str | Path | None, store: Any | None) -> Path | None:
+        """The embedded store's directory (created), checked before anything is opened."""
+        if store is not None and path is not None:
+            raise InvalidInputError("give either path (embedded store) or store, not both")
+        if path is None:
+            return None
+        directory = Path(path)
+        if directory.exists() and not directory.is_dir():
+            raise InvalidInputError(f"path {str(directory)!r} exists and is not a directory")
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def _open_store(self, store: Any | None) -> MemoryStore:
+        if store is not None:
+            return open_store(store)
+        return SQLiteStore(
+            None if self.path is None else self.path / "memory.sqlite3",
+            must_exist=self.path is not None and _has_derived_files(self.path),
+        )
+
+    def _rerankers(self) -> RerankStage:
+        """RMM's rerankers, persisted where the store keeps learned state."""
+        if isinstance(self.store, StateHolder):  # rerankers live in the database
+            return StoredRerankStage(self.config.rerank, self.embedder, self.store)
+        directory = None if self.path is None else self.path / "rerankers"
+        return RerankStage(self.config.rerank, self.embedder, directory)
+
+    @property
+    def segmenter(self) -> Segmenter:
+        """The segmenter that cuts finished sessions."""
+        return self.sessions.segmenter
+
+    @property
+    def denoiser(self) -> Denoiser | None:
+        """The key denoiser (`None`: raw keys); assign to change it, then `redenoise`."""
+        return self.sessions.denoiser
+
+    @denoiser.setter
+    def denoiser(self, value: Denoiser | None) -> None:
+        self.sessions.denoiser = value
+
+    @property
+    def reflector(self) -> ProspectiveReflector | None:
+        """RMM prospective reflection, when on."""
+        return self.sessions.reflector
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self) -> None:
@@ -187,43 +214,9 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         self.close()
 
     def _open(self) -> None:
-        if self.store.closed:
-            raise StoreClosedError("this ReflectiveMemory is closed; open a new one")
+        require_open(self.store)
 
     # -- write path -----------------------------------------------------------------------
-    def _turn_record(
-        self,
-        user_id: Any,
-        session_id: Any,
-        role: Any,
-        text: Any,
-        timestamp: Any,
-        turn_id: Any,
-    ) -> dict[str, Any]:
-        check_id("user_id", user_id)
-        check_id("session_id", session_id)
-        check_role(role)
-        if not isinstance(text, str):
-            raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
-        check_encodable("text", text)
-        if not text.strip():
-            raise InvalidInputError("text must not be empty or whitespace")
-        if len(text) > self.config.sessions.max_text_chars:
-            raise InvalidInputError(
-                f"text has {len(text)} characters, more than max_text_chars="
-                f"{self.config.sessions.max_text_chars}"
-            )
-        if turn_id is not None:
-            check_id("turn_id", turn_id)
-        return {
-            "user_id": user_id,
-            "session_id": session_id,
-            "role": role,
-            "text": text,
-            "timestamp": parse_timestamp(timestamp),
-            "turn_id": turn_id,
-        }
-
     def add_turn(
         self,
         user_id: str,
@@ -273,62 +266,27 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         Returns:
             The stored turns, in order.
         """
-        self._open()
-        if isinstance(turns, (str, bytes, dict)) or not isinstance(turns, Iterable):
-            raise InvalidInputError(
-                f"turns must be an iterable of dicts, got {type(turns).__name__}"
-            )
-        records = []
-        for t in turns:
-            if not isinstance(t, dict):
-                raise InvalidInputError(f"each turn must be a dict, got {type(t).__name__}")
-            unknown = set(t) - {"user_id", "session_id", "role", "text", "timestamp", "turn_id"}
-            if unknown:
-                raise InvalidInputError(f"unknown turn fields: {sorted(unknown)}")
-            records.append(
-                self._turn_record(
-                    t.get("user_id"),
-                    t.get("session_id"),
-                    t.get("role"),
-                    t.get("text"),
-                    t.get("timestamp"),
-                    t.get("turn_id"),
-                )
-            )
-        stored = self.store.add_turns(records)
-        self._index_turns(stored)
-        self._auto_end(stored)
-        return stored
+        return self.sessions.add_turns(turns)
 
-    def _auto_end(self, stored: Sequence[Turn]) -> None:
-        """End sessions that hit the turn cap or went idle (never fails the write)."""
-        cfg = self.config
-        if cfg.sessions.max_turns is None and cfg.sessions.idle_seconds is None:
-            return
-        done: set[tuple[str, str]] = set()
-        for turn in stored:
-            key = (turn.user_id, turn.session_id)
-            try:
-                if cfg.sessions.max_turns is not None and key not in done:
-                    info = self.store.session(*key)
-                    if info is not None and info.n_turns >= cfg.sessions.max_turns:
-                        self.end_session(*key)
-                        done.add(key)
-                if cfg.sessions.idle_seconds is not None and turn.timestamp is not None:
-                    for info in self.store.sessions(turn.user_id, status="open"):
-                        other = (info.user_id, info.session_id)
-                        last = info.last_time
-                        if other == key or other in done or last is None:
-                            continue
-                        if not _comparable(last, turn.timestamp):
-                            continue
-                        idle = (turn.timestamp - last).total_seconds()
-                        if idle > cfg.sessions.idle_seconds:
-                            self.end_session(*other)
-                            done.add(other)
-            except Exception:  # the turns are committed; memory building can be retried
-                logger.exception("automatic end of session failed for %s", key)
+    def end_session(self, user_id: str, session_id: str) -> list[Memory]:
+        """Turn a session's turns into memories and index them (see `SessionWriter`).
 
+        Ending a session again (for instance after more turns arrived) rebuilds its units.
+
+        Raises:
+            UnknownSessionError: The user has no such session.
+        """
+        return self.sessions.end_session(user_id, session_id)
+
+    def redenoise(self, user_id: str, *, only_stale: bool = False) -> int:
+        """Re-key a user's turn, session and segment units with the current denoiser."""
+        return self.sessions.redenoise(user_id, only_stale=only_stale)
+
+    def reflection_report(self, user_id: str, session_id: str) -> dict[str, Any] | None:
+        """The last prospective-reflection report of a session (counts and LLM usage)."""
+        return self.sessions.reflection_report(user_id, session_id)
+
+    # -- read path ------------------------------------------------------------------------
     def retrieve(
         self,
         user_id: str,
@@ -388,127 +346,17 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
             RF-Mem record under `recall`, candidate counts and timings in ms.
         """
         self._open()
-        t_start = time.perf_counter()
-        check_id("user_id", user_id)
-        if not isinstance(query, str):
-            raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
-        if not query.strip():
-            raise InvalidInputError("query must not be empty or whitespace")
-        check_encodable("query", query)
-        k = check_positive("k", k)
-        budget_tokens = check_positive("budget_tokens", budget_tokens)
-        mode = self.config.search.mode if mode is None else mode
-        if mode not in ("hybrid", "dense", "lexical"):
-            raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
-        if recall is None:
-            rcfg = self.config.recall
-        elif isinstance(recall, RecallConfig):
-            rcfg = recall
-        elif isinstance(recall, dict):
-            rcfg = self.config.recall.replace(**recall)
-        else:
-            raise InvalidInputError(
-                f"recall must be a RecallConfig, a dict or None, got {type(recall).__name__}"
-            )
-        if k is None and budget_tokens is None:
-            k = self.config.search.default_k
-        views = self.config.search.views if views is None else tuple(views)
-        if views is not None and (not views or any(v not in GRANULARITIES for v in views)):
-            raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
-        if self.config.conditional.self_reflection if reflect is None else reflect:
-            kw = {"k": k, "budget_tokens": budget_tokens, "mode": mode, "views": views}
-            kw["explore"] = explore
-            kw["recall"] = rcfg
-            return self._reflective_retrieve(user_id, query, kw, t_start)
-        timings: dict[str, float] = {}
-        diagnostics: dict[str, Any] = {
-            "mode": mode,
-            "path": "lexical" if mode == "lexical" else "empty",
-            "timings_ms": timings,
-        }
-        if views is not None:
-            diagnostics["views"] = list(views)
-        rid = uuid.uuid4().hex
-        if self.store.version(user_id) == 0:
-            diagnostics["index_size"] = 0
-            timings["total"] = (time.perf_counter() - t_start) * 1000
-            return Retrieval(user_id, query, [], diagnostics, retrieval_id=rid)
-
-        t0 = time.perf_counter()
-        index = self.indexes.get(user_id)
-        timings["index"] = (time.perf_counter() - t0) * 1000
-        diagnostics["index_size"] = len(index)
-        if len(index) == 0:
-            timings["total"] = (time.perf_counter() - t_start) * 1000
-            return Retrieval(user_id, query, [], diagnostics, retrieval_id=rid)
-
-        speaker = None
-        if self.config.passages.enabled and views is None:
-            speaker, query_text = self._speaker_focus(user_id, index, query, diagnostics)
-        else:
-            query_text = query
-        qvec = None
-        if mode != "lexical":
-            t0 = time.perf_counter()
-            qvec = self.embedder.encode(query_text[: self.config.units.embed_max_chars])
-            timings["embed"] = (time.perf_counter() - t0) * 1000
-
-        want = self._wanted(index, k, budget_tokens)
-        n = min(len(index), max(want, self.config.search.candidate_k, self.config.rerank.top_k))
-        explore = self.config.rerank.explore if explore is None else bool(explore)
-        if mode != "lexical":
-            rcfg = self._calibrated(index, rcfg, diagnostics)
-        while True:
-            order, scores = rank_candidates(
-                index, query_text, qvec, n, mode, rcfg, self.config.search, timings, diagnostics
-            )
-            if self.config.rerank.enabled:
-                t0 = time.perf_counter()
-                if qvec is None:
-                    qvec = self.embedder.encode(query_text[: self.config.units.embed_max_chars])
-                order, scores = self.rerank_stage.apply(
-                    user_id,
-                    index,
-                    qvec,
-                    order,
-                    scores,
-                    explore=explore,
-                    retrieval_id=rid,
-                    diagnostics=diagnostics,
-                    query=query_text,
-                    fetch=lambda ids: self.store.memories(user_id, ids),
-                )
-                timings["rerank"] = (time.perf_counter() - t0) * 1000
-            if self.config.passages.enabled and views is None:
-                hits, filled = self._pack_passages(
-                    user_id,
-                    query,
-                    index,
-                    order,
-                    scores,
-                    k,
-                    budget_tokens,
-                    timings,
-                    diagnostics,
-                    speaker=speaker,
-                )
-            else:
-                hits, filled = pack_hits(
-                    lambda ids: self.store.memories(user_id, ids),
-                    index,
-                    order,
-                    scores,
-                    k,
-                    budget_tokens,
-                    timings,
-                    views,
-                    count=self._count,
-                )
-            if filled or n >= len(index):
-                break
-            n = min(len(index), n * 4)
-        timings["total"] = (time.perf_counter() - t_start) * 1000
-        return Retrieval(user_id, query, hits, diagnostics, retrieval_id=rid)
+        return self.retriever.retrieve(
+            user_id,
+            query,
+            k=k,
+            budget_tokens=budget_tokens,
+            mode=mode,
+            recall=recall,
+            views=views,
+            reflect=reflect,
+            explore=explore,
+        )
 
     # -- feedback (RMM retrospective reflection) -------------------------------------------
     def feedback(
@@ -559,7 +407,57 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         """Async twin of `feedback`."""
         return await asyncio.to_thread(self.feedback, retrieval, answer, cited=cited)
 
-    # -- listing and deletion -------------------------------------------------------------
+    # -- records ------------------------------------------------------------------------
+    def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
+        """Stored turns of a user, or of one session, in order (unknown ids give `[]`)."""
+        return self.records.turns(user_id, session_id)
+
+    def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
+        """A user's memories (all of them, or the given ids in that order)."""
+        return self.records.memories(user_id, ids)
+
+    def open_sessions(self, user_id: str) -> list[str]:
+        """Ids of the user's sessions that have turns not yet turned into memories."""
+        return self.records.open_sessions(user_id)
+
+    def put_memory(self, user_id: str, text: str, **kw: Any) -> Memory:
+        """Store (or replace, by id) one memory written directly (see `Records.put_memory`)."""
+        return self.records.put_memory(user_id, text, **kw)
+
+    def get_memory(self, user_id: str, memory_id: str) -> Memory:
+        """One memory of a user by id (`UnknownMemoryError` when it has none)."""
+        return self.records.get_memory(user_id, memory_id)
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        """Delete one memory of a user; return whether it existed."""
+        return self.records.delete_memory(user_id, memory_id)
+
+    def delete_turns(
+        self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
+    ) -> int:
+        """Delete some turns of a session (all when None) and what was built from them.
+
+        Returns:
+            How many turns went.
+        """
+        return self.records.delete_turns(user_id, session_id, turn_ids)
+
+    def delete_session(self, user_id: str, session_id: str) -> int:
+        """Erase a session's turns and every memory derived from it; return the turns deleted."""
+        return self.records.delete_session(user_id, session_id)
+
+    def delete_user(self, user_id: str) -> int:
+        """Erase a user: turns, memories, caches, reranker data and the id itself."""
+        return self.records.delete_user(user_id)
+
+    def users(self) -> list[str]:
+        """Every user with stored turns or memories."""
+        return self.records.users()
+
+    def stats(self, user_id: str) -> dict[str, Any]:
+        """Counts of a user's turns, sessions (open ones too) and memories by granularity."""
+        return self.records.stats(user_id)
+
     async def aadd_turn(
         self, user_id: str, session_id: str, role: str, text: str, **kw: Any
     ) -> Turn:

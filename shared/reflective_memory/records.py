@@ -4,33 +4,56 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from reflective_memory.errors import (
     InvalidInputError,
     UnknownMemoryError,
 )
-from reflective_memory.storage.base import MemoryDraft
+from reflective_memory.storage.base import MemoryDraft, MemoryStore, require_open
+from reflective_memory.storage.index import IndexCache
 from reflective_memory.types import GRANULARITIES, Memory, Turn
 from reflective_memory.validation import check_encodable, check_id
 
+if TYPE_CHECKING:
+    from reflective_memory.embed import Embedder
+    from reflective_memory.rmm.feedback import RerankStage
+
 logger = logging.getLogger(__name__)
 
-#: Builds of one `end_session` call before it gives up on a session that keeps changing.
+__all__ = ["Records"]
 
 
-__all__ = ["MemoryRecords"]
+class Records:
+    """A memory's record API: list, read, write and delete turns, memories and users.
 
+    A collaborator of `ReflectiveMemory`. Every change drops what derived state knew of it:
+    the user's index cache, and (on deletes) the rerankers' kept retrievals and learned state.
 
-class MemoryRecords:
-    """`ReflectiveMemory`'s record API (a mixin over its `store`, `indexes` and `rerank_stage`)."""
+    Args:
+        store: The store of record.
+        indexes: The users' index caches.
+        rerankers: RMM's rerankers (a deleted user's learned state goes with them).
+        embedder: Embeds the keys of memories written with `put_memory`.
+        embed_keys: Embeds key texts (cut and batched as the write side does).
+    """
 
-    store: Any
-    indexes: Any
-    embedder: Any
-    config: Any
-    rerank_stage: Any
+    def __init__(
+        self,
+        store: MemoryStore,
+        indexes: IndexCache,
+        rerankers: RerankStage,
+        embedder: Embedder,
+        embed_keys: Callable[[list[str]], np.ndarray],
+    ) -> None:
+        self.store, self.indexes, self.rerank_stage = store, indexes, rerankers
+        self.embedder, self._embed_keys = embedder, embed_keys
+
+    def _open(self) -> None:
+        require_open(self.store)
 
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
         """Stored turns of a user, or of one session, in order (unknown ids give `[]`)."""

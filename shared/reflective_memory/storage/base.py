@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from reflective_memory.errors import StoreClosedError
 from reflective_memory.storage.state import StateStore
 from reflective_memory.types import Memory, Turn
 
@@ -39,6 +40,7 @@ __all__ = [
     "SessionInfo",
     "session_fence",
     "missing_members",
+    "require_open",
 ]
 
 
@@ -281,3 +283,9 @@ def missing_members(obj: object, protocol: type) -> list[str]:
     """The public members of `protocol` that `obj` lacks (for error messages), sorted."""
     names = [n for n in vars(protocol) if not n.startswith("_")]
     return sorted(n for n in names if not hasattr(obj, n))
+
+
+def require_open(store: MemoryStore) -> None:
+    """Raise `StoreClosedError` when `store` was closed."""
+    if store.closed:
+        raise StoreClosedError("this ReflectiveMemory is closed; open a new one")

@@ -1,25 +1,34 @@
-"""Session building for the engine: a finished session becomes memories (fenced, atomic)."""
+"""The write side: turns are stored and indexed at once; finished sessions become memories."""
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from reflective_memory.conditional.notes import NOTE_GRANULARITY, build_note_drafts
-from reflective_memory.conditional.reflection import reflective_retrieve
-from reflective_memory.denoise import denoiser_name
+from reflective_memory.denoise.base import Denoiser, denoiser_name
 from reflective_memory.errors import (
+    InvalidInputError,
     SessionChangedError,
     UnknownSessionError,
 )
-from reflective_memory.rmm.topics import ReflectionReport, StoreTopicBank
-from reflective_memory.storage.base import MemoryDraft, session_fence
-from reflective_memory.types import Memory, Retrieval, Turn, Usage
+from reflective_memory.llm import LLMClient
+from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
+from reflective_memory.segment.base import Segmenter
+from reflective_memory.storage.base import (
+    MemoryDraft,
+    MemoryStore,
+    SessionBuildLock,
+    require_open,
+    session_fence,
+)
+from reflective_memory.storage.index import IndexCache
+from reflective_memory.text import parse_timestamp
+from reflective_memory.types import Memory, Turn, Usage
 from reflective_memory.units import (
     BASE_UNITS,
     build_units,
@@ -29,7 +38,11 @@ from reflective_memory.units import (
     turn_unit_id,
     unit_draft,
 )
-from reflective_memory.validation import check_id
+from reflective_memory.validation import check_encodable, check_id, check_role
+
+if TYPE_CHECKING:
+    from reflective_memory.config import MemoryConfig
+    from reflective_memory.embed import Embedder
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +50,11 @@ logger = logging.getLogger(__name__)
 _BUILD_ATTEMPTS = 3
 
 
-__all__ = ["SessionBuilding"]
+__all__ = ["SessionWriter"]
+
+
+def _comparable(a: datetime, b: datetime) -> bool:
+    return (a.tzinfo is None) == (b.tzinfo is None)
 
 
 def _age_seconds(then: datetime | None) -> float | None:
@@ -50,22 +67,144 @@ def _age_seconds(then: datetime | None) -> float | None:
     return (now - then).total_seconds()
 
 
-class SessionBuilding:
-    """`ReflectiveMemory`'s write side after the turns: end, build, denoise and re-key sessions.
+class SessionWriter:
+    """The write side of a memory: turns in, finished sessions out as memories.
 
-    A mixin over the engine's components (`store`, `indexes`, `embedder`, `llm`, `config`,
-    `segmenter`, `denoiser`, `reflector`); it never imports the engine.
+    Stores and indexes turns at once (`add_turns`), ends sessions on request, on a turn cap
+    or when idle, builds their units (segments, notes, topics) atomically, and re-keys them
+    when the denoiser changes. A collaborator of `ReflectiveMemory`; it never imports it.
+
+    Args:
+        config: The memory's settings.
+        store: The store of record.
+        indexes: The users' index caches.
+        embedder: Embeds unit keys.
+        llm: The LLM for notes, if any.
+        segmenter: Cuts sessions into segments.
+        denoiser: Denoises keys (`None`: raw keys).
+        reflector: RMM prospective reflection (`None`: off).
     """
 
-    store: Any
-    indexes: Any
-    embedder: Any
-    llm: Any
-    config: Any
-    segmenter: Any
-    denoiser: Any
-    reflector: Any
-    rerank_stage: Any
+    def __init__(
+        self,
+        config: MemoryConfig,
+        store: MemoryStore,
+        indexes: IndexCache,
+        embedder: Embedder,
+        llm: LLMClient | None,
+        segmenter: Segmenter,
+        denoiser: Denoiser | None,
+        reflector: ProspectiveReflector | None,
+    ) -> None:
+        self.config, self.store, self.indexes, self.embedder = config, store, indexes, embedder
+        self.llm, self.segmenter, self.denoiser, self.reflector = (
+            llm,
+            segmenter,
+            denoiser,
+            reflector,
+        )
+
+    def _open(self) -> None:
+        require_open(self.store)
+
+    def _turn_record(
+        self,
+        user_id: Any,
+        session_id: Any,
+        role: Any,
+        text: Any,
+        timestamp: Any,
+        turn_id: Any,
+    ) -> dict[str, Any]:
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
+        check_role(role)
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
+        check_encodable("text", text)
+        if not text.strip():
+            raise InvalidInputError("text must not be empty or whitespace")
+        if len(text) > self.config.sessions.max_text_chars:
+            raise InvalidInputError(
+                f"text has {len(text)} characters, more than max_text_chars="
+                f"{self.config.sessions.max_text_chars}"
+            )
+        if turn_id is not None:
+            check_id("turn_id", turn_id)
+        return {
+            "user_id": user_id,
+            "session_id": session_id,
+            "role": role,
+            "text": text,
+            "timestamp": parse_timestamp(timestamp),
+            "turn_id": turn_id,
+        }
+
+    def add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
+        """Store many turns in one transaction (all or none).
+
+        Args:
+            turns: Dicts with the keyword arguments of `add_turn` (`user_id`, `session_id`,
+                `role`, `text`, optional `timestamp`, `turn_id`).
+
+        Returns:
+            The stored turns, in order.
+        """
+        self._open()
+        if isinstance(turns, (str, bytes, dict)) or not isinstance(turns, Iterable):
+            raise InvalidInputError(
+                f"turns must be an iterable of dicts, got {type(turns).__name__}"
+            )
+        records = []
+        for t in turns:
+            if not isinstance(t, dict):
+                raise InvalidInputError(f"each turn must be a dict, got {type(t).__name__}")
+            unknown = set(t) - {"user_id", "session_id", "role", "text", "timestamp", "turn_id"}
+            if unknown:
+                raise InvalidInputError(f"unknown turn fields: {sorted(unknown)}")
+            records.append(
+                self._turn_record(
+                    t.get("user_id"),
+                    t.get("session_id"),
+                    t.get("role"),
+                    t.get("text"),
+                    t.get("timestamp"),
+                    t.get("turn_id"),
+                )
+            )
+        stored = self.store.add_turns(records)
+        self._index_turns(stored)
+        self._auto_end(stored)
+        return stored
+
+    def _auto_end(self, stored: Sequence[Turn]) -> None:
+        """End sessions that hit the turn cap or went idle (never fails the write)."""
+        cfg = self.config
+        if cfg.sessions.max_turns is None and cfg.sessions.idle_seconds is None:
+            return
+        done: set[tuple[str, str]] = set()
+        for turn in stored:
+            key = (turn.user_id, turn.session_id)
+            try:
+                if cfg.sessions.max_turns is not None and key not in done:
+                    info = self.store.session(*key)
+                    if info is not None and info.n_turns >= cfg.sessions.max_turns:
+                        self.end_session(*key)
+                        done.add(key)
+                if cfg.sessions.idle_seconds is not None and turn.timestamp is not None:
+                    for info in self.store.sessions(turn.user_id, status="open"):
+                        other = (info.user_id, info.session_id)
+                        last = info.last_time
+                        if other == key or other in done or last is None:
+                            continue
+                        if not _comparable(last, turn.timestamp):
+                            continue
+                        idle = (turn.timestamp - last).total_seconds()
+                        if idle > cfg.sessions.idle_seconds:
+                            self.end_session(*other)
+                            done.add(other)
+            except Exception:  # the turns are committed; memory building can be retried
+                logger.exception("automatic end of session failed for %s", key)
 
     def end_session(self, user_id: str, session_id: str) -> list[Memory]:
         """Turn a session's turns into memories and index them.
@@ -87,10 +226,9 @@ class SessionBuilding:
         self._open()
         check_id("user_id", user_id)
         check_id("session_id", session_id)
-        guard = getattr(self.store, "session_build", None)
-        if guard is None:
+        if not isinstance(self.store, SessionBuildLock):
             return self._end_session(user_id, session_id)
-        with guard(user_id, session_id) as built:
+        with self.store.session_build(user_id, session_id) as built:
             if built is not None:
                 return list(built)
             return self._end_session(user_id, session_id)
@@ -205,14 +343,14 @@ class SessionBuilding:
         for user_id, drafts in by_user.items():
             model = self.embedder.name
             try:
-                vectors = self._embed_keys(texts[user_id])
+                vectors = self.embed_keys(texts[user_id])
             except Exception:  # the turns are committed; the index build embeds them later
                 logger.exception("embedding new turns of user %s failed; indexed later", user_id)
                 vectors = np.zeros((len(drafts), self.embedder.dim), np.float32)
                 model = "pending"
             self.store.upsert_memories(user_id, drafts, vectors, model)
 
-    def _end_stale_sessions(self) -> None:
+    def end_stale_sessions(self) -> None:
         """On reopening a store, end open sessions idle longer than `session_idle_seconds`.
 
         A session's last activity is its last turn's timestamp (its creation time when its
@@ -257,7 +395,7 @@ class SessionBuilding:
             else:
                 missing.append(i)
         if missing:
-            out[missing] = self._embed_keys([turns[i].text for i in missing])
+            out[missing] = self.embed_keys([turns[i].text for i in missing])
         return out
 
     def _unit_vectors(
@@ -285,7 +423,7 @@ class SessionBuilding:
             else:
                 todo.append(i)
         if todo:
-            out[todo] = self._embed_keys([drafts[i].key for i in todo])
+            out[todo] = self.embed_keys([drafts[i].key for i in todo])
         return out
 
     def _note_drafts(
@@ -311,23 +449,6 @@ class SessionBuilding:
         )
         return drafts
 
-    def _reflective_retrieve(
-        self, user_id: str, query: str, retrieve_kwargs: dict[str, Any], t_start: float
-    ) -> Retrieval:
-        """Self-reflection retrieval (conditional memory): re-query with the LLM's keywords."""
-        out = reflective_retrieve(
-            lambda q: self.retrieve(user_id, q, reflect=False, **retrieve_kwargs),
-            query,
-            self.llm,
-            rounds=self.config.conditional.self_reflection_rounds,
-            k=retrieve_kwargs.get("k"),
-            budget_tokens=retrieve_kwargs.get("budget_tokens"),
-            user_id=user_id,
-        )
-        out.diagnostics["timings_ms"] = dict(out.diagnostics.get("timings_ms", {}))
-        out.diagnostics["timings_ms"]["total"] = (time.perf_counter() - t_start) * 1000
-        return out
-
     def _reflect(
         self, user_id: str, session_id: str, turns: Sequence[Turn]
     ) -> tuple[list[MemoryDraft], ReflectionReport]:
@@ -338,7 +459,7 @@ class SessionBuilding:
         """
         assert self.reflector is not None
         bank = StoreTopicBank(
-            self.store, self.indexes, self._embed_keys, self.embedder.name, staged=True
+            self.store, self.indexes, self.embed_keys, self.embedder.name, staged=True
         )
         try:
             report = self.reflector.reflect(user_id, session_id, turns, bank)
@@ -352,7 +473,8 @@ class SessionBuilding:
         self._open()
         return self.store.get_value(f"rmm.reflection/{user_id}/{session_id}")
 
-    def _embed_keys(self, keys: list[str]) -> np.ndarray:
+    def embed_keys(self, keys: list[str]) -> np.ndarray:
+        """Vectors of key texts, cut to `units.embed_max_chars`, in large batches."""
         cut = [k[: self.config.units.embed_max_chars] for k in keys]
         if not cut:
             return np.zeros((0, self.embedder.dim), np.float32)
@@ -442,7 +564,7 @@ class SessionBuilding:
             for m, src in zip(todo, sources, strict=True)
         ]
         self.denoise_keys(user_id, drafts, strict=True)
-        vectors = self._embed_keys([d.key for d in drafts])
+        vectors = self.embed_keys([d.key for d in drafts])
         self.store.upsert_memories(user_id, drafts, vectors, self.embedder.name)
         self.indexes.invalidate(user_id)
         logger.info("re-keyed %d memories of user %s with %s", len(drafts), user_id, current)

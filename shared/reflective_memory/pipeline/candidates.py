@@ -1,0 +1,101 @@
+"""Candidate stages: the query's vector, dense search (RF-Mem) and lexical search (BM25)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from reflective_memory.embed import Embedder
+from reflective_memory.pipeline.state import RetrievalState
+from reflective_memory.recall import RecallConfig, calibrate_gate
+from reflective_memory.recall import recall as rf_recall
+
+__all__ = ["EmbedQuery", "DenseCandidates", "LexicalCandidates", "default_gate"]
+
+logger = logging.getLogger(__name__)
+
+
+def default_gate(rcfg: RecallConfig) -> bool:
+    """Whether `rcfg` gates with RF-Mem at the default thresholds (explicit ones are kept)."""
+    base = RecallConfig()
+    return rcfg.mode == "rfmem" and (rcfg.theta_high, rcfg.theta_low, rcfg.tau) == (
+        base.theta_high,
+        base.theta_low,
+        base.tau,
+    )
+
+
+class EmbedQuery:
+    """Embed the search text (once per retrieval; stages that need a vector read `qvec`).
+
+    Args:
+        embedder: The memory's embedder.
+        max_chars: The text is cut to this many characters first.
+    """
+
+    name = "embed"
+    repeat = False
+
+    def __init__(self, embedder: Embedder, max_chars: int) -> None:
+        self.embedder = embedder
+        self.max_chars = max_chars
+
+    def vector(self, text: str) -> np.ndarray:
+        """The embedding of `text` (cut to `max_chars`)."""
+        return self.embedder.encode(text[: self.max_chars])
+
+    def run(self, state: RetrievalState) -> None:
+        """Set `state.qvec`."""
+        state.qvec = self.vector(state.search_query)
+
+
+class DenseCandidates:
+    """RF-Mem over the user's dense index: one top-K when familiar, recollection otherwise.
+
+    With `RecallConfig.calibrate` and the gate's default thresholds, θ_high, θ_low and τ are
+    calibrated on the user's own index (stored vectors as pseudo-queries, cached per index
+    version), so the gate needs no hand-set thresholds for a new embedder or user.
+    """
+
+    name = "dense"
+    repeat = True
+
+    def run(self, state: RetrievalState) -> None:
+        """Set `state.dense` and `state.dense_trace`."""
+        if state.recall is None:
+            state.recall = self._calibrated(state)
+        res = rf_recall(state.index.dense, state.qvec, state.n, state.recall)  # type: ignore[arg-type]
+        state.dense = (res.positions, res.cosine)
+        state.dense_trace = res.diagnostics()
+
+    @staticmethod
+    def _calibrated(state: RetrievalState) -> RecallConfig:
+        rcfg, index = state.request.recall, state.index
+        if not (rcfg.calibrate and default_gate(rcfg)):
+            return rcfg
+        key = ("gate", rcfg.probe_k, rcfg.lam)
+        cal = index.extras.get(key)
+        if cal is None:
+            try:
+                cal = calibrate_gate(index.dense, probe_k=rcfg.probe_k, lam=rcfg.lam)
+            except Exception:  # too small an index to calibrate: keep the configured gate
+                logger.debug("RF-Mem gate not calibrated for a %d-memory index", len(index))
+                cal = False
+            index.extras[key] = cal
+        if cal is False:
+            return rcfg
+        state.gate = {"theta_high": cal.theta_high, "theta_low": cal.theta_low, "tau": cal.tau}
+        return cal.apply(rcfg)
+
+
+class LexicalCandidates:
+    """BM25 over the user's keys."""
+
+    name = "lexical"
+    repeat = True
+
+    def run(self, state: RetrievalState) -> None:
+        """Set `state.lexical`."""
+        scores, positions = state.index.lexical.search(state.search_query, state.n)
+        state.lexical = (positions, scores)

@@ -1,0 +1,211 @@
+"""`Retriever`: the read side of a memory; composes and runs the retrieval pipeline per call."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from reflective_memory.conditional.reflection import reflective_retrieve
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.llm import LLMClient
+from reflective_memory.pipeline.candidates import DenseCandidates, EmbedQuery, LexicalCandidates
+from reflective_memory.pipeline.fusion import SEARCH_MODES, Fusion
+from reflective_memory.pipeline.packing import PassagePacking, UnitPacking, wanted
+from reflective_memory.pipeline.rerank import Rerank
+from reflective_memory.pipeline.runner import Pipeline, Stage
+from reflective_memory.pipeline.state import RetrievalRequest, RetrievalState
+from reflective_memory.pipeline.votes import SpeakerFocus, UserTurns, Votes
+from reflective_memory.recall import RecallConfig
+from reflective_memory.storage.base import MemoryStore
+from reflective_memory.storage.index import IndexCache
+from reflective_memory.types import GRANULARITIES, Retrieval
+from reflective_memory.validation import check_encodable, check_id, check_positive
+
+if TYPE_CHECKING:
+    from reflective_memory.config import MemoryConfig
+    from reflective_memory.embed import Embedder
+    from reflective_memory.rmm.feedback import RerankStage
+
+__all__ = ["Retriever"]
+
+
+class Retriever:
+    """Answers `retrieve`: validates the call, runs the stages, reports what happened.
+
+    The stages, in order: speaker focus, query embedding, dense candidates (RF-Mem), lexical
+    candidates (BM25), fusion, reranking (RMM), turn votes and passage packing (small-to-big)
+    — or unit packing when passages are off or `views` are asked for. A stage a call does not
+    need (dense search in lexical mode, reranking when it is off) is not in its pipeline.
+
+    Args:
+        config: The memory's settings.
+        store: The store of record.
+        indexes: The users' index caches.
+        embedder: The memory's embedder.
+        rerankers: RMM's rerankers.
+        llm: The LLM for self-reflection retrieval, if any.
+        count: Token counter of budgets.
+    """
+
+    def __init__(
+        self,
+        config: MemoryConfig,
+        store: MemoryStore,
+        indexes: IndexCache,
+        embedder: Embedder,
+        rerankers: RerankStage,
+        llm: LLMClient | None,
+        count: Callable[[str], int],
+    ) -> None:
+        self.config, self.store, self.indexes, self.llm = config, store, indexes, llm
+        turns = UserTurns(store)
+        self.query = EmbedQuery(embedder, config.units.embed_max_chars)
+        self.focus = SpeakerFocus(turns)
+        self.dense, self.lexical = DenseCandidates(), LexicalCandidates()
+        self.fusion = Fusion(config.search)
+        self.rerank = Rerank(rerankers, self.query, store)
+        self.votes = Votes(config.passages, config.search.rrf_k, turns)
+        self.passages = PassagePacking(config.passages, config.units.date_prefix, turns, count)
+        self.units = UnitPacking(store, count)
+
+    def stages(self, request: RetrievalRequest) -> list[Stage]:
+        """The pipeline for one call (an ablation is the same list without a stage)."""
+        cfg = self.config
+        passages = cfg.passages.enabled and request.views is None
+        out: list[Stage] = []
+        if passages and cfg.passages.speaker_focus > 0:
+            out.append(self.focus)
+        if request.mode != "lexical":
+            out += [self.query, self.dense]
+        if request.mode != "dense":
+            out.append(self.lexical)
+        out.append(self.fusion)
+        if cfg.rerank.enabled:
+            out.append(self.rerank)
+        out += [self.votes, self.passages] if passages else [self.units]
+        return out
+
+    def retrieve(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        k: int | None = None,
+        budget_tokens: int | None = None,
+        mode: str | None = None,
+        recall: RecallConfig | dict[str, Any] | None = None,
+        views: Sequence[str] | None = None,
+        reflect: bool | None = None,
+        explore: bool | None = None,
+    ) -> Retrieval:
+        """See `ReflectiveMemory.retrieve`."""
+        t_start = time.perf_counter()
+        request = self.request(user_id, query, k, budget_tokens, mode, recall, views, explore)
+        cfg = self.config.conditional
+        if cfg.self_reflection if reflect is None else reflect:
+            return self._reflective(request, t_start)
+        return self.run(request, t_start)
+
+    def request(
+        self,
+        user_id: Any,
+        query: Any,
+        k: Any,
+        budget: Any,
+        mode: Any,
+        recall: Any,
+        views: Any,
+        explore: Any,
+    ) -> RetrievalRequest:
+        """Check a call's arguments (before any work) and resolve them against the config."""
+        check_id("user_id", user_id)
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
+        if not query.strip():
+            raise InvalidInputError("query must not be empty or whitespace")
+        check_encodable("query", query)
+        k, budget = check_positive("k", k), check_positive("budget_tokens", budget)
+        cfg = self.config
+        mode = cfg.search.mode if mode is None else mode
+        if mode not in SEARCH_MODES:
+            raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
+        if recall is None:
+            recall = cfg.recall
+        elif isinstance(recall, dict):
+            recall = cfg.recall.replace(**recall)
+        elif not isinstance(recall, RecallConfig):
+            raise InvalidInputError(
+                f"recall must be a RecallConfig, a dict or None, got {type(recall).__name__}"
+            )
+        if k is None and budget is None:
+            k = cfg.search.default_k
+        views = cfg.search.views if views is None else tuple(views)
+        if views is not None and (not views or any(v not in GRANULARITIES for v in views)):
+            raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
+        explore = cfg.rerank.explore if explore is None else bool(explore)
+        rid = uuid.uuid4().hex
+        return RetrievalRequest(user_id, query, k, budget, mode, recall, views, explore, rid)
+
+    def run(self, request: RetrievalRequest, t_start: float) -> Retrieval:
+        """Run the pipeline for a checked request."""
+        t0 = time.perf_counter()
+        index = (
+            None if self.store.version(request.user_id) == 0 else self.indexes.get(request.user_id)
+        )
+        state = RetrievalState(request, index, request.query)  # type: ignore[arg-type]
+        state.timings["index"] = (time.perf_counter() - t0) * 1000
+        if index is not None and len(index) > 0:
+            cfg = self.config
+            passages = cfg.passages.enabled and request.views is None
+            want = wanted(index, request.k, request.budget, passages)
+            state.n = min(len(index), max(want, cfg.search.candidate_k, cfg.rerank.top_k))
+            Pipeline(self.stages(request)).run(state)
+        state.timings["total"] = (time.perf_counter() - t_start) * 1000
+        diagnostics = _empty(request, state) if index is None else state.diagnostics()
+        return Retrieval(
+            request.user_id,
+            request.query,
+            state.hits,
+            diagnostics,
+            retrieval_id=request.retrieval_id,
+        )
+
+    def _reflective(self, request: RetrievalRequest, t_start: float) -> Retrieval:
+        """Self-reflection retrieval (conditional memory): re-query with the LLM's keywords."""
+
+        def once(q: str) -> Retrieval:
+            return self.run(
+                RetrievalRequest(
+                    request.user_id, q, request.k, request.budget, request.mode, request.recall,
+                    request.views, request.explore, uuid.uuid4().hex,
+                ),
+                time.perf_counter(),
+            )  # fmt: skip
+
+        out = reflective_retrieve(
+            once,
+            request.query,
+            self.llm,
+            rounds=self.config.conditional.self_reflection_rounds,
+            k=request.k,
+            budget_tokens=request.budget,
+            user_id=request.user_id,
+        )
+        out.diagnostics["timings_ms"] = dict(out.diagnostics.get("timings_ms", {}))
+        out.diagnostics["timings_ms"]["total"] = (time.perf_counter() - t_start) * 1000
+        return out
+
+
+def _empty(request: RetrievalRequest, state: RetrievalState) -> dict[str, Any]:
+    """Diagnostics of a retrieval for a user with nothing stored."""
+    out: dict[str, Any] = {
+        "mode": request.mode,
+        "path": "lexical" if request.mode == "lexical" else "empty",
+        "timings_ms": state.timings,
+        "index_size": 0,
+    }
+    if request.views is not None:
+        out["views"] = list(request.views)
+    return out

@@ -1,0 +1,141 @@
+"""The typed state one retrieval carries through the pipeline's stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from reflective_memory.recall import RecallConfig
+
+if TYPE_CHECKING:
+    from reflective_memory.passages import TurnVotes
+    from reflective_memory.storage.index import UserIndex
+    from reflective_memory.types import Hit
+
+__all__ = ["RetrievalRequest", "RetrievalState"]
+
+
+@dataclass(frozen=True)
+class RetrievalRequest:
+    """One `retrieve` call's arguments, validated and resolved against the config.
+
+    Attributes:
+        user_id: Whose memories are searched.
+        query: The question as asked.
+        k: Most hits (`None` with a budget).
+        budget: Token (or word) budget of the hits' texts.
+        mode: `hybrid`, `dense` or `lexical`.
+        recall: RF-Mem settings of this call.
+        views: Memory kinds ranked as units (`None`: every kind, as passages).
+        explore: Sample the reranked head with Gumbel noise.
+        retrieval_id: Id feedback on this retrieval refers to.
+    """
+
+    user_id: str
+    query: str
+    k: int | None
+    budget: int | None
+    mode: str
+    recall: RecallConfig
+    views: tuple[str, ...] | None
+    explore: bool
+    retrieval_id: str
+
+
+@dataclass
+class RetrievalState:
+    """What the stages know about one retrieval so far; each stage fills its part.
+
+    Attributes:
+        request: The call.
+        index: The user's indexes at one store version.
+        search_query: The text the rankers search with (the question without a focused
+            speaker's name).
+        speaker: The one speaker the question names, if speaker focus applies.
+        qvec: The query vector (`None` until embedded; never in lexical mode without a
+            reranker).
+        n: Candidates each ranker contributes (widened when the hits do not fill the cut).
+        recall: RF-Mem settings after gate calibration.
+        gate: The calibrated gate thresholds, when calibration applied.
+        dense: Dense candidates: index positions and cosines.
+        dense_trace: RF-Mem's record of the dense search (path, gate signals, rounds).
+        lexical: Lexical candidates: index positions and BM25 scores.
+        order: Ranked index positions (after fusion; after reranking).
+        scores: Each ranked position's scores by ranker.
+        rerank: What the reranker showed (its diagnostics record), when it ran.
+        votes: Turn votes of the small-to-big stage.
+        recency: Whether present-tense recency changed any vote.
+        hits: The result, best first.
+        filled: Whether the hits reached `k` or the budget (else: candidates ran out).
+        tokens_used: Budget the hits use (passages).
+        ranked_units: Units the votes were collected from.
+        unit_scores: Each voting unit's scores by ranker (passages show the best of them).
+        timings: Milliseconds per stage.
+    """
+
+    request: RetrievalRequest
+    index: UserIndex
+    search_query: str
+    speaker: str | None = None
+    qvec: np.ndarray | None = None
+    n: int = 0
+    recall: RecallConfig | None = None
+    gate: dict[str, float] | None = None
+    dense: tuple[np.ndarray, np.ndarray] | None = None
+    dense_trace: dict[str, Any] | None = None
+    lexical: tuple[np.ndarray, np.ndarray] | None = None
+    order: list[int] = field(default_factory=list)
+    scores: list[dict[str, float]] = field(default_factory=list)
+    rerank: Any = None
+    votes: TurnVotes | None = None
+    recency: bool = False
+    hits: list[Hit] = field(default_factory=list)
+    filled: bool = False
+    tokens_used: int = 0
+    ranked_units: int = 0
+    unit_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def diagnostics(self) -> dict[str, Any]:
+        """The `Retrieval.diagnostics` dict, built from this state."""
+        req = self.request
+        out: dict[str, Any] = {
+            "mode": req.mode,
+            "path": "lexical" if req.mode == "lexical" else "empty",
+            "timings_ms": self.timings,
+            "index_size": len(self.index),
+        }
+        if req.views is not None:
+            out["views"] = list(req.views)
+        if self.speaker is not None:
+            out["speaker"] = self.speaker
+            if self.search_query != req.query:
+                out["search_query"] = self.search_query
+        if self.gate is not None:
+            out["gate_calibration"] = dict(self.gate)
+        if self.dense_trace is not None:
+            out["recall"] = self.dense_trace
+            out["ann"] = self.index.dense.kind
+            for key in ("path", "mean_score", "entropy", "rounds", "hits_per_round"):
+                out[key] = self.dense_trace[key]
+        counts = {
+            "dense": 0 if self.dense is None else int(len(self.dense[0])),
+            "lexical": 0 if self.lexical is None else int(len(self.lexical[0])),
+        }
+        if self.dense is not None and self.lexical is not None:
+            counts["fused"] = len(self.order)
+        out["candidates"] = counts
+        if self.rerank is not None:
+            out["rerank"] = self.rerank
+        if self.votes is not None:
+            out["passages"] = {
+                "units_ranked": self.ranked_units,
+                "turns_voted": len(self.votes.turn),
+                "turns_packed": sum(len(h.memory.turn_ids) for h in self.hits),
+                "tokens_used": self.tokens_used,
+                "present_tense": self.recency,
+                "speaker": self.speaker,
+            }
+        return out

@@ -1,0 +1,173 @@
+"""Small-to-big stages: speaker focus on the question, and ranked units become turn votes.
+
+The algorithms (votes, speaker focus, recency) are `reflective_memory.passages`; these stages
+feed them the user's turns, read once per index version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reflective_memory.passages import (
+    RECENCY_POOL,
+    PassageConfig,
+    apply_recency,
+    apply_speaker_focus,
+    collect_votes,
+    named_speaker,
+    present_tense,
+    without_name,
+)
+from reflective_memory.pipeline.state import RetrievalState
+from reflective_memory.storage.base import MemoryStore
+from reflective_memory.storage.index import UserIndex
+from reflective_memory.types import Memory, Turn
+
+__all__ = ["UserTurns", "SpeakerFocus", "Votes"]
+
+#: Users with at most this many indexed memories have all their turns read in one query.
+PRELOAD_TURNS = 20_000
+
+
+class UserTurns:
+    """A user's turns and unit table, cached on their index (so per store version).
+
+    Args:
+        store: The store of record.
+    """
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    def sessions(self, user_id: str, index: UserIndex) -> dict[str, list[Turn]]:
+        """The user's turns by session.
+
+        A user with up to `PRELOAD_TURNS` memories has all turns read in one query the first
+        time (a question's candidates span many sessions); larger users read sessions on demand
+        through `session_turns`.
+        """
+        cache: dict[str, list[Turn]] | None = index.extras.get("session_turns")
+        if cache is None:
+            cache = index.extras["session_turns"] = {}
+            if len(index) <= PRELOAD_TURNS:
+                for t in self.store.turns(user_id):
+                    cache.setdefault(t.session_id, []).append(t)
+                for turns in cache.values():
+                    turns.sort(key=lambda t: t.position)
+        return cache
+
+    def reader(self, user_id: str, index: UserIndex) -> SessionReader:
+        """A `session_id -> turns` function over the cache (reads missing sessions)."""
+        return SessionReader(self.store, user_id, self.sessions(user_id, index))
+
+    def speakers(self, user_id: str, index: UserIndex) -> list[str]:
+        """The roles of the user's turns (of the sessions read so far above `PRELOAD_TURNS`)."""
+        speakers = index.extras.get("speakers")
+        if speakers is None or len(index) > PRELOAD_TURNS:
+            cache = self.sessions(user_id, index)
+            speakers = sorted({t.role for turns in cache.values() for t in turns})
+            index.extras["speakers"] = speakers
+        return speakers
+
+    def units(self, user_id: str, index: UserIndex) -> list[Memory | None]:
+        """Each index position's memory without its text (cached per index version)."""
+        table = index.extras.get("units")
+        if table is None:
+            light = {m.id: replace(m, text="", key="") for m in self.store.memories(user_id)}
+            table = [light.get(i) for i in index.ids]
+            index.extras["units"] = table
+        return table
+
+
+class SessionReader:
+    """`session_id -> turns in order`, from the cache or the store (then cached)."""
+
+    def __init__(self, store: MemoryStore, user_id: str, cache: dict[str, list[Turn]]) -> None:
+        self.store, self.user_id, self.cache = store, user_id, cache
+
+    def __call__(self, session_id: str) -> list[Turn]:
+        got = self.cache.get(session_id)
+        if got is None:
+            got = self.cache[session_id] = self.store.turns(self.user_id, session_id)
+        return got
+
+
+class SpeakerFocus:
+    """A question naming exactly one speaker of the user's turns is searched without the name.
+
+    "What does Kate do on weekends?" is searched as "What does do on weekends?": the name says
+    *whose* turns answer (the `Votes` stage scales the others' down), not what they are
+    about, and it would otherwise pull up every turn that mentions or addresses that person.
+
+    Args:
+        turns: The user's turns.
+    """
+
+    name = "speaker"
+    repeat = False
+
+    def __init__(self, turns: UserTurns) -> None:
+        self.turns = turns
+
+    def run(self, state: RetrievalState) -> None:
+        """Set `state.speaker` and `state.search_query`."""
+        req = state.request
+        speaker = named_speaker(req.query, self.turns.speakers(req.user_id, state.index))
+        if speaker is not None:
+            state.speaker = speaker
+            state.search_query = without_name(req.query, speaker)
+
+
+class Votes:
+    """Resolve the ranked units to votes for turns (small-to-big), then scale them.
+
+    Coarse units (segments, topics, notes) vote for their turns at `context_weight`, shrunk
+    below `context_full_budget`; a focused speaker's other speakers keep `1 - speaker_focus`
+    of their votes; present-tense questions lift the newest of the best turns.
+
+    Args:
+        config: Passage settings.
+        rrf_k: The fusion constant, reused for the votes' reciprocal ranks.
+        turns: The user's turns.
+    """
+
+    name = "votes"
+    repeat = True
+
+    def __init__(self, config: PassageConfig, rrf_k: int, turns: UserTurns) -> None:
+        self.config, self.rrf_k, self.turns = config, rrf_k, turns
+
+    def run(self, state: RetrievalState) -> None:
+        """Set `state.votes`, `state.unit_scores`, `state.ranked_units` and `state.recency`."""
+        req, cfg = state.request, self.config
+        ranked = self._ranked(state)
+        session_turns = self.turns.reader(req.user_id, state.index)
+        context = cfg.context_weight
+        if req.budget is not None and 0 < req.budget < cfg.context_full_budget:
+            context = context * req.budget / cfg.context_full_budget  # direct matches first
+        votes = collect_votes(ranked, session_turns, rrf_k=self.rrf_k, context_weight=context)
+        if state.speaker is not None:
+            apply_speaker_focus(votes, session_turns, state.speaker, cfg.speaker_focus)
+        state.recency = False
+        if cfg.recency_weight > 0 and present_tense(req.query):
+            state.recency = apply_recency(
+                votes, session_turns, cfg.recency_weight, RECENCY_POOL, cfg.recency_margin
+            )
+        state.votes = votes
+        state.ranked_units = len(ranked)
+
+    def _ranked(self, state: RetrievalState) -> list[Memory]:
+        """The ranked units (texts only for those without turns) and their scores."""
+        units = self.turns.units(state.request.user_id, state.index)
+        ranked: list[Memory] = []
+        state.unit_scores = {}
+        for p, sc in zip(state.order, state.scores, strict=False):
+            mem = units[p]
+            if mem is not None:
+                ranked.append(mem)
+                state.unit_scores[mem.id] = sc
+        loose = [m.id for m in ranked if not m.turn_ids]
+        if loose:  # memories without turns are read whole
+            full = {m.id: m for m in self.turns.store.memories(state.request.user_id, loose)}
+            ranked = [full.get(m.id, m) if not m.turn_ids else m for m in ranked]
+        return ranked
