@@ -37,6 +37,7 @@ from llama_index.core.storage.chat_store.base_db import (  # noqa: E402
     AsyncDBChatStore,
     MessageStatus,
 )
+from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
 from reflective_memory.types import Memory, Turn  # noqa: E402
 
@@ -182,44 +183,42 @@ class _Conversations:
 _MEMORY_FIELD = "The core ReflectiveMemory that stores the turns."
 
 
-class _StoreMixin:
-    """Construction checks and session operations common to both stores."""
-
-    memory: Any
-    user_id: str
-    end_session_on_clear: bool
-
-    @staticmethod
-    def _check(memory: Any, user_id: Any) -> None:
-        if not callable(getattr(memory, "add_turns", None)) or not hasattr(memory, "store"):
-            raise InvalidInputError("memory must be a ReflectiveMemory")
-        if not isinstance(user_id, str) or not user_id.strip():
-            raise InvalidInputError("user_id must be a non-empty str")
-
-    @property
-    def _conv(self) -> _Conversations:
-        return _Conversations(self.memory, self.user_id)
-
-    def end_session(self, key: str) -> list[Memory]:
-        """Build long-term memories from the key's session now; returns them."""
-        return self.memory.end_session(self.user_id, key)  # type: ignore[no-any-return]
-
-    async def aend_session(self, key: str) -> list[Memory]:
-        """Async twin of `end_session`."""
-        return await asyncio.to_thread(self.end_session, key)
-
-    def forget(self, key: str) -> int:
-        """Erase the key's turns and memories from the core; return turns deleted (0 if none)."""
-        if not self._conv.exists(key):
-            return 0
-        return self.memory.delete_session(self.user_id, key)  # type: ignore[no-any-return]
-
-    async def aforget(self, key: str) -> int:
-        """Async twin of `forget`."""
-        return await asyncio.to_thread(self.forget, key)
+def _check(memory: Any, user_id: Any) -> None:
+    """Construction checks common to both stores (before anything is stored)."""
+    if not isinstance(memory, ReflectiveMemory):
+        raise InvalidInputError("memory must be a ReflectiveMemory")
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise InvalidInputError("user_id must be a non-empty str")
 
 
-class ReflectiveChatStore(_StoreMixin, BaseChatStore):
+# Session operations both stores offer, shared as plain functions (no common base class).
+def _end_session(self: Any, key: str) -> list[Memory]:
+    """Build long-term memories from the key's session now; returns them."""
+    return self.memory.end_session(self.user_id, key)  # type: ignore[no-any-return]
+
+
+async def _aend_session(self: Any, key: str) -> list[Memory]:
+    """Async twin of `end_session`."""
+    return await asyncio.to_thread(self.end_session, key)
+
+
+def _forget(self: Any, key: str) -> int:
+    """Erase the key's turns and memories from the core; return turns deleted (0 if none)."""
+    if not _Conversations(self.memory, self.user_id).exists(key):
+        return 0
+    return self.memory.delete_session(self.user_id, key)  # type: ignore[no-any-return]
+
+
+async def _aforget(self: Any, key: str) -> int:
+    """Async twin of `forget`."""
+    return await asyncio.to_thread(self.forget, key)
+
+
+#: A store's conversations, read through the core.
+_CONVERSATIONS = property(lambda self: _Conversations(self.memory, self.user_id))
+
+
+class ReflectiveChatStore(BaseChatStore):
     """A LlamaIndex `BaseChatStore` whose messages are turns in the core's store.
 
     Use it with `ChatMemoryBuffer.from_defaults(chat_store=..., chat_store_key=session_id)`.
@@ -247,8 +246,14 @@ class ReflectiveChatStore(_StoreMixin, BaseChatStore):
         default=True, description="delete_messages ends the session (builds memories) first."
     )
 
+    end_session = _end_session
+    aend_session = _aend_session
+    forget = _forget
+    aforget = _aforget
+    _conv = _CONVERSATIONS
+
     def __init__(self, *, memory: Any, user_id: str, **kwargs: Any) -> None:
-        self._check(memory, user_id)
+        _check(memory, user_id)
         super().__init__(memory=memory, user_id=user_id, **kwargs)
 
     @classmethod
@@ -328,7 +333,7 @@ class ReflectiveChatStore(_StoreMixin, BaseChatStore):
         return await asyncio.to_thread(self.get_keys)
 
 
-class ReflectiveDBChatStore(_StoreMixin, AsyncDBChatStore):
+class ReflectiveDBChatStore(AsyncDBChatStore):
     """The chat store of LlamaIndex's `Memory`, backed by the core's store.
 
     Use it as `Memory.from_defaults(session_id=..., chat_store=ReflectiveDBChatStore(...))`.
@@ -351,8 +356,14 @@ class ReflectiveDBChatStore(_StoreMixin, AsyncDBChatStore):
         default=True, description="Clearing a key ends the session (builds memories) first."
     )
 
+    end_session = _end_session
+    aend_session = _aend_session
+    forget = _forget
+    aforget = _aforget
+    _conv = _CONVERSATIONS
+
     def __init__(self, *, memory: Any, user_id: str, **kwargs: Any) -> None:
-        self._check(memory, user_id)
+        _check(memory, user_id)
         super().__init__(memory=memory, user_id=user_id, **kwargs)
 
     @classmethod

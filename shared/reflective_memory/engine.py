@@ -302,48 +302,28 @@ class ReflectiveMemory:
     ) -> Retrieval:
         """Rank a user's memories for a query and return what the reader should see.
 
-        By default (`config.passages.enabled`) retrieval is small-to-big: every indexed key (turns,
-        segments, topics, notes) is ranked, the ranking is resolved to turns (each unit votes
-        for the turns it was built from; see `reflective_memory.passages`), and:
-
-        * with `budget_tokens`, the best turns are packed into `passage` memories, one per
-          session (date header once, the chosen turns in order, `…` between runs), until the
-          budget is full; headers and role labels count against it, no turn appears twice;
-        * with only `k`, the hits are the top `k` turns (each turn's stored `turn` memory).
-
-        A passage is a `Memory` with `granularity="passage"`: its `turn_ids` are the turns it
-        holds, `metadata["positions"]` their places in the session and `metadata["sources"]`
-        the ids of the indexed units that voted for them. Passages are built per call and not
-        stored (`get_memory` does not know their ids). With `config.passages.enabled=False` or
-        `views`,
-        the ranked units themselves are returned.
+        Small-to-big by default: every indexed key (turns, segments, topics, notes) is ranked
+        and the ranking resolved to turns. With `budget_tokens` the best turns are packed into
+        `passage` memories, one per session (date header once, `…` between runs, headers and
+        role labels counted, no turn twice); with only `k` the hits are the top `k` turns.
+        With `config.passages.enabled=False` or `views`, the ranked units are returned.
 
         Args:
             user_id: Whose memories to search (an unknown user gets an empty result).
             query: The query text.
-            k: Number of hits (may be as large as the user's memory count). Defaults to
-                `config.search.default_k` when `budget_tokens` is not given either.
-            budget_tokens: Pack hits in rank order while their texts fit this many tokens
-                (counted by `reflective_memory.llm.count_tokens`: one per word or punctuation
-                mark); a hit that does not fit is skipped and smaller later hits may still fill
-                the budget. With `k` too, at most `k` hits.
+            k: Number of hits; `config.search.default_k` when no budget is given either.
+            budget_tokens: Fill this many tokens (`reflective_memory.llm.count_tokens`); a hit
+                that does not fit is skipped and smaller later ones may still fit.
             mode: Override `config.search.mode` (`hybrid`, `dense` or `lexical`).
-            recall: RF-Mem settings for this call: a `RecallConfig`, or a dict of fields that
-                override `config.recall` (e.g. `{"mode": "familiarity"}` or `{"alpha": 0.3}`).
-            views: Memory kinds to search (override `config.search.views`), e.g.
-                `("note", "segment")`; one ranking across them shares `k` / the budget, and
-                the hits are those units themselves (no passages).
-            reflect: Override `config.conditional.self_reflection`: let the LLM judge the hits and
-                retrieve
-                again with its keywords (`diagnostics["reflection"]` shows every round).
-            explore: Sample the reranked top-M with Gumbel noise (for learning from feedback);
-                defaults to `config.rerank.explore`.
+            recall: RF-Mem settings for this call: a `RecallConfig` or a dict of fields that
+                override `config.recall`.
+            views: Memory kinds to rank as units (override `config.search.views`).
+            reflect: Override `config.conditional.self_reflection`.
+            explore: Sample the reranked top-M with Gumbel noise (`config.rerank.explore`).
 
         Returns:
-            The ranked `Retrieval`. Its diagnostics hold `mode`, the dense `path` taken
-            (`familiarity` / `recollection`; `lexical` in lexical mode), the gate's
-            `mean_score` and `entropy`, recollection `rounds` and `hits_per_round`, the full
-            RF-Mem record under `recall`, candidate counts and timings in ms.
+            The ranked `Retrieval`; its diagnostics hold the path taken, candidate counts, the
+            reranker's record and the time of every pipeline stage in ms.
         """
         self._open()
         return self.retriever.retrieve(

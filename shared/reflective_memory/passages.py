@@ -518,69 +518,91 @@ def pack_passages(
             length_free,
             keep_budget=length_keep_share * budget,
         )
-    by_session = budget is not None
-    chosen: dict[str, set[int]] = {}
-    best: dict[tuple[str, int], tuple[float, int]] = {}
-    loose: list[tuple[float, int, Memory]] = []
-    used = 0
-    passages = 0
-    filled = False
-    gap = count(GAP_MARK)
+    pick = _Selection(votes, costs, k, budget, gap=count(GAP_MARK))
     for vote, seen, key in items:
-        if budget is not None and budget - used < 10:
-            filled = True
+        if not pick.take(vote, seen, key):
             break
-        if isinstance(key, str):
-            if k is not None and passages >= k:
-                if budget is None:
-                    filled = True
-                    break
-                continue
-            mem = votes.loose_memories[key]
-            cost = costs.of(key)
-            if budget is not None and used + cost > budget:
-                continue
-            used += cost
-            passages += 1
-            loose.append((vote, seen, mem))
-            continue
-        sid, p = key
-        cost = costs.of(key)
-        have = chosen.get(sid, set())
-        hcost = costs.header(sid)
-        left, right = p - 1 in have, p + 1 in have
-        if by_session:
-            opens = not have
-            if opens:
-                cost += hcost
-            elif not left and not right:
-                cost += gap
-            elif left and right:
-                cost -= gap
-            delta = int(opens)
-        else:
-            opens, delta = True, 1
-            cost += hcost
-        if opens and k is not None and passages >= k:
-            if budget is None:
-                filled = True
-                break
-            continue
-        if budget is not None and used + cost > budget:
-            continue
-        used += cost
-        passages += delta
-        chosen.setdefault(sid, set()).add(p)
-        best.setdefault((sid, p), (vote, seen))
     entries: list[tuple[float, int, Memory]] = []
-    for sid, have in chosen.items():
+    for sid, have in pick.chosen.items():
         turns = session_turns(sid)
-        groups = [sorted(have)] if by_session else [[q] for q in sorted(have)]
+        groups = [sorted(have)] if pick.by_session else [[q] for q in sorted(have)]
         for positions in groups:
-            vote, seen = max((best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
+            best = max((pick.best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
             mem = _passage(user_id, sid, turns, positions, votes, date_header)
-            entries.append((vote, seen, mem))
-    entries += loose
+            entries.append((best[0], best[1], mem))
+    entries += pick.loose
     entries.sort(key=lambda e: (-e[0], e[1]))
     hits = [Hit(mem, float(v), i, {"vote": v}) for i, (v, _, mem) in enumerate(entries)]
-    return hits, used, filled
+    return hits, pick.used, pick.filled
+
+
+class _Selection:
+    """Which turns (and turnless memories) `pack_passages` takes, in the order offered.
+
+    With a budget, a session's turns share one passage (one header; a gap mark between runs
+    that are not adjacent); without, every turn opens a passage of its own.
+    """
+
+    def __init__(
+        self, votes: TurnVotes, costs: _Costs, k: int | None, budget: int | None, gap: int
+    ) -> None:
+        self.votes, self.costs, self.k, self.budget, self.gap = votes, costs, k, budget, gap
+        self.by_session = budget is not None
+        self.chosen: dict[str, set[int]] = {}
+        self.best: dict[tuple[str, int], tuple[float, int]] = {}
+        self.loose: list[tuple[float, int, Memory]] = []
+        self.used = self.passages = 0
+        self.filled = False
+
+    def _full(self, opens: bool) -> bool | None:
+        """Whether a new passage is refused by `k`: True stops packing, None skips the item."""
+        if not (opens and self.k is not None and self.passages >= self.k):
+            return False
+        if self.budget is None:
+            self.filled = True
+            return True
+        return None
+
+    def take(self, vote: float, seen: int, key: Any) -> bool:
+        """Offer one item; return False when packing is over."""
+        budget = self.budget
+        if budget is not None and budget - self.used < 10:
+            self.filled = True
+            return False
+        if isinstance(key, str):
+            full = self._full(True)
+            if full is not False:
+                return not full
+            cost = self.costs.of(key)
+            if budget is None or self.used + cost <= budget:
+                self.used += cost
+                self.passages += 1
+                self.loose.append((vote, seen, self.votes.loose_memories[key]))
+            return True
+        sid, p = key
+        cost, opens, delta = self._turn_cost(sid, p)
+        full = self._full(opens)
+        if full is not False:
+            return not full
+        if budget is not None and self.used + cost > budget:
+            return True
+        self.used += cost
+        self.passages += delta
+        self.chosen.setdefault(sid, set()).add(p)
+        self.best.setdefault((sid, p), (vote, seen))
+        return True
+
+    def _turn_cost(self, sid: str, p: int) -> tuple[int, bool, int]:
+        """A turn's cost in context, whether it opens a passage, and the passages it adds."""
+        cost = self.costs.of((sid, p))
+        if not self.by_session:
+            return cost + self.costs.header(sid), True, 1
+        have = self.chosen.get(sid, set())
+        left, right = p - 1 in have, p + 1 in have
+        if not have:
+            return cost + self.costs.header(sid), True, 1
+        if not left and not right:
+            return cost + self.gap, False, 0
+        if left and right:
+            return cost - self.gap, False, 0
+        return cost, False, 0

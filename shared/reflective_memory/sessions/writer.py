@@ -141,15 +141,7 @@ class SessionWriter:
         }
 
     def add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
-        """Store many turns in one transaction (all or none).
-
-        Args:
-            turns: Dicts with the keyword arguments of `add_turn` (`user_id`, `session_id`,
-                `role`, `text`, optional `timestamp`, `turn_id`).
-
-        Returns:
-            The stored turns, in order.
-        """
+        """Store many turns in one transaction (all or none); see `ReflectiveMemory.add_turns`."""
         self._open()
         if isinstance(turns, (str, bytes, dict)) or not isinstance(turns, Iterable):
             raise InvalidInputError(
