@@ -390,27 +390,6 @@ def test_concurrent_writers_to_one_session_get_distinct_positions(pg_dsn) -> Non
             s.close()
 
 
-def test_memory_credit_lives_in_the_users_blob_and_goes_with_the_user(pg_dsn) -> None:
-    """`rerank_memory_credit`: the per-user table is saved in PostgreSQL and erased with u."""
-    from reflective_memory.rmm.stored_rerank import ADAPTER_BLOB_NAME
-
-    schema = pg_schema()
-    cfg = {"rerank_memory_credit": 0.05, "rerank_memory_credit_cap": 0.2}
-    with _mem(pg_dsn, schema, **cfg) as a:
-        for i in range(8):
-            a.add_turn("u", "s", "user", f"note {i} about {WORDS[i]} and {WORDS[i + 5]}")
-        a.end_session("u", "s")
-        r = a.retrieve("u", f"{WORDS[2]} note", k=5)
-        a.feedback(r, cited=[0])
-        table = dict(a.rerank_stage.adapter("u").credit_)
-        assert table and max(table.values()) > 0
-        with _mem(pg_dsn, schema, **cfg) as b:  # a new process reads it from the database
-            assert b.rerank_stage.adapter("u").credit_ == pytest.approx(table, abs=1e-6)
-        a.delete_user("u")
-        assert a.store.blob_version("u", ADAPTER_BLOB_NAME) == 0
-        assert a.rerank_stage.adapter("u").credit_ == {}
-
-
 def test_bench_retrieval_on_postgres_matches_the_embedded_baselines(pg_dsn, tmp_path) -> None:
     """`bench retrieval --dsn`: every system on its own schema, dropped afterwards; the plain
     dense baseline ranks the same on both backends."""

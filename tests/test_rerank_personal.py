@@ -1,11 +1,13 @@
 """Per-user reranking: side features, prior + per-user offsets, state bytes, erasure, noise."""
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 from reflective_memory.errors import ConfigError, ModelLoadError
+from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.episodes import Episode
 from reflective_memory.rmm.features import FEATURES, Candidates, candidate_features
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
@@ -13,6 +15,11 @@ from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.types import Memory
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+
+
+def _rc(**kw) -> RerankConfig:
+    """Reranker settings with unsigned features unless said otherwise."""
+    return RerankConfig(**{"signed_features": False, **kw})
 
 
 def _mem(i, text, granularity="turn", turns=1, when=None):
@@ -115,7 +122,7 @@ def _episodes(rng, n, dim=8, k=10, signal=True, cite_rate=0.3):
 
 def test_adapter_learns_the_cited_kind_and_decays_toward_prior():
     rng = np.random.default_rng(0)
-    ad = UserAdapter(("cost", "overlap"), learning_rate=0.1, decay=0.5)
+    ad = UserAdapter(_rc(features=("cost", "overlap"), user_learning_rate=0.1, user_decay=0.5))
     for ep in _episodes(rng, 40):
         ad.update(ep, np.zeros(len(ep.candidates)))
     assert ad.delta_[0] < -0.2 and abs(ad.delta_[1]) < abs(ad.delta_[0]) / 2
@@ -135,11 +142,11 @@ def test_adapter_gradient_matches_autograd_of_reranker_policy():
     """The offsets follow the same REINFORCE rule as the prior's feature weights."""
     rng = np.random.default_rng(3)
     ep = _episodes(rng, 1)[0]
-    rr = Reranker(8, features=("cost", "overlap"), baseline="episode", optimizer="sgd")
+    rr = Reranker(8, _rc(features=("cost", "overlap"), baseline="episode"))
     lp = rr.log_prob(ep)
     r = ep.rewards - ep.rewards.mean()
     (-(lp * __import__("torch").from_numpy(r)).sum()).backward()
-    ad = UserAdapter(("cost", "overlap"))
+    ad = UserAdapter(_rc(features=("cost", "overlap")))
     base = rr.score(ep.query, ep.candidates, None, ep.features)
     assert np.allclose(ad.gradient(ep, base), -rr.w_f_.grad.numpy(), atol=1e-4)
 
@@ -265,13 +272,13 @@ def test_delete_user_drops_its_buffered_episodes_from_the_prior(tmp_path):
 
 def test_reranker_bytes_round_trip_and_errors():
     rng = np.random.default_rng(5)
-    rr = Reranker(8, features=("cost", "overlap"), feature_learning_rate=0.1, batch_size=2)
+    rr = Reranker(8, _rc(features=("cost", "overlap"), feature_learning_rate=0.1, batch_size=2))
     eps = _episodes(rng, 3)
     rr.partial_fit(eps)  # one step plus one buffered episode
     blob = rr.to_bytes()
     back = Reranker.from_bytes(blob)
     assert back.n_updates_ == 1 and len(back.pending_) == 1
-    assert back.feature_learning_rate == 0.1
+    assert back.config == rr.config and back.config.feature_learning_rate == 0.1
     for a, b in ((rr.w_f_, back.w_f_), (rr.w_m_, back.w_m_), (rr.w_q_, back.w_q_)):
         assert np.array_equal(a.detach().numpy(), b.detach().numpy())
     ep = eps[0]
@@ -282,25 +289,51 @@ def test_reranker_bytes_round_trip_and_errors():
     for bad in (b"", b"12345678", blob[:40]):
         with pytest.raises(ModelLoadError):
             Reranker.from_bytes(bad)
-    ad = UserAdapter(("cost",), learning_rate=0.3)
+    ad = UserAdapter(_rc(features=("cost",), user_learning_rate=0.3))
     ad.delta_[:] = [0.25]
-    assert np.array_equal(UserAdapter.from_bytes(ad.to_bytes()).delta_, ad.delta_)
-    other = UserAdapter.from_bytes(ad.to_bytes(), features=("overlap",))
+    back_ad = UserAdapter.from_bytes(ad.to_bytes())
+    assert np.array_equal(back_ad.delta_, ad.delta_) and back_ad.get_params() == ad.get_params()
+    other = UserAdapter.from_bytes(ad.to_bytes(), _rc(features=("overlap",)))
     assert other.is_zero  # saved for other features: starts again from the prior
     with pytest.raises(ConfigError):
-        UserAdapter(("length",))
+        UserAdapter({"features": ("cost",)})  # a RerankConfig, which validates its fields
     with pytest.raises(ConfigError):
-        UserAdapter(("cost",), learning_rate=1.0, decay=1.0)
+        _rc(features=("cost",), user_learning_rate=1.0, user_decay=1.0)
+
+
+def test_user_states_saved_before_0_2_still_load():
+    """Flat parameters under the adapter's old names; a memory-credit table is ignored."""
+    old = {
+        "type": "reflective_memory.rmm.personal.UserAdapter",
+        "format_version": 1,
+        "init_parameters": {
+            "features": ["cost", "overlap"],
+            "learning_rate": 0.2,
+            "decay": 0.5,
+            "tau": 0.5,
+            "baseline": "episode",
+        },
+        "state": {
+            "delta": [-0.25, 0.5],
+            "credit": {"m1": 0.1},
+            "n_episodes": 7,
+            "n_updates": 5,
+        },
+    }
+    ad = UserAdapter.from_bytes(json.dumps(old).encode())
+    assert ad.config.user_learning_rate == 0.2 and ad.config.user_decay == 0.5
+    assert ad.delta_.tolist() == [-0.25, 0.5] and ad.n_updates_ == 5
+    assert b"credit" not in ad.to_bytes()
 
 
 def test_pure_noise_feedback_keeps_offsets_small():
     """Random citations: the offsets random-walk but the decay keeps them near the prior."""
     rng = np.random.default_rng(6)
-    ad = UserAdapter(("cost", "overlap"), learning_rate=0.05, decay=0.1)
+    ad = UserAdapter(_rc(features=("cost", "overlap"), user_learning_rate=0.05, user_decay=0.1))
     for ep in _episodes(rng, 60, signal=False):
         ad.update(ep, np.zeros(len(ep.candidates)))
     noisy = np.abs(ad.delta_).max()
-    sig = UserAdapter(("cost", "overlap"), learning_rate=0.05, decay=0.1)
+    sig = UserAdapter(_rc(features=("cost", "overlap"), user_learning_rate=0.05, user_decay=0.1))
     for ep in _episodes(np.random.default_rng(6), 60):
         sig.update(ep, np.zeros(len(ep.candidates)))
     assert noisy < abs(sig.delta_[0]) / 2
@@ -327,8 +360,8 @@ def test_signed_weights_never_invert_retriever_evidence():
     signs = sign_vector(names)
     assert list(signs) == [1, -1]
     rng = np.random.default_rng(7)
-    rr = Reranker(8, features=names, feature_learning_rate=0.5, signed_features=True)
-    ad = UserAdapter(names, learning_rate=0.5, decay=0.0)
+    rr = Reranker(8, _rc(features=names, feature_learning_rate=0.5, signed_features=True))
+    ad = UserAdapter(_rc(features=names, user_learning_rate=0.5, user_decay=0.0))
     for ep in _episodes(rng, 80, signal=False, cite_rate=0.5):
         rr.partial_fit(ep)
         w = rr.w_f_.detach().numpy()
@@ -337,7 +370,7 @@ def test_signed_weights_never_invert_retriever_evidence():
         ad.update(ep, base, w, signs)
         total = w + ad.delta_
         assert total[0] >= -1e-9 and total[1] <= 1e-9
-    free = Reranker(8, features=names, feature_learning_rate=0.5)
+    free = Reranker(8, _rc(features=names, feature_learning_rate=0.5, signed_features=False))
     for ep in _episodes(np.random.default_rng(7), 80, signal=False, cite_rate=0.5):
         free.partial_fit(ep)
     assert free.w_f_.detach().numpy()[0] < 0 or free.w_f_.detach().numpy()[1] > 0

@@ -284,10 +284,10 @@ def test_reranker_options_reach_the_engine_reranker(tmp_path):
         _fill(mem)
         mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
         rr = mem.rerank_stage.reranker("u1")
-        assert rr.tau == 0.7 and rr.batch_size == 1 and not rr.is_identity
+        assert rr.config.tau == 0.7 and rr.config.batch_size == 1 and not rr.is_identity
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         loaded = again.rerank_stage.reranker("u1")
-        assert loaded.tau == 0.7 and loaded.n_updates_ == 1
+        assert loaded.config.tau == 0.7 and loaded.n_updates_ == 1
     for bad in (
         {"rerank_weight_decay": 0.1},  # removed in 0.2
         {"rerank_memory_bias": True},
@@ -349,7 +349,7 @@ def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
     paper = _cfg(rerank={"scope": "isolated", "features": (), "baseline": 0.5})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=paper) as again:
         loaded = again.rerank_stage.reranker("u1")  # the config wins over the saved settings
-        assert loaded.features == () and loaded.baseline == 0.5
+        assert loaded.features == () and loaded.config.baseline == 0.5
         assert loaded.n_updates_ == 40
 
 

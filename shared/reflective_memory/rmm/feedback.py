@@ -35,7 +35,6 @@ from reflective_memory.rmm.citations import attribute, parse_citations
 from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
 from reflective_memory.rmm.features import Candidates, citation_rewards, rank_prior, sign_vector
-from reflective_memory.rmm.memory_credit import learn_credit, promote
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.storage.index import UserIndex
@@ -115,38 +114,11 @@ class RerankStage:
         base = self._file(user_id) if user_id != _SHARED else None
         return None if base is None else base.parent / f"{base.name}{_ADAPTER_SUFFIX}"
 
-    def _params(self) -> dict[str, Any]:
-        """Reranker hyperparameters from the config (they also override a saved reranker's)."""
-        cfg = self.config
-        return {
-            "top_m": cfg.top_m,
-            "tau": cfg.tau,
-            "learning_rate": cfg.learning_rate,
-            "baseline": cfg.baseline,
-            "batch_size": cfg.batch_size,
-            "optimizer": "sgd",
-            "weight_decay": 0.0,
-            "memory_bias": False,
-            "features": cfg.features,
-            "feature_learning_rate": cfg.feature_learning_rate,
-            "signed_features": cfg.signed_features,
-            "seed": cfg.seed,
-        }
-
-    def _adapter_params(self) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "learning_rate": cfg.user_learning_rate,
-            "decay": cfg.user_decay,
-            "tau": cfg.tau,
-            "baseline": cfg.baseline,
-        }
-
     def _new(self) -> Reranker:
-        return Reranker(self.embedder.dim, **self._params())
+        return Reranker(self.embedder.dim, self.config)
 
     def _new_adapter(self) -> UserAdapter:
-        return UserAdapter(self.config.features, **self._adapter_params())
+        return UserAdapter(self.config)
 
     def _full(self, owner: str) -> Reranker:
         """The full reranker of an owner (the prior, or an isolated user's), loaded or new."""
@@ -159,7 +131,7 @@ class RerankStage:
             path = self._file(owner)
             if path is not None and (path.parent / f"{path.name}.safetensors").exists():
                 try:
-                    rr = Reranker.load(path, **self._params())
+                    rr = Reranker.load(path, self.config)
                     if rr.dim != self.embedder.dim:
                         raise ConfigError(
                             f"saved reranker has dim {rr.dim}, the embedder has {self.embedder.dim}"
@@ -192,7 +164,7 @@ class RerankStage:
             ad = None
             if path is not None and path.exists():
                 try:
-                    ad = UserAdapter.load(path, **self._adapter_params())
+                    ad = UserAdapter.load(path, self.config)
                     if ad.features != tuple(self.config.features):
                         raise ModelLoadError("saved for other features")
                 except (ModelLoadError, ConfigError) as exc:
@@ -340,23 +312,6 @@ class RerankStage:
             rep.extra["user_step"] = step
             return rep
 
-    def _credit(self, retrieval: Retrieval, cited: Sequence[int]) -> bool:
-        """Scope `user`: move the user's memory credit by this answer (`memory_credit`)."""
-        cfg = self.config
-        if cfg.scope != "user" or True:
-            return False
-        with self._lock:
-            moved = learn_credit(
-                self.adapter(retrieval.user_id).credit_,
-                retrieval,
-                cited,
-                rate=cfg.memory_credit,
-                cap=cfg.memory_credit_cap,
-            )
-            if moved:
-                self._dirty.add(retrieval.user_id)
-        return moved is not None
-
     # ---------------------------------------------------------------- erasure
     def forget_retrievals(self, user_id: str) -> int:
         """Drop the kept query and candidate vectors of a user's retrievals; return how many."""
@@ -410,7 +365,7 @@ class RerankStage:
             if shared is None or not (shared.parent / f"{shared.name}.safetensors").exists():
                 return
             try:
-                rr = Reranker.load(shared, **self._params())
+                rr = Reranker.load(shared, self.config)
             except (ModelLoadError, ConfigError) as exc:
                 logger.warning("could not open the shared reranker to erase a user: %s", exc)
                 return
@@ -445,7 +400,7 @@ class RerankStage:
             if scope == "shared":
                 raise ConfigError("scope 'shared' keeps no per-user reranker state")
             if scope == "isolated":
-                rr = Reranker.from_bytes(data, **self._params())
+                rr = Reranker.from_bytes(data, self.config)
                 if rr.dim != self.embedder.dim:
                     raise ModelLoadError(
                         f"state has dim {rr.dim}, the embedder {self.embedder.dim}"
@@ -453,7 +408,7 @@ class RerankStage:
                 self._rerankers[user_id] = rr
                 self._write_full(user_id, rr)
                 return
-            ad = UserAdapter.from_bytes(data, **self._adapter_params())
+            ad = UserAdapter.from_bytes(data, self.config)
             self._adapters[user_id] = ad
             self._write_adapter(user_id, ad)
 
@@ -464,7 +419,7 @@ class RerankStage:
 
     def restore_prior_state(self, data: bytes) -> None:
         """Install the shared prior from `prior_state` bytes (and persist it)."""
-        rr = Reranker.from_bytes(data, **self._params())
+        rr = Reranker.from_bytes(data, self.config)
         if rr.dim != self.embedder.dim:
             raise ModelLoadError(f"state has dim {rr.dim}, the embedder {self.embedder.dim}")
         with self._lock:
@@ -510,10 +465,6 @@ class RerankStage:
             return order, scores
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
         rr = self.reranker(user_id)
-        if isinstance(rr, PersonalReranker) and rr.adapter.credit_:  # the whole ranking
-            ids_all = [index.ids[p] for p in order]
-            new = promote(rr.adapter.credit_, ids_all, index.dense.vectors[order] @ q)
-            order, scores = [order[i] for i in new], [scores[i] for i in new]
         head = order[:k]
         cand = index.dense.vectors[head]
         dense = cand @ q
@@ -631,7 +582,6 @@ class RerankStage:
             ctx.features,
         )
         rep = self.learn(retrieval.user_id, ep)
-        self._credit(retrieval, out.cited)
         out.rewards = {
             retrieval.hits[h].memory.id: float(r) for h, r in zip(shown_hits, rewards, strict=True)
         }

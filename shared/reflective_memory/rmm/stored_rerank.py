@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,10 +29,8 @@ from reflective_memory.embed import Embedder
 from reflective_memory.errors import ConfigError, ModelLoadError
 from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.feedback import _ADAPTER_CACHE, _SHARED, RerankStage
-from reflective_memory.rmm.memory_credit import hit_advantages, learn_credit
 from reflective_memory.rmm.personal import UserAdapter
 from reflective_memory.rmm.reranker import Episode, FitReport, Reranker
-from reflective_memory.types import Retrieval
 
 __all__ = [
     "StoredRerankStage",
@@ -54,13 +52,13 @@ _T = TypeVar("_T")
 
 
 def reranker_to_bytes(rr: Reranker) -> bytes:
-    """A reranker as one safetensors blob (weights, optimizer state, buffered episodes, config)."""
+    """A reranker as one safetensors blob (weights, buffered episodes, config)."""
     return rr.to_bytes()
 
 
-def reranker_from_bytes(data: bytes, **params: Any) -> Reranker:
-    """Inverse of `reranker_to_bytes`; `params` override saved hyperparameters."""
-    return Reranker.from_bytes(data, **params)
+def reranker_from_bytes(data: bytes, config: RerankConfig | None = None) -> Reranker:
+    """Inverse of `reranker_to_bytes`; `config` overrides the saved hyperparameters."""
+    return Reranker.from_bytes(data, config)
 
 
 class StoredRerankStage(RerankStage):
@@ -81,7 +79,7 @@ class StoredRerankStage(RerankStage):
     def _load(self, owner: str, data: bytes | None) -> Reranker:
         if data is not None:
             try:
-                rr = reranker_from_bytes(data, **self._params())
+                rr = reranker_from_bytes(data, self.config)
                 if rr.dim != self.embedder.dim:
                     raise ConfigError(
                         f"saved reranker has dim {rr.dim}, the embedder has {self.embedder.dim}"
@@ -94,7 +92,7 @@ class StoredRerankStage(RerankStage):
     def _load_adapter(self, user_id: str, data: bytes | None) -> UserAdapter:
         if data is not None:
             try:
-                ad = UserAdapter.from_bytes(data, **self._adapter_params())
+                ad = UserAdapter.from_bytes(data, self.config)
                 if ad.features != tuple(self.config.features):
                     raise ModelLoadError("saved for other features")
                 return ad
@@ -216,28 +214,6 @@ class StoredRerankStage(RerankStage):
             )
         rep.extra["user_step"] = step
         return rep
-
-    def _credit(self, retrieval: Retrieval, cited: Sequence[int]) -> bool:
-        """Memory credit (see `RerankStage._credit`) inside the user's locked blob update."""
-        cfg = self.config
-        if cfg.scope != "user" or True:
-            return False
-        if not hit_advantages(retrieval, cited):
-            return False
-        self._modify(
-            retrieval.user_id,
-            ADAPTER_BLOB_NAME,
-            self._adapters,
-            self._load_adapter,
-            lambda ad: learn_credit(
-                ad.credit_,
-                retrieval,
-                cited,
-                rate=cfg.memory_credit,
-                cap=cfg.memory_credit_cap,
-            ),
-        )
-        return True
 
     def save(self, user_id: str) -> Path | None:
         """Write the state serving `user_id` to the store (already done by `learn`)."""
