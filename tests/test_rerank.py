@@ -239,8 +239,6 @@ def test_cost_features_are_log_words():
     r = Reranker(16, _cfg(features=("cost",)))
     assert r.n_features == 1 and r.feature_matrix(_TEXTS).shape == (4, 1)
     assert Reranker(16, PAPER).feature_matrix(_TEXTS) is None
-    assert features.features_for(r, _TEXTS).shape == (4, 1)
-    assert features.features_for(object(), _TEXTS) is None  # a user's own reranker: no features
 
 
 def test_features_are_required_exactly_when_configured(data):
@@ -331,3 +329,13 @@ def test_features_round_trip_with_pending_episodes(tmp_path, data):
     grown = Reranker.load(tmp_path / "p", _cfg(features=("cost",)))
     assert float(grown.w_f_.detach()[0]) == 0.0
     np.testing.assert_allclose(grown.score(q, m, features=feats), plain.score(q, m), atol=1e-6)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import reflective_memory.rmm.personal
+    import reflective_memory.types
+
+    for module in (rerank, reflective_memory.rmm.personal, reflective_memory.types):
+        assert doctest.testmod(module).failed == 0

@@ -1,6 +1,14 @@
+import dataclasses
+
 import numpy as np
 import pytest
-from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import (
+    HashingEmbedder,
+    MemoryConfig,
+    RankedTexts,
+    ReflectiveMemory,
+    RerankRecord,
+)
 from reflective_memory.errors import ConfigError, InvalidInputError
 from reflective_memory.rmm.citations import build_answer_prompt
 
@@ -243,8 +251,11 @@ def test_feedback_errors():
         embedder=HashingEmbedder(), config=_cfg(rerank={"enabled": False})
     ) as mem:
         _fill(mem)
-        with pytest.raises(ConfigError):
-            mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
+        r = mem.retrieve("u1", "nurse")
+        assert r.rerank is None and "rerank" not in r.diagnostics
+        off = mem.feedback(r, cited=[0])  # reported, not learned
+        assert not off.learned and "reranking is off" in off.reason
+        assert off.cited == (0,) and list(off.rewards.values())[0] == 1.0
 
 
 def test_citation_loop_end_to_end_moves_cited_memory_up():
@@ -362,3 +373,89 @@ def test_buffered_feedback_survives_close_and_reopen(tmp_path):
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         rr = again.rerank_stage.reranker("u1")
         assert rr.n_updates_ == 0 and len(rr.pending_) == 1
+
+
+# -- one feedback path: the rerank record, texts from any retriever --------------------------------
+def test_retrieval_carries_its_rerank_record():
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg()) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "what pet do I have", k=3)
+        rec = r.rerank
+        assert isinstance(rec, RerankRecord) and rec.user_id == "u1"
+        assert rec.retrieval_id == r.retrieval_id and rec.query == "what pet do I have"
+        assert r.diagnostics["rerank"] == rec.as_diagnostics()
+        assert set(r.diagnostics["rerank"]) == {
+            "scope",
+            "top_k",
+            "top_m",
+            "explored",
+            "updates",
+            "retriever_order",
+            "reranked_order",
+            "prior",
+            "features",
+        }
+        assert len(rec.candidates) == rec.top_k == 8 and sorted(rec.reranked) == sorted(
+            rec.candidates
+        )
+        again = RerankRecord.from_diagnostics(
+            r.diagnostics["rerank"], user_id="u1", retrieval_id=r.retrieval_id, query=rec.query
+        )
+        assert again == rec
+
+
+def test_feedback_on_a_retrieval_without_a_record_reads_its_diagnostics(tmp_path):
+    cfg = _cfg(rerank={"batch_size": 1})
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "nurse")
+    old = dataclasses.replace(r, rerank=None)  # as made before 0.2
+    broken = dataclasses.replace(r, rerank=None, diagnostics={"rerank": {"scope": "user"}})
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        f = again.feedback(old, cited=[0])
+        assert f.learned and f.updates == 1
+        nothing = again.feedback(broken, cited=[0])
+        assert not nothing.learned and nothing.reason == "the retrieval was not reranked"
+
+
+def test_rerank_texts_and_retrieve_share_the_users_reranker(tmp_path):
+    cfg = _cfg(rerank={"scope": "isolated", "batch_size": 1, "features": ("cost",)})
+    texts = ["My dog Rex loves the beach", "The tax office opens at nine", "Rex barks at cats"]
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        ranked = mem.rerank_texts("u1", "my dog Rex", texts, ids=["a", None, "c"], top_n=2)
+        assert isinstance(ranked, RankedTexts) and len(ranked.order) == 2
+        assert ranked.record.candidates == ("a", "1", "c") and ranked.record.top_m == 2
+        assert [texts[i] for i in ranked.order] == [
+            texts[ranked.record.candidates.index(x)] for x in ranked.record.reranked[:2]
+        ]
+        f = mem.feedback(ranked, "Rex does. [1]")
+        shown_ids = [ranked.record.candidates[i] for i in ranked.order]
+        assert f.learned and f.updates == 1 and f.cited == (1,)
+        assert f.rewards == {shown_ids[0]: -1.0, shown_ids[1]: 1.0}
+        assert f.retrieval_id == ranked.record.retrieval_id
+        assert mem.retrieve("u1", "nurse").rerank.updates == 1  # the reranker retrieve applies
+        assert mem.feedback(ranked.record, cited=[0]).updates == 1  # the record alone will do
+        with pytest.raises(InvalidInputError):
+            mem.rerank_texts("u1", "q", "not a list")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError):
+            mem.feedback(ranked, cited=[2])  # two texts were shown
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        # another process: the texts are embedded again; a bare record cannot be rebuilt
+        assert again.feedback(ranked, cited=[0]).updates == 1
+        assert again.reranker("u1").n_updates_ == 3
+        lost = again.feedback(ranked.record, cited=[0])
+        assert not lost.learned and "changed" in lost.reason
+
+
+def test_feedback_numbering_names_shown_texts():
+    """Sources numbered from 1, one of them not shown: the numbering maps them."""
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg()) as mem:
+        ranked = mem.rerank_texts("u1", "dogs", ["dogs bark", "cats purr", "birds sing"])
+        numbering = {1: 0, 2: None, 3: 2}
+        f = mem.feedback(ranked, "See [1] and [2], [0] and [9].", numbering=numbering)
+        assert f.cited == (0,) and f.out_of_range == 2 and f.learned
+        assert list(f.rewards.values()) == [1.0, -1.0, -1.0]
+        assert mem.feedback(ranked, cited=[3, 2], numbering=numbering).cited == (2,)
+        with pytest.raises(InvalidInputError):
+            mem.feedback(ranked, cited=[0], numbering=numbering)

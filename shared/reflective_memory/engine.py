@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,6 @@ from reflective_memory.config import MemoryConfig
 from reflective_memory.denoise import Denoiser, make_denoiser
 from reflective_memory.embed import Embedder, default_embedder
 from reflective_memory.errors import (
-    ConfigError,
     InvalidInputError,
     StoreClosedError,
 )
@@ -30,7 +29,10 @@ from reflective_memory.ranking import pack_hits, rank_candidates
 from reflective_memory.recall import RecallConfig
 from reflective_memory.records import MemoryRecords
 from reflective_memory.retrieval_steps import RetrievalSteps
-from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
+from reflective_memory.rmm.episodes import RankedTexts
+from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
+from reflective_memory.rmm.personal import PersonalReranker
+from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.stored_rerank import StoredRerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector
 from reflective_memory.segment.base import Segmenter
@@ -40,7 +42,7 @@ from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.text import parse_timestamp
-from reflective_memory.types import GRANULARITIES, Memory, Retrieval, Turn
+from reflective_memory.types import GRANULARITIES, Memory, RerankRecord, Retrieval, Turn
 from reflective_memory.validation import check_encodable, check_id, check_positive, check_role
 
 __all__ = ["ReflectiveMemory"]
@@ -458,6 +460,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
         explore = self.config.rerank.explore if explore is None else bool(explore)
         if mode != "lexical":
             rcfg = self._calibrated(index, rcfg, diagnostics)
+        record = None
         while True:
             order, scores = rank_candidates(
                 index, query_text, qvec, n, mode, rcfg, self.config.search, timings, diagnostics
@@ -466,7 +469,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                 t0 = time.perf_counter()
                 if qvec is None:
                     qvec = self.embedder.encode(query_text[: self.config.units.embed_max_chars])
-                order, scores = self.rerank_stage.apply(
+                order, scores, record = self.rerank_stage.apply(
                     user_id,
                     index,
                     qvec,
@@ -474,10 +477,11 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                     scores,
                     explore=explore,
                     retrieval_id=rid,
-                    diagnostics=diagnostics,
                     query=query_text,
                     fetch=lambda ids: self.store.memories(user_id, ids),
                 )
+                if record is not None:
+                    diagnostics["rerank"] = record.as_diagnostics()
                 timings["rerank"] = (time.perf_counter() - t0) * 1000
             if self.config.passages.enabled and views is None:
                 hits, filled = self._pack_passages(
@@ -508,56 +512,7 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                 break
             n = min(len(index), n * 4)
         timings["total"] = (time.perf_counter() - t_start) * 1000
-        return Retrieval(user_id, query, hits, diagnostics, retrieval_id=rid)
-
-    # -- feedback (RMM retrospective reflection) -------------------------------------------
-    def feedback(
-        self,
-        retrieval: Retrieval,
-        answer: str | None = None,
-        *,
-        cited: Sequence[int] | None = None,
-    ) -> FeedbackResult:
-        """Learn from which retrieved memories an answer used.
-
-        Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
-        numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`.
-        Each hit that came from the reranked candidates gets reward +1 if cited and -1 if not;
-        the episode trains the reranker serving the retrieval's user (one update per
-        `rerank_batch_size` episodes), which is then saved under the store directory.
-
-        Args:
-            retrieval: The `Retrieval` the answer was generated from.
-            answer: The LLM's answer text; if it has no citation marker and
-                `config.rerank.attribution_fallback` is on, used memories are inferred by embedding
-                similarity (`config.rerank.attribution_threshold`) and the result is marked
-                `inferred`.
-            cited: The cited hit positions, given directly instead of an answer.
-
-        Returns:
-            A `FeedbackResult` saying what was learned (or why nothing was). Only the answer is
-            read: an answer that echoes the prompt's instructions or its memory blocks back
-            (`reflective_memory.rmm.citations.echoes_instructions`) teaches nothing.
-
-        Raises:
-            InvalidInputError: Neither `answer` nor `cited` given, or a cited position is no hit.
-            ConfigError: The reranker is disabled (`config.rerank.enabled` is False).
-        """
-        self._open()
-        if not self.config.rerank.enabled:
-            raise ConfigError("feedback trains the reranker; enable config.rerank.enabled")
-        out = self.rerank_stage.feedback(retrieval, answer, cited, self.indexes.get)
-        return out
-
-    async def afeedback(
-        self,
-        retrieval: Retrieval,
-        answer: str | None = None,
-        *,
-        cited: Sequence[int] | None = None,
-    ) -> FeedbackResult:
-        """Async twin of `feedback`."""
-        return await asyncio.to_thread(self.feedback, retrieval, answer, cited=cited)
+        return Retrieval(user_id, query, hits, diagnostics, retrieval_id=rid, rerank=record)
 
     # -- listing and deletion -------------------------------------------------------------
     async def aadd_turn(
@@ -573,3 +528,113 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
     async def aretrieve(self, user_id: str, query: str, **kw: Any) -> Retrieval:
         """Async twin of `retrieve`."""
         return await asyncio.to_thread(self.retrieve, user_id, query, **kw)
+
+    # -- feedback (RMM) --------------------------------------------------------------------
+    # Forwarding façade of `self.rerank_stage` (`reflective_memory.rmm.feedback.RerankStage`).
+    def reranker(self, user_id: str) -> Reranker | PersonalReranker | None:
+        """The reranker serving `user_id` (None with `config.rerank.enabled` off).
+
+        With scope `user` a `PersonalReranker` (the prior shared by the users plus the user's
+        offsets), `shared` the prior itself, `isolated` the user's own `Reranker`.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        return self.rerank_stage.reranker(user_id) if self.config.rerank.enabled else None
+
+    def rerank_texts(
+        self,
+        user_id: str,
+        query: str,
+        texts: Sequence[str],
+        *,
+        ids: Sequence[str | None] | None = None,
+        top_n: int | None = None,
+        explore: bool = False,
+        keep_order: bool = False,
+        reranker: CallerReranker | None = None,
+    ) -> RankedTexts:
+        """Rerank texts from any retriever with the user's citation-trained reranker.
+
+        The reranker `retrieve` applies orders the texts (by cosine with reranking off); give
+        the result to `feedback` with the answer that cited them (`[i]` names
+        `result.order[i]`) and the same reranker learns. See `RerankStage.rerank_texts` for
+        the arguments.
+
+        Example:
+            >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
+            >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
+            >>> ranked = mem.rerank_texts("ana", "why do dogs bark", ["cats purr", "dogs bark"])
+            >>> ranked.order
+            (1, 0)
+            >>> mem.feedback(ranked, "Dogs bark to warn. [0]").rewards
+            {'1': 1.0, '0': -1.0}
+        """
+        self._open()
+        return self.rerank_stage.rerank_texts(
+            user_id,
+            query,
+            texts,
+            ids=ids,
+            top_n=top_n,
+            explore=explore,
+            keep_order=keep_order,
+            reranker=reranker,
+        )
+
+    def feedback(
+        self,
+        shown: Retrieval | RankedTexts | RerankRecord,
+        answer: str | None = None,
+        *,
+        cited: Sequence[int] | None = None,
+        numbering: Mapping[int, int | None] | None = None,
+    ) -> FeedbackResult:
+        """Learn from which shown memories (or texts) an answer used.
+
+        Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
+        numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`,
+        or to the texts `rerank_texts` showed, best first. Each shown item that came from the
+        reranked candidates gets reward +1 if cited and -1 if not; the episode trains the
+        reranker that ranked (one update per `config.rerank.batch_size` episodes), which is
+        then saved with the store.
+
+        Args:
+            shown: The `Retrieval` the answer was generated from, or the `RankedTexts` (or its
+                `RerankRecord`) of `rerank_texts`.
+            answer: The LLM's answer text; if it has no citation marker and
+                `config.rerank.attribution_fallback` is on, used items are inferred by
+                embedding similarity (`config.rerank.attribution_threshold`) and the result is
+                marked `inferred`.
+            cited: The cited positions, given directly instead of an answer.
+            numbering: What each citation number names, when the answer numbered something
+                else than the shown list: number -> shown position (None: not shown). E.g.
+                sources numbered from 1, several of them pieces of one shown text.
+
+        Returns:
+            A `FeedbackResult` saying what was learned, or why nothing was (`reason`: e.g.
+            reranking is off, the answer cites nothing readable, the memories changed). Only
+            the answer is read: an answer that echoes the prompt's instructions or its memory
+            blocks back (`reflective_memory.rmm.citations.echoes_instructions`) teaches
+            nothing.
+
+        Raises:
+            InvalidInputError: Neither `answer` nor `cited` given, a cited position names
+                nothing, or `shown` is none of the types above.
+        """
+        self._open()
+        return self.rerank_stage.feedback(
+            shown, answer, cited, self.indexes.get, numbering=numbering
+        )
+
+    async def afeedback(
+        self,
+        shown: Retrieval | RankedTexts | RerankRecord,
+        answer: str | None = None,
+        *,
+        cited: Sequence[int] | None = None,
+        numbering: Mapping[int, int | None] | None = None,
+    ) -> FeedbackResult:
+        """Async twin of `feedback`."""
+        return await asyncio.to_thread(
+            self.feedback, shown, answer, cited=cited, numbering=numbering
+        )
