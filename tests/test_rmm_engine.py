@@ -11,6 +11,7 @@ from reflective_memory import (
 )
 from reflective_memory.errors import ConfigError, InvalidInputError
 from reflective_memory.rmm.citations import build_answer_prompt
+from reflective_memory.rmm.rerankers import PRIOR_OWNER, RERANKER_STATE
 
 FACTS = [
     "I adopted a beagle called Rex last week",
@@ -159,18 +160,21 @@ def test_isolated_scope_learns_and_persists_per_user(tmp_path):
         assert f2.updates == 1 and f2.loss is not None
         assert not mem.rerank_stage.reranker("u1").is_identity
         assert mem.rerank_stage.reranker("u2").is_identity  # isolation
-        files = sorted(p.name for p in (tmp_path / "rerankers").iterdir())
-        assert len(files) == 2 and files[0].startswith("user-")
+        state = mem.rerank_stage.rerankers.state
+        assert state.names("u1") == [RERANKER_STATE] and state.names("u2") == []
+        assert state.names(PRIOR_OWNER) == []  # no prior in scope isolated
         w = mem.rerank_stage.reranker("u1").w_m_.detach().clone()
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         rr = again.rerank_stage.reranker("u1")
         assert rr.n_updates_ == 1 and np.allclose(rr.w_m_.detach().numpy(), w.numpy())
         assert again.rerank_stage.reranker("u2").is_identity
         again.delete_user("u1")
-        assert not (tmp_path / "rerankers").exists() or not list((tmp_path / "rerankers").iterdir())
+        assert again.rerank_stage.rerankers.state.names("u1") == []
+        left = sorted(p.name for p in (tmp_path / "rerankers").iterdir())
+        assert left == [".clock", ".lock"]  # no state of anyone left (u2 learned nothing)
 
 
-def test_isolated_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_path):
+def test_isolated_stage_learn_trains_the_users_reranker_and_stores_every_episode(tmp_path):
     from reflective_memory.rmm.episodes import Episode
 
     dim = HashingEmbedder().dim
@@ -181,13 +185,17 @@ def test_isolated_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_
     cfg = _cfg(rerank={"scope": "isolated", "features": ("cost",), "batch_size": 2})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         stage = mem.rerank_stage
-        first = stage.learn("u1", ep)
+        first = stage.rerankers.learn("u1", ep)
         assert first.updates == 0 and first.pending == 1
-        assert not (tmp_path / "rerankers").exists()  # nothing saved while the batch fills
-        second = stage.learn("u1", ep)
+        with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as other:
+            assert len(other.rerank_stage.reranker("u1").pending_) == 1  # stored at once
+        second = stage.rerankers.learn("u1", ep)
         assert second.updates == 1 and second.pending == 0
         assert stage.reranker("u1").n_updates_ == 1 and stage.reranker("u2").is_identity
-        assert len(list((tmp_path / "rerankers").glob("*.safetensors"))) == 1
+        assert (
+            stage.rerankers.state.names("u1") == [RERANKER_STATE]
+            and stage.rerankers.state.names("u2") == []
+        )
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         assert again.rerank_stage.reranker("u1").n_updates_ == 1
 
@@ -199,9 +207,9 @@ def test_shared_scope_uses_one_reranker(tmp_path):
         _fill(mem, "u2")
         mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
         assert mem.rerank_stage.reranker("u2") is mem.rerank_stage.reranker("u1")
-        assert [p.name for p in (tmp_path / "rerankers").iterdir() if p.suffix == ".json"] == [
-            "shared.json"
-        ]
+        state = mem.rerank_stage.rerankers.state
+        assert state.names(PRIOR_OWNER) == [RERANKER_STATE]
+        assert state.names("u1") == state.names("u2") == []
 
 
 def test_feedback_no_cite_and_attribution_fallback():
@@ -459,3 +467,17 @@ def test_feedback_numbering_names_shown_texts():
         assert mem.feedback(ranked, cited=[3, 2], numbering=numbering).cited == (2,)
         with pytest.raises(InvalidInputError):
             mem.feedback(ranked, cited=[0], numbering=numbering)
+
+
+def test_two_engines_on_one_directory_lose_no_feedback(tmp_path):
+    """Embedded stores keep learned state in files under the same read-modify-write contract."""
+    cfg = _cfg(rerank={"batch_size": 2, "scope": "isolated"})
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as a:
+        _fill(a)
+        with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as b:
+            for _ in range(3):
+                for mem in (a, b):
+                    mem.feedback(mem.retrieve("u1", "what pet do I have"), cited=[0])
+            for mem in (a, b):
+                rr = mem.reranker("u1")
+                assert rr.n_episodes_ == 6 and rr.n_updates_ == 3

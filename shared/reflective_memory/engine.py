@@ -33,14 +33,15 @@ from reflective_memory.rmm.episodes import RankedTexts
 from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
 from reflective_memory.rmm.personal import PersonalReranker
 from reflective_memory.rmm.reranker import Reranker
-from reflective_memory.rmm.stored_rerank import StoredRerankStage
 from reflective_memory.rmm.topics import ProspectiveReflector
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
 from reflective_memory.sessions.building import SessionBuilding
+from reflective_memory.storage.base import StateHolder
 from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
+from reflective_memory.storage.state import FileStateStore
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import GRANULARITIES, Memory, RerankRecord, Retrieval, Turn
 from reflective_memory.validation import check_encodable, check_id, check_positive, check_role
@@ -158,14 +159,9 @@ class ReflectiveMemory(SessionBuilding, MemoryRecords, RetrievalSteps):
                 date_prefix=self.config.units.date_prefix,
             )
         self._count = count_tokens if cfg.passages.budget_unit == "tokens" else _count_words
-        if hasattr(self.store, "update_blob"):  # rerankers live in the database
-            self.rerank_stage: RerankStage = StoredRerankStage(
-                cfg.rerank, self.embedder, self.store
-            )
-        else:
-            self.rerank_stage = RerankStage(
-                cfg.rerank, self.embedder, None if self.path is None else self.path / "rerankers"
-            )
+        files = None if self.path is None else self.path / "rerankers"
+        state = self.store.state if isinstance(self.store, StateHolder) else FileStateStore(files)
+        self.rerank_stage = RerankStage(cfg.rerank, self.embedder, state, legacy=files)
         if self.path is not None:
             self._end_stale_sessions()
 

@@ -5,10 +5,11 @@
   REINFORCE from the LLM's citations (with Gumbel top-M exploration).
 - `citations`: the numbered-memory answer prompt and the citation parser.
 - `personal`: per-user offsets on top of a prior shared by a memory's users.
-- `feedback`: the engine's reranking stage (prior + per-user, shared, or isolated): reranking
-  retrievals and texts from any retriever, and the one feedback path.
+- `rerankers`: the engine's learned rerankers (prior + per-user, shared, or isolated), kept in a
+  `StateStore`.
+- `feedback`: the engine's rerank stage: reranking retrievals and texts from any retriever, and
+  the one feedback path.
 - `answer_feedback`: reading an answer's citations into the items it cited (`FeedbackResult`).
-- `stored_rerank`: the reranking stage persisted in a database store's versioned blobs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
     from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
     from reflective_memory.rmm.reranker import Reranker
+    from reflective_memory.rmm.rerankers import Rerankers
     from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, TopicDraft
 
 _EXPORTS = {
@@ -44,6 +46,7 @@ _EXPORTS = {
     "PersonalReranker": "reflective_memory.rmm.personal",
     "UserAdapter": "reflective_memory.rmm.personal",
     "Reranker": "reflective_memory.rmm.reranker",
+    "Rerankers": "reflective_memory.rmm.rerankers",
     "ProspectiveReflector": "reflective_memory.rmm.topics",
     "ReflectionReport": "reflective_memory.rmm.topics",
     "TopicDraft": "reflective_memory.rmm.topics",
@@ -68,6 +71,7 @@ __all__ = [
     "PersonalReranker",
     "UserAdapter",
     "Reranker",
+    "Rerankers",
     "ProspectiveReflector",
     "ReflectionReport",
     "TopicDraft",

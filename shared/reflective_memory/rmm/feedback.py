@@ -5,21 +5,19 @@ per-user offsets, one shared reranker, or one per user: `RerankConfig.scope`). I
 head of a retriever ranking (`apply`) or texts from any retriever (`rerank_texts`), recording
 what it showed in a `RerankRecord`, and turns feedback on a `Retrieval`, `RankedTexts` or
 `RerankRecord` into REINFORCE episodes (`feedback`; reading the answer's citations is
-`reflective_memory.rmm.answer_feedback`). This is the one feedback path: the framework adapters
+`reflective_memory.rmm.answer_feedback`, the learned rerankers and their storage
+`reflective_memory.rmm.rerankers`). This is the one feedback path: the framework adapters
 call it through `ReflectiveMemory.rerank_texts` / `ReflectiveMemory.feedback`.
 
 The vectors of recent rankings are kept in memory; a record alone (from another process, or
 long ago) is enough for feedback too: the query is embedded again and the candidates are read
-from the user's index (or the texts embedded again). Learned state is persisted under
-`<store dir>/rerankers/` (safetensors + JSON); an in-memory engine keeps it in memory only, and
-`reflective_memory.rmm.stored_rerank` keeps it in a database store's blobs.
+from the user's index (or the texts embedded again). Learned state is kept in a
+`reflective_memory.storage.state.StateStore` (the database's, or files beside an embedded store).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from reflective_memory.embed import Embedder
-from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.errors import InvalidInputError
 from reflective_memory.rmm.answer_feedback import (
     FeedbackResult,
     candidate_positions,
@@ -38,11 +36,13 @@ from reflective_memory.rmm.answer_feedback import (
 )
 from reflective_memory.rmm.citations import attribute, parse_citations
 from reflective_memory.rmm.config import RerankConfig
-from reflective_memory.rmm.episodes import Episode, FitReport, RankedTexts, RerankResult
-from reflective_memory.rmm.features import Candidates, citation_rewards, rank_prior, sign_vector
-from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
+from reflective_memory.rmm.episodes import Episode, RankedTexts, RerankResult
+from reflective_memory.rmm.features import Candidates, citation_rewards, rank_prior
+from reflective_memory.rmm.personal import PersonalReranker
 from reflective_memory.rmm.reranker import Reranker
+from reflective_memory.rmm.rerankers import Rerankers
 from reflective_memory.storage.index import UserIndex
+from reflective_memory.storage.state import StateStore
 from reflective_memory.types import RerankRecord, Retrieval
 from reflective_memory.validation import check_id
 
@@ -50,13 +50,7 @@ __all__ = ["RerankStage", "FeedbackResult", "CallerReranker", "CUSTOM_SCOPE"]
 
 logger = logging.getLogger(__name__)
 
-_SHARED = "__shared__"
 _EPISODE_CACHE = 512
-_RERANKER_CACHE = 64
-_ADAPTER_CACHE = 4096
-_ADAPTER_SUFFIX = ".delta.json"
-#: Scope `user`: learned state is written every this many episodes (and on close / save).
-_FLUSH_EVERY = 16
 #: Side features read from the stored `Memory` objects (fetched only when one is used).
 _MEMORY_FEATURES = frozenset({"cost", "recency", "size", "derived"})
 
@@ -113,253 +107,41 @@ class _View:
 
 
 class RerankStage:
-    """Rerankers of one engine.
-
-    With `rerank_scope="user"` (default) every user is served by a `PersonalReranker`: the
-    prior shared by this engine's users plus the user's own `UserAdapter`; `"shared"` serves
-    everyone with the prior alone; `"isolated"` gives each user a full `Reranker` of their own.
-
-    Files under `directory`: `shared.safetensors` / `shared.json` (the prior),
-    `user-<hash>.delta.json` (a user's offsets, a few hundred bytes) and, for `isolated`,
-    `user-<hash>.safetensors` / `.json`. `forget(user_id)` deletes a user's files and the
-    user's buffered episodes from the prior; for stores that keep state elsewhere,
-    `user_state` / `restore_user_state` and `prior_state` / `restore_prior_state` move the same
-    state as bytes. `StoredRerankStage` overrides the persistence methods.
+    """The RMM rerank stage of one engine: rerank at retrieval, learn from feedback.
 
     Args:
-        config: The engine's settings (`rerank_*`, `attribution_*`).
-        embedder: The engine's embedder (defines the vector size).
-        directory: Where reranker files go (`None`: memory only).
+        config: The reranker settings (`MemoryConfig.rerank`).
+        embedder: The engine's embedder (defines the vector size; embeds texts and queries).
+        state: Where learned state is kept (see `reflective_memory.rmm.rerankers`).
+        legacy: A directory of reranker files written before 0.2, moved into `state` on first
+            use (see `Rerankers`).
+
+    Attributes:
+        rerankers: The engine's learned rerankers (`Rerankers`).
     """
 
-    def __init__(self, config: RerankConfig, embedder: Embedder, directory: Path | None) -> None:
+    def __init__(
+        self,
+        config: RerankConfig,
+        embedder: Embedder,
+        state: StateStore,
+        *,
+        legacy: Path | None = None,
+    ) -> None:
         self.config = config
         self.embedder = embedder
-        self.directory = directory
-        self._rerankers: OrderedDict[str, Reranker] = OrderedDict()
-        self._adapters: OrderedDict[str, UserAdapter] = OrderedDict()
+        self.rerankers = Rerankers(config, embedder.dim, state, legacy=legacy)
+        self._lock = self.rerankers.lock
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
-        # Which user gave each buffered episode of the prior (by object id), for `forget`.
-        self._episode_users: dict[int, str] = {}
-        self._views: dict[str, PersonalReranker] = {}
-        self._dirty: set[str] = set()  # scope user: users (and _SHARED) with unsaved changes
-        self._since_flush = 0
-        self._lock = threading.RLock()
-
-    # -------------------------------------------------------------- rerankers
-    def _owner(self, user_id: str) -> str:
-        return user_id if self.config.scope == "isolated" else _SHARED
-
-    def _file(self, owner: str) -> Path | None:
-        if self.directory is None:
-            return None
-        if owner == _SHARED:
-            return self.directory / "shared"
-        return self.directory / f"user-{hashlib.sha1(owner.encode()).hexdigest()[:24]}"
-
-    def _adapter_file(self, user_id: str) -> Path | None:
-        base = self._file(user_id) if user_id != _SHARED else None
-        return None if base is None else base.parent / f"{base.name}{_ADAPTER_SUFFIX}"
-
-    def _new(self) -> Reranker:
-        return Reranker(self.embedder.dim, self.config)
-
-    def _new_adapter(self) -> UserAdapter:
-        return UserAdapter(self.config)
-
-    def _full(self, owner: str) -> Reranker:
-        """The full reranker of an owner (the prior, or an isolated user's), loaded or new."""
-        with self._lock:
-            rr = self._rerankers.get(owner)
-            if rr is not None:
-                self._rerankers.move_to_end(owner)
-                return rr
-            rr = None
-            path = self._file(owner)
-            if path is not None and (path.parent / f"{path.name}.safetensors").exists():
-                try:
-                    rr = Reranker.load(path, self.config)
-                    if rr.dim != self.embedder.dim:
-                        raise ConfigError(
-                            f"saved reranker has dim {rr.dim}, the embedder has {self.embedder.dim}"
-                        )
-                except (ModelLoadError, ConfigError) as exc:
-                    logger.warning("starting a fresh reranker for %s: %s", owner, exc)
-                    rr = None
-            if rr is None:
-                rr = self._new()
-            self._rerankers[owner] = rr
-            if self.directory is not None and len(self._rerankers) > _RERANKER_CACHE:
-                old_owner, old = self._rerankers.popitem(last=False)
-                if old.pending_ or old_owner in self._dirty:  # unsaved episodes or updates
-                    old.save(self._file(old_owner))  # type: ignore[arg-type]
-                    self._dirty.discard(old_owner)
-            return rr
-
-    def prior(self) -> Reranker:
-        """The reranker shared by this engine's users (scopes `user` and `shared`)."""
-        return self._full(_SHARED)
-
-    def adapter(self, user_id: str) -> UserAdapter:
-        """A user's own offsets on top of the prior (loaded, or new and zero)."""
-        with self._lock:
-            ad = self._adapters.get(user_id)
-            if ad is not None:
-                self._adapters.move_to_end(user_id)
-                return ad
-            path = self._adapter_file(user_id)
-            ad = None
-            if path is not None and path.exists():
-                try:
-                    ad = UserAdapter.load(path, self.config)
-                    if ad.features != tuple(self.config.features):
-                        raise ModelLoadError("saved for other features")
-                except (ModelLoadError, ConfigError) as exc:
-                    logger.warning("starting fresh user offsets: %s", exc)
-                    ad = None
-            if ad is None:
-                ad = self._new_adapter()
-            self._adapters[user_id] = ad
-            while len(self._adapters) > _ADAPTER_CACHE:
-                old_user, old = self._adapters.popitem(last=False)
-                old_path = self._adapter_file(old_user)
-                if old_user in self._dirty and old_path is not None:
-                    old.save(old_path)
-                self._dirty.discard(old_user)
-            return ad
 
     def reranker(self, user_id: str) -> Reranker | PersonalReranker:
-        """The reranker that serves `user_id` (by scope; see the class docs)."""
-        scope = self.config.scope
-        if scope == "isolated":
-            return self._full(user_id)
-        if scope == "shared":
-            return self.prior()
-        with self._lock:
-            prior, ad = self.prior(), self.adapter(user_id)
-            view = self._views.get(user_id)
-            if view is None or view.prior is not prior or view.adapter is not ad:
-                view = PersonalReranker(prior, ad)  # one view per user, for identity checks
-                self._views[user_id] = view
-                while len(self._views) > _ADAPTER_CACHE:
-                    self._views.pop(next(iter(self._views)))
-            return view
-
-    # ------------------------------------------------------------ persistence
-    def _write_full(self, owner: str, rr: Reranker) -> None:
-        """Persist a full reranker (the prior, or an isolated user's) where it lives."""
-        path = self._file(owner)
-        if path is not None:
-            rr.save(path)
-
-    def _write_adapter(self, user_id: str, ad: UserAdapter) -> None:
-        """Persist a user's offsets where they live."""
-        path = self._adapter_file(user_id)
-        if path is not None:
-            ad.save(path)
+        """The reranker that serves `user_id` (see `Rerankers.reranker`)."""
+        return self.rerankers.reranker(user_id)
 
     def save_all(self) -> int:
-        """Persist all unsaved learned state (buffered episodes, offsets); return files written."""
-        if self.directory is None:
-            return 0
-        saved = 0
-        with self._lock:
-            for owner, rr in self._rerankers.items():
-                if rr.pending_ or owner in self._dirty:
-                    rr.save(self._file(owner))  # type: ignore[arg-type]
-                    saved += 1
-            for user in sorted(self._dirty - {_SHARED}):
-                ad = self._adapters.get(user)
-                path = self._adapter_file(user)
-                if ad is not None and path is not None:
-                    ad.save(path)
-                    saved += 1
-            self._dirty.clear()
-            self._since_flush = 0
-        return saved
+        """Nothing to do: every change is stored when it is learned (kept for `close`)."""
+        return 0
 
-    def save(self, user_id: str) -> Path | None:
-        """Persist the state serving `user_id` (no-op for an in-memory engine)."""
-        path = self._file(self._owner(user_id))
-        if path is None:
-            return None
-        with self._lock:
-            out = self._full(self._owner(user_id)).save(path)
-            if self.config.scope == "user" and user_id in self._adapters:
-                self._adapters[user_id].save(self._adapter_file(user_id))  # type: ignore[arg-type]
-            return out
-
-    # --------------------------------------------------------------- learning
-    def _fit(self, owner: str, rr: Reranker, episode: Episode, user_id: str) -> FitReport:
-        """`rr.partial_fit(episode)`, remembering whose episodes the prior buffers."""
-        before = {id(ep) for ep in rr.pending_}
-        rep = rr.partial_fit(episode).last_fit_
-        assert rep is not None  # every partial_fit call sets it
-        if owner == _SHARED:
-            live = {id(ep) for ep in rr.pending_}
-            self._episode_users = {k: v for k, v in self._episode_users.items() if k in live}
-            for k in live - before:  # the episode as buffered (the reranker may copy it)
-                self._episode_users[k] = user_id
-        return rep
-
-    def _personal_step(
-        self, prior: Reranker, ad: UserAdapter, episode: Episode
-    ) -> tuple[Episode, float]:
-        """One step of a user's offsets; return the prior's episode and the step's size.
-
-        The prior learns from the policy that acted: its scores plus the user's offsets.
-        """
-        ep = episode.checked(prior.dim)
-        base = prior.score(ep.query, ep.candidates, ep.prior, ep.features)
-        own = ad.offsets(ep.features)
-        signs = None
-        if self.config.signed_features and prior.features:
-            signs = sign_vector(prior.features)
-        step = ad.update(ep, base, prior.w_f_.detach().numpy().copy(), signs)
-        if own is not None and np.any(own):
-            start = ep.prior if ep.prior is not None else ep.candidates @ ep.query
-            ep = Episode(ep.query, ep.candidates, ep.shown, ep.rewards, start + own, ep.features)
-        return ep, step
-
-    def learn(self, user_id: str, episode: Episode) -> FitReport:
-        """Give one feedback episode to the reranker serving `user_id`; persist what changed.
-
-        Public for adapters that rank their own candidates with `reranker(user_id)` (LangChain
-        compressor, LlamaIndex postprocessor): their feedback trains, and is saved with, the
-        reranker `ReflectiveMemory.retrieve` applies. Scope `user`: one step of the user's
-        offsets, and the episode joins the prior's batch; state is written every `_FLUSH_EVERY`
-        episodes and by `save_all()`. Other scopes save a reranker after each update.
-
-        Returns:
-            The prior's (or the user's full reranker's) `FitReport`; with scope `user`,
-            `extra["user_step"]` is the size of the offsets' change.
-        """
-        with self._lock:
-            if self.config.scope != "user":
-                owner = self._owner(user_id)
-                rr = self._full(owner)
-                rep = self._fit(owner, rr, episode, user_id)
-                if rep.updates:
-                    # Episodes still buffered (< one batch) are saved with the next update, or
-                    # by `save_all()` (e.g. on close).
-                    self._write_full(owner, rr)
-                return rep
-            prior = self.prior()
-            ep, step = self._personal_step(prior, self.adapter(user_id), episode)
-            if step:
-                self._dirty.add(user_id)
-            rep = self._fit(_SHARED, prior, ep, user_id)
-            if rep.updates:
-                self._dirty.add(_SHARED)
-            # Writing files costs more than learning: state is flushed every _FLUSH_EVERY
-            # episodes and on close, so a crash loses at most that much feedback.
-            self._since_flush += 1
-            if self._since_flush >= _FLUSH_EVERY:
-                self.save_all()
-            rep.extra["user_step"] = step
-            return rep
-
-    # ---------------------------------------------------------------- erasure
     def forget_retrievals(self, user_id: str) -> int:
         """Drop the kept query and candidate vectors of a user's retrievals; return how many."""
         with self._lock:
@@ -369,109 +151,13 @@ class RerankStage:
         return len(gone)
 
     def forget(self, user_id: str) -> None:
-        """Erase what the rerankers hold of a user, in memory and where they are persisted.
+        """Erase what the stage holds of a user: kept vectors and learned state.
 
-        The user's own state goes whatever the current scope (a store may have been used with
-        several): offsets (scope `user`) and full reranker (scope `isolated`). The prior keeps
-        the weights it learned from everyone, this user included (a few aggregate weights, not
-        memories), but the user's buffered feedback episodes (query and memory vectors) are
-        removed from it and it is written again; buffered episodes whose user is unknown
-        (loaded from disk) are dropped too, as the user's could be among them (at most
-        `rerank_batch_size - 1` episodes).
+        See `Rerankers.forget`.
         """
         with self._lock:
             self.forget_retrievals(user_id)
-            self._adapters.pop(user_id, None)
-            self._rerankers.pop(user_id, None)
-            self._views.pop(user_id, None)
-            self._dirty.discard(user_id)
-            self._erase_own(user_id)
-            self._erase_from_prior(user_id)
-
-    def _keep_others(self, rr: Reranker, user_id: str) -> bool:
-        """Drop a user's (and unknown users') buffered episodes; return whether any went."""
-        keep = [ep for ep in rr.pending_ if self._episode_users.get(id(ep)) not in (None, user_id)]
-        if len(keep) == len(rr.pending_):
-            return False
-        rr.pending_ = keep
-        return True
-
-    def _erase_own(self, user_id: str) -> None:
-        path = self._file(user_id)
-        if path is None:
-            return
-        for suffix in (".safetensors", ".json", _ADAPTER_SUFFIX, ".safetensors.tmp", ".json.tmp"):
-            (path.parent / f"{path.name}{suffix}").unlink(missing_ok=True)
-        for tmp in path.parent.glob(f".{path.name}.*"):  # a crashed atomic write's leftovers
-            tmp.unlink(missing_ok=True)
-
-    def _erase_from_prior(self, user_id: str) -> None:
-        shared = self._file(_SHARED)
-        rr = self._rerankers.get(_SHARED)
-        if rr is None:
-            if shared is None or not (shared.parent / f"{shared.name}.safetensors").exists():
-                return
-            try:
-                rr = Reranker.load(shared, self.config)
-            except (ModelLoadError, ConfigError) as exc:
-                logger.warning("could not open the shared reranker to erase a user: %s", exc)
-                return
-        if self._keep_others(rr, user_id) and shared is not None:
-            rr.save(shared)
-
-    # ------------------------------------------------------------ state bytes
-    def user_state(self, user_id: str) -> bytes | None:
-        """A user's own reranker state as bytes (None when the user has learned nothing).
-
-        For stores that keep per-user data outside the store directory: the offsets' JSON
-        (scope `user`) or a full reranker's safetensors blob (scope `isolated`).
-        """
-        with self._lock:
-            scope = self.config.scope
-            if scope == "shared":
-                return None
-            if scope == "isolated":
-                rr = self._full(user_id)
-                return None if rr.is_identity and not rr.pending_ else rr.to_bytes()
-            ad = self.adapter(user_id)
-            return None if ad.is_zero and not ad.n_episodes_ else ad.to_bytes()
-
-    def restore_user_state(self, user_id: str, data: bytes) -> None:
-        """Install a user's state from `user_state` bytes (and persist it).
-
-        Raises:
-            ModelLoadError: The bytes are no such state.
-        """
-        with self._lock:
-            scope = self.config.scope
-            if scope == "shared":
-                raise ConfigError("scope 'shared' keeps no per-user reranker state")
-            if scope == "isolated":
-                rr = Reranker.from_bytes(data, self.config)
-                if rr.dim != self.embedder.dim:
-                    raise ModelLoadError(
-                        f"state has dim {rr.dim}, the embedder {self.embedder.dim}"
-                    )
-                self._rerankers[user_id] = rr
-                self._write_full(user_id, rr)
-                return
-            ad = UserAdapter.from_bytes(data, self.config)
-            self._adapters[user_id] = ad
-            self._write_adapter(user_id, ad)
-
-    def prior_state(self) -> bytes:
-        """The shared prior as bytes (safetensors)."""
-        with self._lock:
-            return self.prior().to_bytes()
-
-    def restore_prior_state(self, data: bytes) -> None:
-        """Install the shared prior from `prior_state` bytes (and persist it)."""
-        rr = Reranker.from_bytes(data, self.config)
-        if rr.dim != self.embedder.dim:
-            raise ModelLoadError(f"state has dim {rr.dim}, the embedder {self.embedder.dim}")
-        with self._lock:
-            self._rerankers[_SHARED] = rr
-            self._write_full(_SHARED, rr)
+            self.rerankers.forget(user_id)
 
     # -------------------------------------------------------------- retrieval
     def _memories(
@@ -841,7 +527,7 @@ class RerankStage:
                 custom.partial_fit(ep)
             rep = custom.last_fit_ if isinstance(custom, Reranker) else None
         else:
-            rep = self.learn(rec.user_id, ep)
+            rep = self.rerankers.learn(rec.user_id, ep)
         out.rewards = {view.ids[j]: float(r) for j, r in zip(shown_items, rewards, strict=True)}
         out.learned = True
         if rep is not None:

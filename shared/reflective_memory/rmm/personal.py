@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -217,34 +214,6 @@ class UserAdapter:
         ) as exc:
             raise ModelLoadError(f"not a user adapter state: {exc}") from exc
         return obj
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write `to_bytes()` atomically to `path`."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(self.to_bytes())
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return target
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], config: RerankConfig | None = None) -> UserAdapter:
-        """Read a file written by `save`.
-
-        Raises:
-            ModelLoadError: Missing or unreadable.
-        """
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise ModelLoadError(f"cannot read user adapter at {path}: {exc}") from exc
-        return cls.from_bytes(data, config)
 
     def __repr__(self) -> str:
         return f"UserAdapter(features={list(self.features)}, updates={self.n_updates_})"
