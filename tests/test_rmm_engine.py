@@ -481,3 +481,13 @@ def test_two_engines_on_one_directory_lose_no_feedback(tmp_path):
             for mem in (a, b):
                 rr = mem.reranker("u1")
                 assert rr.n_episodes_ == 6 and rr.n_updates_ == 3
+
+
+def test_an_uncited_answer_matching_nothing_teaches_nothing():
+    cfg = _cfg(rerank={"batch_size": 1})
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        f = mem.feedback(mem.retrieve("u1", "what do I do on weekends"), "Zebra quartz xylophone.")
+        assert f.inferred and not f.learned and f.cited == () and f.rewards == {}
+        assert f.reason.startswith("the answer has no citation")
+        assert mem.reranker("u1").n_updates_ == 0

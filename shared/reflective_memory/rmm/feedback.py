@@ -459,7 +459,8 @@ class RerankStage:
 
         Returns:
             The `FeedbackResult`; `learned=False` with a `reason` when nothing was learned
-            (nothing cited or readable, reranking off, the ranking's memories changed).
+            (nothing cited or readable, an uncited answer in which the attribution fallback
+            finds no shown item, reranking off, the ranking's memories changed).
 
         Raises:
             InvalidInputError: Not a shown ranking, neither answer nor citations, or a cited
@@ -514,6 +515,9 @@ class RerankStage:
             for i, j in enumerate(shown_items):
                 sims[j] = float(best[i])
             out.similarities = sims
+            if not used:  # no evidence either way: an uncited answer is no [NO_CITE]
+                out.reason = "the answer has no citation and no sentence of it matches a shown item"
+                return out
         cited_set = set(out.cited)
         rewards = citation_rewards(
             len(shown_items), [i for i, j in enumerate(shown_items) if j in cited_set]
