@@ -1,12 +1,12 @@
 """`ReflectiveCompressor`: the citation-trained reranker over any retriever's documents.
 
-Use it in a `ContextualCompressionRetriever` over any base retriever. Documents and the query are
-embedded with the core's embedder and ordered by the user's reranker: by default the engine's own
-(`memory.rerank_stage.reranker(user_id)`, RMM's residual linear reranker), the one
-`memory.retrieve(user_id, ...)` applies. The best `top_n` are kept. `feedback(query, documents,
-answer)` reads the answer's citations (`[0]`, `[0, 2]`, `[NO_CITE]`; positions among the
-documents as shown, parsed by `reflective_memory.rmm.citations`) as REINFORCE rewards; the
-engine's reranker learns them and is saved with the store, exactly like `memory.feedback`.
+Use it in a `ContextualCompressionRetriever` over any base retriever. The documents go to the
+core's `ReflectiveMemory.rerank_texts`: embedded with the core's embedder and ordered by the
+user's reranker, the one `memory.retrieve(user_id, ...)` applies (RMM's residual linear
+reranker). The best `top_n` are kept. `feedback(query, documents, answer)` hands the answer to
+`ReflectiveMemory.feedback`, which reads its citations (`[0]`, `[0, 2]`, `[NO_CITE]`; positions
+among the documents as shown) as REINFORCE rewards; the engine's reranker learns them and is
+saved with the store, exactly as for `memory.retrieve`'s results.
 """
 
 from __future__ import annotations
@@ -17,22 +17,18 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict, Field, PrivateAttr
-from reflective_memory.engine import ReflectiveMemory
+from reflective_memory import FeedbackResult, RankedTexts, ReflectiveMemory
 from reflective_memory.errors import InvalidInputError
-from reflective_memory.rmm.citations import echoes_instructions, parse_citations
-from reflective_memory.rmm.episodes import Episode
-from reflective_memory.rmm.features import citation_rewards, features_for
-from reflective_memory.rmm.feedback import FeedbackResult
 
 __all__ = ["ReflectiveCompressor", "CitationReranker"]
 
 logger = logging.getLogger(__name__)
 
 _CACHE_SIZE = 128
+_Key = tuple[str, tuple[str, ...]]
 
 
 class ReflectiveCompressor(BaseDocumentCompressor):
@@ -45,10 +41,12 @@ class ReflectiveCompressor(BaseDocumentCompressor):
             with `config.rerank.scope="shared"`).
         top_n: Documents kept (RMM's top-M).
         reranker: An explicit reranker instead of the engine's: an object with
-            `rerank(query, candidates, prior)` returning an object with `order` and `scores`,
-            and `partial_fit(episode)`. It is neither saved nor used by `memory.retrieve`.
-            `None` (default): the engine's reranker for `user_id`; when the engine has reranking
-            off (`config.rerank.enabled=False`), plain cosine order and feedback is not learned.
+            `rerank(query, candidates, prior, *, explore)` returning an object with `order` and
+            `scores`, and `partial_fit(episode)` (see
+            `reflective_memory.rmm.feedback.CallerReranker`). It is neither saved nor used by
+            `memory.retrieve`. `None` (default): the engine's reranker for `user_id`; when the
+            engine has reranking off (`config.rerank.enabled=False`), plain cosine order and
+            feedback is not learned.
         explore: Sample the head with Gumbel noise (while learning) instead of taking it by score.
 
     Example:
@@ -68,16 +66,15 @@ class ReflectiveCompressor(BaseDocumentCompressor):
     top_n: int = Field(default=5, ge=1, description="Documents kept after reranking.")
     reranker: Any | None = Field(
         default=None,
-        description="Reranker with rerank(query, candidates, prior) and partial_fit(episode); "
-        "None: the engine's reranker for user_id (cosine order when config.rerank.enabled is off).",
+        description="Reranker with rerank(query, candidates, prior, *, explore) and "
+        "partial_fit(episode); None: the engine's reranker for user_id (cosine order when "
+        "config.rerank.enabled is off).",
     )
     explore: bool = Field(
         default=False, description="Sample the kept documents with Gumbel noise (learning)."
     )
 
-    _episodes: OrderedDict[tuple[str, tuple[str, ...]], dict[str, Any]] = PrivateAttr(
-        default_factory=OrderedDict
-    )
+    _rankings: OrderedDict[_Key, RankedTexts] = PrivateAttr(default_factory=OrderedDict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def get_reranker(self) -> Any | None:
@@ -87,24 +84,17 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         off. The engine's reranker is looked up on every call, so a reranker saved by another
         process, or dropped by `memory.delete_user`, is picked up.
         """
-        if self.reranker is not None:
-            return self.reranker
-        if not self.memory.config.rerank.enabled:
-            return None
-        return self.memory.rerank_stage.reranker(self.user_id)
+        return self.reranker if self.reranker is not None else self.memory.reranker(self.user_id)
 
-    def _embed(self, query: str, documents: Sequence[Document]) -> tuple[np.ndarray, np.ndarray]:
-        emb = self.memory.embedder
-        q = np.asarray(emb.encode(query), dtype=np.float32).reshape(-1)
-        m = np.asarray(emb.encode([d.page_content for d in documents]), dtype=np.float32)
-        return q, m.reshape(len(documents), -1)
-
-    def _remember(self, key: tuple[str, tuple[str, ...]], value: dict[str, Any]) -> None:
-        with self._lock:
-            self._episodes[key] = value
-            self._episodes.move_to_end(key)
-            while len(self._episodes) > _CACHE_SIZE:
-                self._episodes.popitem(last=False)
+    def _rank(self, query: str, docs: list[Document], **kw: Any) -> RankedTexts:
+        return self.memory.rerank_texts(
+            self.user_id,
+            query,
+            [d.page_content for d in docs],
+            ids=[d.id for d in docs],
+            reranker=self.reranker,
+            **kw,
+        )
 
     def compress_documents(
         self,
@@ -122,39 +112,20 @@ class ReflectiveCompressor(BaseDocumentCompressor):
         docs = list(documents)
         if not docs:
             return []
-        q, m = self._embed(query, docs)
-        cos = m @ q
-        reranker = self.get_reranker()
-        feats = None
-        if reranker is None:
-            order = [int(i) for i in np.argsort(-cos, kind="stable")]
-            scores = cos
-        else:
-            kw: dict[str, Any] = {"explore": True} if self.explore else {}
-            feats = features_for(reranker, [d.page_content for d in docs])
-            if feats is not None:
-                kw["features"] = feats
-            result = reranker.rerank(q, m, cos, **kw)
-            order = [int(i) for i in result.order]
-            scores = np.asarray(result.scores, dtype=np.float32)
-        shown = order[: self.top_n]
+        ranked = self._rank(query, docs, top_n=self.top_n, explore=self.explore)
         out = []
-        for i in shown:
+        for i, score, cos in zip(ranked.order, ranked.scores, ranked.cosines, strict=True):
             d = docs[i]
-            meta = {
-                **d.metadata,
-                "relevance_score": float(scores[i]),
-                "cosine_score": float(cos[i]),
-            }
+            meta = {**d.metadata, "relevance_score": score, "cosine_score": cos}
             out.append(Document(page_content=d.page_content, metadata=meta, id=d.id))
-        key = (query, tuple(d.page_content for d in out))
-        self._remember(
-            key, {"query": q, "candidates": m, "shown": shown, "prior": cos, "features": feats}
-        )
+        with self._lock:
+            self._rankings[(query, tuple(d.page_content for d in out))] = ranked
+            while len(self._rankings) > _CACHE_SIZE:
+                self._rankings.popitem(last=False)
         return out
 
     def feedback(self, query: str, documents: Sequence[Document], answer: str) -> FeedbackResult:
-        """Train the reranker from the citations of an answer.
+        """Train the reranker from the citations of an answer (`ReflectiveMemory.feedback`).
 
         Only the answer is read; an answer that echoes the prompt's instructions back teaches
         nothing.
@@ -168,61 +139,22 @@ class ReflectiveCompressor(BaseDocumentCompressor):
 
         Returns:
             The same `FeedbackResult` as `ReflectiveMemory.feedback`: `cited` positions,
-            `rewards` by document id (the position as a string for documents without an id),
-            `learned` (whether a reranker received the episode), `updates` / `pending` (the
-            engine reranker takes one step per `config.rerank.batch_size` episodes and is saved
-            after each step), and `reason` when nothing was learned.
+            `rewards` by document id (the documents' positions as given to `rerank_texts`, as
+            strings, when they have no distinct ids), `learned` (whether a reranker received
+            the episode), `updates` / `pending` (the engine reranker takes one step per
+            `config.rerank.batch_size` episodes and is saved after each step), and `reason`
+            when nothing was learned.
         """
         docs = list(documents)
         if not docs:
             raise InvalidInputError("feedback needs the documents that were shown")
         if not isinstance(answer, str):
             raise InvalidInputError(f"answer must be a str, got {type(answer).__name__}")
-        result = FeedbackResult("", self.user_id)
-        if echoes_instructions(answer):
-            result.reason = "the answer echoes the prompt's instructions"
-            return result
-        parsed = parse_citations(answer, len(docs))
-        cited = list(parsed.indices)
-        rewards = citation_rewards(len(docs), cited)
-        result.cited = tuple(cited)
-        result.no_cite, result.out_of_range, result.repeated = (
-            parsed.no_cite,
-            parsed.out_of_range,
-            parsed.repeated,
-        )
-        result.rewards = {
-            (d.id if d.id else str(i)): float(r)
-            for i, (d, r) in enumerate(zip(docs, rewards, strict=True))
-        }
-        reranker = self.get_reranker()
-        if reranker is None:
-            result.reason = "reranking is off (config.rerank.enabled)"
-            logger.info("citations of user %s not learned: %s", self.user_id, result.reason)
-            return result
-        key = (query, tuple(d.page_content for d in docs))
         with self._lock:
-            cached = self._episodes.pop(key, None)
-        if cached is None:
-            q, m = self._embed(query, docs)
-            cached = {
-                "query": q,
-                "candidates": m,
-                "shown": list(range(len(docs))),
-                "prior": m @ q,
-                "features": features_for(reranker, [d.page_content for d in docs]),
-            }
-        episode = Episode(rewards=rewards, **cached)
-        if self.reranker is None:
-            fit = self.memory.rerank_stage.learn(self.user_id, episode)
-            result.updates, result.pending, result.loss = fit.updates, fit.pending, fit.loss
-        else:
-            self.reranker.partial_fit(episode)
-            fit = getattr(self.reranker, "last_fit_", None)
-            result.updates = int(getattr(fit, "updates", 0) or 0)
-            result.pending = int(getattr(fit, "pending", 0) or 0)
-        result.learned = True
-        return result
+            ranked = self._rankings.pop((query, tuple(d.page_content for d in docs)), None)
+        if ranked is None:  # documents not compressed here: learned from as given
+            ranked = self._rank(query, docs, keep_order=True)
+        return self.memory.feedback(ranked, answer)
 
 
 #: The name used in the issue text; the same class.

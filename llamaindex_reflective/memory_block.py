@@ -22,10 +22,10 @@ require_llama_index()
 from llama_index.core.base.llms.types import ChatMessage, MessageRole  # noqa: E402
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
 from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
+from reflective_memory import FeedbackResult  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
 from reflective_memory.llm import count_tokens  # noqa: E402
 from reflective_memory.rmm.citations import echoes_instructions, register_instructions  # noqa: E402
-from reflective_memory.rmm.feedback import FeedbackResult  # noqa: E402
 from reflective_memory.types import Hit, Retrieval  # noqa: E402
 
 from .chat_store import _role, message_text  # noqa: E402

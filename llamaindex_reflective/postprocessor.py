@@ -7,14 +7,14 @@ Pipeline over the nodes a retriever returned (in its order):
 2. candidates: the first `candidate_k` nodes, or, with `recollect=True`, the `candidate_k`
    nodes RF-Mem recollection (`reflective_memory.recall`) picks among all given nodes' key
    embeddings;
-3. scores: the engine's reranker for the user (`memory.rerank_stage.reranker(user_id)`, the one
-   `memory.retrieve` applies) over the core embedder's vectors of query and keys; an untrained
-   reranker, or an engine with reranking off, gives their cosine;
+3. scores: `memory.rerank_texts` over the keys, i.e. the engine's reranker for the user (the
+   one `memory.retrieve` applies) over the core embedder's vectors of query and keys; an
+   untrained reranker, or an engine with reranking off, gives their cosine;
 4. the `top_n` best nodes, with the new scores.
 
-Every ranking is remembered (a bounded number of them) so that `feedback(response)` can turn the
-citations in a query engine's answer into a REINFORCE episode: the engine's reranker learns it and
-is saved with the store (`RerankStage.learn`), exactly like `memory.feedback`.
+Every ranking is remembered (a bounded number of them) so that `feedback(response)` can map a
+query engine's source nodes back onto it and hand the answer to `memory.feedback`: the engine's
+reranker learns from the citations and is saved with the store, as for `memory.retrieve`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,17 +42,14 @@ from llama_index.core.instrumentation.events.rerank import (  # noqa: E402
 )
 from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle  # noqa: E402
-from reflective_memory.engine import ReflectiveMemory  # noqa: E402
-from reflective_memory.errors import ConfigError, InvalidInputError  # noqa: E402
-from reflective_memory.recall import ArrayIndex, recall  # noqa: E402
-from reflective_memory.rmm.citations import (  # noqa: E402
-    echoes_instructions,
-    parse_citations,
+from reflective_memory import (  # noqa: E402
+    FeedbackResult,
+    RankedTexts,
+    ReflectiveMemory,
     register_instructions,
 )
-from reflective_memory.rmm.episodes import Episode  # noqa: E402
-from reflective_memory.rmm.features import citation_rewards, features_for  # noqa: E402
-from reflective_memory.rmm.feedback import FeedbackResult  # noqa: E402
+from reflective_memory.errors import ConfigError, InvalidInputError  # noqa: E402
+from reflective_memory.recall import ArrayIndex, recall  # noqa: E402
 
 __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 
@@ -86,24 +82,24 @@ class Ranking:
     """One ranking made by the postprocessor, kept for feedback.
 
     Attributes:
-        ranking_id: Id of the ranking.
-        query: The query text.
-        query_vec: `(dim,)` query embedding.
-        candidate_vecs: `(K, dim)` candidate key embeddings, in candidate order.
-        node_ids: Node id of each candidate.
+        ranked: What `memory.rerank_texts` returned for the candidates' keys.
+        node_ids: Node id of each candidate, in candidate order.
         texts: Raw text of each candidate (to recognise re-chunked citation nodes).
-        shown: Candidate positions returned, best first.
-        features: `(K, F)` reranker side features of the candidates (None if it takes none).
     """
 
-    ranking_id: str
-    query: str
-    query_vec: np.ndarray
-    candidate_vecs: np.ndarray
+    ranked: RankedTexts
     node_ids: list[str]
     texts: list[str]
-    shown: list[int]
-    features: np.ndarray | None = None
+
+    @property
+    def ranking_id(self) -> str:
+        """Id of the ranking (its `RerankRecord.retrieval_id`)."""
+        return self.ranked.record.retrieval_id
+
+    @property
+    def shown(self) -> list[int]:
+        """Candidate positions returned, best first."""
+        return list(self.ranked.order)
 
 
 class ReflectiveNodePostprocessor(BaseNodePostprocessor):
@@ -118,8 +114,9 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         candidate_k: Nodes considered (RMM's top-K), taken in the retriever's order unless
             `recollect` is on.
         reranker: An explicit reranker instead of the engine's (neither saved nor used by
-            `memory.retrieve`): an object with `score(query_vec, candidate_vecs, prior=None) ->
-            (K,) scores` and, to learn, `partial_fit(episode)`. Default: the engine's reranker
+            `memory.retrieve`): an object with `rerank(query_vec, candidate_vecs, prior, *,
+            explore)` returning `order` and `scores`, and `partial_fit(episode)` (see
+            `reflective_memory.rmm.feedback.CallerReranker`). Default: the engine's reranker
             for `user_id`; plain cosine (and no learning) when the engine has
             `config.rerank.enabled` off.
         denoise: Score denoised node text (`denoiser`, else the engine's `memory.denoiser`);
@@ -189,11 +186,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
 
         `None` (cosine scores) when no reranker was given and the engine has reranking off.
         """
-        if self.reranker is not None:
-            return self.reranker
-        if not self.memory.config.rerank.enabled:
-            return None
-        return self.memory.rerank_stage.reranker(self.user_id)
+        return self.reranker if self.reranker is not None else self.memory.reranker(self.user_id)
 
     def _denoiser(self) -> Any | None:
         return self.denoiser if self.denoiser is not None else self.memory.denoiser
@@ -232,44 +225,34 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         return [k if isinstance(k, str) and k.strip() else t for k, t in pairs]
 
     def _rank(self, nodes: list[NodeWithScore], query: str) -> list[NodeWithScore]:
-        embedder = self.memory.embedder
         texts = [n.node.get_content(metadata_mode=self.metadata_mode) for n in nodes]
-        qvec = np.asarray(embedder.encode(query), dtype=np.float32).reshape(-1)
         keys = self._keys(texts)
-        pool = list(range(len(nodes)))
+        pool = list(range(len(nodes)))[: self.candidate_k]
         if self.recollect and len(nodes) > self.candidate_k:
+            embedder = self.memory.embedder
+            qvec = np.asarray(embedder.encode(query), dtype=np.float32).reshape(-1)
             all_vecs = np.asarray(embedder.encode(keys), dtype=np.float32)
             picked = [int(p) for p in self._recollector()(qvec, all_vecs, self.candidate_k)]
             pool = [p for p in dict.fromkeys(picked) if 0 <= p < len(nodes)][: self.candidate_k]
-            vecs = all_vecs[pool]
-        else:
-            pool = pool[: self.candidate_k]
-            vecs = np.asarray(embedder.encode([keys[p] for p in pool]), dtype=np.float32)
-        vecs = vecs.reshape(len(pool), -1)
-        reranker = self._reranker()
-        feats = None
-        if reranker is None:
-            scores = vecs @ qvec
-        else:
-            feats = features_for(reranker, [keys[p] for p in pool])
-            kw = {} if feats is None else {"features": feats}
-            scores = np.asarray(reranker.score(qvec, vecs, **kw), dtype=np.float32).reshape(-1)
-        order = [int(i) for i in np.argsort(-scores, kind="stable")[: self.top_n]]
-        ranking = Ranking(
-            ranking_id=uuid.uuid4().hex,
-            query=query,
-            query_vec=qvec,
-            candidate_vecs=vecs,
-            node_ids=[nodes[p].node.node_id for p in pool],
-            texts=[texts[p] for p in pool],
-            shown=order,
-            features=feats,
+        node_ids = [nodes[p].node.node_id for p in pool]
+        ranked = self.memory.rerank_texts(
+            self.user_id,
+            query,
+            [keys[p] for p in pool],
+            ids=node_ids,
+            top_n=self.top_n,
+            reranker=self.reranker,
         )
         with self._lock:
-            self._rankings[ranking.ranking_id] = ranking
+            self._rankings[ranked.record.retrieval_id] = Ranking(
+                ranked, node_ids, [texts[p] for p in pool]
+            )
             while len(self._rankings) > self.max_rankings:
                 self._rankings.popitem(last=False)
-        return [NodeWithScore(node=nodes[pool[i]].node, score=float(scores[i])) for i in order]
+        return [
+            NodeWithScore(node=nodes[pool[i]].node, score=score)
+            for i, score in zip(ranked.order, ranked.scores, strict=True)
+        ]
 
     def _postprocess_nodes(
         self,
@@ -329,16 +312,16 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         return None
 
     def feedback(self, response: Any, *, cited: Sequence[int] | None = None) -> FeedbackResult:
-        """Turn a query engine's cited answer into reranker training.
+        """Turn a query engine's cited answer into reranker training (`memory.feedback`).
 
         The answer's citations (`[1]`, `[1, 3]`, `Source 2`, `[NO_CITE]`; numbered from
-        `citation_base` over `response.source_nodes`; parsed by
-        `reflective_memory.rmm.citations`) are mapped back to the nodes this postprocessor
-        returned for that query; each returned node gets reward +1 when cited and -1 when not.
-        The engine's reranker for `user_id` learns the episode and is saved with the store after
-        each optimizer step (one per `config.rerank.batch_size` episodes); an explicit
-        `reranker` gets `partial_fit`. An answer that echoes the prompt's instructions back
-        teaches nothing.
+        `citation_base` over `response.source_nodes`) name source nodes, which are mapped back to
+        the nodes this postprocessor returned for that query (by id, or as a re-chunked piece of
+        one); each returned node gets reward +1 when cited and -1 when not. The engine's
+        reranker for `user_id` learns the episode and is saved with the store after each
+        optimizer step (one per `config.rerank.batch_size` episodes); an explicit `reranker`
+        gets `partial_fit`. An answer that echoes the prompt's instructions back teaches
+        nothing.
 
         Args:
             response: A LlamaIndex `Response` (anything with `response` and `source_nodes`).
@@ -352,7 +335,8 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
             reranker's step report, and `reason` why nothing was learned.
 
         Raises:
-            InvalidInputError: The response has no source nodes this postprocessor ranked.
+            InvalidInputError: The response has no source nodes this postprocessor ranked, or
+                `cited` names no source.
         """
         sources = list(getattr(response, "source_nodes", None) or [])
         if not sources:
@@ -364,54 +348,12 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
                 f"(it remembers the last {self.max_rankings} rankings)"
             )
         ranking, where = found
-        result = FeedbackResult(ranking.ranking_id, self.user_id)
-        if cited is not None:
-            numbers = [int(c) for c in cited]
-        else:
-            answer = str(getattr(response, "response", "") or "")
-            if echoes_instructions(answer):
-                result.reason = "the answer echoes the prompt's instructions"
-                return result
-            parsed = parse_citations(
-                _SOURCE_WORD.sub(r"[\1]", answer), len(where) + self.citation_base
-            )
-            numbers = list(parsed.indices)
-            result.no_cite, result.out_of_range = parsed.no_cite, parsed.out_of_range
-            result.repeated = parsed.repeated
-            if not parsed.found:
-                result.reason = "the answer has no citation"
-        cited_pos: set[int] = set()
-        for n in numbers:
-            i = n - self.citation_base
-            if 0 <= i < len(where) and where[i] is not None:
-                cited_pos.add(int(where[i]))  # type: ignore[arg-type]
-        hits = [j for j, p in enumerate(ranking.shown) if p in cited_pos]
-        rewards = citation_rewards(len(ranking.shown), hits)
-        result.cited = tuple(hits)
-        result.rewards = {
-            ranking.node_ids[p]: float(r) for p, r in zip(ranking.shown, rewards, strict=True)
+        shown_at = {p: j for j, p in enumerate(ranking.ranked.order)}
+        numbering = {
+            self.citation_base + s: None if w is None else shown_at.get(w)
+            for s, w in enumerate(where)
         }
-        if result.reason:
-            return result
-        episode = Episode(
-            query=ranking.query_vec,
-            candidates=ranking.candidate_vecs,
-            shown=list(ranking.shown),
-            rewards=rewards,
-            features=ranking.features,
-        )
-        if self.reranker is not None:
-            if not callable(getattr(self.reranker, "partial_fit", None)):
-                result.reason = "the reranker given cannot learn (no partial_fit)"
-                logger.info("feedback for user %s not learned: %s", self.user_id, result.reason)
-                return result
-            self.reranker.partial_fit(episode)
-        elif not self.memory.config.rerank.enabled:
-            result.reason = "reranking is off (config.rerank.enabled)"
-            logger.info("feedback for user %s not learned: %s", self.user_id, result.reason)
-            return result
-        else:
-            fit = self.memory.rerank_stage.learn(self.user_id, episode)
-            result.updates, result.pending, result.loss = fit.updates, fit.pending, fit.loss
-        result.learned = True
-        return result
+        answer = None
+        if cited is None:  # LlamaIndex's prompts name sources "Source 1"
+            answer = _SOURCE_WORD.sub(r"[\1]", str(getattr(response, "response", "") or ""))
+        return self.memory.feedback(ranking.ranked, answer, cited=cited, numbering=numbering)

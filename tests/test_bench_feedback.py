@@ -170,9 +170,9 @@ def test_register_adds_parser():
     assert ns.conditions == bench.CONDITIONS and ns.epochs == 1
     cfg = bench._config(ns)  # nothing given: the library's reranker defaults
     d = MemoryConfig()
-    for name in ("rerank_scope", "rerank_features", "rerank_learning_rate", "rerank_baseline"):
-        assert getattr(cfg, name) == getattr(d, name)
-    assert cfg.granularities == d.granularities
+    for name in ("scope", "features", "learning_rate", "baseline"):
+        assert getattr(cfg.rerank, name) == getattr(d.rerank, name)
+    assert cfg.units.granularities == d.units.granularities
     paper = p.parse_args(
         [
             "feedback",
@@ -190,11 +190,11 @@ def test_register_adds_parser():
     )
     cfg = bench._config(paper)
     assert (
-        cfg.rerank_baseline == 0.5
-        and cfg.rerank_features == ()
+        cfg.rerank.baseline == 0.5
+        and cfg.rerank.features == ()
         and paper.conditions == ("citations", "noise")
     )
-    assert cfg.rerank_scope == "isolated"
+    assert cfg.rerank.scope == "isolated"
     with pytest.raises(SystemExit):
         p.parse_args(["feedback", "--data", "x.json", "--conditions", "loud"])
     two = p.parse_args(["feedback", "--data", "x.json", "--features", "cost, cost"])

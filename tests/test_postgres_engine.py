@@ -223,12 +223,12 @@ def test_reranker_updates_from_two_processes_are_not_lost(pg_dsn) -> None:
             assert rr.n_episodes_ == 12 and rr.n_updates_ == 6
         assert not np.allclose(a.rerank_stage.reranker("u").w_q_.detach().numpy(), 0.0)
         a.delete_user("u")
-        assert a.store.blob_version("u", "rmm.reranker") == 0
+        assert a.store.state.version("u", "rmm.reranker") == 0
 
 
 def test_per_user_offsets_and_prior_live_in_the_database_and_go_with_the_user(pg_dsn) -> None:
-    """Scope `user` (default): the prior and each user's offsets are blobs; none is lost."""
-    from reflective_memory.rmm.stored_rerank import ADAPTER_BLOB_NAME, BLOB_NAME
+    """Scope `user` (default): the prior and each user's offsets are states; none is lost."""
+    from reflective_memory.rmm.rerankers import ADAPTER_STATE, RERANKER_STATE
 
     schema = pg_schema()
     cfg = {"rerank": {"batch_size": 2, "user_learning_rate": 0.5, "user_decay": 0.1}}
@@ -243,28 +243,32 @@ def test_per_user_offsets_and_prior_live_in_the_database_and_go_with_the_user(pg
                 mem.feedback(r, cited=[len(r.hits) - 1])
         a.feedback(a.retrieve("v", f"{WORDS[0]} note", k=5), cited=[0])
         for mem in (a, b):
-            assert mem.rerank_stage.adapter("u").n_episodes_ == 12
-            prior = mem.rerank_stage.prior()
+            assert mem.rerank_stage.rerankers.adapter("u").n_episodes_ == 12
+            prior = mem.rerank_stage.rerankers.prior()
             assert prior.n_episodes_ == 13 and prior.n_updates_ == 6
-        delta = a.rerank_stage.adapter("u").delta_.copy()
+        delta = a.rerank_stage.rerankers.adapter("u").delta_.copy()
         assert np.any(delta)
-        assert np.array_equal(b.rerank_stage.adapter("u").delta_, delta)
-        assert a.store.blob_version("u", ADAPTER_BLOB_NAME) > 0
-        assert a.store.blob_version("u", BLOB_NAME) == 0  # no full reranker per user
+        assert np.array_equal(b.rerank_stage.rerankers.adapter("u").delta_, delta)
+        assert a.store.state.version("u", ADAPTER_STATE) > 0
+        assert a.store.state.version("u", RERANKER_STATE) == 0  # no full reranker per user
         with _mem(pg_dsn, schema, **cfg) as c:  # a new process restores it from the database
-            assert np.array_equal(c.rerank_stage.adapter("u").delta_, delta)
-            assert c.rerank_stage.user_state("u") == a.rerank_stage.user_state("u")
+            assert np.array_equal(c.rerank_stage.rerankers.adapter("u").delta_, delta)
+            mine = a.rerank_stage.rerankers.user_state("u")
+            assert c.rerank_stage.rerankers.user_state("u") == mine
         a.delete_user("u")
-        assert a.store.blob_version("u", ADAPTER_BLOB_NAME) == 0
-        assert b.rerank_stage.adapter("u").is_zero  # the other process sees it gone
-        assert a.store.blob_version("v", ADAPTER_BLOB_NAME) > 0  # v keeps its own
-        assert a.rerank_stage.prior().n_updates_ == 6  # the prior is an aggregate and stays
-        pending = a.rerank_stage.prior().pending_
+        assert a.store.state.version("u", ADAPTER_STATE) == 0
+        assert b.rerank_stage.rerankers.adapter("u").is_zero  # the other process sees it gone
+        assert a.store.state.version("v", ADAPTER_STATE) > 0  # v keeps its own
+        assert (
+            a.rerank_stage.rerankers.prior().n_updates_ == 6
+        )  # the prior is an aggregate and stays
+        pending = a.rerank_stage.rerankers.prior().pending_
         assert len(pending) == 1  # v's buffered episode; u's are gone
 
 
 def test_delete_user_drops_its_episodes_from_the_stored_shared_reranker(pg_dsn) -> None:
-    from reflective_memory.rmm.stored_rerank import BLOB_NAME, reranker_from_bytes
+    from reflective_memory.rmm.reranker import Reranker
+    from reflective_memory.rmm.rerankers import PRIOR_OWNER, RERANKER_STATE
 
     schema = pg_schema()
     with _mem(pg_dsn, schema, rerank={"scope": "shared", "batch_size": 8}) as a:
@@ -275,8 +279,8 @@ def test_delete_user_drops_its_episodes_from_the_stored_shared_reranker(pg_dsn) 
             a.feedback(a.retrieve(user, f"{WORDS[1]} note", k=3), cited=[0])
 
         def pending() -> int:
-            _, data = a.store.get_blob("__shared__", BLOB_NAME)
-            return len(reranker_from_bytes(data).pending_)
+            _, data = a.store.state.get(PRIOR_OWNER, RERANKER_STATE)
+            return len(Reranker.from_bytes(data).pending_)
 
         assert pending() == 2
         a.delete_user("u")
@@ -388,27 +392,6 @@ def test_concurrent_writers_to_one_session_get_distinct_positions(pg_dsn) -> Non
     finally:
         for s in stores:
             s.close()
-
-
-def test_memory_credit_lives_in_the_users_blob_and_goes_with_the_user(pg_dsn) -> None:
-    """`rerank_memory_credit`: the per-user table is saved in PostgreSQL and erased with u."""
-    from reflective_memory.rmm.stored_rerank import ADAPTER_BLOB_NAME
-
-    schema = pg_schema()
-    cfg = {"rerank_memory_credit": 0.05, "rerank_memory_credit_cap": 0.2}
-    with _mem(pg_dsn, schema, **cfg) as a:
-        for i in range(8):
-            a.add_turn("u", "s", "user", f"note {i} about {WORDS[i]} and {WORDS[i + 5]}")
-        a.end_session("u", "s")
-        r = a.retrieve("u", f"{WORDS[2]} note", k=5)
-        a.feedback(r, cited=[0])
-        table = dict(a.rerank_stage.adapter("u").credit_)
-        assert table and max(table.values()) > 0
-        with _mem(pg_dsn, schema, **cfg) as b:  # a new process reads it from the database
-            assert b.rerank_stage.adapter("u").credit_ == pytest.approx(table, abs=1e-6)
-        a.delete_user("u")
-        assert a.store.blob_version("u", ADAPTER_BLOB_NAME) == 0
-        assert a.rerank_stage.adapter("u").credit_ == {}
 
 
 def test_bench_retrieval_on_postgres_matches_the_embedded_baselines(pg_dsn, tmp_path) -> None:

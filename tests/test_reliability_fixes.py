@@ -149,7 +149,6 @@ def _populate(mem: ReflectiveMemory, user: str = USER) -> None:
         mem.end_session(user, s)
     r = mem.retrieve(user, "locker code", k=2)
     mem.feedback(r, cited=[0])
-    mem.rerank_stage.save_all()
 
 
 def test_delete_user_leaves_no_copy_in_any_file(tmp_path: Path) -> None:

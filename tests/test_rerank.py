@@ -1,11 +1,33 @@
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 import reflective_memory.rmm.features as features
 import reflective_memory.rmm.reranker as rerank
+import torch
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.episodes import Episode
 from reflective_memory.rmm.features import citation_rewards, rank_prior
 from reflective_memory.rmm.reranker import Reranker
+
+#: RMM's paper form: no side features, eta 1e-3, b 0.5 (top-M 5, tau 0.5 and batch 4 are
+#: `RerankConfig`'s defaults too, given here so the paper's values are explicit).
+PAPER = RerankConfig(
+    features=(),
+    learning_rate=1e-3,
+    baseline=0.5,
+    signed_features=False,
+    top_m=5,
+    tau=0.5,
+    batch_size=4,
+)
+
+
+def _cfg(**kw) -> RerankConfig:
+    """The paper's constants with some changed."""
+    return dataclasses.replace(PAPER, **kw)
 
 
 def _unit(rng, *shape):
@@ -21,7 +43,7 @@ def data():
 
 def test_zero_init_keeps_retriever_order(data):
     q, m = data
-    r = Reranker(16)
+    r = Reranker(16, PAPER)
     assert r.is_identity
     np.testing.assert_allclose(r.score(q, m), m @ q, atol=1e-6)
     assert r.rerank(q, m).order == [int(i) for i in np.argsort(-(m @ q), kind="stable")]
@@ -39,7 +61,7 @@ def test_rank_prior_equals_dense_for_dense_order(data):
 
 def test_exploration_samples_head_and_keeps_all(data):
     q, m = data
-    r = Reranker(16, top_m=5, seed=3)
+    r = Reranker(16, _cfg(seed=3))
     heads = {tuple(r.rerank(q, m, explore=True).order[:5]) for _ in range(30)}
     assert len(heads) > 1
     res = r.rerank(q, m, explore=True)
@@ -49,7 +71,7 @@ def test_exploration_samples_head_and_keeps_all(data):
 
 def test_gumbel_sampling_matches_softmax(data):
     q, m = data
-    r = Reranker(16, top_m=1, seed=0)
+    r = Reranker(16, _cfg(top_m=1, seed=0))
     p = r.probabilities(q, m)
     counts = np.bincount([r.rerank(q, m, explore=True).order[0] for _ in range(3000)], minlength=20)
     np.testing.assert_allclose(counts / 3000, p, atol=0.04)
@@ -57,7 +79,7 @@ def test_gumbel_sampling_matches_softmax(data):
 
 def test_gradient_step_moves_cited_memory_up(data):
     q, m = data
-    r = Reranker(16, top_m=5, batch_size=1, seed=0)
+    r = Reranker(16, _cfg(batch_size=1, seed=0))
     base = r.rerank(q, m).order
     target = base[4]  # shown but last
     before = r.score(q, m)
@@ -72,7 +94,8 @@ def test_gradient_step_moves_cited_memory_up(data):
 
 def test_on_policy_learning_brings_cited_memory_to_top(data):
     q, m = data
-    r = Reranker(16, top_m=5, seed=0)
+    # plain SGD at the paper's eta (1e-3) moves the maps slowly; 0.1 learns in 50 steps
+    r = Reranker(16, _cfg(seed=0, learning_rate=0.1))
     target = r.rerank(q, m).order[8]  # not even in the untrained top-5
     for _ in range(200):
         shown = r.rerank(q, m, explore=True).order[:5]
@@ -84,7 +107,7 @@ def test_on_policy_learning_brings_cited_memory_to_top(data):
 
 def test_sgd_step_matches_reinforce_direction(data):
     q, m = data
-    r = Reranker(16, optimizer="sgd", learning_rate=0.5, batch_size=1)
+    r = Reranker(16, _cfg(learning_rate=0.5, batch_size=1))
     shown = list(range(5))
     r.partial_fit(Episode(q, m, shown, citation_rewards(5, [3])))
     s = r.score(q, m)
@@ -93,7 +116,7 @@ def test_sgd_step_matches_reinforce_direction(data):
 
 def test_batching_waits_for_full_batch(data):
     q, m = data
-    r = Reranker(16, batch_size=4)
+    r = Reranker(16, PAPER)
     ep = Episode(q, m, [0, 1], np.array([1.0, -1.0]))
     r.partial_fit([ep, ep, ep])
     assert r.n_updates_ == 0 and len(r.pending_) == 3 and r.is_identity
@@ -105,7 +128,7 @@ def test_batching_waits_for_full_batch(data):
 
 def test_save_load_round_trip(tmp_path, data):
     q, m = data
-    r = Reranker(16, batch_size=2, seed=0)
+    r = Reranker(16, _cfg(batch_size=2, seed=0))
     ep = Episode(q, m, [2, 0, 1], citation_rewards(3, [0]), prior=rank_prior(m @ q))
     r.partial_fit([ep, ep, ep])  # one step + one pending
     path = r.save(tmp_path / "user.a.b")
@@ -131,15 +154,15 @@ def test_load_errors(tmp_path):
 
 def test_bad_config_and_inputs(data):
     q, m = data
-    for kw in (
-        {"dim": 0},
-        {"dim": 4, "tau": 0},
-        {"dim": 4, "optimizer": "rmsprop"},
-        {"dim": 4, "batch_size": 0},
-    ):
+    for dim in (0, -1, 2.0, True):
         with pytest.raises(ConfigError):
-            Reranker(**kw)
-    r = Reranker(16)
+            Reranker(dim, PAPER)
+    with pytest.raises(ConfigError):
+        Reranker(4, {"tau": 0.5})  # a RerankConfig, which validates its own fields
+    for kw in ({"tau": 0}, {"batch_size": 0}, {"top_m": 0}, {"learning_rate": 0}):
+        with pytest.raises(ConfigError):
+            _cfg(**kw)
+    r = Reranker(16, PAPER)
     with pytest.raises(InvalidInputError):
         r.score(q[:8], m)
     with pytest.raises(InvalidInputError):
@@ -148,55 +171,56 @@ def test_bad_config_and_inputs(data):
         r.partial_fit(Episode(q, m, [0, 1], np.array([1.0])))
 
 
+def test_defaults_come_from_rerank_config():
+    r = Reranker(16)
+    assert r.config == RerankConfig()
+    assert r.features == RerankConfig().features and r.n_features == len(r.features)
+    assert r.get_params()["config"]["learning_rate"] == RerankConfig().learning_rate
+
+
 def test_all_exports():
     for name in rerank.__all__:
         assert hasattr(rerank, name)
 
 
-def test_memory_bias_learns_query_independent_preference(data):
-    """With the bias term, citing one memory kind for one query lifts it for other queries."""
+def _old_format(tmp_path, r: Reranker, name: str, **extra) -> None:
+    """Save `r` as a reranker saved before 0.2: flat parameters, Adam state, a bias vector."""
+    from safetensors.torch import save_file
+
+    path = r.save(tmp_path / name)
+    doc = json.loads(path.read_text())
+    params = {"dim": r.dim, **doc["init_parameters"]["config"]}
+    params.update({"optimizer": "adam", "weight_decay": 0.01, "memory_bias": False, **extra})
+    doc["init_parameters"] = params
+    doc["state"]["optimizer"] = {"0.step": 3}
+    tensors = {
+        "w_q": r.w_q_.detach().clone(),
+        "w_m": r.w_m_.detach().clone(),
+        "w_f": r.w_f_.detach().clone(),
+        "b_m": torch.full((r.dim,), 0.5 if params["memory_bias"] else 0.0),
+        "opt.0.exp_avg": torch.ones(r.dim, r.dim),
+    }
+    text = json.dumps(doc)
+    save_file(tensors, str(tmp_path / f"{name}.safetensors"), metadata={"config": text})
+    path.write_text(text)
+
+
+def test_rerankers_saved_before_0_2_still_load(tmp_path, data):
+    """optimizer / weight_decay are ignored (plain SGD from now on); a learned bias refuses."""
     q, m = data
-    rng = np.random.default_rng(3)
-    q2 = _unit(rng, 16)
-    r = Reranker(16, top_m=5, batch_size=1, memory_bias=True, seed=0)
-    plain = Reranker(16, top_m=5, batch_size=1, seed=0)
-    shown = list(range(5))
-    for rr in (r, plain):
-        rr.partial_fit(Episode(q, m, shown, citation_rewards(5, [3])))
-    assert not r.is_identity and np.any(r.b_m_.detach().numpy() != 0)
-    assert np.all(plain.b_m_.detach().numpy() == 0)  # off: the paper's form only
-    lift = r.score(q2, m) - m @ q2
-    lift_plain = plain.score(q2, m) - m @ q2
-    assert lift[3] - np.mean(lift) > lift_plain[3] - np.mean(lift_plain)
-
-
-def test_weight_decay_pulls_toward_identity(data):
-    q, m = data
-    ep = Episode(q, m, [0, 1, 2, 3, 4], citation_rewards(5, [3]))
-    norms = []
-    for wd in (0.0, 50.0):
-        r = Reranker(16, batch_size=1, weight_decay=wd, optimizer="sgd", learning_rate=0.01)
-        for _ in range(20):
-            r.partial_fit(ep)
-        norms.append(float(r.w_m_.detach().norm()))
-    assert norms[1] < norms[0]
-    with pytest.raises(ConfigError):
-        Reranker(16, weight_decay=-1.0)
-    with pytest.raises(ConfigError):
-        Reranker(16, memory_bias=1)
-
-
-def test_memory_bias_round_trip(tmp_path, data):
-    q, m = data
-    r = Reranker(16, batch_size=1, memory_bias=True, weight_decay=0.1, seed=0)
+    r = Reranker(16, _cfg(batch_size=1, learning_rate=0.5))
     r.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [1])))
-    r.save(tmp_path / "b")
-    r2 = Reranker.load(tmp_path / "b")
-    assert r2.memory_bias and r2.weight_decay == 0.1
-    np.testing.assert_allclose(r2.score(q, m), r.score(q, m), atol=1e-7)
-    r.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [1])))
-    r2.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [1])))
-    np.testing.assert_allclose(r2.score(q, m), r.score(q, m), atol=1e-6)
+    _old_format(tmp_path, r, "old")
+    back = Reranker.load(tmp_path / "old")
+    assert back.config == r.config and back.n_updates_ == 1
+    np.testing.assert_allclose(back.score(q, m), r.score(q, m), atol=1e-7)
+    ep = Episode(q, m, [0, 1, 2], citation_rewards(3, [2]))
+    r.partial_fit(ep)
+    back.partial_fit(ep)  # SGD: no optimizer state to carry over, the step is the same
+    np.testing.assert_allclose(back.score(q, m), r.score(q, m), atol=1e-6)
+    _old_format(tmp_path, r, "biased", memory_bias=True)
+    with pytest.raises(ModelLoadError, match="memory_bias"):
+        Reranker.load(tmp_path / "biased")
 
 
 _TEXTS = [
@@ -212,16 +236,14 @@ _TEXTS = [
 def test_cost_features_are_log_words():
     f = features.cost_features(["one two three", "", "a"])
     np.testing.assert_allclose(f[:, 0], np.log1p([3, 0, 1]), rtol=1e-6)
-    r = Reranker(16, features=("cost",))
+    r = Reranker(16, _cfg(features=("cost",)))
     assert r.n_features == 1 and r.feature_matrix(_TEXTS).shape == (4, 1)
-    assert Reranker(16).feature_matrix(_TEXTS) is None
-    assert features.features_for(r, _TEXTS).shape == (4, 1)
-    assert features.features_for(object(), _TEXTS) is None  # a user's own reranker: no features
+    assert Reranker(16, PAPER).feature_matrix(_TEXTS) is None
 
 
 def test_features_are_required_exactly_when_configured(data):
     q, m = data
-    r = Reranker(16, features=("cost",))
+    r = Reranker(16, _cfg(features=("cost",)))
     with pytest.raises(InvalidInputError, match="pass features"):
         r.rerank(q, m)
     with pytest.raises(InvalidInputError, match="shape"):
@@ -229,12 +251,12 @@ def test_features_are_required_exactly_when_configured(data):
     with pytest.raises(InvalidInputError, match="shape"):
         r.score(q, m, features=np.full((20, 1), np.nan, np.float32))
     with pytest.raises(InvalidInputError, match="no features"):
-        Reranker(16).score(q, m, features=np.zeros((20, 1), np.float32))
+        Reranker(16, PAPER).score(q, m, features=np.zeros((20, 1), np.float32))
     with pytest.raises(InvalidInputError, match="features"):
         Episode(q, m, [0], np.ones(1, np.float32), None, np.zeros(20, np.float32)).checked(16)
-    for bad in (("length",), "cost", ("cost", "cost")):
+    for bad in (("length",), ("cost", "cost"), 3):
         with pytest.raises(ConfigError):
-            Reranker(16, features=bad)
+            _cfg(features=bad)
     # Untrained, the feature weight is zero: the retriever's order is kept.
     feats = r.feature_matrix([f"w {'x ' * i}" for i in range(20)])
     assert r.rerank(q, m, m @ q, features=feats).order == list(np.argsort(-(m @ q), kind="stable"))
@@ -244,7 +266,7 @@ def test_cost_weight_learns_that_short_memories_get_cited():
     """Citing the short memories of one query lifts short memories for an unrelated query."""
     rng = np.random.default_rng(5)
     dim = 16
-    r = Reranker(dim, top_m=2, batch_size=1, features=("cost",), optimizer="sgd", seed=0)
+    r = Reranker(dim, _cfg(top_m=2, batch_size=1, features=("cost",), seed=0))
     texts = _TEXTS * 3
     feats = r.feature_matrix(texts)
     short = [i for i, t in enumerate(texts) if len(t.split()) < 8]
@@ -275,35 +297,45 @@ def test_episode_baseline_learns_only_from_contrast(data):
     feats = np.log1p(np.arange(20, dtype=np.float32)).reshape(-1, 1)
     for rewards in (np.full(5, -1.0, np.float32), np.ones(5, np.float32)):
         ep = Episode(q, m, [0, 1, 2, 3, 4], rewards, None, feats)
-        ep_r = Reranker(16, batch_size=1, baseline="episode", features=("cost",), optimizer="sgd")
-        const = Reranker(16, batch_size=1, baseline=0.5, features=("cost",), optimizer="sgd")
+        ep_r = Reranker(16, _cfg(batch_size=1, baseline="episode", features=("cost",)))
+        const = Reranker(16, _cfg(batch_size=1, baseline=0.5, features=("cost",)))
         ep_r.partial_fit(ep)
         const.partial_fit(ep)
         assert ep_r.is_identity and not const.is_identity
-    ep_r = Reranker(16, batch_size=1, baseline="episode", optimizer="sgd", learning_rate=0.1)
+    ep_r = Reranker(16, _cfg(batch_size=1, baseline="episode", learning_rate=0.1))
     ep_r.partial_fit(Episode(q, m, [0, 1, 2], citation_rewards(3, [2])))
     s = ep_r.score(q, m) - m @ q
     assert s[2] > s[0] and s[2] > s[1]  # the cited one rose against the uncited ones
     for bad in ("mean", True, None):
         with pytest.raises(ConfigError):
-            Reranker(16, baseline=bad)
+            _cfg(baseline=bad)
 
 
 def test_features_round_trip_with_pending_episodes(tmp_path, data):
     q, m = data
     feats = np.log1p(np.arange(20, dtype=np.float32)).reshape(-1, 1)
-    r = Reranker(16, batch_size=2, features=("cost",), baseline="episode", seed=0)
+    r = Reranker(16, _cfg(batch_size=2, features=("cost",), baseline="episode", seed=0))
     ep = Episode(q, m, [3, 0, 1], citation_rewards(3, [0]), m @ q, feats)
     r.partial_fit([ep, ep, ep])  # one step, one episode pending
     r.save(tmp_path / "f")
     r2 = Reranker.load(tmp_path / "f")
-    assert r2.features == ("cost",) and r2.baseline == "episode" and len(r2.pending_) == 1
+    assert r2.features == ("cost",) and r2.config.baseline == "episode" and len(r2.pending_) == 1
     np.testing.assert_array_equal(r2.pending_[0].features, feats)
     np.testing.assert_allclose(r2.score(q, m, features=feats), r.score(q, m, features=feats))
     # A reranker saved without features, loaded with them: the new weight starts at zero.
-    plain = Reranker(16, batch_size=1, seed=0)
+    plain = Reranker(16, _cfg(batch_size=1, seed=0))
     plain.partial_fit(Episode(q, m, [0, 1], citation_rewards(2, [1])))
     plain.save(tmp_path / "p")
-    grown = Reranker.load(tmp_path / "p", features=("cost",))
+    grown = Reranker.load(tmp_path / "p", _cfg(features=("cost",)))
     assert float(grown.w_f_.detach()[0]) == 0.0
     np.testing.assert_allclose(grown.score(q, m, features=feats), plain.score(q, m), atol=1e-6)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import reflective_memory.rmm.personal
+    import reflective_memory.types
+
+    for module in (rerank, reflective_memory.rmm.personal, reflective_memory.types):
+        assert doctest.testmod(module).failed == 0

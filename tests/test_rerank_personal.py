@@ -1,18 +1,28 @@
 """Per-user reranking: side features, prior + per-user offsets, state bytes, erasure, noise."""
 
+import dataclasses
+import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 from reflective_memory.errors import ConfigError, ModelLoadError
+from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.episodes import Episode
 from reflective_memory.rmm.features import FEATURES, Candidates, candidate_features
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
+from reflective_memory.rmm.rerankers import ADAPTER_STATE, PRIOR_OWNER, RERANKER_STATE
 from reflective_memory.types import Memory
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+
+
+def _rc(**kw) -> RerankConfig:
+    """Reranker settings with unsigned features unless said otherwise."""
+    return RerankConfig(**{"signed_features": False, **kw})
 
 
 def _mem(i, text, granularity="turn", turns=1, when=None):
@@ -115,7 +125,7 @@ def _episodes(rng, n, dim=8, k=10, signal=True, cite_rate=0.3):
 
 def test_adapter_learns_the_cited_kind_and_decays_toward_prior():
     rng = np.random.default_rng(0)
-    ad = UserAdapter(("cost", "overlap"), learning_rate=0.1, decay=0.5)
+    ad = UserAdapter(_rc(features=("cost", "overlap"), user_learning_rate=0.1, user_decay=0.5))
     for ep in _episodes(rng, 40):
         ad.update(ep, np.zeros(len(ep.candidates)))
     assert ad.delta_[0] < -0.2 and abs(ad.delta_[1]) < abs(ad.delta_[0]) / 2
@@ -135,11 +145,11 @@ def test_adapter_gradient_matches_autograd_of_reranker_policy():
     """The offsets follow the same REINFORCE rule as the prior's feature weights."""
     rng = np.random.default_rng(3)
     ep = _episodes(rng, 1)[0]
-    rr = Reranker(8, features=("cost", "overlap"), baseline="episode", optimizer="sgd")
+    rr = Reranker(8, _rc(features=("cost", "overlap"), baseline="episode"))
     lp = rr.log_prob(ep)
     r = ep.rewards - ep.rewards.mean()
     (-(lp * __import__("torch").from_numpy(r)).sum()).backward()
-    ad = UserAdapter(("cost", "overlap"))
+    ad = UserAdapter(_rc(features=("cost", "overlap")))
     base = rr.score(ep.query, ep.candidates, None, ep.features)
     assert np.allclose(ad.gradient(ep, base), -rr.w_f_.grad.numpy(), atol=1e-4)
 
@@ -176,7 +186,7 @@ def test_learning_on_one_user_does_not_change_another_users_own_part(tmp_path):
         ep = _stage_episode(dim, rng)
         before_u2 = stage.reranker("u2").score(ep.query, ep.candidates, ep.prior, ep.features)
         for _ in range(10):
-            stage.learn("u1", _stage_episode(dim, rng))
+            stage.rerankers.learn("u1", _stage_episode(dim, rng))
         u1, u2 = stage.reranker("u1"), stage.reranker("u2")
         assert isinstance(u1, PersonalReranker) and u1.adapter.delta_[0] < 0
         assert u2.adapter.is_zero and u2.is_identity
@@ -184,10 +194,9 @@ def test_learning_on_one_user_does_not_change_another_users_own_part(tmp_path):
         assert np.array_equal(before_u2, after_u2)  # u2 ranks exactly as before
         s1 = u1.score(ep.query, ep.candidates, ep.prior, ep.features)
         assert s1[0] - s1[1] > after_u2[0] - after_u2[1]  # u1 now prefers the short memory
-        stage.save_all()  # flushed every few episodes and on close
-        files = sorted(p.name for p in (tmp_path / "rerankers").iterdir() if "user-" in p.name)
-        assert len(files) == 1 and files[0].endswith(".delta.json")  # tiny per-user state
-        assert (tmp_path / "rerankers" / files[0]).stat().st_size < 1000
+        state = stage.rerankers.state  # every episode is stored as it is learned
+        assert state.names("u1") == [ADAPTER_STATE] and state.names("u2") == []
+        assert len(state.get("u1", ADAPTER_STATE)[1]) < 1000  # tiny per-user state
 
 
 def test_prior_learns_across_users_and_new_users_inherit_it(tmp_path):
@@ -204,13 +213,13 @@ def test_prior_learns_across_users_and_new_users_inherit_it(tmp_path):
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         stage = mem.rerank_stage
         for n in range(20):
-            stage.learn(f"user{n % 4}", _stage_episode(dim, rng))
-        w = stage.prior().w_f_.detach().numpy().copy()
-        assert w[0] < 0 and stage.prior().n_updates_ == 10
+            stage.rerankers.learn(f"user{n % 4}", _stage_episode(dim, rng))
+        w = stage.rerankers.prior().w_f_.detach().numpy().copy()
+        assert w[0] < 0 and stage.rerankers.prior().n_updates_ == 10
         newcomer = stage.reranker("someone-new")
         assert newcomer.adapter.is_zero and not newcomer.is_identity
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
-        assert np.allclose(again.rerank_stage.prior().w_f_.detach().numpy(), w)
+        assert np.allclose(again.rerank_stage.rerankers.prior().w_f_.detach().numpy(), w)
 
 
 def test_user_state_bytes_round_trip_and_erase(tmp_path):
@@ -219,31 +228,29 @@ def test_user_state_bytes_round_trip_and_erase(tmp_path):
     rng = np.random.default_rng(4)
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         stage = mem.rerank_stage
-        assert stage.user_state("u1") is None  # nothing learned, nothing to keep
+        assert stage.rerankers.user_state("u1") is None  # nothing learned, nothing to keep
         for _ in range(5):
-            stage.learn("u1", _stage_episode(dim, rng))
-        blob = stage.user_state("u1")
+            stage.rerankers.learn("u1", _stage_episode(dim, rng))
+        blob = stage.rerankers.user_state("u1")
         assert isinstance(blob, bytes) and len(blob) < 1000
-        delta = stage.adapter("u1").delta_.copy()
-        stage.save_all()
-        assert any(p.name.startswith("user-") for p in (tmp_path / "rerankers").iterdir())
+        delta = stage.rerankers.adapter("u1").delta_.copy()
+        assert stage.rerankers.state.names("u1") == [ADAPTER_STATE]
         stage.forget("u1")
-        assert not any(p.name.startswith("user-") for p in (tmp_path / "rerankers").iterdir())
-        assert stage.adapter("u1").is_zero
-        stage.restore_user_state("u1", blob)
-        assert np.array_equal(stage.adapter("u1").delta_, delta)
-        prior_blob = stage.prior_state()
+        assert stage.rerankers.state.names("u1") == []
+        assert stage.rerankers.adapter("u1").is_zero
+        stage.rerankers.restore_user_state("u1", blob)
+        assert np.array_equal(stage.rerankers.adapter("u1").delta_, delta)
+        prior_blob = stage.rerankers.prior_state()
         with pytest.raises(ModelLoadError):
-            stage.restore_user_state("u1", b"not a state")
+            stage.rerankers.restore_user_state("u1", b"not a state")
         # delete_user erases the user's reranker state along with the memories
         mem.add_turn("u1", "s", "user", "hello there")
         mem.end_session("u1", "s")
         mem.delete_user("u1")
-        assert stage.adapter("u1").is_zero
-        assert not any(p.name.startswith("user-") for p in (tmp_path / "rerankers").iterdir())
+        assert stage.rerankers.adapter("u1").is_zero and stage.rerankers.state.names("u1") == []
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
-        assert again.rerank_stage.adapter("u1").is_zero
-        again.rerank_stage.restore_prior_state(prior_blob)
+        assert again.rerank_stage.rerankers.adapter("u1").is_zero
+        again.rerank_stage.rerankers.restore_prior_state(prior_blob)
 
 
 def test_delete_user_drops_its_buffered_episodes_from_the_prior(tmp_path):
@@ -254,24 +261,24 @@ def test_delete_user_drops_its_buffered_episodes_from_the_prior(tmp_path):
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         stage = mem.rerank_stage
         for user in ("u1", "u2", "u1"):
-            stage.learn(user, _stage_episode(dim, rng))
-        assert len(stage.prior().pending_) == 3
+            stage.rerankers.learn(user, _stage_episode(dim, rng))
+        assert len(stage.rerankers.prior().pending_) == 3
         mem.add_turn("u1", "s", "user", "hello there")
         mem.delete_user("u1")
-        assert len(stage.prior().pending_) == 1  # u2's stays
+        assert len(stage.rerankers.prior().pending_) == 1  # u2's stays
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
-        assert len(again.rerank_stage.prior().pending_) == 1  # the file was rewritten too
+        assert len(again.rerank_stage.rerankers.prior().pending_) == 1  # the file was rewritten too
 
 
 def test_reranker_bytes_round_trip_and_errors():
     rng = np.random.default_rng(5)
-    rr = Reranker(8, features=("cost", "overlap"), feature_learning_rate=0.1, batch_size=2)
+    rr = Reranker(8, _rc(features=("cost", "overlap"), feature_learning_rate=0.1, batch_size=2))
     eps = _episodes(rng, 3)
     rr.partial_fit(eps)  # one step plus one buffered episode
     blob = rr.to_bytes()
     back = Reranker.from_bytes(blob)
     assert back.n_updates_ == 1 and len(back.pending_) == 1
-    assert back.feature_learning_rate == 0.1
+    assert back.config == rr.config and back.config.feature_learning_rate == 0.1
     for a, b in ((rr.w_f_, back.w_f_), (rr.w_m_, back.w_m_), (rr.w_q_, back.w_q_)):
         assert np.array_equal(a.detach().numpy(), b.detach().numpy())
     ep = eps[0]
@@ -282,25 +289,51 @@ def test_reranker_bytes_round_trip_and_errors():
     for bad in (b"", b"12345678", blob[:40]):
         with pytest.raises(ModelLoadError):
             Reranker.from_bytes(bad)
-    ad = UserAdapter(("cost",), learning_rate=0.3)
+    ad = UserAdapter(_rc(features=("cost",), user_learning_rate=0.3))
     ad.delta_[:] = [0.25]
-    assert np.array_equal(UserAdapter.from_bytes(ad.to_bytes()).delta_, ad.delta_)
-    other = UserAdapter.from_bytes(ad.to_bytes(), features=("overlap",))
+    back_ad = UserAdapter.from_bytes(ad.to_bytes())
+    assert np.array_equal(back_ad.delta_, ad.delta_) and back_ad.get_params() == ad.get_params()
+    other = UserAdapter.from_bytes(ad.to_bytes(), _rc(features=("overlap",)))
     assert other.is_zero  # saved for other features: starts again from the prior
     with pytest.raises(ConfigError):
-        UserAdapter(("length",))
+        UserAdapter({"features": ("cost",)})  # a RerankConfig, which validates its fields
     with pytest.raises(ConfigError):
-        UserAdapter(("cost",), learning_rate=1.0, decay=1.0)
+        _rc(features=("cost",), user_learning_rate=1.0, user_decay=1.0)
+
+
+def test_user_states_saved_before_0_2_still_load():
+    """Flat parameters under the adapter's old names; a memory-credit table is ignored."""
+    old = {
+        "type": "reflective_memory.rmm.personal.UserAdapter",
+        "format_version": 1,
+        "init_parameters": {
+            "features": ["cost", "overlap"],
+            "learning_rate": 0.2,
+            "decay": 0.5,
+            "tau": 0.5,
+            "baseline": "episode",
+        },
+        "state": {
+            "delta": [-0.25, 0.5],
+            "credit": {"m1": 0.1},
+            "n_episodes": 7,
+            "n_updates": 5,
+        },
+    }
+    ad = UserAdapter.from_bytes(json.dumps(old).encode())
+    assert ad.config.user_learning_rate == 0.2 and ad.config.user_decay == 0.5
+    assert ad.delta_.tolist() == [-0.25, 0.5] and ad.n_updates_ == 5
+    assert b"credit" not in ad.to_bytes()
 
 
 def test_pure_noise_feedback_keeps_offsets_small():
     """Random citations: the offsets random-walk but the decay keeps them near the prior."""
     rng = np.random.default_rng(6)
-    ad = UserAdapter(("cost", "overlap"), learning_rate=0.05, decay=0.1)
+    ad = UserAdapter(_rc(features=("cost", "overlap"), user_learning_rate=0.05, user_decay=0.1))
     for ep in _episodes(rng, 60, signal=False):
         ad.update(ep, np.zeros(len(ep.candidates)))
     noisy = np.abs(ad.delta_).max()
-    sig = UserAdapter(("cost", "overlap"), learning_rate=0.05, decay=0.1)
+    sig = UserAdapter(_rc(features=("cost", "overlap"), user_learning_rate=0.05, user_decay=0.1))
     for ep in _episodes(np.random.default_rng(6), 60):
         sig.update(ep, np.zeros(len(ep.candidates)))
     assert noisy < abs(sig.delta_[0]) / 2
@@ -327,8 +360,8 @@ def test_signed_weights_never_invert_retriever_evidence():
     signs = sign_vector(names)
     assert list(signs) == [1, -1]
     rng = np.random.default_rng(7)
-    rr = Reranker(8, features=names, feature_learning_rate=0.5, signed_features=True)
-    ad = UserAdapter(names, learning_rate=0.5, decay=0.0)
+    rr = Reranker(8, _rc(features=names, feature_learning_rate=0.5, signed_features=True))
+    ad = UserAdapter(_rc(features=names, user_learning_rate=0.5, user_decay=0.0))
     for ep in _episodes(rng, 80, signal=False, cite_rate=0.5):
         rr.partial_fit(ep)
         w = rr.w_f_.detach().numpy()
@@ -337,7 +370,57 @@ def test_signed_weights_never_invert_retriever_evidence():
         ad.update(ep, base, w, signs)
         total = w + ad.delta_
         assert total[0] >= -1e-9 and total[1] <= 1e-9
-    free = Reranker(8, features=names, feature_learning_rate=0.5)
+    free = Reranker(8, _rc(features=names, feature_learning_rate=0.5, signed_features=False))
     for ep in _episodes(np.random.default_rng(7), 80, signal=False, cite_rate=0.5):
         free.partial_fit(ep)
     assert free.w_f_.detach().numpy()[0] < 0 or free.w_f_.detach().numpy()[1] > 0
+
+
+def test_reranker_files_from_before_0_2_move_into_the_state_store(tmp_path):
+    """`<dir>/rerankers/shared.*`, `user-<hash>.delta.json`, `user-<hash>.safetensors`."""
+    import hashlib
+
+    def base(user: str) -> Path:
+        return tmp_path / "rerankers" / f"user-{hashlib.sha1(user.encode()).hexdigest()[:24]}"
+
+    cfg = _cfg(rerank={"features": ("cost", "overlap"), "batch_size": 2})
+    dim = HashingEmbedder().dim
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        for user in ("u1", "u2", "gone"):
+            mem.add_turn(user, "s", "user", f"hello from {user}")
+            mem.end_session(user, "s")
+    # what 0.1 left in the directory: the prior (one step, one buffered episode) and offsets
+    prior = Reranker(dim, cfg.rerank)
+    prior.partial_fit(_episodes(np.random.default_rng(8), 3, dim=dim, k=6))
+    prior.save(tmp_path / "rerankers" / "shared")
+    ad = UserAdapter(cfg.rerank)
+    ad.delta_[:] = [-0.5, 0.25]
+    base("u1").with_suffix(".delta.json").write_bytes(ad.to_bytes())
+    base("gone").with_suffix(".delta.json").write_bytes(ad.to_bytes())
+    iso = Reranker(dim, dataclasses.replace(cfg.rerank, batch_size=1))
+    iso.partial_fit(_episodes(np.random.default_rng(9), 1, dim=dim, k=6))
+    iso.save(base("u2"))
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        stage = mem.rerank_stage
+        assert stage.reranker("u1").adapter.delta_.tolist() == [-0.5, 0.25]
+        assert (
+            stage.rerankers.prior().n_updates_ == 1 and len(stage.rerankers.prior().pending_) == 1
+        )
+        assert stage.rerankers.state.names(PRIOR_OWNER) == [RERANKER_STATE]
+        assert stage.rerankers.state.names("u1") == [ADAPTER_STATE]
+        left = {p.name for p in (tmp_path / "rerankers").iterdir() if p.suffix != ".state"}
+        assert not any(n.startswith("shared") for n in left)  # moved, then deleted
+        assert not base("u1").with_suffix(".delta.json").exists()
+        # a user whose old files were never read: delete_user erases them too
+        mem.delete_user("gone")
+        assert not base("gone").with_suffix(".delta.json").exists()
+        assert stage.rerankers.state.names("gone") == []
+    isolated = cfg.replace(rerank={"scope": "isolated"})
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=isolated) as mem:
+        rr = mem.rerank_stage.reranker("u2")
+        assert rr.n_updates_ == 1 and np.array_equal(
+            rr.w_q_.detach().numpy(), iso.w_q_.detach().numpy()
+        )
+        assert not base("u2").with_suffix(".safetensors").exists()
+        assert not base("u2").with_suffix(".json").exists()
+        assert mem.rerank_stage.rerankers.state.names("u2") == [RERANKER_STATE]

@@ -1,8 +1,17 @@
+import dataclasses
+
 import numpy as np
 import pytest
-from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory import (
+    HashingEmbedder,
+    MemoryConfig,
+    RankedTexts,
+    ReflectiveMemory,
+    RerankRecord,
+)
 from reflective_memory.errors import ConfigError, InvalidInputError
 from reflective_memory.rmm.citations import build_answer_prompt
+from reflective_memory.rmm.rerankers import PRIOR_OWNER, RERANKER_STATE
 
 FACTS = [
     "I adopted a beagle called Rex last week",
@@ -151,18 +160,21 @@ def test_isolated_scope_learns_and_persists_per_user(tmp_path):
         assert f2.updates == 1 and f2.loss is not None
         assert not mem.rerank_stage.reranker("u1").is_identity
         assert mem.rerank_stage.reranker("u2").is_identity  # isolation
-        files = sorted(p.name for p in (tmp_path / "rerankers").iterdir())
-        assert len(files) == 2 and files[0].startswith("user-")
+        state = mem.rerank_stage.rerankers.state
+        assert state.names("u1") == [RERANKER_STATE] and state.names("u2") == []
+        assert state.names(PRIOR_OWNER) == []  # no prior in scope isolated
         w = mem.rerank_stage.reranker("u1").w_m_.detach().clone()
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         rr = again.rerank_stage.reranker("u1")
         assert rr.n_updates_ == 1 and np.allclose(rr.w_m_.detach().numpy(), w.numpy())
         assert again.rerank_stage.reranker("u2").is_identity
         again.delete_user("u1")
-        assert not (tmp_path / "rerankers").exists() or not list((tmp_path / "rerankers").iterdir())
+        assert again.rerank_stage.rerankers.state.names("u1") == []
+        left = sorted(p.name for p in (tmp_path / "rerankers").iterdir())
+        assert left == [".clock", ".lock"]  # no state of anyone left (u2 learned nothing)
 
 
-def test_isolated_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_path):
+def test_isolated_stage_learn_trains_the_users_reranker_and_stores_every_episode(tmp_path):
     from reflective_memory.rmm.episodes import Episode
 
     dim = HashingEmbedder().dim
@@ -173,13 +185,17 @@ def test_isolated_stage_learn_trains_the_users_reranker_and_saves_on_update(tmp_
     cfg = _cfg(rerank={"scope": "isolated", "features": ("cost",), "batch_size": 2})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
         stage = mem.rerank_stage
-        first = stage.learn("u1", ep)
+        first = stage.rerankers.learn("u1", ep)
         assert first.updates == 0 and first.pending == 1
-        assert not (tmp_path / "rerankers").exists()  # nothing saved while the batch fills
-        second = stage.learn("u1", ep)
+        with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as other:
+            assert len(other.rerank_stage.reranker("u1").pending_) == 1  # stored at once
+        second = stage.rerankers.learn("u1", ep)
         assert second.updates == 1 and second.pending == 0
         assert stage.reranker("u1").n_updates_ == 1 and stage.reranker("u2").is_identity
-        assert len(list((tmp_path / "rerankers").glob("*.safetensors"))) == 1
+        assert (
+            stage.rerankers.state.names("u1") == [RERANKER_STATE]
+            and stage.rerankers.state.names("u2") == []
+        )
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         assert again.rerank_stage.reranker("u1").n_updates_ == 1
 
@@ -191,9 +207,9 @@ def test_shared_scope_uses_one_reranker(tmp_path):
         _fill(mem, "u2")
         mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
         assert mem.rerank_stage.reranker("u2") is mem.rerank_stage.reranker("u1")
-        assert [p.name for p in (tmp_path / "rerankers").iterdir() if p.suffix == ".json"] == [
-            "shared.json"
-        ]
+        state = mem.rerank_stage.rerankers.state
+        assert state.names(PRIOR_OWNER) == [RERANKER_STATE]
+        assert state.names("u1") == state.names("u2") == []
 
 
 def test_feedback_no_cite_and_attribution_fallback():
@@ -243,8 +259,11 @@ def test_feedback_errors():
         embedder=HashingEmbedder(), config=_cfg(rerank={"enabled": False})
     ) as mem:
         _fill(mem)
-        with pytest.raises(ConfigError):
-            mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
+        r = mem.retrieve("u1", "nurse")
+        assert r.rerank is None and "rerank" not in r.diagnostics
+        off = mem.feedback(r, cited=[0])  # reported, not learned
+        assert not off.learned and "reranking is off" in off.reason
+        assert off.cited == (0,) and list(off.rewards.values())[0] == 1.0
 
 
 def test_citation_loop_end_to_end_moves_cited_memory_up():
@@ -284,10 +303,10 @@ def test_reranker_options_reach_the_engine_reranker(tmp_path):
         _fill(mem)
         mem.feedback(mem.retrieve("u1", "nurse"), cited=[0])
         rr = mem.rerank_stage.reranker("u1")
-        assert rr.tau == 0.7 and rr.batch_size == 1 and not rr.is_identity
+        assert rr.config.tau == 0.7 and rr.config.batch_size == 1 and not rr.is_identity
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         loaded = again.rerank_stage.reranker("u1")
-        assert loaded.tau == 0.7 and loaded.n_updates_ == 1
+        assert loaded.config.tau == 0.7 and loaded.n_updates_ == 1
     for bad in (
         {"rerank_weight_decay": 0.1},  # removed in 0.2
         {"rerank_memory_bias": True},
@@ -349,7 +368,7 @@ def test_cost_feature_flows_through_retrieval_feedback_and_config(tmp_path):
     paper = _cfg(rerank={"scope": "isolated", "features": (), "baseline": 0.5})
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=paper) as again:
         loaded = again.rerank_stage.reranker("u1")  # the config wins over the saved settings
-        assert loaded.features == () and loaded.baseline == 0.5
+        assert loaded.features == () and loaded.config.baseline == 0.5
         assert loaded.n_updates_ == 40
 
 
@@ -362,3 +381,113 @@ def test_buffered_feedback_survives_close_and_reopen(tmp_path):
     with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
         rr = again.rerank_stage.reranker("u1")
         assert rr.n_updates_ == 0 and len(rr.pending_) == 1
+
+
+# -- one feedback path: the rerank record, texts from any retriever --------------------------------
+def test_retrieval_carries_its_rerank_record():
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg()) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "what pet do I have", k=3)
+        rec = r.rerank
+        assert isinstance(rec, RerankRecord) and rec.user_id == "u1"
+        assert rec.retrieval_id == r.retrieval_id and rec.query == "what pet do I have"
+        assert r.diagnostics["rerank"] == rec.as_diagnostics()
+        assert set(r.diagnostics["rerank"]) == {
+            "scope",
+            "top_k",
+            "top_m",
+            "explored",
+            "updates",
+            "retriever_order",
+            "reranked_order",
+            "prior",
+            "features",
+        }
+        assert len(rec.candidates) == rec.top_k == 8 and sorted(rec.reranked) == sorted(
+            rec.candidates
+        )
+        again = RerankRecord.from_diagnostics(
+            r.diagnostics["rerank"], user_id="u1", retrieval_id=r.retrieval_id, query=rec.query
+        )
+        assert again == rec
+
+
+def test_feedback_on_a_retrieval_without_a_record_reads_its_diagnostics(tmp_path):
+    cfg = _cfg(rerank={"batch_size": 1})
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        r = mem.retrieve("u1", "nurse")
+    old = dataclasses.replace(r, rerank=None)  # as made before 0.2
+    broken = dataclasses.replace(r, rerank=None, diagnostics={"rerank": {"scope": "user"}})
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        f = again.feedback(old, cited=[0])
+        assert f.learned and f.updates == 1
+        nothing = again.feedback(broken, cited=[0])
+        assert not nothing.learned and nothing.reason == "the retrieval was not reranked"
+
+
+def test_rerank_texts_and_retrieve_share_the_users_reranker(tmp_path):
+    cfg = _cfg(rerank={"scope": "isolated", "batch_size": 1, "features": ("cost",)})
+    texts = ["My dog Rex loves the beach", "The tax office opens at nine", "Rex barks at cats"]
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        ranked = mem.rerank_texts("u1", "my dog Rex", texts, ids=["a", None, "c"], top_n=2)
+        assert isinstance(ranked, RankedTexts) and len(ranked.order) == 2
+        assert ranked.record.candidates == ("a", "1", "c") and ranked.record.top_m == 2
+        assert [texts[i] for i in ranked.order] == [
+            texts[ranked.record.candidates.index(x)] for x in ranked.record.reranked[:2]
+        ]
+        f = mem.feedback(ranked, "Rex does. [1]")
+        shown_ids = [ranked.record.candidates[i] for i in ranked.order]
+        assert f.learned and f.updates == 1 and f.cited == (1,)
+        assert f.rewards == {shown_ids[0]: -1.0, shown_ids[1]: 1.0}
+        assert f.retrieval_id == ranked.record.retrieval_id
+        assert mem.retrieve("u1", "nurse").rerank.updates == 1  # the reranker retrieve applies
+        assert mem.feedback(ranked.record, cited=[0]).updates == 1  # the record alone will do
+        with pytest.raises(InvalidInputError):
+            mem.rerank_texts("u1", "q", "not a list")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError):
+            mem.feedback(ranked, cited=[2])  # two texts were shown
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as again:
+        # another process: the texts are embedded again; a bare record cannot be rebuilt
+        assert again.feedback(ranked, cited=[0]).updates == 1
+        assert again.reranker("u1").n_updates_ == 3
+        lost = again.feedback(ranked.record, cited=[0])
+        assert not lost.learned and "changed" in lost.reason
+
+
+def test_feedback_numbering_names_shown_texts():
+    """Sources numbered from 1, one of them not shown: the numbering maps them."""
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=_cfg()) as mem:
+        ranked = mem.rerank_texts("u1", "dogs", ["dogs bark", "cats purr", "birds sing"])
+        numbering = {1: 0, 2: None, 3: 2}
+        f = mem.feedback(ranked, "See [1] and [2], [0] and [9].", numbering=numbering)
+        assert f.cited == (0,) and f.out_of_range == 2 and f.learned
+        assert list(f.rewards.values()) == [1.0, -1.0, -1.0]
+        assert mem.feedback(ranked, cited=[3, 2], numbering=numbering).cited == (2,)
+        with pytest.raises(InvalidInputError):
+            mem.feedback(ranked, cited=[0], numbering=numbering)
+
+
+def test_two_engines_on_one_directory_lose_no_feedback(tmp_path):
+    """Embedded stores keep learned state in files under the same read-modify-write contract."""
+    cfg = _cfg(rerank={"batch_size": 2, "scope": "isolated"})
+    with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as a:
+        _fill(a)
+        with ReflectiveMemory(tmp_path, embedder=HashingEmbedder(), config=cfg) as b:
+            for _ in range(3):
+                for mem in (a, b):
+                    mem.feedback(mem.retrieve("u1", "what pet do I have"), cited=[0])
+            for mem in (a, b):
+                rr = mem.reranker("u1")
+                assert rr.n_episodes_ == 6 and rr.n_updates_ == 3
+
+
+def test_an_uncited_answer_matching_nothing_teaches_nothing():
+    cfg = _cfg(rerank={"batch_size": 1})
+    with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
+        _fill(mem)
+        f = mem.feedback(mem.retrieve("u1", "what do I do on weekends"), "Zebra quartz xylophone.")
+        assert f.inferred and not f.learned and f.cited == () and f.rewards == {}
+        assert f.reason.startswith("the answer has no citation")
+        assert mem.reranker("u1").n_updates_ == 0

@@ -26,7 +26,6 @@ words) before and after learning.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import shutil
@@ -303,26 +302,25 @@ def _train(
 
 
 def _config(args: argparse.Namespace) -> MemoryConfig:
-    d = MemoryConfig()
+    rerank: dict[str, Any] = {"explore": False, "top_k": args.top_k}
+    given = {
+        "scope": args.scope,
+        "learning_rate": args.lr,
+        "feature_learning_rate": args.feature_lr,
+        "user_learning_rate": args.user_lr,
+        "user_decay": args.user_decay,
+        "baseline": args.baseline,
+        "features": args.features,
+        "batch_size": args.batch_size,
+    }
+    rerank.update({name: val for name, val in given.items() if val is not None})
     kw: dict[str, Any] = {
-        "rerank_explore": False,
-        "rerank_top_k": args.top_k,
-        "budget_unit": "words",  # budgets in whitespace words, as `bench systems`
+        "rerank": rerank,
+        "passages": {"budget_unit": "words"},  # budgets in whitespace words, as `bench systems`
     }
     if args.granularity != "default":
-        kw["granularities"] = (args.granularity,)
-    given = {
-        "rerank_scope": args.scope,
-        "rerank_learning_rate": args.lr,
-        "rerank_feature_learning_rate": args.feature_lr,
-        "rerank_user_learning_rate": args.user_lr,
-        "rerank_user_decay": args.user_decay,
-        "rerank_baseline": args.baseline,
-        "rerank_features": args.features,
-        "rerank_batch_size": args.batch_size,
-    }
-    kw.update({name: val for name, val in given.items() if val is not None})
-    return MemoryConfig(**{**{"rerank_scope": d.rerank_scope}, **kw})
+        kw["units"] = {"granularities": (args.granularity,)}
+    return MemoryConfig(**kw)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -342,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
 
     def fresh(seed: int) -> ReflectiveMemory:
         shutil.rmtree(store / "rerankers", ignore_errors=True)
-        c = dataclasses.replace(cfg, rerank_seed=seed)
+        c = cfg.replace(rerank={"seed": seed})
         return ReflectiveMemory(store, config=c, embedder=embedder, denoiser=denoiser)
 
     t0 = time.time()

@@ -93,16 +93,16 @@ def report(
 ) -> str:
     """The Markdown report of a run (and its PNG learning curves with `--plot`)."""
     sp0 = per_split[0]["split"]
+    rr = cfg.rerank
     lines = [
         f"data: {args.data} ({len(convs)} users; protocol: {protocol}; per split "
         f"{len(sp0.train)} teaching / {len(sp0.test)} test questions), "
-        f"units={list(cfg.granularities)}, denoiser={args.denoiser}, embedder={embedder_name}, "
-        f"retrieval={cfg.retrieval_mode}; reranker: scope={cfg.rerank_scope}, "
-        f"K={cfg.rerank_top_k}, M={cfg.rerank_top_m}, tau={cfg.rerank_tau}, "
-        f"lr={cfg.rerank_learning_rate}, "
-        f"feature lr={cfg.rerank_feature_learning_rate}, user lr={cfg.rerank_user_learning_rate}, "
-        f"user decay={cfg.rerank_user_decay}, batch={cfg.rerank_batch_size}, "
-        f"b={cfg.rerank_baseline}, features={list(cfg.rerank_features)}; "
+        f"units={list(cfg.units.granularities)}, denoiser={args.denoiser}, "
+        f"embedder={embedder_name}, retrieval={cfg.search.mode}; reranker: scope={rr.scope}, "
+        f"K={rr.top_k}, M={rr.top_m}, tau={rr.tau}, lr={rr.learning_rate}, "
+        f"feature lr={rr.feature_learning_rate}, user lr={rr.user_learning_rate}, "
+        f"user decay={rr.user_decay}, batch={rr.batch_size}, "
+        f"b={rr.baseline}, features={list(rr.features)}; "
         f"epochs={args.epochs}, splits={[p['split'].seed for p in per_split]}; "
         f"simulated citations: precision {precision}, recall {recall}; ingest {ingest_s:.0f} s",
         "",

@@ -36,13 +36,15 @@ if TYPE_CHECKING:
     )
     from reflective_memory.llm import LLM, LLMClient, as_llm, count_tokens
     from reflective_memory.recall import RecallConfig, calibrate_gate
+    from reflective_memory.rmm.citations import register_instructions
+    from reflective_memory.rmm.episodes import RankedTexts
     from reflective_memory.rmm.feedback import FeedbackResult
     from reflective_memory.rmm.reranker import Reranker
     from reflective_memory.segment import LabeledDialogue, Rubric, learn_rubric
     from reflective_memory.segment.base import FixedWindowSegmenter, Segmenter
     from reflective_memory.segment.embedding import EmbeddingSegmenter, TextTilingSegmenter
     from reflective_memory.segment.llm import LLMSegmenter
-    from reflective_memory.types import Hit, Memory, Retrieval, Turn, Usage
+    from reflective_memory.types import Hit, Memory, RerankRecord, Retrieval, Turn, Usage
 
 __version__ = "0.1.0"
 
@@ -51,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     "ReflectiveMemory": "reflective_memory.engine",
     "Reranker": "reflective_memory.rmm.reranker",
     "FeedbackResult": "reflective_memory.rmm.feedback",
+    "RankedTexts": "reflective_memory.rmm.episodes",
+    "register_instructions": "reflective_memory.rmm.citations",
     "MemoryConfig": "reflective_memory.config",
     "Denoiser": "reflective_memory.denoise",
     "OfflineDenoiser": "reflective_memory.denoise",
@@ -77,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     "Memory": "reflective_memory.types",
     "Hit": "reflective_memory.types",
     "Retrieval": "reflective_memory.types",
+    "RerankRecord": "reflective_memory.types",
     "Usage": "reflective_memory.types",
     "ReflectiveMemoryError": "reflective_memory.errors",
     "InvalidInputError": "reflective_memory.errors",
@@ -95,6 +100,8 @@ __all__ = [
     "ReflectiveMemory",
     "Reranker",
     "FeedbackResult",
+    "RankedTexts",
+    "register_instructions",
     "MemoryConfig",
     "Denoiser",
     "OfflineDenoiser",
@@ -121,6 +128,7 @@ __all__ = [
     "Memory",
     "Hit",
     "Retrieval",
+    "RerankRecord",
     "Usage",
     "ReflectiveMemoryError",
     "InvalidInputError",

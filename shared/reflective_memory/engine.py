@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,10 @@ from reflective_memory.llm import LLMClient, as_llm, count_tokens
 from reflective_memory.pipeline.retriever import Retriever
 from reflective_memory.recall import RecallConfig
 from reflective_memory.records import Records
-from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
-from reflective_memory.rmm.stored_rerank import StoredRerankStage
+from reflective_memory.rmm.episodes import RankedTexts
+from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
+from reflective_memory.rmm.personal import PersonalReranker
+from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.topics import ProspectiveReflector
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
@@ -34,7 +36,9 @@ from reflective_memory.storage.base import MemoryStore, StateHolder, require_ope
 from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
-from reflective_memory.types import Memory, Retrieval, Turn
+from reflective_memory.storage.state import FileStateStore
+from reflective_memory.types import Memory, RerankRecord, Retrieval, Turn
+from reflective_memory.validation import check_id
 
 __all__ = ["ReflectiveMemory"]
 
@@ -169,11 +173,10 @@ class ReflectiveMemory:
         )
 
     def _rerankers(self) -> RerankStage:
-        """RMM's rerankers, persisted where the store keeps learned state."""
-        if isinstance(self.store, StateHolder):  # rerankers live in the database
-            return StoredRerankStage(self.config.rerank, self.embedder, self.store)
-        directory = None if self.path is None else self.path / "rerankers"
-        return RerankStage(self.config.rerank, self.embedder, directory)
+        """RMM's rerankers, their learned state where the store keeps it (else in files)."""
+        files = None if self.path is None else self.path / "rerankers"
+        state = self.store.state if isinstance(self.store, StateHolder) else FileStateStore(files)
+        return RerankStage(self.config.rerank, self.embedder, state, legacy=files)
 
     @property
     def segmenter(self) -> Segmenter:
@@ -198,13 +201,8 @@ class ReflectiveMemory:
     def close(self) -> None:
         """Close the store; later calls raise `StoreClosedError`. Idempotent.
 
-        Rerankers' buffered feedback episodes are saved first.
+        Learned reranker state is stored as it is learned, so nothing is left to save.
         """
-        if not self.store.closed:
-            try:
-                self.rerank_stage.save_all()
-            except Exception:  # never block closing the store of record
-                logger.exception("saving buffered reranker feedback failed")
         self.store.close()
 
     def __enter__(self) -> ReflectiveMemory:
@@ -338,54 +336,115 @@ class ReflectiveMemory:
             explore=explore,
         )
 
-    # -- feedback (RMM retrospective reflection) -------------------------------------------
+    # -- feedback (RMM) --------------------------------------------------------------------
+    # Forwarding façade of `self.rerank_stage` (`reflective_memory.rmm.feedback.RerankStage`).
+    def reranker(self, user_id: str) -> Reranker | PersonalReranker | None:
+        """The reranker serving `user_id` (None with `config.rerank.enabled` off).
+
+        With scope `user` a `PersonalReranker` (the prior shared by the users plus the user's
+        offsets), `shared` the prior itself, `isolated` the user's own `Reranker`.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        return self.rerank_stage.reranker(user_id) if self.config.rerank.enabled else None
+
+    def rerank_texts(
+        self,
+        user_id: str,
+        query: str,
+        texts: Sequence[str],
+        *,
+        ids: Sequence[str | None] | None = None,
+        top_n: int | None = None,
+        explore: bool = False,
+        keep_order: bool = False,
+        reranker: CallerReranker | None = None,
+    ) -> RankedTexts:
+        """Rerank texts from any retriever with the user's citation-trained reranker.
+
+        The reranker `retrieve` applies orders the texts (by cosine with reranking off); give
+        the result to `feedback` with the answer that cited them (`[i]` names
+        `result.order[i]`) and the same reranker learns. See `RerankStage.rerank_texts` for
+        the arguments.
+
+        Example:
+            >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
+            >>> mem = ReflectiveMemory(embedder=HashingEmbedder())
+            >>> ranked = mem.rerank_texts("ana", "why do dogs bark", ["cats purr", "dogs bark"])
+            >>> ranked.order
+            (1, 0)
+            >>> mem.feedback(ranked, "Dogs bark to warn. [0]").rewards
+            {'1': 1.0, '0': -1.0}
+        """
+        self._open()
+        return self.rerank_stage.rerank_texts(
+            user_id,
+            query,
+            texts,
+            ids=ids,
+            top_n=top_n,
+            explore=explore,
+            keep_order=keep_order,
+            reranker=reranker,
+        )
+
     def feedback(
         self,
-        retrieval: Retrieval,
+        shown: Retrieval | RankedTexts | RerankRecord,
         answer: str | None = None,
         *,
         cited: Sequence[int] | None = None,
+        numbering: Mapping[int, int | None] | None = None,
     ) -> FeedbackResult:
-        """Learn from which retrieved memories an answer used.
+        """Learn from which shown memories (or texts) an answer used.
 
         Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
-        numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`.
-        Each hit that came from the reranked candidates gets reward +1 if cited and -1 if not;
-        the episode trains the reranker serving the retrieval's user (one update per
-        `rerank_batch_size` episodes), which is then saved under the store directory.
+        numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`,
+        or to the texts `rerank_texts` showed, best first. Each shown item that came from the
+        reranked candidates gets reward +1 if cited and -1 if not; the episode trains the
+        reranker that ranked (one update per `config.rerank.batch_size` episodes), which is
+        then saved with the store.
 
         Args:
-            retrieval: The `Retrieval` the answer was generated from.
+            shown: The `Retrieval` the answer was generated from, or the `RankedTexts` (or its
+                `RerankRecord`) of `rerank_texts`.
             answer: The LLM's answer text; if it has no citation marker and
-                `config.rerank.attribution_fallback` is on, used memories are inferred by embedding
-                similarity (`config.rerank.attribution_threshold`) and the result is marked
-                `inferred`.
-            cited: The cited hit positions, given directly instead of an answer.
+                `config.rerank.attribution_fallback` is on, used items are inferred by
+                embedding similarity (`config.rerank.attribution_threshold`) and the result is
+                marked `inferred`.
+            cited: The cited positions, given directly instead of an answer.
+            numbering: What each citation number names, when the answer numbered something
+                else than the shown list: number -> shown position (None: not shown). E.g.
+                sources numbered from 1, several of them pieces of one shown text.
 
         Returns:
-            A `FeedbackResult` saying what was learned (or why nothing was). Only the answer is
-            read: an answer that echoes the prompt's instructions or its memory blocks back
-            (`reflective_memory.rmm.citations.echoes_instructions`) teaches nothing.
+            A `FeedbackResult` saying what was learned, or why nothing was (`reason`: e.g.
+            reranking is off, the answer cites nothing readable, the memories changed). Only
+            the answer is read: an answer that echoes the prompt's instructions or its memory
+            blocks back (`reflective_memory.rmm.citations.echoes_instructions`) teaches
+            nothing.
 
         Raises:
-            InvalidInputError: Neither `answer` nor `cited` given, or a cited position is no hit.
-            ConfigError: The reranker is disabled (`config.rerank.enabled` is False).
+            InvalidInputError: Neither `answer` nor `cited` given, a cited position names
+                nothing, or `shown` is none of the types above.
         """
         self._open()
-        if not self.config.rerank.enabled:
-            raise ConfigError("feedback trains the reranker; enable config.rerank.enabled")
-        out = self.rerank_stage.feedback(retrieval, answer, cited, self.indexes.get)
-        return out
+        return self.rerank_stage.feedback(
+            shown, answer, cited, self.indexes.get, numbering=numbering
+        )
 
     async def afeedback(
         self,
-        retrieval: Retrieval,
+        shown: Retrieval | RankedTexts | RerankRecord,
         answer: str | None = None,
         *,
         cited: Sequence[int] | None = None,
+        numbering: Mapping[int, int | None] | None = None,
     ) -> FeedbackResult:
         """Async twin of `feedback`."""
-        return await asyncio.to_thread(self.feedback, retrieval, answer, cited=cited)
+        return await asyncio.to_thread(
+            self.feedback, shown, answer, cited=cited, numbering=numbering
+        )
 
     # -- records ------------------------------------------------------------------------
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:

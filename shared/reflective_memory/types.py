@@ -1,8 +1,9 @@
 """Plain data types shared by every part of the core.
 
 `Turn` is one stored utterance, `Memory` one stored unit of memory (a turn, a session, a segment,
-a topic summary or a note), `Hit` a memory with its scores in a ranking, and `Retrieval` the
-answer to one query with its diagnostics and LLM `Usage`.
+a topic summary or a note), `Hit` a memory with its scores in a ranking, `RerankRecord` what the
+citation-trained reranker showed for one ranking, and `Retrieval` the answer to one query with
+its diagnostics, LLM `Usage` and rerank record.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = [
     "Memory",
     "Hit",
     "Retrieval",
+    "RerankRecord",
     "Usage",
     "GRANULARITIES",
     "LEXICAL_HALF_RELEVANCE",
@@ -165,6 +167,95 @@ class Hit:
         return 0.0
 
 
+@dataclass(frozen=True)
+class RerankRecord:
+    """What the reranker showed for one ranking: everything feedback on it learns from.
+
+    Made by the RMM rerank stage for every reranked `retrieve` (`Retrieval.rerank`) and for
+    texts from any retriever (`ReflectiveMemory.rerank_texts`). Plain data: it can be kept,
+    serialised (`as_diagnostics` / `from_diagnostics`) and sent back with `feedback` by another
+    process, which rebuilds the vectors from the user's index (or the texts) and the query.
+
+    Attributes:
+        user_id: Whose reranker ranked.
+        retrieval_id: Id of the retrieval (or text ranking) the record belongs to.
+        scope: The reranker scope (`user`, `shared`, `isolated`), or `custom` for a reranker
+            passed in by the caller.
+        top_k: Candidates reranked (the head of the retriever's ranking).
+        top_m: Memories the reranker selects (for text rankings: texts shown).
+        explored: The head was sampled with Gumbel noise.
+        updates: Optimizer steps the reranker had taken when it ranked.
+        candidates: Candidate ids in the retriever's order (memory ids, or the ids of the
+            texts given).
+        reranked: The same ids in the reranker's order.
+        prior: Prior score of each candidate, as `candidates` (rounded to 6 decimals).
+        features: Side features of each candidate, as `candidates` (rounded to 5 decimals),
+            or None when the reranker scores none.
+        query: The query text as ranked (after speaker focus, if any).
+    """
+
+    user_id: str
+    retrieval_id: str
+    scope: str
+    top_k: int
+    top_m: int
+    explored: bool
+    updates: int
+    candidates: tuple[str, ...]
+    reranked: tuple[str, ...]
+    prior: tuple[float, ...]
+    features: tuple[tuple[float, ...], ...] | None
+    query: str
+
+    def as_diagnostics(self) -> dict[str, Any]:
+        """The record as `Retrieval.diagnostics["rerank"]` shows it (JSON-ready).
+
+        Example:
+            >>> r = RerankRecord("u", "r1", "user", 2, 1, False, 0, ("a", "b"), ("b", "a"),
+            ...                  (0.5, 0.25), None, "q")
+            >>> r.as_diagnostics()["reranked_order"]
+            ['b', 'a']
+        """
+        out: dict[str, Any] = {
+            "scope": self.scope,
+            "top_k": self.top_k,
+            "top_m": self.top_m,
+            "explored": self.explored,
+            "updates": self.updates,
+            "retriever_order": list(self.candidates),
+            "reranked_order": list(self.reranked),
+            "prior": list(self.prior),
+        }
+        if self.features is not None:
+            out["features"] = [list(row) for row in self.features]
+        return out
+
+    @classmethod
+    def from_diagnostics(
+        cls, info: dict[str, Any], *, user_id: str, retrieval_id: str, query: str
+    ) -> RerankRecord:
+        """Rebuild a record from `as_diagnostics()` output (which holds no ids nor query).
+
+        Raises:
+            KeyError, TypeError, ValueError: `info` is not such a dict.
+        """
+        feats = info.get("features")
+        return cls(
+            user_id=user_id,
+            retrieval_id=retrieval_id,
+            scope=str(info["scope"]),
+            top_k=int(info["top_k"]),
+            top_m=int(info["top_m"]),
+            explored=bool(info["explored"]),
+            updates=int(info["updates"]),
+            candidates=tuple(str(x) for x in info["retriever_order"]),
+            reranked=tuple(str(x) for x in info["reranked_order"]),
+            prior=tuple(float(x) for x in info["prior"]),
+            features=None if feats is None else tuple(tuple(map(float, r)) for r in feats),
+            query=query,
+        )
+
+
 @dataclass
 class Retrieval:
     """The answer to one `retrieve` call.
@@ -176,6 +267,8 @@ class Retrieval:
         diagnostics: Path taken, candidate counts, timings in milliseconds and more.
         usage: LLM usage of the call.
         retrieval_id: Id used to send feedback about this retrieval.
+        rerank: What the reranker showed (None when nothing was reranked); `feedback` learns
+            from it. `diagnostics["rerank"]` is its `as_diagnostics()`.
     """
 
     user_id: str
@@ -184,6 +277,7 @@ class Retrieval:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     retrieval_id: str = ""
+    rerank: RerankRecord | None = None
 
     @property
     def memories(self) -> list[Memory]:

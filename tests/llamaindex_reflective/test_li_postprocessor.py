@@ -1,6 +1,7 @@
 import asyncio
 from typing import Any
 
+import numpy as np
 import pytest
 from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
@@ -20,6 +21,7 @@ from reflective_memory import (
     MemoryConfig,
     ReflectiveMemory,
 )
+from reflective_memory.rmm.episodes import RerankResult
 
 from llamaindex_reflective import ReflectiveEmbedding, ReflectiveNodePostprocessor
 
@@ -57,11 +59,11 @@ class FakeReranker:
         self.episodes = []
         self.bonus = None
 
-    def score(self, query, candidates, prior=None):
+    def rerank(self, query, candidates, prior=None, *, explore=False):
         s = candidates @ query
         if self.bonus is not None:
             s = s + candidates @ self.bonus
-        return s
+        return RerankResult([int(i) for i in np.argsort(-s, kind="stable")], s, False)
 
     def partial_fit(self, episode):
         self.episodes.append(episode)
@@ -211,7 +213,8 @@ def test_feedback_without_reranker_reports_only():
     assert list(report.rewards.values()) == [-1.0, -1.0] and report.no_cite
     assert report.learned is False and "reranking is off" in report.reason
     none = pp.feedback(Response(response="no citations at all", source_nodes=shown))
-    assert not none.learned and none.reason == "the answer has no citation"
+    assert not none.learned and none.cited == () and none.rewards == {}
+    assert "reranking is off" in none.reason
     given = pp.feedback(Response(response="x", source_nodes=shown), cited=[1])
     assert list(given.rewards.values()) == [1.0, -1.0] and given.cited == (0,)
     with pytest.raises(InvalidInputError):
@@ -360,10 +363,9 @@ def test_denoise_uses_the_engines_denoiser_on_chatty_text():
     assert {n.node.get_content() for n in out} == set(CHATTY)  # node text is not changed
     # feedback learns from the denoised keys that were scored
     report = clean.feedback(Response(response="Rex [1].", source_nodes=out))
-    vecs = clean.rankings[-1].candidate_vecs
     keys = mem.denoiser.denoise(list(CHATTY))
     assert report.cited == (0,) and clean.rankings[-1].shown[0] == 1
-    assert abs(float(vecs[1] @ mem.embedder.encode(keys[1])) - 1.0) < 1e-5
+    assert report.learned and clean.rankings[-1].ranked.texts == tuple(keys)
 
 
 def test_failing_denoiser_scores_raw_text(mem, caplog):

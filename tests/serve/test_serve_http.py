@@ -222,8 +222,8 @@ def test_feedback_buttons_train_the_reranker(client, smem):
     assert r.text.count('class="feedback-result"') == 2
     assert "marked helpful" in r.text and "marked not helpful" in r.text
     # two episodes reached the user's reranker (scope user: the prior and ana's own offsets)
-    assert smem.rerank_stage.adapter("ana").n_episodes_ == 2
-    assert smem.rerank_stage.prior().n_episodes_ >= 2
+    assert smem.rerank_stage.rerankers.adapter("ana").n_episodes_ == 2
+    assert smem.rerank_stage.rerankers.prior().n_episodes_ >= 2
     bad = [
         ({"exchange_id": "nope", "hit": "0", "helpful": "1"}, 404),
         ({"exchange_id": ex, "hit": "99", "helpful": "1"}, 400),

@@ -397,7 +397,8 @@ def reflective_retrieve(
     diagnostics["reflection"] = {"rounds": log, "llm_calls": calls, "stopped": stopped}
     rid = first.retrieval_id if isinstance(first, Retrieval) else ""
     uid = first.user_id if isinstance(first, Retrieval) and not user_id else user_id
-    return Retrieval(uid, query, final, diagnostics, usage, rid)
+    rerank = first.rerank if isinstance(first, Retrieval) else None
+    return Retrieval(uid, query, final, diagnostics, usage, rid, rerank=rerank)
 
 
 def _ids(hits: Sequence[Hit]) -> list[str]:

@@ -34,8 +34,7 @@ class Rerank:
         req = state.request
         if state.qvec is None:
             state.qvec = self.query.vector(state.search_query)
-        shown: dict[str, object] = {}
-        state.order, state.scores = self.rerankers.apply(
+        state.order, state.scores, state.rerank = self.rerankers.apply(
             req.user_id,
             state.index,
             state.qvec,
@@ -43,8 +42,6 @@ class Rerank:
             state.scores,
             explore=req.explore,
             retrieval_id=req.retrieval_id,
-            diagnostics=shown,
             query=state.search_query,
             fetch=lambda ids: self.store.memories(req.user_id, ids),
         )
-        state.rerank = shown.get("rerank")

@@ -170,6 +170,7 @@ class Retriever:
             state.hits,
             diagnostics,
             retrieval_id=request.retrieval_id,
+            rerank=state.rerank,
         )
 
     def _reflective(self, request: RetrievalRequest, t_start: float) -> Retrieval:

@@ -12,7 +12,7 @@ from reflective_memory.recall import RecallConfig
 if TYPE_CHECKING:
     from reflective_memory.passages import TurnVotes
     from reflective_memory.storage.index import UserIndex
-    from reflective_memory.types import Hit
+    from reflective_memory.types import Hit, RerankRecord
 
 __all__ = ["RetrievalRequest", "RetrievalState"]
 
@@ -64,7 +64,7 @@ class RetrievalState:
         lexical: Lexical candidates: index positions and BM25 scores.
         order: Ranked index positions (after fusion; after reranking).
         scores: Each ranked position's scores by ranker.
-        rerank: What the reranker showed (its diagnostics record), when it ran.
+        rerank: What the reranker showed (the typed record feedback learns from), when it ran.
         votes: Turn votes of the small-to-big stage.
         recency: Whether present-tense recency changed any vote.
         hits: The result, best first.
@@ -88,7 +88,7 @@ class RetrievalState:
     lexical: tuple[np.ndarray, np.ndarray] | None = None
     order: list[int] = field(default_factory=list)
     scores: list[dict[str, float]] = field(default_factory=list)
-    rerank: Any = None
+    rerank: RerankRecord | None = None
     votes: TurnVotes | None = None
     recency: bool = False
     hits: list[Hit] = field(default_factory=list)
@@ -128,7 +128,7 @@ class RetrievalState:
             counts["fused"] = len(self.order)
         out["candidates"] = counts
         if self.rerank is not None:
-            out["rerank"] = self.rerank
+            out["rerank"] = self.rerank.as_diagnostics()
         if self.votes is not None:
             out["passages"] = {
                 "units_ranked": self.ranked_units,

@@ -5,9 +5,11 @@
   REINFORCE from the LLM's citations (with Gumbel top-M exploration).
 - `citations`: the numbered-memory answer prompt and the citation parser.
 - `personal`: per-user offsets on top of a prior shared by a memory's users.
-- `feedback`: the engine's reranking stage (prior + per-user, shared, or isolated) and feedback.
-- `answer_feedback`: reading an answer's citations into the hits it cited (`FeedbackResult`).
-- `stored_rerank`: the reranking stage persisted in a database store's versioned blobs.
+- `rerankers`: the engine's learned rerankers (prior + per-user, shared, or isolated), kept in a
+  `StateStore`.
+- `feedback`: the engine's rerank stage: reranking retrievals and texts from any retriever, and
+  the one feedback path.
+- `answer_feedback`: reading an answer's citations into the items it cited (`FeedbackResult`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from reflective_memory.lazy import lazy_exports
 if TYPE_CHECKING:
     from reflective_memory.rmm.citations import build_answer_prompt, parse_citations
     from reflective_memory.rmm.config import RerankConfig, TopicConfig
-    from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
+    from reflective_memory.rmm.episodes import Episode, FitReport, RankedTexts, RerankResult
     from reflective_memory.rmm.features import FEATURES, Candidates, citation_rewards, rank_prior
-    from reflective_memory.rmm.feedback import FeedbackResult, RerankStage
+    from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
     from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
     from reflective_memory.rmm.reranker import Reranker
+    from reflective_memory.rmm.rerankers import Rerankers
     from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, TopicDraft
 
 _EXPORTS = {
@@ -32,15 +35,18 @@ _EXPORTS = {
     "Episode": "reflective_memory.rmm.episodes",
     "FitReport": "reflective_memory.rmm.episodes",
     "RerankResult": "reflective_memory.rmm.episodes",
+    "RankedTexts": "reflective_memory.rmm.episodes",
     "FEATURES": "reflective_memory.rmm.features",
     "Candidates": "reflective_memory.rmm.features",
     "citation_rewards": "reflective_memory.rmm.features",
     "rank_prior": "reflective_memory.rmm.features",
     "FeedbackResult": "reflective_memory.rmm.feedback",
     "RerankStage": "reflective_memory.rmm.feedback",
+    "CallerReranker": "reflective_memory.rmm.feedback",
     "PersonalReranker": "reflective_memory.rmm.personal",
     "UserAdapter": "reflective_memory.rmm.personal",
     "Reranker": "reflective_memory.rmm.reranker",
+    "Rerankers": "reflective_memory.rmm.rerankers",
     "ProspectiveReflector": "reflective_memory.rmm.topics",
     "ReflectionReport": "reflective_memory.rmm.topics",
     "TopicDraft": "reflective_memory.rmm.topics",
@@ -54,15 +60,18 @@ __all__ = [
     "Episode",
     "FitReport",
     "RerankResult",
+    "RankedTexts",
     "FEATURES",
     "Candidates",
     "citation_rewards",
     "rank_prior",
     "FeedbackResult",
     "RerankStage",
+    "CallerReranker",
     "PersonalReranker",
     "UserAdapter",
     "Reranker",
+    "Rerankers",
     "ProspectiveReflector",
     "ReflectionReport",
     "TopicDraft",

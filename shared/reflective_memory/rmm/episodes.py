@@ -1,4 +1,4 @@
-"""Records of the reranker: ranking results, feedback episodes and fit reports."""
+"""Records of the reranker: ranking results, ranked texts, feedback episodes and fit reports."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.types import RerankRecord
 
-__all__ = ["RerankResult", "Episode", "FitReport"]
+__all__ = ["RerankResult", "RankedTexts", "Episode", "FitReport"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,28 @@ class RerankResult:
     order: list[int]
     scores: np.ndarray
     sampled: bool
+
+
+@dataclass(frozen=True)
+class RankedTexts:
+    """Texts from any retriever as the reranker ordered them (`ReflectiveMemory.rerank_texts`).
+
+    Attributes:
+        order: Positions (into the texts given) of the texts to show, best first.
+        scores: The reranker's score of each shown text (its cosine with the query when
+            reranking is off), as `order`.
+        cosines: Each shown text's cosine with the query, as `order`.
+        texts: The texts given, in the order given (feedback re-embeds them when the ranking's
+            vectors are no longer kept).
+        record: What was shown: give it (or this object) to `ReflectiveMemory.feedback`,
+            whose citations `[i]` name `order[i]`.
+    """
+
+    order: tuple[int, ...]
+    scores: tuple[float, ...]
+    cosines: tuple[float, ...]
+    texts: tuple[str, ...]
+    record: RerankRecord
 
 
 @dataclass

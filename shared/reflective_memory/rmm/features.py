@@ -33,7 +33,6 @@ __all__ = [
     "rank_prior",
     "cost_features",
     "candidate_features",
-    "features_for",
     "citation_rewards",
     "FEATURES",
     "FEATURE_SIGNS",
@@ -280,21 +279,6 @@ def candidate_features(names: Sequence[str], candidates: Candidates) -> np.ndarr
     cols = [np.asarray(FEATURES[n](candidates), dtype=np.float32).reshape(-1) for n in names]
     out = np.stack(cols, axis=1) if cols else np.zeros((len(candidates), 0), np.float32)
     return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-def features_for(
-    reranker: Any, texts: Sequence[str], query: str | None = None
-) -> np.ndarray | None:
-    """Side features a reranker expects for candidates with these texts (None if it takes none).
-
-    For callers that only have the candidates' texts (framework adapters): features that need
-    more (retriever scores, stored memories) come out neutral. Works for any object: one
-    without `feature_matrix` gets None.
-    """
-    fm = getattr(reranker, "feature_matrix", None)
-    if not callable(fm):
-        return None
-    return fm(list(texts)) if query is None else fm(list(texts), query=query)
 
 
 def citation_rewards(n_shown: int, cited: Sequence[int]) -> np.ndarray:

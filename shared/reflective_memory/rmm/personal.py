@@ -11,8 +11,7 @@ side-feature weights `w_f`, learned from every user's feedback) and `delta_u` is
 of per-user offsets to the feature weights, learned from that user's feedback only by the same
 REINFORCE rule on the same Plackett–Luce policy, and pulled back toward zero (the prior) at
 every step. `UserAdapter` holds `delta_u`: F floats plus counters, serialisable to a few hundred
-bytes of JSON (`to_bytes` / `from_bytes`; with memory credit a bounded table of unit ids, see
-`reflective_memory.rmm.memory_credit`), saved with the user's data and erased with the user.
+bytes of JSON (`to_bytes` / `from_bytes`), saved with the user's data and erased with the user.
 `PersonalReranker` is the view that scores with prior + offsets; it offers the scoring API of
 `Reranker`, so adapters that rank their own candidates use it unchanged.
 """
@@ -21,18 +20,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
-from reflective_memory.rmm.config import EPISODE_BASELINE
+from reflective_memory.rmm.config import EPISODE_BASELINE, RerankConfig
 from reflective_memory.rmm.episodes import Episode, RerankResult
-from reflective_memory.rmm.features import FEATURES, Candidates, project_signs
+from reflective_memory.rmm.features import Candidates, project_signs
 from reflective_memory.rmm.reranker import Reranker
 
 __all__ = ["UserAdapter", "PersonalReranker"]
@@ -40,6 +36,14 @@ __all__ = ["UserAdapter", "PersonalReranker"]
 logger = logging.getLogger(__name__)
 
 _FORMAT_VERSION = 1
+#: The `RerankConfig` fields an adapter uses, by their names in states saved before 0.2.
+_ADAPTER_FIELDS = {
+    "features": "features",
+    "learning_rate": "user_learning_rate",
+    "decay": "user_decay",
+    "tau": "tau",
+    "baseline": "baseline",
+}
 #: Largest norm of one episode's gradient step direction (guards against a freak episode).
 _MAX_GRAD_NORM = 5.0
 
@@ -48,53 +52,36 @@ class UserAdapter:
     """One user's offsets to the prior's feature weights, learned by REINFORCE.
 
     Args:
-        features: Names of the side features (the prior's, in the same order).
-        learning_rate: Step size per episode (plain SGD).
-        decay: Pull toward zero per episode, as a fraction of the step (`delta -= lr*decay*delta`):
-            without fresh evidence a user's ranking drifts back to the prior.
-        tau: Temperature of the policy (the prior's).
-        baseline: REINFORCE baseline, a number or `"episode"` (the episode's mean reward).
+        config: Hyperparameters (`RerankConfig`, which holds their defaults and validates
+            them): `features` (the prior's side features, in the same order),
+            `user_learning_rate` (step size per episode, plain SGD), `user_decay` (pull toward
+            zero per episode as a fraction of the step, `delta -= lr * decay * delta`: without
+            fresh evidence a user's ranking drifts back to the prior), `tau` and `baseline`
+            (the prior's policy). `None`: `RerankConfig()`.
 
     Example:
-        >>> a = UserAdapter(("cost",), learning_rate=0.1)
+        >>> a = UserAdapter(RerankConfig(features=("cost",), user_learning_rate=0.1))
         >>> a.is_zero
         True
     """
 
-    def __init__(
-        self,
-        features: Sequence[str],
-        *,
-        learning_rate: float = 0.05,
-        decay: float = 0.1,
-        tau: float = 0.5,
-        baseline: float | str = EPISODE_BASELINE,
-    ) -> None:
-        if isinstance(features, str) or not all(f in FEATURES for f in features):
-            raise ConfigError(f"features must be names from {sorted(FEATURES)}, got {features!r}")
-        if not learning_rate >= 0:
-            raise ConfigError(f"learning_rate must be >= 0, got {learning_rate!r}")
-        if not decay >= 0 or learning_rate * decay >= 1:
-            raise ConfigError(f"decay must be >= 0 with learning_rate * decay < 1, got {decay!r}")
-        if not tau > 0:
-            raise ConfigError(f"tau must be > 0, got {tau!r}")
-        if isinstance(baseline, str) and baseline != EPISODE_BASELINE:
-            raise ConfigError(f"baseline must be a number or {EPISODE_BASELINE!r}")
-        self.features = tuple(features)
-        self.learning_rate = float(learning_rate)
-        self.decay = float(decay)
-        self.tau = float(tau)
-        self.baseline: float | str = baseline if isinstance(baseline, str) else float(baseline)
+    def __init__(self, config: RerankConfig | None = None) -> None:
+        if config is not None and not isinstance(config, RerankConfig):
+            raise ConfigError(f"config must be a RerankConfig, got {type(config).__name__}")
+        self.config = RerankConfig() if config is None else config
         self.delta_ = np.zeros(len(self.features), dtype=np.float64)
-        #: Per-unit score credit from this user's citations (`reflective_memory.rmm.memory_credit`).
-        self.credit_: dict[str, float] = {}
         self.n_episodes_ = 0
         self.n_updates_ = 0
 
     @property
+    def features(self) -> tuple[str, ...]:
+        """Names of the side features (`config.features`)."""
+        return self.config.features
+
+    @property
     def is_zero(self) -> bool:
         """True while the user ranks exactly as the prior does."""
-        return not np.any(self.delta_) and not self.credit_
+        return not np.any(self.delta_)
 
     def offsets(self, features: np.ndarray | None) -> np.ndarray | None:
         """`(K,)` per-candidate score offsets `f_i . delta` (None without features)."""
@@ -118,16 +105,17 @@ class UserAdapter:
         base = np.asarray(base_scores, dtype=np.float64).reshape(-1)
         if f.ndim != 2 or f.shape != (base.shape[0], len(self.features)):
             raise InvalidInputError("episode features do not fit the adapter")
-        logits = (base + f @ self.delta_) / self.tau
+        tau, baseline = self.config.tau, self.config.baseline
+        logits = (base + f @ self.delta_) / tau
         r = np.asarray(episode.rewards, dtype=np.float64)
-        adv = r - (r.mean() if self.baseline == EPISODE_BASELINE else float(self.baseline))
+        adv = r - (r.mean() if baseline == EPISODE_BASELINE else float(baseline))
         avail = np.ones(len(base), dtype=bool)
         grad = np.zeros(len(self.features), dtype=np.float64)
         for a, i in zip(adv, episode.shown, strict=True):
             z = np.where(avail, logits, -np.inf)
             p = np.exp(z - z.max())
             p /= p.sum()
-            grad += a * (f[i] - p @ f) / self.tau
+            grad += a * (f[i] - p @ f) / tau
             avail[i] = False
         return grad
 
@@ -146,7 +134,8 @@ class UserAdapter:
         the offsets are clipped so that prior + offsets keeps every weight on its allowed side.
         """
         self.n_episodes_ += 1
-        if episode.features is None or not self.features or self.learning_rate == 0:
+        lr, decay = self.config.user_learning_rate, self.config.user_decay
+        if episode.features is None or not self.features or lr == 0:
             return 0.0
         grad = self.gradient(episode, base_scores)
         if not np.any(grad):
@@ -155,9 +144,7 @@ class UserAdapter:
         if norm > _MAX_GRAD_NORM:
             grad *= _MAX_GRAD_NORM / norm
         before = self.delta_.copy()
-        self.delta_ = (self.delta_ + self.learning_rate * grad) * (
-            1.0 - self.learning_rate * self.decay
-        )
+        self.delta_ = (self.delta_ + lr * grad) * (1.0 - lr * decay)
         if signs is not None and prior_weights is not None:
             w = np.asarray(prior_weights, dtype=np.float64).reshape(-1)
             self.delta_ = project_signs(w + self.delta_, np.asarray(signs)) - w
@@ -166,14 +153,8 @@ class UserAdapter:
 
     # ----------------------------------------------------------- persistence
     def get_params(self) -> dict[str, Any]:
-        """Constructor parameters."""
-        return {
-            "features": list(self.features),
-            "learning_rate": self.learning_rate,
-            "decay": self.decay,
-            "tau": self.tau,
-            "baseline": self.baseline,
-        }
+        """Constructor parameters: the hyperparameters of `config` the adapter uses."""
+        return {"config": {k: _plain(getattr(self.config, k)) for k in _ADAPTER_FIELDS.values()}}
 
     def to_bytes(self) -> bytes:
         """The state as UTF-8 JSON (`{"type", "init_parameters", "state"}`)."""
@@ -183,7 +164,6 @@ class UserAdapter:
             "init_parameters": self.get_params(),
             "state": {
                 "delta": [float(x) for x in self.delta_],
-                "credit": {k: round(v, 6) for k, v in self.credit_.items()},
                 "n_episodes": self.n_episodes_,
                 "n_updates": self.n_updates_,
             },
@@ -191,10 +171,16 @@ class UserAdapter:
         return json.dumps(doc).encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes, **overrides: Any) -> UserAdapter:
-        """Rebuild from `to_bytes` output; `overrides` change hyperparameters (not features).
+    def from_bytes(cls, data: bytes, config: RerankConfig | None = None) -> UserAdapter:
+        """Rebuild from `to_bytes` output.
 
-        Offsets saved for other features are dropped (the user starts again from the prior).
+        Offsets saved for other features than `config`'s are dropped (the user starts again
+        from the prior). States written before 0.2 load too (a memory-credit table in them,
+        removed in 0.2, is ignored).
+
+        Args:
+            data: The bytes.
+            config: Hyperparameters to use instead of the saved ones (`None`: the saved ones).
 
         Raises:
             ModelLoadError: Not an adapter state.
@@ -204,54 +190,38 @@ class UserAdapter:
             if doc.get("format_version") != _FORMAT_VERSION:
                 raise ValueError("unsupported format")
             params = dict(doc["init_parameters"])
-            saved_features = list(params["features"])
-            params.update(overrides)
-            obj = cls(**params)
+            if "config" in params:
+                fields = dict(params["config"])
+            else:  # before 0.2: flat constructor arguments under the adapter's own names
+                fields = {new: params[old] for old, new in _ADAPTER_FIELDS.items() if old in params}
+            fields["features"] = tuple(fields.get("features", ()))
+            saved = RerankConfig(**fields)
+            obj = cls(saved if config is None else config)
             delta = np.asarray(doc["state"]["delta"], dtype=np.float64)
-            if list(obj.features) == saved_features and delta.shape == obj.delta_.shape:
+            if obj.features == saved.features and delta.shape == obj.delta_.shape:
                 if not np.all(np.isfinite(delta)):
                     raise ValueError("non-finite offsets")
                 obj.delta_ = delta
                 obj.n_episodes_ = int(doc["state"]["n_episodes"])
                 obj.n_updates_ = int(doc["state"]["n_updates"])
-            credit = doc["state"].get("credit") or {}  # absent in older states
-            obj.credit_ = {str(k): float(v) for k, v in dict(credit).items()}
-            if not all(np.isfinite(v) for v in obj.credit_.values()):
-                raise ValueError("non-finite credit")
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            UnicodeDecodeError,
+            ConfigError,
+        ) as exc:
             raise ModelLoadError(f"not a user adapter state: {exc}") from exc
         return obj
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write `to_bytes()` atomically to `path`."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(self.to_bytes())
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return target
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], **overrides: Any) -> UserAdapter:
-        """Read a file written by `save`.
-
-        Raises:
-            ModelLoadError: Missing or unreadable.
-        """
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise ModelLoadError(f"cannot read user adapter at {path}: {exc}") from exc
-        return cls.from_bytes(data, **overrides)
-
     def __repr__(self) -> str:
         return f"UserAdapter(features={list(self.features)}, updates={self.n_updates_})"
+
+
+def _plain(value: Any) -> Any:
+    """A config value as JSON (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 class PersonalReranker:
@@ -280,12 +250,12 @@ class PersonalReranker:
     @property
     def top_m(self) -> int:
         """Size of the sampled head."""
-        return self.prior.top_m
+        return self.prior.config.top_m
 
     @property
     def tau(self) -> float:
         """Policy temperature."""
-        return self.prior.tau
+        return self.prior.config.tau
 
     @property
     def features(self) -> tuple[str, ...]:

@@ -18,10 +18,9 @@ from safetensors.torch import load_file, save_file
 from safetensors.torch import save as save_bytes
 
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
-from reflective_memory.rmm.config import EPISODE_BASELINE
+from reflective_memory.rmm.config import EPISODE_BASELINE, RerankConfig
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
 from reflective_memory.rmm.features import (
-    FEATURES,
     Candidates,
     candidate_features,
     project_signs,
@@ -34,149 +33,73 @@ logger = logging.getLogger(__name__)
 
 
 _FORMAT_VERSION = 1
+#: The `RerankConfig` fields a reranker uses (saved with it).
+_CONFIG_FIELDS = (
+    "top_m",
+    "tau",
+    "learning_rate",
+    "baseline",
+    "batch_size",
+    "features",
+    "feature_learning_rate",
+    "signed_features",
+    "seed",
+)
 
 
 class Reranker:
     """Residual linear reranker over retriever embeddings, learned by REINFORCE.
 
+    Scores `s_i = (q + W_q q) . (m_i + W_m m_i) + w_f . f_i` (plus, with a prior, the prior's
+    scale: see `score`). `W_q`, `W_m` and `w_f` start at zero, so an untrained reranker keeps
+    the retriever's order; each optimizer step is plain SGD, `W -= eta * grad`.
+
     Args:
         dim: Embedding dimension.
-        top_m: Memories selected from the candidates (paper: 5 of K = 20).
-        tau: Gumbel-softmax temperature (paper: 0.5).
-        learning_rate: `eta` (paper: 1e-3).
-        baseline: REINFORCE baseline `b` (paper: 0.5), or `"episode"`: the mean reward of the
-            episode's shown memories, so an episode teaches only through the contrast between
-            cited and uncited memories (a constant `b` also pushes every shown memory down or
-            up together, a large source of variance: pure-noise feedback then scrambles the
-            ranking). A one-memory episode teaches nothing under `"episode"`.
-        batch_size: Episodes per optimizer step (paper: 4).
-        optimizer: `adam` (default) or `sgd` (plain `W -= eta * grad`).
-        weight_decay: Decoupled L2 decay toward zero per step (`W -= eta * weight_decay * W`;
-            AdamW for `adam`). Zero is the identity start, so decay pulls the reranker back to
-            the retriever's order unless feedback keeps pushing. 0 (default): the paper's update.
-        memory_bias: Extension (not in the paper): add a learned query-independent term `b . m_i`
-            to every score, so the reranker can learn which kinds of memories get cited for
-            any query (it starts at zero). Off by default.
-        features: Extension (not in the paper): names of side features per candidate (see
-            `FEATURES`; `("cost",)` is the memory's length), scored by a learned weight vector
-            `w_f . f_i` that starts at zero. With features, every call must pass their `(K, F)`
-            values; `features_of(candidates)` / `feature_matrix(texts)` compute them.
-        feature_learning_rate: Extension: learning rate of the feature weights `w_f` (None:
-            `learning_rate`). The few feature weights can take larger steps than the maps.
-        signed_features: Extension: keep each feature weight on its allowed side of zero
-            (`FEATURE_SIGNS`) after every step.
-        seed: Seed of the Gumbel noise generator (None: nondeterministic).
+        config: Hyperparameters (`top_m`, `tau`, `learning_rate`, `baseline`, `batch_size`,
+            `features`, `feature_learning_rate`, `signed_features`, `seed`; see
+            `RerankConfig`, which holds their defaults and validates them). `None`:
+            `RerankConfig()`. RMM's paper form is `RerankConfig(features=(),
+            learning_rate=1e-3, baseline=0.5, signed_features=False)`.
 
     Example:
         >>> import numpy as np
-        >>> r = Reranker(dim=4, top_m=2)
+        >>> r = Reranker(dim=4, config=RerankConfig(top_m=2, features=()))
         >>> q = np.array([1, 0, 0, 0], dtype=np.float32)
         >>> m = np.eye(4, dtype=np.float32)[[2, 0, 1]]
         >>> r.rerank(q, m).order[:2]
         [1, 0]
     """
 
-    def __init__(
-        self,
-        dim: int,
-        *,
-        top_m: int = 5,
-        tau: float = 0.5,
-        learning_rate: float = 1e-3,
-        baseline: float | str = 0.5,
-        batch_size: int = 4,
-        optimizer: str = "adam",
-        weight_decay: float = 0.0,
-        memory_bias: bool = False,
-        features: Sequence[str] = (),
-        feature_learning_rate: float | None = None,
-        signed_features: bool = False,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, dim: int, config: RerankConfig | None = None) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ConfigError(f"dim must be a positive int, got {dim!r}")
-        if isinstance(top_m, bool) or not isinstance(top_m, int) or top_m < 1:
-            raise ConfigError(f"top_m must be a positive int, got {top_m!r}")
-        if not tau > 0:
-            raise ConfigError(f"tau must be > 0, got {tau!r}")
-        if not learning_rate > 0:
-            raise ConfigError(f"learning_rate must be > 0, got {learning_rate!r}")
-        if feature_learning_rate is not None and not feature_learning_rate > 0:
-            raise ConfigError(
-                f"feature_learning_rate must be None or > 0, got {feature_learning_rate!r}"
-            )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
-        if optimizer not in ("adam", "sgd"):
-            raise ConfigError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
-        if not weight_decay >= 0:
-            raise ConfigError(f"weight_decay must be >= 0, got {weight_decay!r}")
-        if not isinstance(memory_bias, bool):
-            raise ConfigError(f"memory_bias must be a bool, got {memory_bias!r}")
-        if isinstance(features, str) or not all(f in FEATURES for f in features):
-            raise ConfigError(
-                f"features must be a sequence of names from {sorted(FEATURES)}, got {features!r}"
-            )
-        if len(set(features)) != len(features):
-            raise ConfigError(f"features must not repeat, got {features!r}")
-        if isinstance(baseline, str):
-            if baseline != EPISODE_BASELINE:
-                raise ConfigError(
-                    f"baseline must be a number or {EPISODE_BASELINE!r}, got {baseline!r}"
-                )
-        elif isinstance(baseline, bool) or not isinstance(baseline, (int, float)):
-            raise ConfigError(f"baseline must be a number or {EPISODE_BASELINE!r}")
+        if config is not None and not isinstance(config, RerankConfig):
+            raise ConfigError(f"config must be a RerankConfig, got {type(config).__name__}")
         self.dim = dim
-        self.top_m = top_m
-        self.tau = float(tau)
-        self.learning_rate = float(learning_rate)
-        self.baseline: float | str = baseline if isinstance(baseline, str) else float(baseline)
-        self.batch_size = batch_size
-        self.optimizer = optimizer
-        self.weight_decay = float(weight_decay)
-        self.memory_bias = memory_bias
-        self.features = tuple(features)
-        self.feature_learning_rate = (
-            None if feature_learning_rate is None else float(feature_learning_rate)
-        )
-        self.signed_features = bool(signed_features)
-        self.seed = seed
-        self._gen = np.random.default_rng(seed)
+        self.config = RerankConfig() if config is None else config
+        self._gen = np.random.default_rng(self.config.seed)
         self._reset()
 
     # ----------------------------------------------------------------- state
     def _reset(self) -> None:
         self.w_q_ = torch.zeros(self.dim, self.dim, dtype=torch.float32, requires_grad=True)
         self.w_m_ = torch.zeros(self.dim, self.dim, dtype=torch.float32, requires_grad=True)
-        self.b_m_ = torch.zeros(self.dim, dtype=torch.float32, requires_grad=True)
         self.w_f_ = torch.zeros(self.n_features, dtype=torch.float32, requires_grad=True)
-        self._opt = self._make_optimizer()
         self.n_updates_ = 0
         self.n_episodes_ = 0
         self.pending_: list[Episode] = []
         self.last_fit_: FitReport | None = None
 
-    def _make_optimizer(self) -> torch.optim.Optimizer:
-        params: list[Any] = [self.w_q_, self.w_m_]
-        if self.memory_bias:
-            params.append(self.b_m_)
-        if self.n_features:
-            flr = self.feature_learning_rate
-            if flr is None:
-                params.append(self.w_f_)
-            else:
-                params = [{"params": params}, {"params": [self.w_f_], "lr": flr}]
-        wd = self.weight_decay
-        if self.optimizer == "adam":
-            if wd > 0:
-                return torch.optim.AdamW(params, lr=self.learning_rate, weight_decay=wd)
-            return torch.optim.Adam(params, lr=self.learning_rate)
-        return torch.optim.SGD(params, lr=self.learning_rate, weight_decay=wd)
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Names of the side features scored (`config.features`)."""
+        return self.config.features
 
     @property
     def n_features(self) -> int:
         """Number of side features per candidate."""
-        return len(self.features)
+        return len(self.config.features)
 
     def feature_matrix(self, texts: Sequence[str], query: str | None = None) -> np.ndarray | None:
         """The `(K, F)` side features of candidates known only by text (None without features).
@@ -192,31 +115,19 @@ class Reranker:
 
     @property
     def is_identity(self) -> bool:
-        """True while both adaptation maps are exactly zero (no learning has happened)."""
+        """True while the adaptation maps and feature weights are exactly zero (untrained)."""
         with torch.no_grad():
             return bool(
                 torch.all(self.w_q_ == 0)
                 and torch.all(self.w_m_ == 0)
-                and torch.all(self.b_m_ == 0)
                 and torch.all(self.w_f_ == 0)
             )
 
     def get_params(self) -> dict[str, Any]:
-        """Constructor parameters (scikit-learn style)."""
+        """Constructor parameters: `dim` and the hyperparameters of `config` it uses."""
         return {
             "dim": self.dim,
-            "top_m": self.top_m,
-            "tau": self.tau,
-            "learning_rate": self.learning_rate,
-            "baseline": self.baseline,
-            "batch_size": self.batch_size,
-            "optimizer": self.optimizer,
-            "weight_decay": self.weight_decay,
-            "memory_bias": self.memory_bias,
-            "features": list(self.features),
-            "feature_learning_rate": self.feature_learning_rate,
-            "signed_features": self.signed_features,
-            "seed": self.seed,
+            "config": {name: _plain(getattr(self.config, name)) for name in _CONFIG_FIELDS},
         }
 
     # --------------------------------------------------------------- scoring
@@ -230,8 +141,6 @@ class Reranker:
         q2 = q + self.w_q_ @ q
         m2 = m + m @ self.w_m_.T
         s = m2 @ q2
-        if self.memory_bias:
-            s = s + m @ self.b_m_
         if features is not None:
             s = s + features @ self.w_f_
         if prior is not None:
@@ -265,8 +174,6 @@ class Reranker:
         w_q, w_m = self.w_q_.detach().numpy(), self.w_m_.detach().numpy()
         q2 = q + np.einsum("ij,j->i", w_q, q)
         u = q2 + np.einsum("ji,j->i", w_m, q2)
-        if self.memory_bias:
-            u = u + self.b_m_.detach().numpy()
         if p is not None:
             u = u - q
         out = np.einsum("kd,d->k", m, u)
@@ -341,7 +248,7 @@ class Reranker:
             candidates: `(K, dim)` candidate embeddings in the retriever's order.
             prior: Optional `(K,)` prior scores (see `rank_prior`).
             explore: Sample the head with Gumbel noise (learning) instead of taking it by score.
-            top_m: Size of the sampled head (default `self.top_m`); the rest follows by score.
+            top_m: Size of the sampled head (default `config.top_m`); the rest follows by score.
             features: `(K, n_features)` side features (required when `n_features > 0`).
             offset: Optional `(K,)` scores added on top (see `score`).
 
@@ -354,9 +261,9 @@ class Reranker:
         by_score = [int(i) for i in np.argsort(-scores, kind="stable")]
         if not explore or k <= 1:
             return RerankResult(by_score, scores, False)
-        m = min(self.top_m if top_m is None else top_m, k)
+        m = min(self.config.top_m if top_m is None else top_m, k)
         u = self._gen.uniform(np.finfo(np.float32).tiny, 1.0, size=k)
-        perturbed = scores.astype(np.float64) / self.tau - np.log(-np.log(u))
+        perturbed = scores.astype(np.float64) / self.config.tau - np.log(-np.log(u))
         head = [int(i) for i in np.argsort(-perturbed, kind="stable")[:m]]
         chosen = set(head)
         return RerankResult(head + [i for i in by_score if i not in chosen], scores, True)
@@ -370,7 +277,8 @@ class Reranker:
         offset: np.ndarray | None = None,
     ) -> np.ndarray:
         """`softmax(s / tau)` over the candidates: each one's chance to be sampled first."""
-        s = torch.from_numpy(self.score(query, candidates, prior, features, offset)) / self.tau
+        s = torch.from_numpy(self.score(query, candidates, prior, features, offset))
+        s = s / self.config.tau
         return torch.softmax(s, dim=0).numpy()
 
     # -------------------------------------------------------------- learning
@@ -378,7 +286,7 @@ class Reranker:
         """Per-position Plackett–Luce log-probabilities of an episode's shown order."""
         ep = episode.checked(self.dim)
         q, m, p, f = self._inputs(ep.query, ep.candidates, ep.prior, ep.features)
-        logits = self._scores_t(q, m, p, f) / self.tau
+        logits = self._scores_t(q, m, p, f) / self.config.tau
         mask = torch.zeros(logits.shape[0], dtype=torch.bool)
         out = []
         for i in ep.shown:
@@ -397,20 +305,28 @@ class Reranker:
             torch.set_num_threads(threads)
 
     def _step_batch(self, episodes: list[Episode]) -> float:
-        self._opt.zero_grad()
+        """One plain SGD step on the mean REINFORCE loss of `episodes`: `W -= eta * grad`."""
+        cfg = self.config
+        params = [self.w_q_, self.w_m_, self.w_f_]
+        for w in params:
+            w.grad = None
         total = torch.zeros(())
         for ep in episodes:
             lp = self.log_prob(ep)
             r = torch.from_numpy(ep.rewards)
-            adv = r - (r.mean() if self.baseline == EPISODE_BASELINE else self.baseline)
+            adv = r - (r.mean() if cfg.baseline == EPISODE_BASELINE else cfg.baseline)
             total = total - (adv * lp).sum()
         loss = total / len(episodes)
         loss.backward()
-        self._opt.step()
-        if self.signed_features and self.n_features:
-            with torch.no_grad():
-                w = project_signs(self.w_f_.numpy(), sign_vector(self.features))
-                self.w_f_.copy_(torch.from_numpy(w.astype(np.float32)))
+        f_lr = cfg.learning_rate if cfg.feature_learning_rate is None else cfg.feature_learning_rate
+        with torch.no_grad():
+            for w, lr in zip(params, (cfg.learning_rate, cfg.learning_rate, f_lr), strict=True):
+                if w.grad is not None:
+                    w -= lr * w.grad
+                    w.grad = None
+            if cfg.signed_features and self.n_features:
+                signed = project_signs(self.w_f_.numpy(), sign_vector(self.features))
+                self.w_f_.copy_(torch.from_numpy(signed.astype(np.float32)))
         self.n_updates_ += 1
         return float(loss.detach())
 
@@ -431,11 +347,9 @@ class Reranker:
         report = FitReport(episodes=len(checked))
         self.pending_.extend(checked)
         self.n_episodes_ += len(checked)
-        while len(self.pending_) >= self.batch_size:
-            batch, self.pending_ = (
-                self.pending_[: self.batch_size],
-                self.pending_[self.batch_size :],
-            )
+        size = self.config.batch_size
+        while len(self.pending_) >= size:
+            batch, self.pending_ = self.pending_[:size], self.pending_[size:]
             report.loss = self._step(batch)
             report.updates += 1
         if flush and self.pending_:
@@ -448,21 +362,12 @@ class Reranker:
 
     # ----------------------------------------------------------- persistence
     def _snapshot(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Tensors and JSON config of the whole state (weights, optimizer, buffered episodes)."""
+        """Tensors and JSON config of the whole state (weights and buffered episodes)."""
         tensors: dict[str, torch.Tensor] = {
             "w_q": self.w_q_.detach().clone().contiguous(),
             "w_m": self.w_m_.detach().clone().contiguous(),
-            "b_m": self.b_m_.detach().clone().contiguous(),
             "w_f": self.w_f_.detach().clone().contiguous(),
         }
-        opt_state = self._opt.state_dict()
-        opt_meta: dict[str, Any] = {}
-        for pid, st in opt_state["state"].items():
-            for key, val in st.items():
-                if isinstance(val, torch.Tensor):
-                    tensors[f"opt.{pid}.{key}"] = val.detach().clone().contiguous()
-                else:
-                    opt_meta[f"{pid}.{key}"] = val
         pending_meta = []
         for i, ep in enumerate(self.pending_):
             tensors[f"pending.{i}.query"] = torch.from_numpy(ep.query.copy())
@@ -482,7 +387,6 @@ class Reranker:
                 "n_updates": self.n_updates_,
                 "n_episodes": self.n_episodes_,
                 "pending": pending_meta,
-                "optimizer": opt_meta,
             },
         }
         return tensors, config
@@ -493,8 +397,8 @@ class Reranker:
         return bytes(save_bytes(tensors, metadata={"config": json.dumps(config)}))
 
     @classmethod
-    def from_bytes(cls, data: bytes, **overrides: Any) -> Reranker:
-        """Rebuild a reranker from `to_bytes` output (see `load` for `overrides`).
+    def from_bytes(cls, data: bytes, config: RerankConfig | None = None) -> Reranker:
+        """Rebuild a reranker from `to_bytes` output (see `load` for `config`).
 
         Raises:
             ModelLoadError: The bytes are not a reranker state.
@@ -505,11 +409,11 @@ class Reranker:
             raw = bytes(data)
             n = int.from_bytes(raw[:8], "little")
             header = json.loads(raw[8 : 8 + n])
-            config = json.loads(header["__metadata__"]["config"])
+            saved = json.loads(header["__metadata__"]["config"])
             tensors = load_bytes(raw)
         except (ValueError, KeyError, TypeError, SafetensorError) as exc:
             raise ModelLoadError(f"not a reranker state: {exc}") from exc
-        return cls._restore(tensors, config, overrides, "bytes")
+        return cls._restore(tensors, saved, config, "bytes")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save atomically as `<path>.safetensors` + `<path>.json`; return the JSON path.
@@ -528,15 +432,22 @@ class Reranker:
         return js_path
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], **overrides: Any) -> Reranker:
+    def load(cls, path: str | os.PathLike[str], config: RerankConfig | None = None) -> Reranker:
         """Load a reranker written by `save`.
+
+        Files written before 0.2 load too: their `optimizer` and `weight_decay` settings and
+        Adam state are dropped (training goes on with plain SGD); one that learned a
+        `memory_bias` term (removed in 0.2) is refused, as it would score differently.
 
         Args:
             path: The base path (with or without `.json` / `.safetensors`).
-            **overrides: Constructor parameters to change (e.g. `seed`); `dim` cannot change.
+            config: Hyperparameters to use instead of the saved ones (the weights, buffered
+                episodes and counters are kept; weights of side features not saved start at
+                zero). `None`: the saved hyperparameters.
 
         Raises:
-            ModelLoadError: Files missing, unreadable or inconsistent.
+            ModelLoadError: Files missing, unreadable, inconsistent, or from a reranker that
+                learned a `memory_bias` term.
         """
         base = _base(path)
         st_path, js_path = _paths(base)
@@ -544,59 +455,44 @@ class Reranker:
             with safe_open(str(st_path), framework="pt") as fh:
                 meta = fh.metadata() or {}
             tensors = load_file(str(st_path))
-            config = (
+            saved = (
                 json.loads(meta["config"]) if "config" in meta else json.loads(js_path.read_text())
             )
         except (OSError, ValueError, KeyError, SafetensorError) as exc:
             raise ModelLoadError(f"cannot read reranker at {base}: {exc}") from exc
-        return cls._restore(tensors, config, overrides, str(base))
+        return cls._restore(tensors, saved, config, str(base))
 
     @classmethod
     def _restore(
         cls,
         tensors: dict[str, torch.Tensor],
-        config: dict[str, Any],
-        overrides: dict[str, Any],
+        saved: dict[str, Any],
+        config: RerankConfig | None,
         where: str,
     ) -> Reranker:
-        if not isinstance(config, dict) or config.get("format_version") != _FORMAT_VERSION:
+        if not isinstance(saved, dict) or saved.get("format_version") != _FORMAT_VERSION:
             raise ModelLoadError(f"unsupported reranker format in {where}")
-        params = dict(config["init_parameters"])
-        if "dim" in overrides and overrides["dim"] != params["dim"]:
-            raise ConfigError("a saved reranker's dim cannot be changed")
-        params.update(overrides)
-        obj = cls(**params)
         try:
+            params = dict(saved["init_parameters"])
+            # before 0.2 the hyperparameters were flat constructor arguments
+            fields = dict(params.get("config", params))
+            bias = tensors.get("b_m")
+            if fields.get("memory_bias") and bias is not None and bool(torch.any(bias != 0)):
+                raise ModelLoadError(
+                    f"the reranker in {where} learned a memory_bias term, removed in 0.2 "
+                    "(measured neutral or negative); start a fresh reranker"
+                )
+            saved_cfg = RerankConfig(
+                **{k: _config_value(k, fields[k]) for k in _CONFIG_FIELDS if k in fields}
+            )
+            obj = cls(int(params["dim"]), saved_cfg if config is None else config)
+            same_features = list(obj.features) == list(saved_cfg.features)
             with torch.no_grad():
                 obj.w_q_.copy_(tensors["w_q"])
                 obj.w_m_.copy_(tensors["w_m"])
-                if obj.memory_bias and "b_m" in tensors:  # absent in older files
-                    obj.b_m_.copy_(tensors["b_m"])
-                if obj.features and list(obj.features) == list(
-                    config["init_parameters"].get("features", [])
-                ):
+                if obj.n_features and same_features:
                     obj.w_f_.copy_(tensors["w_f"])
-            state = config["state"]
-            opt_sd = obj._opt.state_dict()
-            saved = config["init_parameters"]
-            if (
-                obj.optimizer == saved.get("optimizer")
-                and obj.memory_bias == saved.get("memory_bias", False)
-                and list(obj.features) == list(saved.get("features", []))
-                and (obj.feature_learning_rate is None)
-                == (saved.get("feature_learning_rate") is None)
-            ):
-                restored: dict[int, dict[str, Any]] = {}
-                for key, tensor in tensors.items():
-                    if key.startswith("opt."):
-                        _, pid, name = key.split(".", 2)
-                        restored.setdefault(int(pid), {})[name] = tensor
-                for key, val in state.get("optimizer", {}).items():
-                    pid, name = key.split(".", 1)
-                    restored.setdefault(int(pid), {})[name] = val
-                if restored:
-                    opt_sd["state"] = restored
-                    obj._opt.load_state_dict(opt_sd)
+            state = saved["state"]
             obj.n_updates_ = int(state["n_updates"])
             obj.n_episodes_ = int(state["n_episodes"])
             obj.pending_ = []
@@ -615,15 +511,28 @@ class Reranker:
                         ),
                     ).checked(obj.dim)
                 )
-        except (KeyError, RuntimeError, ValueError) as exc:
+        except (KeyError, RuntimeError, ValueError, TypeError, ConfigError) as exc:
             raise ModelLoadError(f"reranker state at {where} is inconsistent: {exc}") from exc
+        if not same_features and obj.pending_:
+            logger.info("dropping %d buffered episodes saved for other features", len(obj.pending_))
+            obj.pending_ = []
         return obj
 
     def __repr__(self) -> str:
         return (
-            f"Reranker(dim={self.dim}, top_m={self.top_m}, tau={self.tau}, "
+            f"Reranker(dim={self.dim}, top_m={self.config.top_m}, tau={self.config.tau}, "
             f"updates={self.n_updates_}, pending={len(self.pending_)})"
         )
+
+
+def _plain(value: Any) -> Any:
+    """A config value as JSON (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _config_value(name: str, value: Any) -> Any:
+    """A saved config value as `RerankConfig` takes it (lists as tuples)."""
+    return tuple(value) if name == "features" else value
 
 
 def _base(path: str | os.PathLike[str]) -> Path:
