@@ -85,13 +85,6 @@ class TestPostgres(MemoryStoreContract, OurStores):
         assert store.state.names("v") == ["rmm.reranker"]
         assert store.state.get("__shared__", "rmm.reranker")[1] == b"weights"
 
-    def test_the_blob_api_reads_and_writes_state(self, store) -> None:
-        """`get_blob`/`update_blob`/`blob_version`/`delete_blob` are `state`, for the reranker."""
-        v = store.update_blob("u", "w", lambda version, data: b"x")
-        assert store.blob_version("u", "w") == v == store.state.version("u", "w")
-        assert store.get_blob("u", "w") == (v, b"x") == store.state.get("u", "w")
-        assert store.delete_blob("u", "w") is True and store.state.get("u", "w") is None
-
 
 class _Partial:
     """Most of a store, without `vectors`, `count` or `closed`."""

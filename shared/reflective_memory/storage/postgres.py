@@ -37,7 +37,6 @@ from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
 from reflective_memory.storage.pg_schema import migrate
 from reflective_memory.storage.pg_search import PgSearch, to_vector
 from reflective_memory.storage.pg_state import DatabaseStateStore, delete_owner_rows
-from reflective_memory.storage.state import StateUpdate
 from reflective_memory.text import lexical_tokens
 from reflective_memory.types import Memory, Turn
 
@@ -590,24 +589,6 @@ class PostgresStore:
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                 (key, text),
             )
-
-    # -- the blob API of `rmm.stored_rerank` and `rmm.turn_prior_stage`, over `state` -----
-    # Kept until the reranker persistence uses `state` directly; then they go.
-    def blob_version(self, owner: str, name: str) -> int:
-        """`state.version(owner, name)`."""
-        return self.state.version(owner, name)
-
-    def get_blob(self, owner: str, name: str) -> tuple[int, bytes] | None:
-        """`state.get(owner, name)`."""
-        return self.state.get(owner, name)
-
-    def update_blob(self, owner: str, name: str, update: StateUpdate) -> int:
-        """`state.update(owner, name, update)`; returns the new version."""
-        return self.state.update(owner, name, update)[0]
-
-    def delete_blob(self, owner: str, name: str) -> bool:
-        """`state.delete(owner, name)`."""
-        return self.state.delete(owner, name)
 
     # -- deletion -------------------------------------------------------------------------
     def _lock_session(self, conn: Any, user_id: str, session_id: str) -> None:
