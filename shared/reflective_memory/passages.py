@@ -478,10 +478,9 @@ def pack_passages(
     runs that are not adjacent); an item whose cost (its line, plus the header when it opens a
     passage, plus a gap mark when it starts a new run) does not fit is skipped and later,
     smaller ones may still fit; packing stops when fewer than 10 tokens are left. With `k` as
-    well, turns that would open a passage beyond the `k`-th are skipped.
-
-    With only `k`, the top `k` turns are taken and each is a passage of its own (`k` hits, as
-    a caller of `retrieve(k=...)` expects), in vote order.
+    well, turns that would open a passage beyond the `k`-th are skipped. With only `k`, the
+    top `k` turns are taken in vote order, each a passage of its own (`k` hits, as a caller of
+    `retrieve(k=...)` expects).
 
     Args:
         user_id: Owner (for passage ids).
@@ -496,44 +495,53 @@ def pack_passages(
             order (the clearest match is always read, however long).
         length_free: See `PassageConfig.length_free`.
         length_keep_share: See `PassageConfig.length_keep_share`.
-        cost_cache: Token counts of turn lines and headers, kept by the caller across calls
-            for as long as the turns do not change (they repeat from query to query).
+        cost_cache: Token counts of turn lines and headers, kept by the caller while the turns
+            do not change (they repeat from query to query).
 
     Returns:
         Hits (passages and turnless memories, best first), tokens used, and whether the cut was
         reached (False: candidates ran out first).
+    """
+    costs = _Costs(votes, session_turns, count, date_header, cost_cache)
+    items = _offer_order(
+        votes, costs.of, budget, length_exponent, length_keep, length_free, length_keep_share
+    )
+    pick = _Selection(votes, costs, k, budget, gap=count(GAP_MARK))
+    for vote, seen, key in items:
+        if not pick.take(vote, seen, key):
+            break
+    return pick.hits(user_id, session_turns, date_header), pick.used, pick.filled
+
+
+def _offer_order(
+    votes: TurnVotes,
+    cost_of: Callable[[Any], int],
+    budget: int | None,
+    length_exponent: float,
+    length_keep: int,
+    length_free: float,
+    length_keep_share: float,
+) -> list[tuple[float, int, Any]]:
+    """Every turn and turnless memory as `(vote, first seen, key)`, in the order offered.
+
+    By vote, then first seen; with a budget and a positive `length_exponent`, reordered by vote
+    per relative cost (`_by_density`).
     """
     items: list[tuple[float, int, Any]] = [
         (v, votes.first_seen[key], key) for key, v in votes.turn.items()
     ]
     items += [(v, votes.first_seen[mid], mid) for mid, v in votes.loose.items()]
     items.sort(key=lambda x: (-x[0], x[1]))
-    costs = _Costs(votes, session_turns, count, date_header, cost_cache)
     if budget is not None and length_exponent > 0 and items:
         items = _by_density(
             items,
-            costs.of,
+            cost_of,
             length_exponent,
             length_keep,
             length_free,
             keep_budget=length_keep_share * budget,
         )
-    pick = _Selection(votes, costs, k, budget, gap=count(GAP_MARK))
-    for vote, seen, key in items:
-        if not pick.take(vote, seen, key):
-            break
-    entries: list[tuple[float, int, Memory]] = []
-    for sid, have in pick.chosen.items():
-        turns = session_turns(sid)
-        groups = [sorted(have)] if pick.by_session else [[q] for q in sorted(have)]
-        for positions in groups:
-            best = max((pick.best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
-            mem = _passage(user_id, sid, turns, positions, votes, date_header)
-            entries.append((best[0], best[1], mem))
-    entries += pick.loose
-    entries.sort(key=lambda e: (-e[0], e[1]))
-    hits = [Hit(mem, float(v), i, {"vote": v}) for i, (v, _, mem) in enumerate(entries)]
-    return hits, pick.used, pick.filled
+    return items
 
 
 class _Selection:
@@ -591,6 +599,25 @@ class _Selection:
         self.chosen.setdefault(sid, set()).add(p)
         self.best.setdefault((sid, p), (vote, seen))
         return True
+
+    def hits(
+        self, user_id: str, session_turns: Callable[[str], Sequence[Turn]], date_header: bool
+    ) -> list[Hit]:
+        """The items taken as hits, best first: passages and turnless memories.
+
+        With a budget a session's chosen turns form one passage; without, each turn is one.
+        """
+        entries: list[tuple[float, int, Memory]] = []
+        for sid, have in self.chosen.items():
+            turns = session_turns(sid)
+            groups = [sorted(have)] if self.by_session else [[q] for q in sorted(have)]
+            for positions in groups:
+                best = max((self.best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
+                mem = _passage(user_id, sid, turns, positions, self.votes, date_header)
+                entries.append((best[0], best[1], mem))
+        entries += self.loose
+        entries.sort(key=lambda e: (-e[0], e[1]))
+        return [Hit(mem, float(v), i, {"vote": v}) for i, (v, _, mem) in enumerate(entries)]
 
     def _turn_cost(self, sid: str, p: int) -> tuple[int, bool, int]:
         """A turn's cost in context, whether it opens a passage, and the passages it adds."""

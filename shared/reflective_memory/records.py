@@ -164,41 +164,9 @@ class Records:
         """
         self._open()
         check_id("user_id", user_id)
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInputError("text must be a non-empty str")
-        check_encodable("text", text)
-        if key is not None and (not isinstance(key, str) or not key.strip()):
-            raise InvalidInputError("key must be None or a non-empty str")
-        if key is not None:
-            check_encodable("key", key)
-        if not isinstance(session_id, str):
-            raise InvalidInputError(f"session_id must be a str, got {type(session_id).__name__}")
-        if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
-            raise InvalidInputError("turn_ids must be a sequence of turn ids")
-        turn_ids = [check_id("turn_id", t) for t in turn_ids]
-        if granularity not in GRANULARITIES:
-            raise InvalidInputError(f"granularity must be one of {GRANULARITIES}")
-        if memory_id is not None:
-            check_id("memory_id", memory_id)
-        if metadata is not None:
-            if not isinstance(metadata, dict):
-                raise InvalidInputError("metadata must be a dict")
-            try:
-                json.dumps(metadata)
-            except (TypeError, ValueError) as exc:
-                raise InvalidInputError(f"metadata is not JSON-serialisable: {exc}") from exc
-        key = text if key is None else key
-        draft = MemoryDraft(
-            session_id=session_id,
-            granularity=granularity,
-            text=text,
-            key=key,
-            turn_ids=tuple(turn_ids),
-            metadata=dict(metadata) if metadata is not None else {},
-            id=memory_id,
-        )
+        draft = _direct_draft(text, key, granularity, session_id, turn_ids, metadata, memory_id)
         (stored,) = self.store.upsert_memories(
-            user_id, [draft], self._embed_keys([key]), self.embedder.name
+            user_id, [draft], self._embed_keys([draft.key]), self.embedder.name
         )
         return stored
 
@@ -235,3 +203,57 @@ class Records:
         return self.store.count(user_id)
 
     # -- async twins ----------------------------------------------------------------------
+
+
+def _direct_draft(
+    text: str,
+    key: str | None,
+    granularity: str,
+    session_id: str,
+    turn_ids: Sequence[str],
+    metadata: dict[str, Any] | None,
+    memory_id: str | None,
+) -> MemoryDraft:
+    """The draft of a memory written directly, its fields checked (see `Records.put_memory`).
+
+    Raises:
+        InvalidInputError: A field is of the wrong type, empty or not encodable.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError("text must be a non-empty str")
+    check_encodable("text", text)
+    if key is not None and (not isinstance(key, str) or not key.strip()):
+        raise InvalidInputError("key must be None or a non-empty str")
+    if key is not None:
+        check_encodable("key", key)
+    if not isinstance(session_id, str):
+        raise InvalidInputError(f"session_id must be a str, got {type(session_id).__name__}")
+    if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
+        raise InvalidInputError("turn_ids must be a sequence of turn ids")
+    turn_ids = [check_id("turn_id", t) for t in turn_ids]
+    if granularity not in GRANULARITIES:
+        raise InvalidInputError(f"granularity must be one of {GRANULARITIES}")
+    if memory_id is not None:
+        check_id("memory_id", memory_id)
+    _check_metadata(metadata)
+    return MemoryDraft(
+        session_id=session_id,
+        granularity=granularity,
+        text=text,
+        key=text if key is None else key,
+        turn_ids=tuple(turn_ids),
+        metadata=dict(metadata) if metadata is not None else {},
+        id=memory_id,
+    )
+
+
+def _check_metadata(metadata: dict[str, Any] | None) -> None:
+    """Raise `InvalidInputError` unless `metadata` is None or a JSON-serialisable dict."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict):
+        raise InvalidInputError("metadata must be a dict")
+    try:
+        json.dumps(metadata)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"metadata is not JSON-serialisable: {exc}") from exc

@@ -106,6 +106,20 @@ class _View:
     texts: Sequence[str] | None = None
 
 
+@dataclass
+class _TextOrder:
+    """How `RerankStage.rerank_texts` ordered its texts, before the shown head is cut."""
+
+    query: np.ndarray  # the query's embedding
+    candidates: np.ndarray  # the texts' embeddings, (K, dim)
+    cosines: np.ndarray  # each text's cosine with the query (the prior)
+    features: np.ndarray | None
+    order: list[int]  # every text position, best first
+    scores: np.ndarray  # each text's score, by position
+    explored: bool
+    updates: int  # the engine reranker's updates (0 for a caller's reranker or none)
+
+
 class RerankStage:
     """The RMM rerank stage of one engine: rerank at retrieval, learn from feedback.
 
@@ -216,32 +230,49 @@ class RerankStage:
         if k == 0:
             return order, scores, None
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-        rr = self.reranker(user_id)
         head = order[:k]
+        res, record = self._rerank_head(
+            user_id,
+            index,
+            q,
+            head,
+            scores[:k],
+            explore=explore,
+            retrieval_id=retrieval_id,
+            query=query,
+            fetch=fetch,
+        )
+        new_head = [head[i] for i in res.order]
+        new_scores = [{**scores[i], "rerank": float(res.scores[i])} for i in res.order]
+        return new_head + order[k:], new_scores + scores[k:], record
+
+    def _rerank_head(
+        self,
+        user_id: str,
+        index: UserIndex,
+        q: np.ndarray,
+        head: list[int],
+        scores: list[dict[str, float]],
+        *,
+        explore: bool,
+        retrieval_id: str,
+        query: str,
+        fetch: Callable[[list[str]], list[Any]] | None,
+    ) -> tuple[RerankResult, RerankRecord]:
+        """Rerank the head of a ranking, record it and keep its vectors (see `apply`)."""
+        rr = self.reranker(user_id)
         cand = index.dense.vectors[head]
         dense = cand @ q
         prior = rank_prior(dense)
         ids = [index.ids[p] for p in head]
         keys = [index.keys[p] for p in head]
-        feats = None
-        if rr.features:
-            need_mem = bool(set(rr.features) & _MEMORY_FEATURES)
-            mems = self._memories(index, ids, fetch) if need_mem else None
-            known = index.overlap(query, head) if query and "overlap" in rr.features else None
-            cands = Candidates(keys, query, dense, scores[:k], memories=mems, overlap=known)
-            feats = rr.features_of(cands)
+        feats = self._head_features(rr, index, head, ids, keys, query, dense, scores, fetch)
         if _untrained(rr) and not explore:
             # an untrained reranker keeps the retriever's order: skip scoring it
-            res = RerankResult(list(range(k)), np.asarray(prior, dtype=np.float32), False)
+            res = RerankResult(list(range(len(head))), np.asarray(prior, dtype=np.float32), False)
         else:
             with self._lock:
                 res = rr.rerank(q, cand, prior, explore=explore, features=feats)
-        new_head = [head[i] for i in res.order]
-        new_scores = []
-        for i in res.order:
-            sc = dict(scores[i])
-            sc["rerank"] = float(res.scores[i])
-            new_scores.append(sc)
         record = _record(
             user_id,
             retrieval_id,
@@ -256,7 +287,28 @@ class RerankStage:
             explored=res.sampled,
         )
         self._keep(retrieval_id, _Kept(user_id, q, cand.copy(), keys))
-        return new_head + order[k:], new_scores + scores[k:], record
+        return res, record
+
+    def _head_features(
+        self,
+        rr: Reranker | PersonalReranker,
+        index: UserIndex,
+        head: list[int],
+        ids: list[str],
+        keys: list[str],
+        query: str,
+        dense: np.ndarray,
+        scores: list[dict[str, float]],
+        fetch: Callable[[list[str]], list[Any]] | None,
+    ) -> np.ndarray | None:
+        """The side features of a ranking's head (None when the reranker uses none)."""
+        if not rr.features:
+            return None
+        need_mem = bool(set(rr.features) & _MEMORY_FEATURES)
+        mems = self._memories(index, ids, fetch) if need_mem else None
+        known = index.overlap(query, head) if query and "overlap" in rr.features else None
+        cands = Candidates(keys, query, dense, scores, memories=mems, overlap=known)
+        return rr.features_of(cands)
 
     def rerank_texts(
         self,
@@ -298,20 +350,24 @@ class RerankStage:
         Raises:
             InvalidInputError: Bad user id, query, texts, ids, `top_n` or reranker.
         """
-        check_id("user_id", user_id)
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidInputError("query must be a non-empty str")
-        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-            raise InvalidInputError("texts must be a sequence of str")
-        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int)):
-            raise InvalidInputError(f"top_n must be None or a positive int, got {top_n!r}")
-        if top_n is not None and top_n < 1:
-            raise InvalidInputError(f"top_n must be None or a positive int, got {top_n!r}")
-        if reranker is not None and not isinstance(reranker, CallerReranker):
-            raise InvalidInputError("reranker must have rerank(...) and partial_fit(episode)")
+        _check_texts_call(user_id, query, texts, top_n, reranker)
         texts = list(texts)
+        names = _text_ids(ids, len(texts))
+        ordered = self._order_texts(user_id, query, texts, explore, keep_order, reranker)
+        n = len(texts) if top_n is None else min(top_n, len(texts))
+        return self._show_texts(user_id, query, texts, names, ordered, n, reranker)
+
+    def _order_texts(
+        self,
+        user_id: str,
+        query: str,
+        texts: list[str],
+        explore: bool,
+        keep_order: bool,
+        reranker: CallerReranker | None,
+    ) -> _TextOrder:
+        """Embed the query and texts and order the texts (see `rerank_texts`)."""
         k = len(texts)
-        names = _text_ids(ids, k)
         q = np.asarray(self.embedder.encode(query), dtype=np.float32).reshape(-1)
         m = np.zeros((0, q.shape[0]), dtype=np.float32)
         if k:
@@ -329,34 +385,67 @@ class RerankStage:
         elif rr is None or k == 0:
             order, scores = [int(i) for i in np.argsort(-cos, kind="stable")], cos
         else:
-            kw = {} if feats is None else {"features": feats}
-            with self._lock:
-                res = rr.rerank(q, m, cos, explore=explore, **kw)
-            order = [int(i) for i in res.order]
-            scores = np.asarray(res.scores, dtype=np.float32).reshape(-1)
-            if sorted(order) != list(range(k)) or scores.shape != (k,):
-                raise InvalidInputError("the reranker must order every candidate and score it")
-            explored = res.sampled if isinstance(res, RerankResult) else bool(explore)
-        n = k if top_n is None else min(top_n, k)
+            order, scores, explored = self._score_texts(rr, q, m, cos, feats, explore)
+        updates = rr.n_updates_ if isinstance(rr, (Reranker, PersonalReranker)) else 0
+        return _TextOrder(q, m, cos, feats, order, scores, explored, updates)
+
+    def _score_texts(
+        self,
+        rr: CallerReranker,
+        q: np.ndarray,
+        m: np.ndarray,
+        cos: np.ndarray,
+        feats: np.ndarray | None,
+        explore: bool,
+    ) -> tuple[list[int], np.ndarray, bool]:
+        """Order texts with a reranker: the order, its scores and whether it sampled.
+
+        Raises:
+            InvalidInputError: The reranker did not order and score every candidate.
+        """
+        kw = {} if feats is None else {"features": feats}
+        with self._lock:
+            res = rr.rerank(q, m, cos, explore=explore, **kw)
+        order = [int(i) for i in res.order]
+        scores = np.asarray(res.scores, dtype=np.float32).reshape(-1)
+        k = m.shape[0]
+        if sorted(order) != list(range(k)) or scores.shape != (k,):
+            raise InvalidInputError("the reranker must order every candidate and score it")
+        explored = res.sampled if isinstance(res, RerankResult) else bool(explore)
+        return order, scores, explored
+
+    def _show_texts(
+        self,
+        user_id: str,
+        query: str,
+        texts: list[str],
+        names: list[str],
+        ordered: _TextOrder,
+        n: int,
+        reranker: CallerReranker | None,
+    ) -> RankedTexts:
+        """Record the first `n` ordered texts as shown, keep their vectors and return them."""
         record = _record(
             user_id,
             uuid.uuid4().hex,
             query,
             self.config.scope if reranker is None else CUSTOM_SCOPE,
             names,
-            order,
-            cos,
-            feats,
-            updates=rr.n_updates_ if isinstance(rr, (Reranker, PersonalReranker)) else 0,
+            ordered.order,
+            ordered.cosines,
+            ordered.features,
+            updates=ordered.updates,
             top_m=n,
-            explored=explored,
+            explored=ordered.explored,
         )
-        self._keep(record.retrieval_id, _Kept(user_id, q, m, texts, reranker))
-        shown = order[:n]
+        self._keep(
+            record.retrieval_id, _Kept(user_id, ordered.query, ordered.candidates, texts, reranker)
+        )
+        shown = ordered.order[:n]
         return RankedTexts(
             order=tuple(shown),
-            scores=tuple(float(scores[i]) for i in shown),
-            cosines=tuple(float(cos[i]) for i in shown),
+            scores=tuple(float(ordered.scores[i]) for i in shown),
+            cosines=tuple(float(ordered.cosines[i]) for i in shown),
             texts=tuple(texts),
             record=record,
         )
@@ -463,9 +552,8 @@ class RerankStage:
                 number names nothing.
         """
         view = self._view(shown)
-        n = len(view.ids)
         out = read_answer(
-            n,
+            len(view.ids),
             answer,
             cited,
             fallback=self.config.attribution_fallback,
@@ -475,49 +563,96 @@ class RerankStage:
         )
         if out.reason:
             return out
+        ranking = self._ranking_to_learn(view, out, index_fn)
+        if ranking is None:
+            return out
+        rec, kept = ranking
+        return self._learn(view, out, rec, kept, answer)
+
+    def _ranking_to_learn(
+        self,
+        view: _View,
+        out: FeedbackResult,
+        index_fn: Callable[[str], UserIndex] | None,
+    ) -> tuple[RerankRecord, _Kept] | None:
+        """The record and vectors feedback trains on, or None with `out.reason` set.
+
+        With reranking off (and no caller's reranker), `out` gets the citations' rewards
+        unless they were inferred (see `feedback`).
+        """
         rec = view.record
         kept = None if rec is None else self._kept_for(rec)
         custom = None if kept is None else kept.reranker
         if rec is not None and rec.scope == CUSTOM_SCOPE and custom is None:
             out.reason = "the reranker given for this ranking is no longer kept"
-            return out
+            return None
         if custom is None and not self.config.enabled:
             if not out.inferred:
-                rewards = citation_rewards(n, out.cited)
+                rewards = citation_rewards(len(view.ids), out.cited)
                 out.rewards = {view.ids[j]: float(r) for j, r in enumerate(rewards)}
             out.inferred = False
             out.reason = "reranking is off (config.rerank.enabled)"
-            return out
+            return None
         if rec is None:
             out.reason = "the retrieval was not reranked"
-            return out
+            return None
         if kept is None:
             kept = self._rebuild(rec, view.texts, index_fn)
         if kept is None:
             out.reason = "the retrieval was not reranked or its memories changed"
-            return out
+            return None
+        return rec, kept
+
+    def _attribute(
+        self,
+        out: FeedbackResult,
+        answer: str | None,
+        kept: _Kept,
+        shown_items: list[int],
+        positions: list[int],
+        n: int,
+    ) -> bool:
+        """Infer an uncited answer's citations from its sentences' similarity to shown items.
+
+        Sets `out.cited` and `out.similarities`; False (with `out.reason`) when no sentence
+        matches a shown item.
+        """
+        text = parse_citations(answer, 0).text  # type: ignore[arg-type]
+        used, best = attribute(
+            text, kept.candidates[positions], self.embedder, self.config.attribution_threshold
+        )
+        out.cited = tuple(shown_items[i] for i in used)
+        sims = [float("nan")] * n
+        for i, j in enumerate(shown_items):
+            sims[j] = float(best[i])
+        out.similarities = sims
+        if not used:  # no evidence either way: an uncited answer is no [NO_CITE]
+            out.reason = "the answer has no citation and no sentence of it matches a shown item"
+            return False
+        return True
+
+    def _learn(
+        self,
+        view: _View,
+        out: FeedbackResult,
+        rec: RerankRecord,
+        kept: _Kept,
+        answer: str | None,
+    ) -> FeedbackResult:
+        """Reward the shown items that came from the candidates and train the reranker."""
+        n = len(view.ids)
         shown_items = [j for j in range(n) if view.where[j] is not None]
         if not shown_items:
             out.reason = "no hit came from the reranked candidates"
             return out
         positions = [int(view.where[j]) for j in shown_items]  # type: ignore[arg-type]
-        if out.inferred:
-            text = parse_citations(answer, 0).text  # type: ignore[arg-type]
-            used, best = attribute(
-                text, kept.candidates[positions], self.embedder, self.config.attribution_threshold
-            )
-            out.cited = tuple(shown_items[i] for i in used)
-            sims = [float("nan")] * n
-            for i, j in enumerate(shown_items):
-                sims[j] = float(best[i])
-            out.similarities = sims
-            if not used:  # no evidence either way: an uncited answer is no [NO_CITE]
-                out.reason = "the answer has no citation and no sentence of it matches a shown item"
-                return out
+        if out.inferred and not self._attribute(out, answer, kept, shown_items, positions, n):
+            return out
         cited_set = set(out.cited)
         rewards = citation_rewards(
             len(shown_items), [i for i, j in enumerate(shown_items) if j in cited_set]
         )
+        custom = kept.reranker
         learner = custom if custom is not None else self.reranker(rec.user_id)
         prior = np.asarray(rec.prior, dtype=np.float32)
         feats = self._features(rec, kept, learner)
@@ -540,6 +675,27 @@ def _untrained(rr: Reranker | PersonalReranker) -> bool:
     if isinstance(rr, PersonalReranker):
         return rr.prior.n_updates_ == 0 and rr.adapter.is_zero
     return rr.n_updates_ == 0
+
+
+def _check_texts_call(
+    user_id: str,
+    query: str,
+    texts: Sequence[str],
+    top_n: int | None,
+    reranker: CallerReranker | None,
+) -> None:
+    """Raise `InvalidInputError` on a bad `rerank_texts` argument (ids are checked apart)."""
+    check_id("user_id", user_id)
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("query must be a non-empty str")
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise InvalidInputError("texts must be a sequence of str")
+    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int)):
+        raise InvalidInputError(f"top_n must be None or a positive int, got {top_n!r}")
+    if top_n is not None and top_n < 1:
+        raise InvalidInputError(f"top_n must be None or a positive int, got {top_n!r}")
+    if reranker is not None and not isinstance(reranker, CallerReranker):
+        raise InvalidInputError("reranker must have rerank(...) and partial_fit(episode)")
 
 
 def _text_ids(ids: Sequence[str | None] | None, k: int) -> list[str]:

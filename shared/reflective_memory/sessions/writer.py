@@ -521,6 +521,23 @@ class SessionWriter:
         self._open()
         check_id("user_id", user_id)
         current = denoiser_name(self.denoiser)
+        drafts = self._rekey_drafts(user_id, only_stale, current)
+        if not drafts:
+            return 0
+        self.denoise_keys(user_id, drafts, strict=True)
+        vectors = self.embed_keys([d.key for d in drafts])
+        self.store.upsert_memories(user_id, drafts, vectors, self.embedder.name)
+        self.indexes.invalidate(user_id)
+        logger.info("re-keyed %d memories of user %s with %s", len(drafts), user_id, current)
+        return len(drafts)
+
+    def _rekey_drafts(self, user_id: str, only_stale: bool, current: str) -> list[MemoryDraft]:
+        """Drafts of the user's turn, session and segment units to re-key (see `redenoise`).
+
+        Each draft keeps its memory's id, text, times and provenance; its key is the raw key
+        rebuilt from the stored turns (not yet denoised). A memory whose turns cannot be found
+        is left as is (logged). With `only_stale`, memories keyed by `current` are skipped.
+        """
         by_session: dict[str, list[Memory]] = {}
         for mem in self.store.memories(user_id):
             if mem.granularity not in BASE_UNITS:
@@ -539,9 +556,7 @@ class SessionWriter:
                     continue
                 todo.append(mem)
                 sources.append(raw_key(src, self.config.units.speaker_keys))
-        if not todo:
-            return 0
-        drafts = [
+        return [
             MemoryDraft(
                 session_id=m.session_id,
                 granularity=m.granularity,
@@ -555,11 +570,5 @@ class SessionWriter:
             )
             for m, src in zip(todo, sources, strict=True)
         ]
-        self.denoise_keys(user_id, drafts, strict=True)
-        vectors = self.embed_keys([d.key for d in drafts])
-        self.store.upsert_memories(user_id, drafts, vectors, self.embedder.name)
-        self.indexes.invalidate(user_id)
-        logger.info("re-keyed %d memories of user %s with %s", len(drafts), user_id, current)
-        return len(drafts)
 
     # -- read path ------------------------------------------------------------------------
