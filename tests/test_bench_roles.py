@@ -145,17 +145,23 @@ def _bench(chat_file: Path, tmp_path: Path, *extra: str) -> dict[str, Any]:
     return json.loads(out_json.read_text())
 
 
-def test_every_system_of_a_ua_run_stores_the_same_user_assistant_turns(
-    chat_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
+def _spy_ingest(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[list[tuple[str, str]]]:
+    """Record the `(role, text)` turns of every conversation `module` ingests."""
     seen: list[list[tuple[str, str]]] = []
-    real = systems_module.ingest_conversations
+    real = module.ingest_conversations
 
     def spy(mem: Any, convs: Any, **kw: Any) -> Any:
         seen.append(_turns(convs[0]))
         return real(mem, convs, **kw)
 
-    monkeypatch.setattr(systems_module, "ingest_conversations", spy)
+    monkeypatch.setattr(module, "ingest_conversations", spy)
+    return seen
+
+
+def test_every_system_of_a_ua_run_stores_the_same_user_assistant_turns(
+    chat_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    seen = _spy_ingest(monkeypatch, systems_module)
     summary = _bench(chat_file, tmp_path, "--roles", "ua")
     printed = capsys.readouterr().out
     assert len(seen) == 1 + len(BASELINES) + len(ABLATIONS)
@@ -311,14 +317,7 @@ def test_roles_apply_to_the_per_unit_table_too(
 ) -> None:
     from reflective_bench import retrieval
 
-    seen: list[list[tuple[str, str]]] = []
-    real = retrieval.ingest_conversations
-
-    def spy(mem: Any, convs: Any, **kw: Any) -> Any:
-        seen.append(_turns(convs[0]))
-        return real(mem, convs, **kw)
-
-    monkeypatch.setattr(retrieval, "ingest_conversations", spy)
+    seen = _spy_ingest(monkeypatch, retrieval)
     summary = _bench(chat_file, tmp_path, "--roles", "ua", "--units", "turn")
     assert "roles: ua" in capsys.readouterr().out and summary["roles"] == "ua"
     assert seen and seen[0][0] == ("assistant", "Ben: Hey Ana, how was the trip?")

@@ -437,6 +437,6 @@ def format_systems(
             "|---|" + "---|" * len(names),
         ]
         for name in rows:
-            vals = [f"{np.mean(res.recall[(name, n)]):.3f}" for n in names]
-            lines.append(f"| {name} | " + " | ".join(vals) + " |")
+            cells = [f"{np.mean(res.recall[(name, n)]):.3f}" for n in names]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
