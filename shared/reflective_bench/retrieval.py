@@ -5,6 +5,16 @@ the conversation is ingested into a fresh in-memory `ReflectiveMemory`; each que
 user's memories, the ranking is packed in rank order into a budget of N words (a unit that does not
 fit is skipped), and coverage is the fraction of the question's evidence turns inside the packed
 units. Session-level recall_any@k / recall_all@k are reported too.
+
+Without `--units` the library's default config runs next to plain baselines and ablations (see
+`reflective_bench.systems`); a table of what `retrieve(k=5)` returns (`--topk`) and one of
+session recall follow the budget tables.
+
+`--roles names` (the default) stores each turn under the speaker name the data gives; `--roles
+ua` stores the conversation as a chat app would: the user side as `user`, the other side as
+`assistant`, each text as `Name: text` (the user side is the file's `speaker_a`, else the first
+turn's speaker; conversations already in `user` / `assistant` are stored as they are; see
+`reflective_bench.roles`). Every system of a run is stored the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ from reflective_memory.io import (
 from reflective_memory.segment.base import FixedWindowSegmenter
 from reflective_memory.types import Retrieval
 from tqdm import tqdm
+
+from reflective_bench.roles import ROLES, store_roles
 
 __all__ = [
     "BenchResult",
@@ -375,7 +387,12 @@ def _pg_stores(dsn: str) -> Callable[[], tuple[Any, Callable[[], None]]]:
     return make
 
 
-def _run_systems(args: argparse.Namespace, convs: list[Conversation], budgets: list[int]) -> int:
+def _run_systems(
+    args: argparse.Namespace,
+    convs: list[Conversation],
+    budgets: list[int],
+    roles_line: str | None = None,
+) -> int:
     from reflective_bench.systems import (
         ABLATIONS,
         BASELINES,
@@ -401,25 +418,43 @@ def _run_systems(args: argparse.Namespace, convs: list[Conversation], budgets: l
         coverage_fn=coverage_at_budget,
         denoiser=denoiser,
         stores=None if args.dsn is None else _pg_stores(args.dsn),
+        topk=args.topk,
+        session_recall_fn=session_recall,
     )
     where = "in-memory SQLite" if args.dsn is None else "PostgreSQL + pgvector"
     print(f"data: {args.data} ({len(convs)} conversations); store: {where}")  # noqa: T201
+    if roles_line is not None:
+        print(roles_line)  # noqa: T201
     print(format_systems(res, main, ablations, budgets))  # noqa: T201
     if args.json is not None:
         with open(args.json, "w") as fh:
-            json.dump(res.summary(), fh, indent=2)
+            json.dump({**res.summary(), "roles": args.roles}, fh, indent=2)
     return 0
+
+
+def _roles_line(roles: str, n: int, sides: dict[str, str]) -> str | None:
+    """What `--roles ua` did, printed under the data line (`None` for `names`)."""
+    if roles == "names":
+        return None
+    if not sides:
+        return f"roles: ua; {n} conversations already user/assistant, stored as they are"
+    who = ", ".join(f"{uid}: {name}" for uid, name in sides.items())
+    return f"roles: ua (user side, the rest as assistant; texts as `Name: text`): {who}"
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.dsn is not None and args.units is not None:
         raise ConfigError("--dsn runs the default and the baselines; it does not go with --units")
+    if args.topk < 0:
+        raise ConfigError(f"--topk must be 0 (off) or more, not {args.topk}")
     convs = load_conversations(args.data)
     if args.limit is not None:
         convs = convs[: args.limit]
+    convs, sides = store_roles(convs, args.roles, args.data)
+    roles_line = _roles_line(args.roles, len(convs), sides)
     budgets = [int(b) for b in _split(args.budgets)]
     if args.units is None:
-        return _run_systems(args, convs, budgets)
+        return _run_systems(args, convs, budgets, roles_line)
     denoiser = parse_denoiser(args.denoiser, args.denoiser_model)
     res = run_retrieval_bench(
         convs,
@@ -432,10 +467,12 @@ def _run(args: argparse.Namespace) -> int:
     )
     logger.info("bench retrieval done")
     print(f"data: {args.data} ({len(convs)} conversations), denoiser: {args.denoiser}")  # noqa: T201
+    if roles_line is not None:
+        print(roles_line)  # noqa: T201
     print(format_table(res, budgets))  # noqa: T201
     if args.json is not None:
         with open(args.json, "w") as fh:
-            json.dump(res.summary(), fh, indent=2)
+            json.dump({**res.summary(), "roles": args.roles}, fh, indent=2)
     return 0
 
 
@@ -470,6 +507,20 @@ def register(bench: Any) -> None:
     )
     p.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="word budgets")
     p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    p.add_argument(
+        "--roles",
+        choices=ROLES,
+        default="names",
+        help="names: turns stored under the data's speaker names; ua: as a chat app stores "
+        "them, the user side as 'user', the other as 'assistant', texts as 'Name: text'",
+    )
+    p.add_argument(
+        "--topk",
+        type=int,
+        default=5,
+        help="also measure what retrieve(k=TOPK) returns, the adapters' default call "
+        "(0: off; not with --units)",
+    )
     add_embedder_arguments(p)
     p.add_argument(
         "--denoiser",

@@ -14,6 +14,16 @@ inside what the system returns for a budget of N words:
 
 Latency is one `retrieve` per question (a budget of 1,000 words for passage systems, `k=10` for
 plain ones), after a warm-up query; the query is always embedded for real.
+
+Two tables follow the budget tables:
+
+* **top-k** (`topk`, 5 by default; 0 leaves it out): what `retrieve(user, question, k=5)` returns,
+  the call the adapters make by default: the fraction of evidence turns inside the returned hits,
+  their mean word count and the call's p50 latency (query embedded for real). Passage systems
+  return their top 5 turns, plain systems their top 5 units (turns, or windows);
+* **session recall**: recall_any@k / recall_all@k over the first k distinct sessions of each
+  system's whole ranking (`retrieve(k=<all units>)`: turns for passage systems, units for plain
+  ones), as LongMemEval's session-level recall counts them (its R@5 is `any@5`).
 """
 
 from __future__ import annotations
@@ -180,6 +190,11 @@ class SystemsResult:
     paths: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     over_budget: int = 0
     questions: int = 0
+    topk: int = 0
+    topk_coverage: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    topk_words: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    topk_latency_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    recall: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
 
     def summary(self) -> dict[str, Any]:
         """Plain-dict means (JSON-friendly)."""
@@ -200,6 +215,16 @@ class SystemsResult:
             "paths": {
                 s: {p: v.count(p) / len(v) for p in sorted(set(v))} for s, v in self.paths.items()
             },
+            "topk": {
+                s: {
+                    "k": self.topk,
+                    "coverage": float(np.mean(v)),
+                    "mean_words": float(np.mean(self.topk_words[s])),
+                    "p50_ms": float(np.percentile(self.topk_latency_ms[s], 50)),
+                }
+                for s, v in self.topk_coverage.items()
+            },
+            "session_recall": {f"{s}/{n}": float(np.mean(v)) for (s, n), v in self.recall.items()},
         }
 
 
@@ -228,6 +253,10 @@ class _RepeatQuery:
             return vec
         return self.inner.encode(texts)
 
+    def forget(self) -> None:
+        """Embed the next query for real (before a timed call)."""
+        self._last = None
+
 
 def _covered(retrieval: Retrieval, evidence: set[str], budget: int) -> tuple[float, int]:
     words = sum(len(h.memory.text.split()) for h in retrieval.hits)
@@ -247,6 +276,9 @@ def run_systems(
     denoiser: Any | None = None,
     progress: bool = True,
     stores: Callable[[], tuple[Any, Callable[[], None]]] | None = None,
+    topk: int = 5,
+    recall_ks: Sequence[int] = (5, 10),
+    session_recall_fn: Callable[[Retrieval, set[str], int], tuple[float, float]] | None = None,
 ) -> SystemsResult:
     """Ingest every conversation into every system and measure coverage, latency and ingest.
 
@@ -260,16 +292,20 @@ def run_systems(
         progress: Show a progress bar.
         stores: Makes an empty store and its clean-up for each (conversation, system), e.g.
             a fresh PostgreSQL schema (`None`: in-memory SQLite).
+        topk: Measure what `retrieve(k=topk)` returns (0: not measured).
+        recall_ks: Session recall cut-offs (needs `session_recall_fn`).
+        session_recall_fn: `(ranking, evidence sessions, k) -> (recall_any, recall_all)`
+            (`None`: no session recall).
     """
-    res = SystemsResult()
+    res = SystemsResult(topk=topk)
     embedder.encode(["load the model before anything is timed"])
-    embedder = _RepeatQuery(embedder)  # type: ignore[assignment]
+    repeat = _RepeatQuery(embedder)
     for conv in conversations:  # every system then reads the turn vectors on equal terms
-        embedder.encode([t["text"][:4000] for s in conv.sessions for t in s.turns])
+        repeat.encode([t["text"][:4000] for s in conv.sessions for t in s.turns])
     todo = [(c, s) for c in conversations for s in systems]
     for conv, system in tqdm(todo, desc="bench retrieval", disable=not progress):
         store, cleanup = stores() if stores is not None else (None, None)
-        mem = system.build(embedder, denoiser, store)
+        mem = system.build(repeat, denoiser, store)
         try:
             t0 = time.perf_counter()
             ingest_conversations(mem, [conv], progress=False)
@@ -302,6 +338,21 @@ def run_systems(
                         cov, _ = coverage_fn(ranking, evidence, b)
                     res.coverage[(system.name, b)].append(cov)
                     res.by_type[(system.name, q.qtype or "-", b)].append(cov)
+                if session_recall_fn is not None and q.evidence_sessions:
+                    if ranking is None:  # passage systems: their whole ranking of turns
+                        ranking = mem.retrieve(conv.user_id, q.question, k=n_units)
+                    for kk in recall_ks:
+                        ra, rall = session_recall_fn(ranking, set(q.evidence_sessions), kk)
+                        res.recall[(system.name, f"any@{kk}")].append(ra)
+                        res.recall[(system.name, f"all@{kk}")].append(rall)
+                if topk > 0:
+                    repeat.forget()
+                    t2 = time.perf_counter()
+                    top = mem.retrieve(conv.user_id, q.question, k=topk, mode=system.mode)
+                    res.topk_latency_ms[system.name].append((time.perf_counter() - t2) * 1000)
+                    cov, words = _covered(top, evidence, topk)
+                    res.topk_coverage[system.name].append(cov)
+                    res.topk_words[system.name].append(words)
         finally:
             mem.close()
             if cleanup is not None:
@@ -359,4 +410,33 @@ def format_systems(
         lines += ["", "| system | dense path shares |", "|---|---|"]
         for name, shares in paths.items():
             lines.append(f"| {name} | " + ", ".join(f"{p} {v:.0%}" for p, v in shares.items()))
+    rows = [x.name for x in (*main, *ablations) if x.name in res.topk_coverage]
+    if rows:
+        k = res.topk
+        lines += [
+            "",
+            f"what `retrieve(k={k})` returns (the adapters' default call):",
+            f"| system | cov@k={k} | mean words | p50 ms |",
+            "|---|---|---|---|",
+        ]
+        for name in rows:
+            top = s["topk"][name]
+            lines.append(
+                f"| {name} | {top['coverage']:.3f} | {top['mean_words']:.0f} | "
+                f"{top['p50_ms']:.1f} |"
+            )
+    names = sorted(
+        {n for (_, n) in res.recall}, key=lambda n: (int(n.split("@")[1]), n.startswith("all"))
+    )
+    rows = [x.name for x in (*main, *ablations) if names and (x.name, names[0]) in res.recall]
+    if rows:
+        lines += [
+            "",
+            "session recall (first k distinct sessions of the whole ranking):",
+            "| system | " + " | ".join(f"recall_{n}" for n in names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for name in rows:
+            cells = [f"{np.mean(res.recall[(name, n)]):.3f}" for n in names]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
