@@ -442,6 +442,22 @@ def test_a_question_about_one_speaker_is_answered_from_what_they_said() -> None:
         assert any("Sam: " in h.memory.text for h in r.hits)  # the name pulls Sam's turns in
 
 
+def test_speaker_focus_reads_names_written_into_user_assistant_turns() -> None:
+    """A chat app keeping `user` / `assistant` roles with `Name: text` gets speaker focus too."""
+    cfg = _cfg(units={"granularities": ("turn",)})
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+        for i, (who, text) in enumerate(KATE_AND_SAM):
+            role = "user" if who == "Kate" else "assistant"
+            mem.add_turn("u", "s1", role, f"{who}: {text}", timestamp=f"2026-01-0{1 + i // 2}")
+        mem.add_turn("u", "s1", "user", "Note: bring the racket.")  # one label is no speaker
+        mem.end_session("u", "s1")
+        r = mem.retrieve("u", "What sports does Kate play?", k=2)
+        assert r.diagnostics["speaker"] == "Kate"
+        texts = [h.memory.text for h in r.hits]
+        assert all("Kate: " in t and "Sam: " not in t for t in texts), texts
+        assert "speaker" not in mem.retrieve("u", "Any note about sports?", k=2).diagnostics
+
+
 def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
     from reflective_memory.passages import apply_speaker_focus
 

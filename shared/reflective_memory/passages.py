@@ -39,6 +39,8 @@ __all__ = [
     "named_speaker",
     "without_name",
     "apply_speaker_focus",
+    "speaker_of",
+    "CHAT_ROLES",
     "TurnVotes",
     "collect_votes",
     "pack_passages",
@@ -289,6 +291,31 @@ def apply_recency(
     return True
 
 
+#: Roles a chat app stores turns under; a `Name: ` at the start of such a turn names its speaker.
+CHAT_ROLES = frozenset({"user", "assistant", "human", "ai"})
+_LABEL = re.compile(r"([A-Z][\w'.-]*(?: [A-Z][\w'.-]*){0,2}): ")
+
+
+def speaker_of(turn: Turn) -> str:
+    """Who said a turn: its role, or the `Name: ` its text opens with under a chat role.
+
+    Apps that keep `user` / `assistant` roles often write the person into the text
+    (`Emi: see you at 8`); the name is the speaker a question can name.
+
+    Example:
+        >>> from reflective_memory.types import Turn
+        >>> speaker_of(Turn("u", "s", "user", "Emi: see you at 8", "s:0", 0))
+        'Emi'
+        >>> speaker_of(Turn("u", "s", "Kate", "Note: bring cake", "s:1", 1))
+        'Kate'
+    """
+    if turn.role.strip().casefold() in CHAT_ROLES:
+        m = _LABEL.match(turn.text)
+        if m is not None:
+            return m.group(1)
+    return turn.role
+
+
 def apply_speaker_focus(
     votes: TurnVotes,
     session_turns: Callable[[str], Sequence[Turn]],
@@ -308,7 +335,7 @@ def apply_speaker_focus(
     want = speaker.strip().casefold()
     scaled = 0
     for key in votes.turn:
-        if session_turns(key[0])[key[1]].role.strip().casefold() != want:
+        if speaker_of(session_turns(key[0])[key[1]]).strip().casefold() != want:
             votes.turn[key] *= 1.0 - focus
             scaled += 1
     return scaled

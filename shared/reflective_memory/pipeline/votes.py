@@ -6,6 +6,7 @@ feed them the user's turns, read once per index version.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from reflective_memory.passages import (
@@ -16,6 +17,7 @@ from reflective_memory.passages import (
     collect_votes,
     named_speaker,
     present_tense,
+    speaker_of,
     without_name,
 )
 from reflective_memory.pipeline.state import RetrievalState
@@ -27,6 +29,8 @@ __all__ = ["UserTurns", "SpeakerFocus", "Votes"]
 
 #: Users with at most this many indexed memories have all their turns read in one query.
 PRELOAD_TURNS = 20_000
+#: Turns that must open with a `Name: ` before that name counts as a speaker.
+MIN_LABELLED = 3
 
 
 class UserTurns:
@@ -61,11 +65,18 @@ class UserTurns:
         return SessionReader(self.store, user_id, self.sessions(user_id, index))
 
     def speakers(self, user_id: str, index: UserIndex) -> list[str]:
-        """The roles of the user's turns (of the sessions read so far above `PRELOAD_TURNS`)."""
+        """Who speaks in the user's turns (of the sessions read so far above `PRELOAD_TURNS`).
+
+        A speaker is a turn's role, or the `Name: ` a chat-role turn opens with
+        (`passages.speaker_of`) when at least `MIN_LABELLED` turns open with that name (so a
+        lone "Note: ..." is no speaker).
+        """
         speakers = index.extras.get("speakers")
         if speakers is None or len(index) > PRELOAD_TURNS:
             cache = self.sessions(user_id, index)
-            speakers = sorted({t.role for turns in cache.values() for t in turns})
+            said = Counter(speaker_of(t) for turns in cache.values() for t in turns)
+            roles = {t.role for turns in cache.values() for t in turns}
+            speakers = sorted(s for s, n in said.items() if s in roles or n >= MIN_LABELLED)
             index.extras["speakers"] = speakers
         return speakers
 
