@@ -40,6 +40,7 @@ __all__ = [
     "without_name",
     "apply_speaker_focus",
     "speaker_of",
+    "addressed_role",
     "CHAT_ROLES",
     "TurnVotes",
     "collect_votes",
@@ -138,6 +139,10 @@ class PassageConfig:
         speaker_focus: When a question names exactly one of the speakers of the user's turns
             ("What does Kate do on weekends?"), it is searched without the name and the other
             speakers' turns' votes are multiplied by `1 - speaker_focus` (0: off).
+        person_focus: In a chat of `user` and `assistant` turns, a question that names no
+            speaker but asks in the first person ("where do I work?") scales the assistant's
+            turns by `1 - person_focus`, one that asks what "you said / recommended" the
+            user's (0: off).
         length_exponent: Packing order is `vote / (cost / (length_free * median)) **
             length_exponent` for turns longer than `length_free` times the median candidate, so
             a long turn must out-vote the several short ones whose room it would take (the
@@ -155,6 +160,7 @@ class PassageConfig:
     recency_weight: float = 0.25
     recency_margin: float = 0.1
     speaker_focus: float = 0.8
+    person_focus: float = 0.0
     length_exponent: float = 0.5
     length_free: float = 2.0
     length_keep_share: float = 0.25
@@ -165,7 +171,7 @@ class PassageConfig:
         for name in ("context_weight", "recency_weight", "length_exponent"):
             check_number(f"passages.{name}", getattr(self, name), 0)
         check_int("passages.context_full_budget", self.context_full_budget, 0)
-        for name in ("length_keep_share", "speaker_focus"):
+        for name in ("length_keep_share", "speaker_focus", "person_focus"):
             check_number(f"passages.{name}", getattr(self, name), 0, 1)
         for name in ("recency_margin", "length_free"):
             check_number(f"passages.{name}", getattr(self, name), 0, open_low=True)
@@ -294,6 +300,34 @@ def apply_recency(
 #: Roles a chat app stores turns under; a `Name: ` at the start of such a turn names its speaker.
 CHAT_ROLES = frozenset({"user", "assistant", "human", "ai"})
 _LABEL = re.compile(r"([A-Z][\w'.-]*(?: [A-Z][\w'.-]*){0,2}): ")
+
+
+_TO_ASSISTANT = re.compile(
+    r"\byou (?:say|said|tell|told|gave|give|wrote|write|mention|recommend|suggest|provide|list|"
+    r"name|share|explain|describe)(?:e?d)?\b"
+    r"|\byour (?:suggestion|recommendation|advice|answer|list)",
+    re.IGNORECASE,
+)
+_FIRST_PERSON = re.compile(r"\b(?:I|my|me|mine|myself|I'm|I've|I'd)\b")
+
+
+def addressed_role(query: str) -> str | None:
+    """Whose words a question about a two-role chat asks for, from its person.
+
+    "What did you recommend for ...?" asks for the assistant's turns; "Where do I work?" for
+    the user's. Neither cue (or a question naming a person) gives None.
+
+    Example:
+        >>> addressed_role("Which hotel did you recommend?"), addressed_role("Where do I work?")
+        ('assistant', 'user')
+        >>> addressed_role("When is the concert?") is None
+        True
+    """
+    if _TO_ASSISTANT.search(query):
+        return "assistant"
+    if _FIRST_PERSON.search(query):
+        return "user"
+    return None
 
 
 def speaker_of(turn: Turn) -> str:

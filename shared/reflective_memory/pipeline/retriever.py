@@ -62,7 +62,7 @@ class Retriever:
         self.config, self.store, self.indexes, self.llm = config, store, indexes, llm
         turns = UserTurns(store)
         self.query = EmbedQuery(embedder, config.units.embed_max_chars)
-        self.focus = SpeakerFocus(turns)
+        self.focus = SpeakerFocus(config.passages, turns)
         self.dense, self.lexical = DenseCandidates(), LexicalCandidates()
         self.fusion = Fusion(config.search)
         self.rerank = Rerank(rerankers, self.query, store)
@@ -75,7 +75,7 @@ class Retriever:
         cfg = self.config
         passages = cfg.passages.enabled and request.views is None
         out: list[Stage] = []
-        if passages and cfg.passages.speaker_focus > 0:
+        if passages and (cfg.passages.speaker_focus > 0 or cfg.passages.person_focus > 0):
             out.append(self.focus)
         if request.mode != "lexical":
             out += [self.query, self.dense]

@@ -53,7 +53,9 @@ class RetrievalState:
         index: The user's indexes at one store version.
         search_query: The text the rankers search with (the question without a focused
             speaker's name).
-        speaker: The one speaker the question names, if speaker focus applies.
+        speaker: The one speaker the question names (or asks about in the first or second
+            person), if speaker focus applies.
+        focus: How much the other speakers' turn votes shrink (`1 - focus`).
         qvec: The query vector (`None` until embedded; never in lexical mode without a
             reranker).
         n: Candidates each ranker contributes (widened when the hits do not fill the cut).
@@ -79,6 +81,7 @@ class RetrievalState:
     index: UserIndex
     search_query: str
     speaker: str | None = None
+    focus: float = 0.0
     qvec: np.ndarray | None = None
     n: int = 0
     recall: RecallConfig | None = None

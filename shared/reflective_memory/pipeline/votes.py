@@ -12,6 +12,7 @@ from dataclasses import replace
 from reflective_memory.passages import (
     RECENCY_POOL,
     PassageConfig,
+    addressed_role,
     apply_recency,
     apply_speaker_focus,
     collect_votes,
@@ -117,16 +118,21 @@ class SpeakerFocus:
     name = "speaker"
     repeat = False
 
-    def __init__(self, turns: UserTurns) -> None:
-        self.turns = turns
+    def __init__(self, config: PassageConfig, turns: UserTurns) -> None:
+        self.config, self.turns = config, turns
 
     def run(self, state: RetrievalState) -> None:
-        """Set `state.speaker` and `state.search_query`."""
+        """Set `state.speaker`, `state.focus` and `state.search_query`."""
         req = state.request
-        speaker = named_speaker(req.query, self.turns.speakers(req.user_id, state.index))
+        speakers = self.turns.speakers(req.user_id, state.index)
+        speaker = named_speaker(req.query, speakers)
         if speaker is not None:
-            state.speaker = speaker
+            state.speaker, state.focus = speaker, self.config.speaker_focus
             state.search_query = without_name(req.query, speaker)
+        elif self.config.person_focus > 0 and {"user", "assistant"} <= set(speakers):
+            role = addressed_role(req.query)
+            if role is not None:
+                state.speaker, state.focus = role, self.config.person_focus
 
 
 class Votes:
@@ -158,7 +164,7 @@ class Votes:
             context = context * req.budget / cfg.context_full_budget  # direct matches first
         votes = collect_votes(ranked, session_turns, rrf_k=self.rrf_k, context_weight=context)
         if state.speaker is not None:
-            apply_speaker_focus(votes, session_turns, state.speaker, cfg.speaker_focus)
+            apply_speaker_focus(votes, session_turns, state.speaker, state.focus)
         state.recency = False
         if cfg.recency_weight > 0 and present_tense(req.query):
             state.recency = apply_recency(
