@@ -418,3 +418,15 @@ def test_bench_retrieval_on_postgres_matches_the_embedded_baselines(pg_dsn, tmp_
             "WHERE schema_name LIKE 'bench_retrieval_%'"
         ).fetchone()[0]
     assert left == 0
+
+
+def test_open_session_turns_rank_fairly_on_postgres(pg_dsn) -> None:
+    """Issue 27 on the server backend: every turn, open or ended, is in the top 5 for its text."""
+    from test_open_sessions import SESSIONS, _fill, _misses
+
+    with ReflectiveMemory(
+        store=_store(pg_dsn, pg_schema()), embedder=HashingEmbedder(), config=MemoryConfig()
+    ) as mem:
+        _fill(mem, SESSIONS, "open")
+        assert mem.open_sessions("u") == ["open"]
+        assert _misses(mem, "u") == {True: [], False: []}

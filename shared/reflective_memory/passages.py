@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -221,14 +221,21 @@ def collect_votes(
     *,
     rrf_k: int,
     context_weight: float,
+    provisional: Collection[str] = frozenset(),
 ) -> TurnVotes:
     """Turn a ranking of memory units into votes for turns.
+
+    A turn no coarse unit covers yet (its session is still open) would get a context vote
+    once its session ends and is cut into segments; until then its own `turn` unit, when
+    its id is in `provisional`, also votes for it as a coarse unit ranked like itself
+    (`1 + context_weight` in all), so it ranks as it will once its session ends.
 
     Args:
         ranked: Memory units in rank order.
         session_turns: The turns of a session, in order (cached by the caller).
         rrf_k: Reciprocal-rank constant of the votes (the fusion's).
         context_weight: Vote of a coarse unit for each of its turns (a turn's own key: 1).
+        provisional: Ids of `turn` units whose turn no coarse unit covers yet.
 
     Returns:
         The votes.
@@ -245,6 +252,8 @@ def collect_votes(
                 votes.first_seen.setdefault(mem.id, len(votes.first_seen))
             continue
         weight = 1.0 if mem.granularity == "turn" else context_weight
+        if mem.id in provisional:
+            weight += context_weight
         for p in pos:
             votes.add((mem.session_id, p), weight * base, mem.id)
     return votes

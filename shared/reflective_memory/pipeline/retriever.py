@@ -16,7 +16,7 @@ from reflective_memory.pipeline.packing import PassagePacking, UnitPacking, want
 from reflective_memory.pipeline.rerank import Rerank
 from reflective_memory.pipeline.runner import Pipeline, Stage
 from reflective_memory.pipeline.state import RetrievalRequest, RetrievalState
-from reflective_memory.pipeline.votes import SpeakerFocus, UserTurns, Votes
+from reflective_memory.pipeline.votes import CONTEXT_UNITS, SpeakerFocus, UserTurns, Votes
 from reflective_memory.recall import RecallConfig
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import IndexCache
@@ -66,7 +66,8 @@ class Retriever:
         self.dense, self.lexical = DenseCandidates(), LexicalCandidates()
         self.fusion = Fusion(config.search)
         self.rerank = Rerank(rerankers, self.query, store)
-        self.votes = Votes(config.passages, config.search.rrf_k, turns)
+        context_units = any(g in CONTEXT_UNITS for g in config.units.granularities)
+        self.votes = Votes(config.passages, config.search.rrf_k, turns, context_units)
         self.passages = PassagePacking(config.passages, config.units.date_prefix, turns, count)
         self.units = UnitPacking(store, count)
 

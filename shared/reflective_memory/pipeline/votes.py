@@ -26,12 +26,15 @@ from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.types import Memory, Turn
 
-__all__ = ["UserTurns", "SpeakerFocus", "Votes"]
+__all__ = ["CONTEXT_UNITS", "UserTurns", "SpeakerFocus", "Votes"]
 
 #: Users with at most this many indexed memories have all their turns read in one query.
 PRELOAD_TURNS = 20_000
 #: Turns that must open with a `Name: ` before that name counts as a speaker.
 MIN_LABELLED = 3
+
+#: Unit kinds `end_session` cuts a session into that vote for their turns as context.
+CONTEXT_UNITS = ("segment", "session")
 
 
 class UserTurns:
@@ -90,6 +93,31 @@ class UserTurns:
             index.extras["units"] = table
         return table
 
+    def provisional(self, user_id: str, index: UserIndex) -> frozenset[str]:
+        """Ids of the `turn` units whose turn no segment or session unit covers yet.
+
+        These are the turns of open sessions (and turns added to a session after it ended):
+        they get a context vote only once `end_session` builds their segments. Cached per
+        index version.
+        """
+        got = index.extras.get("provisional")
+        if got is None:
+            table = [m for m in self.units(user_id, index) if m is not None]
+            covered = {
+                (m.session_id, tid)
+                for m in table
+                if m.granularity in CONTEXT_UNITS
+                for tid in m.turn_ids
+            }
+            got = index.extras["provisional"] = frozenset(
+                m.id
+                for m in table
+                if m.granularity == "turn"
+                and len(m.turn_ids) == 1
+                and (m.session_id, m.turn_ids[0]) not in covered
+            )
+        return got
+
 
 class SessionReader:
     """`session_id -> turns in order`, from the cache or the store (then cached)."""
@@ -142,17 +170,27 @@ class Votes:
     below `context_full_budget`; a focused speaker's other speakers keep `1 - speaker_focus`
     of their votes; present-tense questions lift the newest of the best turns.
 
+    When sessions are cut into segments or session units (`context_units`), a turn no such
+    unit covers yet (its session is open) gets, from its own key, the context vote of a unit
+    ranked like itself (`collect_votes`' `provisional`): a turn of an open session ranks as
+    it will once its session ends, and ended sessions' votes are unchanged.
+
     Args:
         config: Passage settings.
         rrf_k: The fusion constant, reused for the votes' reciprocal ranks.
         turns: The user's turns.
+        context_units: Whether `end_session` builds segment or session units (with turn units
+            alone no session ever gets a context vote, so none is stood in for).
     """
 
     name = "votes"
     repeat = True
 
-    def __init__(self, config: PassageConfig, rrf_k: int, turns: UserTurns) -> None:
+    def __init__(
+        self, config: PassageConfig, rrf_k: int, turns: UserTurns, context_units: bool
+    ) -> None:
         self.config, self.rrf_k, self.turns = config, rrf_k, turns
+        self.context_units = context_units
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.votes`, `state.unit_scores`, `state.ranked_units` and `state.recency`."""
@@ -162,7 +200,14 @@ class Votes:
         context = cfg.context_weight
         if req.budget is not None and 0 < req.budget < cfg.context_full_budget:
             context = context * req.budget / cfg.context_full_budget  # direct matches first
-        votes = collect_votes(ranked, session_turns, rrf_k=self.rrf_k, context_weight=context)
+        provisional = (
+            self.turns.provisional(req.user_id, state.index)
+            if self.context_units and context > 0
+            else frozenset()
+        )
+        votes = collect_votes(
+            ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
+        )
         if state.speaker is not None:
             apply_speaker_focus(votes, session_turns, state.speaker, state.focus)
         state.recency = False
