@@ -29,8 +29,10 @@ _TYPE_KEY = "langchain_type"
 
 
 def message_to_role(message: BaseMessage) -> str:
-    """The role stored for a message: its `name` when set and a valid speaker label, else
-    `user`, `assistant`, `system`, `tool` or a chat role."""
+    """The role stored for a message: its valid speaker `name`, else its type's role.
+
+    The type's role is `user`, `assistant`, `system`, `tool` or a `ChatMessage`'s role.
+    """
     if isinstance(message, ChatMessage):
         return message.role
     return speaker_role(message.name, ROLE_OF_TYPE.get(message.type, message.type))
@@ -103,9 +105,7 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
         """The session's messages, oldest first."""
         turns = self.memory.turns(self.user_id, self.session_id)
         extras = self.memory.store.turn_extra(self.user_id, self.session_id) if turns else {}
-        return [
-            turn_to_message(t, extras.get(t.turn_id, {}).get(_TYPE_KEY)) for t in turns
-        ]
+        return [turn_to_message(t, extras.get(t.turn_id, {}).get(_TYPE_KEY)) for t in turns]
 
     async def aget_messages(self) -> list[BaseMessage]:
         """Async twin of `messages`."""

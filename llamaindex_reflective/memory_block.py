@@ -193,9 +193,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         said = {(speaker_role(m), message_text(without_marks(m))) for m in messages}
         return {t.turn_id for t in self.memory.turns(self.user_id, sid) if (t.role, t.text) in said}
 
-    def get(
-        self, messages: list[ChatMessage] | None = None, session_id: str | None = None
-    ) -> str:
+    def get(self, messages: list[ChatMessage] | None = None, session_id: str | None = None) -> str:
         """Memories relevant to the latest messages, numbered for citation ('' if none).
 
         Args:
