@@ -16,8 +16,9 @@ from typing import Any
 
 from reflective_memory.errors import InvalidInputError, UnknownSessionError
 from reflective_memory.rmm.citations import format_memories as quote_memories
-from reflective_memory.rmm.citations import register_instructions
+from reflective_memory.rmm.citations import register_instructions, strip_citations
 from reflective_memory.types import Hit, Memory, Retrieval
+from reflective_memory.validation import check_role
 
 __all__ = [
     "CITATION_INSTRUCTION",
@@ -29,6 +30,8 @@ __all__ = [
     "SessionTracker",
     "RetrievalCache",
     "ROLE_OF_TYPE",
+    "speaker_role",
+    "stored_text",
 ]
 
 logger = logging.getLogger(__name__)
@@ -44,6 +47,25 @@ register_instructions(CITATION_INSTRUCTION)
 
 #: LangChain message `type` -> role stored in the core.
 ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+
+def speaker_role(name: Any, role: str) -> str:
+    """The role a message is stored under: its speaker `name` when that is a valid label.
+
+    A name the core refuses as a role (`validation.check_role`: empty, too long, brackets,
+    colons, control characters) falls back to `role`.
+    """
+    if isinstance(name, str) and name.strip():
+        try:
+            return check_role(name.strip())
+        except InvalidInputError:
+            logger.debug("message name %r is not a valid speaker label; storing %r", name, role)
+    return role
+
+
+def stored_text(text: str, from_assistant: bool) -> str:
+    """The text a message is stored as: an assistant's answer loses our citation marks."""
+    return strip_citations(text) if from_assistant else text
 
 
 def utc_now() -> datetime:

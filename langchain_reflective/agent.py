@@ -35,6 +35,8 @@ from ._common import (
     SessionTracker,
     format_memories,
     send_feedback,
+    speaker_role,
+    stored_text,
     utc_now,
 )
 
@@ -115,17 +117,17 @@ def create_memory_tool(
     )
 
 
-def _last_exchange(messages: list[AnyMessage]) -> tuple[str | None, str | None]:
-    """Text of the last human message and of the final AI answer after it."""
+def _last_messages(
+    messages: list[AnyMessage],
+) -> tuple[HumanMessage | None, AIMessage | None]:
+    """The last human message and the final AI answer (with text) after it."""
     for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], HumanMessage):
-            question = str(messages[i].text)
-            answer = None
+        question = messages[i]
+        if isinstance(question, HumanMessage):
             for m in reversed(messages[i + 1 :]):
                 if isinstance(m, AIMessage) and str(m.text).strip():
-                    answer = str(m.text)
-                    break
-            return question, answer
+                    return question, m
+            return question, None
     return None, None
 
 
@@ -233,7 +235,8 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         """Retrieve memories for the user's latest message (once per run)."""
         if not self.inject:
             return None
-        question, _ = _last_exchange(state["messages"])
+        asked, _ = _last_messages(state["messages"])
+        question = None if asked is None else str(asked.text)
         if question is None or not question.strip():
             return {_STATE_KEY: None}
         self._tracker.current()
@@ -273,15 +276,24 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         return await handler(self._request(request))
 
     def after_agent(self, state: ReflectiveMemoryState, runtime: Any) -> dict[str, Any] | None:
-        """Record the exchange and send the answer's citations as feedback."""
-        question, answer = _last_exchange(state["messages"])
+        """Record the exchange and send the answer's citations as feedback.
+
+        A message's `name` (when a valid speaker label) is its stored role; the answer is stored
+        without our citation marks, and feedback reads it with them.
+        """
+        asked, answered = _last_messages(state["messages"])
+        question = None if asked is None else str(asked.text)
+        answer = None if answered is None else str(answered.text)
         retrieval = self._retrievals.get(state.get(_STATE_KEY))
-        if self.record and question is not None:
+        if self.record and asked is not None:
             sid = self._tracker.current()
             now = utc_now()
+            said = [(speaker_role(asked.name, "user"), question)]
+            if answered is not None:
+                said.append((speaker_role(answered.name, "assistant"), stored_text(answer, True)))
             turns = [
                 {"user_id": self.user_id, "session_id": sid, "role": r, "text": t, "timestamp": now}
-                for r, t in (("user", question), ("assistant", answer))
+                for r, t in said
                 if t is not None and t.strip()
             ]
             if turns:

@@ -17,6 +17,7 @@ from ._common import (
     SessionTracker,
     format_memories,
     send_feedback,
+    stored_text,
     utc_now,
 )
 
@@ -179,14 +180,14 @@ class ReflectiveChatMemory(BaseMemory):
         now = utc_now()
         turns = [
             {"user_id": self.user_id, "session_id": sid, "role": r, "text": t, "timestamp": now}
-            for r, t in (("user", question), ("assistant", answer))
+            for r, t in (("user", question), ("assistant", stored_text(answer, True)))
             if t.strip()
         ]
         if turns:
             self.memory.add_turns(turns)
         last, self._last = self._last, None
         if last is not None and last.query == question:
-            send_feedback(self.memory, last, answer)
+            send_feedback(self.memory, last, answer)  # the answer as written, marks included
 
     def end_session(self, next_session_id: str | None = None) -> list[Memory]:
         """End the current session now (its turns become memories) and start the next one.

@@ -18,22 +18,38 @@ from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import UnknownSessionError
 from reflective_memory.types import Memory, Turn
 
-from ._common import ROLE_OF_TYPE, utc_now
+from ._common import ROLE_OF_TYPE, speaker_role, stored_text, utc_now
 
 __all__ = ["ReflectiveChatMessageHistory", "message_to_role", "turn_to_message"]
 
 logger = logging.getLogger(__name__)
 
+#: Turn extra data naming the message type of a turn stored under its speaker's name.
+_TYPE_KEY = "langchain_type"
+
 
 def message_to_role(message: BaseMessage) -> str:
-    """The role stored for a message: `user`, `assistant`, `system`, `tool` or a chat role."""
+    """The role stored for a message: its valid speaker `name`, else its type's role.
+
+    The type's role is `user`, `assistant`, `system`, `tool` or a `ChatMessage`'s role.
+    """
     if isinstance(message, ChatMessage):
         return message.role
-    return ROLE_OF_TYPE.get(message.type, message.type)
+    return speaker_role(message.name, ROLE_OF_TYPE.get(message.type, message.type))
 
 
-def turn_to_message(turn: Turn) -> BaseMessage:
-    """Rebuild a LangChain message from a stored turn (unknown roles become `ChatMessage`)."""
+def turn_to_message(turn: Turn, message_type: str | None = None) -> BaseMessage:
+    """Rebuild a LangChain message from a stored turn (unknown roles become `ChatMessage`).
+
+    Args:
+        turn: The stored turn.
+        message_type: The LangChain type the turn was stored from when its role is a speaker
+            name (`human` / `ai`): the message gets that type back with the role as `name`.
+    """
+    if message_type == "human":
+        return HumanMessage(content=turn.text, id=turn.turn_id, name=turn.role)
+    if message_type == "ai":
+        return AIMessage(content=turn.text, id=turn.turn_id, name=turn.role)
     if turn.role == "user":
         return HumanMessage(content=turn.text, id=turn.turn_id)
     if turn.role == "assistant":
@@ -87,32 +103,45 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The session's messages, oldest first."""
-        return [turn_to_message(t) for t in self.memory.turns(self.user_id, self.session_id)]
+        turns = self.memory.turns(self.user_id, self.session_id)
+        extras = self.memory.store.turn_extra(self.user_id, self.session_id) if turns else {}
+        return [turn_to_message(t, extras.get(t.turn_id, {}).get(_TYPE_KEY)) for t in turns]
 
     async def aget_messages(self) -> list[BaseMessage]:
         """Async twin of `messages`."""
         return await asyncio.to_thread(lambda: self.messages)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Store messages as turns of the session, in one transaction."""
+        """Store messages as turns of the session, in one transaction.
+
+        A message's `name` (when a valid speaker label) is its stored role; an AI message's
+        citation marks (`[0]`, `[NO_CITE]`) are not stored.
+        """
         now = utc_now()
-        turns = []
+        turns, types = [], []
         for m in messages:
-            text = str(m.text)
+            text = stored_text(str(m.text), m.type == "ai")
             if not text.strip():
                 logger.debug("not storing a %s message without text", m.type)
                 continue
+            role = message_to_role(m)
             turns.append(
                 {
                     "user_id": self.user_id,
                     "session_id": self.session_id,
-                    "role": message_to_role(m),
+                    "role": role,
                     "text": text,
                     "timestamp": now,
                 }
             )
-        if turns:
-            self.memory.add_turns(turns)
+            named = m.type in ("human", "ai") and role != ROLE_OF_TYPE[m.type]
+            types.append(m.type if named else None)
+        if not turns:
+            return
+        stored = self.memory.add_turns(turns)
+        extras = {t.turn_id: {_TYPE_KEY: k} for t, k in zip(stored, types, strict=True) if k}
+        if extras:
+            self.memory.store.set_turn_extra(self.user_id, self.session_id, extras)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async twin of `add_messages`."""

@@ -39,9 +39,17 @@ from llama_index.core.storage.chat_store.base_db import (  # noqa: E402
 )
 from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
+from reflective_memory.rmm.citations import strip_citations  # noqa: E402
 from reflective_memory.types import Memory, Turn  # noqa: E402
+from reflective_memory.validation import check_role  # noqa: E402
 
-__all__ = ["ReflectiveChatStore", "ReflectiveDBChatStore", "message_text"]
+__all__ = [
+    "ReflectiveChatStore",
+    "ReflectiveDBChatStore",
+    "message_text",
+    "speaker_role",
+    "without_marks",
+]
 
 _MARK_PREFIX = "llamaindex_reflective:marks:"
 
@@ -72,6 +80,43 @@ def _needs_extra(message: ChatMessage) -> bool:
 def _role(message: ChatMessage) -> str:
     role = message.role
     return str(getattr(role, "value", role))
+
+
+def speaker_role(message: ChatMessage) -> str:
+    """The role a message is stored under: the speaker's name when it has a valid one.
+
+    The name is read from `additional_kwargs["name"]` (LlamaIndex's field for it, e.g. from an
+    OpenAI message), else `additional_kwargs["metadata"]["name"]`; a name the core refuses as a
+    role (`validation.check_role`) falls back to the message role.
+    """
+    kwargs = message.additional_kwargs
+    meta = kwargs.get("metadata")
+    name = kwargs.get("name")
+    if name is None and isinstance(meta, dict):
+        name = meta.get("name")
+    if isinstance(name, str) and name.strip():
+        try:
+            return check_role(name.strip())
+        except InvalidInputError:
+            pass
+    return _role(message)
+
+
+def without_marks(message: ChatMessage) -> ChatMessage:
+    """An assistant message without our citation marks (`[0]`, `[NO_CITE]`); others as they are.
+
+    Only a text-only message is cleaned (its text blocks); the original is never changed.
+    """
+    if _role(message) != "assistant" or not isinstance(message.content, str):
+        return message
+    if not all(isinstance(b, TextBlock) for b in message.blocks):
+        return message
+    text = strip_citations(message.content)
+    if text == message.content:
+        return message
+    clean = message.model_copy(deep=True)
+    clean.content = text
+    return clean
 
 
 class _Conversations:
@@ -128,12 +173,13 @@ class _Conversations:
         for m in messages:
             if not isinstance(m, ChatMessage):
                 raise InvalidInputError(f"expected ChatMessage, got {type(m).__name__}")
+        messages = [without_marks(m) for m in messages]
         stored = self.memory.add_turns(
             [
                 {
                     "user_id": self.user_id,
                     "session_id": key,
-                    "role": _role(m),
+                    "role": speaker_role(m),
                     "text": message_text(m),
                     "timestamp": m.additional_kwargs.get("timestamp"),
                 }
@@ -160,7 +206,7 @@ class _Conversations:
         old = self.messages(key, current)
         same = 0
         for a, b in zip(old, messages, strict=False):
-            if a.model_dump(mode="json") != b.model_dump(mode="json"):
+            if a.model_dump(mode="json") != without_marks(b).model_dump(mode="json"):
                 break
             same += 1
         self.delete(key, current[same:])

@@ -6,13 +6,16 @@
   block's `session_id`, else the `Memory`'s) and the session's memories are rebuilt, so they are
   retrievable at once;
 * on every `get`, the latest messages are the query; the retrieved memories are numbered `[0]`,
-  `[1]`, ... so an answer can cite them, and `feedback(answer)` hands the citations to the core.
+  `[1]`, ... so an answer can cite them, and `feedback(answer)` hands the citations to the core;
+* the messages the model already reads (the chat history given to `get`, e.g. the current
+  message stored by `ReflectiveDBChatStore` in the same session) never come back as memories.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 from ._compat import require_llama_index
@@ -28,7 +31,7 @@ from reflective_memory.llm import count_tokens  # noqa: E402
 from reflective_memory.rmm.citations import echoes_instructions, register_instructions  # noqa: E402
 from reflective_memory.types import Hit, Retrieval  # noqa: E402
 
-from .chat_store import _role, message_text  # noqa: E402
+from .chat_store import _role, message_text, speaker_role, without_marks  # noqa: E402
 
 __all__ = ["ReflectiveMemoryBlock", "format_hits", "CITATION_INSTRUCTION"]
 
@@ -48,6 +51,11 @@ _ENTRY_SEPARATOR = "\n\n"
 def _entry(i: int, hit: Hit) -> str:
     body = hit.memory.text.replace("\n", "\n    ")
     return f"[{i}] {body}"
+
+
+def _echoes(hit: Hit, shown: set[str]) -> bool:
+    """Whether a hit holds only turns the model reads anyway."""
+    return bool(hit.memory.turn_ids) and set(hit.memory.turn_ids) <= shown
 
 
 def format_hits(hits: list[Hit], instruction: str | None = CITATION_INSTRUCTION) -> str:
@@ -140,7 +148,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
 
     def put(self, messages: list[ChatMessage]) -> None:
         """Store messages as turns and (by default) rebuild their session's memories."""
-        kept = [m for m in messages if _role(m) != MessageRole.SYSTEM.value]
+        kept = [without_marks(m) for m in messages if _role(m) != MessageRole.SYSTEM.value]
         if not kept:
             return
         session = self._session(kept)
@@ -149,7 +157,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
                 {
                     "user_id": self.user_id,
                     "session_id": session,
-                    "role": _role(m),
+                    "role": speaker_role(m),
                     "text": message_text(m),
                 }
                 for m in kept
@@ -173,20 +181,44 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         ]
         return "\n".join(texts[-self.query_messages :])
 
-    def get(self, messages: list[ChatMessage] | None = None) -> str:
-        """Memories relevant to the latest messages, numbered for citation ('' if none)."""
+    def shown_turns(self, messages: list[ChatMessage] | None, session_id: str | None) -> set[str]:
+        """Ids of the stored turns the model reads anyway: the session's turns in `messages`.
+
+        A turn of the block's session (else `session_id`, the `Memory`'s) whose role and text
+        match one of the messages is part of the current exchange, not an earlier memory.
+        """
+        sid = self.session_id or session_id
+        if not messages or not sid:
+            return set()
+        said = {(speaker_role(m), message_text(without_marks(m))) for m in messages}
+        return {t.turn_id for t in self.memory.turns(self.user_id, sid) if (t.role, t.text) in said}
+
+    def get(self, messages: list[ChatMessage] | None = None, session_id: str | None = None) -> str:
+        """Memories relevant to the latest messages, numbered for citation ('' if none).
+
+        Args:
+            messages: The chat history the model reads (its latest messages are the query).
+            session_id: The `Memory`'s session, used when the block has none: its turns among
+                `messages` are the current exchange and are never returned as memories.
+        """
         query = self.query_for(messages)
         if not query:
             self._last, self._last_hits = None, []
             return ""
-        retrieval = self.memory.retrieve(
-            self.user_id, query, k=self.top_k, budget_tokens=self.budget_tokens
-        )
-        self._last, self._last_hits = retrieval, list(retrieval.hits)
-        return format_hits(self._last_hits, self.instruction)
+        shown = self.shown_turns(messages, session_id)
+        k = None if self.top_k is None else self.top_k + len(shown)
+        retrieval = self.memory.retrieve(self.user_id, query, k=k, budget_tokens=self.budget_tokens)
+        hits = [h for h in retrieval.hits if not _echoes(h, shown)][: self.top_k]
+        if len(hits) != len(retrieval.hits):
+            # Feedback reads the citations against exactly what was shown.
+            retrieval = replace(retrieval, hits=hits)
+        self._last, self._last_hits = retrieval, hits
+        return format_hits(hits, self.instruction)
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
-        return await asyncio.to_thread(self.get, messages)
+        session_id = block_kwargs.get("session_id")
+        sid = session_id if isinstance(session_id, str) else None
+        return await asyncio.to_thread(self.get, messages, sid)
 
     # -- truncation -----------------------------------------------------------------------
     async def atruncate(self, content: str, tokens_to_truncate: int) -> str | None:

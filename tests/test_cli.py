@@ -65,3 +65,32 @@ def test_demo_runs_offline_and_finds_evidence(capsys) -> None:
     assert "session=" in out and "turns=" in out and " ms]" in out
     found = int(out.strip().splitlines()[-1].split("/")[0])
     assert found >= 4
+
+
+def test_ingesting_a_file_twice_adds_nothing_and_says_so(tmp_path, capsys) -> None:
+    turns = [
+        {"role": "user", "text": "I adopted a grey cat called Miso.", "timestamp": "2024-02-01"},
+        {"role": "assistant", "text": "Lovely!", "timestamp": "2024-02-01T10:01:00"},
+        {"role": "user", "text": "Ok.", "timestamp": None},
+        {"role": "user", "text": "Ok.", "timestamp": None},
+    ]
+    data = {"format": "reflective-memory/v1", "sessions": [{"session_id": "s1", "turns": turns}]}
+    f = tmp_path / "conv.json"
+    f.write_text(json.dumps(data))
+    db = str(tmp_path / "db")
+    assert main(["ingest", str(f), "--user", "kim", "--db", db, "--quiet"]) == 0
+    first = capsys.readouterr().out
+    assert "kim: 4 turns ->" in first and "skipped" not in first
+    assert main(["ingest", str(f), "--user", "kim", "--db", db, "--quiet"]) == 0
+    assert "kim: 0 turns (4 already stored, skipped)" in capsys.readouterr().out
+
+    turns.append({"role": "user", "text": "Ok.", "timestamp": None})  # said a third time: new
+    f.write_text(json.dumps(data))
+    assert main(["ingest", str(f), "--user", "kim", "--db", db, "--quiet"]) == 0
+    assert "kim: 1 turns (4 already stored, skipped)" in capsys.readouterr().out
+
+    from reflective_memory import ReflectiveMemory
+
+    with ReflectiveMemory(path=db) as mem:
+        assert [t.text for t in mem.turns("kim", "s1")].count("Ok.") == 3
+        assert len(mem.turns("kim", "s1")) == 5

@@ -224,9 +224,11 @@ def _ingest(args: argparse.Namespace) -> int:
 
     convs = load_conversations(args.file, default_user=args.user)  # parsed before the store opens
     with _open(args.db) as mem:
-        counts = ingest_conversations(mem, convs, user=args.user, progress=not args.quiet)
-        for uid, n in counts.items():
-            _out(f"{uid}: {n} turns -> {mem.stats(uid)['memories']} memories")
+        report = ingest_conversations(mem, convs, user=args.user, progress=not args.quiet)
+        for uid in report.users:
+            added, skipped = report.added.get(uid, 0), report.skipped.get(uid, 0)
+            again = f" ({skipped} already stored, skipped)" if skipped else ""
+            _out(f"{uid}: {added} turns{again} -> {mem.stats(uid)['memories']} memories")
     return 0
 
 

@@ -31,18 +31,21 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.text import parse_timestamp
 
 if TYPE_CHECKING:
     from reflective_memory.engine import ReflectiveMemory
 
 __all__ = [
     "ingest_conversations",
+    "IngestReport",
     "Conversation",
     "SessionData",
     "Question",
@@ -251,14 +254,62 @@ def load_conversations(path: str | Path, default_user: str | None = None) -> lis
     )
 
 
+@dataclass
+class IngestReport:
+    """What `ingest_conversations` did, per user id.
+
+    Attributes:
+        added: Turns stored.
+        skipped: Turns already stored (same user, session, role, text and timestamp, or the
+            same turn id), not added again.
+    """
+
+    added: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def users(self) -> list[str]:
+        """Every user id the conversations named, in order."""
+        return list(dict.fromkeys([*self.added, *self.skipped]))
+
+
+def _same(role: Any, text: Any, timestamp: Any) -> tuple[Any, Any, str | None]:
+    """What makes two turns the same turn: role, text and time (compared as ISO text)."""
+    when = parse_timestamp(timestamp)
+    return role, text, None if when is None else when.isoformat()
+
+
+def _new_turns(mem: ReflectiveMemory, uid: str, session: SessionData) -> list[dict[str, Any]]:
+    """The session's turns not stored yet (one read of the stored session; O(turns))."""
+    stored = mem.turns(uid, session.session_id)
+    if not stored:
+        return list(session.turns)
+    ids = {t.turn_id for t in stored}
+    seen = Counter(_same(t.role, t.text, t.timestamp) for t in stored)
+    new = []
+    for t in session.turns:
+        key = _same(t.get("role"), t.get("text"), t.get("timestamp"))
+        if t.get("turn_id") in ids:
+            continue
+        if seen[key] > 0:
+            seen[key] -= 1
+            continue
+        new.append(t)
+    return new
+
+
 def ingest_conversations(
     mem: ReflectiveMemory,
     conversations: Sequence[Conversation],
     *,
     user: str | None = None,
     progress: bool = True,
-) -> dict[str, int]:
+) -> IngestReport:
     """Add every session of `conversations` to `mem` and end each session.
+
+    Turns already stored are skipped, so ingesting a file twice adds nothing: a turn whose id
+    the session holds, or (without an id) one with the same role, text and timestamp as a
+    stored turn of the session (counted, so a turn said twice is stored twice).
 
     Args:
         mem: Target memory.
@@ -268,11 +319,11 @@ def ingest_conversations(
         progress: Show a progress bar over sessions.
 
     Returns:
-        Turns ingested per user id.
+        Turns added and skipped per user id.
     """
     from tqdm import tqdm
 
-    counts: dict[str, int] = {}
+    report = IngestReport()
     todo = []
     for conv in conversations:
         if user is None:
@@ -285,9 +336,12 @@ def ingest_conversations(
     for uid, session in tqdm(todo, desc="ingest sessions", unit="session", disable=not progress):
         if not session.turns:
             continue
-        mem.add_turns(
-            [{**t, "user_id": uid, "session_id": session.session_id} for t in session.turns]
-        )
+        new = _new_turns(mem, uid, session)
+        skipped = len(session.turns) - len(new)
+        report.added[uid] = report.added.get(uid, 0) + len(new)
+        report.skipped[uid] = report.skipped.get(uid, 0) + skipped
+        if not new:
+            continue
+        mem.add_turns([{**t, "user_id": uid, "session_id": session.session_id} for t in new])
         mem.end_session(uid, session.session_id)
-        counts[uid] = counts.get(uid, 0) + len(session.turns)
-    return counts
+    return report

@@ -49,6 +49,7 @@ def test_agent_example_uses_middleware_and_store(tmp_path, capsys):
     assert sister in (
         'You told me: "my sister Lea lives in Porto." [0]',
         'You told me: "Remember: my sister Lea lives in Porto." [0]',
+        'You told me: "Saved: my sister Lea lives in Porto." [0]',  # the answer, marks stripped
     )
     assert everything.startswith("- my sister Lea lives in Porto.")  # list_facts tool
 

@@ -12,6 +12,8 @@ become rewards for the reranker (`reflective_memory.rmm.reranker`).
   counted.
 * `attribute` is the fallback for answers without any citation marker: answer sentences are
   embedded and a memory counts as used when its key embedding is close enough to one of them.
+* `strip_citations` removes our own marks (`[0]`, `[0, 2]`, `[1][2]`, `[NO_CITE]`) from an answer
+  before it is stored as a turn, so they never enter stored text or keys.
 * `echoes_instructions` recognises an "answer" that repeats the prompt (a model that echoes its
   input, or a template mistake): its citation markers come from the instructions and the quoted
   memories, not from an answer, so feedback learns nothing from it.
@@ -37,6 +39,7 @@ __all__ = [
     "build_answer_prompt",
     "format_memories",
     "parse_citations",
+    "strip_citations",
     "split_sentences",
     "attribute",
     "echoes_instructions",
@@ -264,6 +267,60 @@ def parse_citations(answer: str, n_memories: int) -> Citations:
         repeated=repeated,
         text=text,
     )
+
+
+# A run of citation brackets ([0], [0, 2], [0-2], [1][2], [NO_CITE]) with the blanks before it.
+_MARK_RUN_RE = re.compile(
+    r"[ \t]*(?:\[\s*(?:\d+(?:\s*(?:,|;|&|and|-)\s*\d+)*|no[\s_-]*cit(?:e|ation)s?)\s*\])+",
+    re.I,
+)
+# Code is kept verbatim: fenced blocks and inline code spans.
+_CODE_RE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.S)
+# A bracket right after a name or one of these is indexing (`array[0]`, `f(x)[1]`, `m[0][1]`).
+_ATTACHED = frozenset("])}_")
+
+
+def _strip_prose(text: str) -> str:
+    def mark(m: re.Match[str]) -> str:
+        before = text[m.start() - 1] if m.start() > 0 else ""
+        if m.group(0)[:1] == "[" and (before.isalnum() or before in _ATTACHED):
+            return m.group(0)  # attached to a name: an index, not a citation
+        return ""
+
+    return _MARK_RUN_RE.sub(mark, text)
+
+
+def strip_citations(answer: str) -> str:
+    """An answer without our own citation marks, as it should be stored and remembered.
+
+    Removed: the brackets our prompts ask for (`parse_citations` reads them) — `[0]`, `[0, 2]`,
+    `[0-2]`, `[1][2]`, `[NO_CITE]` and their spacing/case variants — with the blanks before them.
+    Kept: brackets that hold anything else (`[link]`, `[sic]`), a bracket attached to a name
+    or a closing bracket (`array[0]`, `f(x)[1]`, `m[0][1]`), everything inside code
+    (```` ``` ```` blocks and `` `inline` `` spans), and prose words ("memory 1"). A numeric
+    footnote in prose (`see [1]`) cannot be told from a citation and is removed.
+
+    Args:
+        answer: The answer as the LLM wrote it (read its citations before stripping).
+
+    Returns:
+        The answer without marks; `""` when it held nothing else.
+
+    Example:
+        >>> strip_citations("September 6, in Gothenburg. [0]")
+        'September 6, in Gothenburg.'
+        >>> strip_citations("Use array[0] [1] and see [link]. [NO_CITE]")
+        'Use array[0] and see [link].'
+    """
+    if not isinstance(answer, str):
+        raise InvalidInputError(f"answer must be a string, got {type(answer).__name__}")
+    pieces, last = [], 0
+    for code in _CODE_RE.finditer(answer):
+        pieces += [_strip_prose(answer[last : code.start()]), code.group(0)]
+        last = code.end()
+    pieces.append(_strip_prose(answer[last:]))
+    lines = [line.rstrip() for line in "".join(pieces).split("\n")]
+    return "\n".join(lines).strip()
 
 
 def _normal(text: str) -> str:

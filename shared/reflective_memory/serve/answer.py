@@ -26,7 +26,12 @@ import numpy as np
 from reflective_memory.embed import Embedder
 from reflective_memory.errors import InvalidInputError, LLMError
 from reflective_memory.llm import LLMClient, as_llm
-from reflective_memory.rmm.citations import build_answer_prompt, parse_citations, split_sentences
+from reflective_memory.rmm.citations import (
+    build_answer_prompt,
+    parse_citations,
+    split_sentences,
+    strip_citations,
+)
 from reflective_memory.text import format_date, lexical_tokens
 from reflective_memory.types import Hit, Usage
 
@@ -194,9 +199,8 @@ class OfflineAnswerer:
             parts.append(f"{who}{on}: \u201c{sentence}\u201d [{pos}]")
         raw = "From our earlier conversations: " + " ".join(parts)
         cited = tuple(pos for _, pos, _, _ in found)
-        text = parse_citations(raw, len(hits)).text
         return Answer(
-            text=text,
+            text=strip_citations(raw),
             raw=raw,
             cited=cited,
             no_cite=False,
@@ -279,10 +283,11 @@ class LLMAnswerer:
             return self._fall_back(query, hits, "the LLM returned an empty reply", usage, t0)
         reply = reply.strip()[: self.max_reply_chars]
         parsed = parse_citations(reply, len(hits))
-        if not parsed.text:
+        text = strip_citations(reply)
+        if not text:
             return self._fall_back(query, hits, "the LLM reply held only citations", usage, t0)
         return Answer(
-            text=parsed.text,
+            text=text,
             raw=reply,
             cited=parsed.indices,
             no_cite=parsed.no_cite,
