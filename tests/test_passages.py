@@ -463,6 +463,35 @@ def test_speaker_focus_reads_names_written_into_user_assistant_turns() -> None:
         assert "speaker" not in mem.retrieve("u", "Any note about sports?", k=2).diagnostics
 
 
+def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
+    """In a user/assistant chat, "I/my" asks for the user's words, "you said" for the assistant's."""
+    from reflective_memory.passages import addressed_role
+
+    assert addressed_role("What did you suggest for my trip to Lisbon?") == "assistant"
+    assert addressed_role("Where did I say my sister lives?") == "user"
+    assert addressed_role("When is the Lisbon trip?") is None
+    chat = [
+        ("user", "Can you recommend a restaurant in Lisbon?"),
+        ("assistant", "Try Taberna da Rua das Flores, near Chiado."),
+        ("assistant", "Your sister in Porto sounds lovely; do you visit her often?"),
+        ("user", "Every May."),
+    ]
+
+    def top_role(person_focus: float, question: str) -> str:
+        cfg = _cfg(units={"granularities": ("turn",)}, passages={"person_focus": person_focus})
+        with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+            for i, (role, text) in enumerate(chat):
+                mem.add_turn("u", "s1", role, text, timestamp=f"2026-02-0{1 + i}")
+            mem.end_session("u", "s1")
+            return mem.retrieve("u", question, k=1).hits[0].memory.text.split("\n")[1]
+
+    asked_you, asked_i = "Which restaurant in Lisbon did you recommend?", "When do I visit Porto?"
+    assert top_role(0.0, asked_you).startswith("user:")  # the question's words are the user's
+    assert top_role(0.6, asked_you).startswith("assistant:")
+    assert top_role(0.0, asked_i).startswith("assistant:")
+    assert top_role(0.6, asked_i).startswith("user:")
+
+
 def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
     from reflective_memory.passages import apply_speaker_focus
 
