@@ -464,7 +464,7 @@ def test_speaker_focus_reads_names_written_into_user_assistant_turns() -> None:
 
 
 def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
-    """In a user/assistant chat, "I/my" asks for the user's words, "you said" for the assistant's."""
+    """In a user/assistant chat "I/my" asks for the user's words, "you said" the assistant's."""
     from reflective_memory.passages import addressed_role
 
     assert addressed_role("What did you suggest for my trip to Lisbon?") == "assistant"
