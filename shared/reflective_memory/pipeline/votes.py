@@ -153,7 +153,7 @@ class SpeakerFocus:
         """Set `state.speaker`, `state.focus` and `state.search_query`."""
         req = state.request
         speakers = self.turns.speakers(req.user_id, state.index)
-        speaker = named_speaker(req.query, speakers)
+        speaker = named_speaker(req.query, speakers) if self.config.speaker_focus > 0 else None
         if speaker is not None:
             state.speaker, state.focus = speaker, self.config.speaker_focus
             state.search_query = without_name(req.query, speaker)
