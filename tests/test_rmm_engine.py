@@ -277,7 +277,6 @@ def test_citation_loop_end_to_end_moves_cited_memory_up():
             "features": (),
             "learning_rate": 1e-3,
         },
-        passages={"person_focus": 0.0},  # the reranker alone must move the cited memory
     )
     with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
         _fill(mem)

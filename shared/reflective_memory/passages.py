@@ -142,8 +142,9 @@ class PassageConfig:
         person_focus: In a chat of `user` and `assistant` turns, a question that names no
             speaker but asks in the first person ("where do I work?") scales the assistant's
             turns by `1 - person_focus`, one that asks what "you said / recommended" the
-            user's (0: off). 0.3 measured best on LongMemEval dev100 (0.6 and off were the
-            other settings tried); it cannot fire where speakers have names.
+            user's (0: off). Opt-in: at 0.3 it gains on LongMemEval dev100 (+8.3 points at
+            500 words, top-5 0.722 -> 0.810) but an assistant turn that says "I ..." can no
+            longer be found by its own text (BENCHMARKS.md, issue 27).
         length_exponent: Packing order is `vote / (cost / (length_free * median)) **
             length_exponent` for turns longer than `length_free` times the median candidate, so
             a long turn must out-vote the several short ones whose room it would take (the
@@ -161,7 +162,7 @@ class PassageConfig:
     recency_weight: float = 0.25
     recency_margin: float = 0.1
     speaker_focus: float = 0.8
-    person_focus: float = 0.3
+    person_focus: float = 0.0
     length_exponent: float = 0.5
     length_free: float = 2.0
     length_keep_share: float = 0.25
