@@ -18,7 +18,7 @@ from reflective_memory.errors import InvalidInputError, UnknownSessionError
 from reflective_memory.rmm.citations import format_memories as quote_memories
 from reflective_memory.rmm.citations import register_instructions, strip_citations
 from reflective_memory.types import Hit, Memory, Retrieval
-from reflective_memory.validation import check_role
+from reflective_memory.validation import role_or
 
 __all__ = [
     "CITATION_INSTRUCTION",
@@ -55,12 +55,7 @@ def speaker_role(name: Any, role: str) -> str:
     A name the core refuses as a role (`validation.check_role`: empty, too long, brackets,
     colons, control characters) falls back to `role`.
     """
-    if isinstance(name, str) and name.strip():
-        try:
-            return check_role(name.strip())
-        except InvalidInputError:
-            logger.debug("message name %r is not a valid speaker label; storing %r", name, role)
-    return role
+    return role_or(name, role)
 
 
 def stored_text(text: str, from_assistant: bool) -> str:

@@ -41,7 +41,7 @@ from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
 from reflective_memory.rmm.citations import strip_citations  # noqa: E402
 from reflective_memory.types import Memory, Turn  # noqa: E402
-from reflective_memory.validation import check_role  # noqa: E402
+from reflective_memory.validation import role_or  # noqa: E402
 
 __all__ = [
     "ReflectiveChatStore",
@@ -94,12 +94,7 @@ def speaker_role(message: ChatMessage) -> str:
     name = kwargs.get("name")
     if name is None and isinstance(meta, dict):
         name = meta.get("name")
-    if isinstance(name, str) and name.strip():
-        try:
-            return check_role(name.strip())
-        except InvalidInputError:
-            pass
-    return _role(message)
+    return role_or(name, _role(message))
 
 
 def without_marks(message: ChatMessage) -> ChatMessage:

@@ -11,6 +11,7 @@ __all__ = [
     "check_positive",
     "check_role",
     "check_encodable",
+    "role_or",
     "MAX_ID_CHARS",
     "MAX_ROLE_CHARS",
 ]
@@ -59,6 +60,24 @@ def check_role(value: Any) -> str:
             "control characters, brackets, colons or bars"
         )
     return value
+
+
+def role_or(name: Any, fallback: str) -> str:
+    """A speaker `name` as a role when it is a valid label (`check_role`), else `fallback`.
+
+    Framework messages may carry the speaker's name (LangChain `name`, LlamaIndex message
+    metadata); it is stored as the turn's role so questions naming that person find its turns.
+
+    Example:
+        >>> role_or("Kate", "user"), role_or("Kate: hi", "user"), role_or(None, "assistant")
+        ('Kate', 'user', 'assistant')
+    """
+    if isinstance(name, str) and name.strip():
+        try:
+            return check_role(name.strip())
+        except InvalidInputError:
+            pass
+    return fallback
 
 
 def check_positive(name: str, value: Any) -> int | None:
