@@ -226,28 +226,18 @@ class SessionWriter:
             return self._end_session(user_id, session_id)
 
     def _end_session(self, user_id: str, session_id: str) -> list[Memory]:
-        """Build a session's memories (see `end_session`).
+        """Build a session's memories for `end_session` (ids already checked).
 
         The build is atomic and fenced: units, notes and topics are stored in one transaction
         that also marks the session ended, and only if its turns did not change while they were
         built (a turn added meanwhile triggers a rebuild that includes it). A crash at any point
         leaves either the previous memories or the new ones.
 
-        Args:
-            user_id: Owner.
-            session_id: The session.
-
-        Returns:
-            The memories built from the session.
-
         Raises:
             UnknownSessionError: The user has no such session.
             SessionChangedError: Turns kept arriving or being deleted through every rebuild
                 attempt; the session stays open and nothing is lost.
         """
-        self._open()
-        check_id("user_id", user_id)
-        check_id("session_id", session_id)
         for attempt in range(1, _BUILD_ATTEMPTS + 1):
             if self.store.session(user_id, session_id) is None:
                 raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
