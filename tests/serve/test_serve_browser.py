@@ -127,7 +127,7 @@ XSS = (
 
 
 def test_chat_recall_feedback_delete_and_xss(live_server, driver, tmp_path):
-    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.common.exceptions import NoAlertPresentException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -135,12 +135,20 @@ def test_chat_recall_feedback_delete_and_xss(live_server, driver, tmp_path):
     base, mem = live_server
     shots = _shots(tmp_path)
     wait = WebDriverWait(driver, 60)
+    # Scripts run while a page navigates may fail transiently; the load wait retries them.
+    load_wait = WebDriverWait(driver, 60, ignored_exceptions=(WebDriverException,))
 
     def submit(button_css: str) -> None:
-        old = driver.find_element(By.TAG_NAME, "html")
+        # Mark the current document, click, then wait for a fully loaded document without the
+        # mark. (Polling a stale element instead races Chromium's navigation: the driver can
+        # answer "node does not belong to the document" rather than "stale element".)
+        driver.execute_script("window.__before_submit = true;")
         driver.find_element(By.CSS_SELECTOR, button_css).click()
-        wait.until(ec.staleness_of(old))
-        wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+        load_wait.until(
+            lambda d: d.execute_script(
+                "return !window.__before_submit && document.readyState === 'complete';"
+            )
+        )
 
     def send(text: str) -> None:
         box = driver.find_element(By.ID, "message")
