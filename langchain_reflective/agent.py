@@ -63,7 +63,10 @@ class SearchMemoryInput(BaseModel):
 
     query: str = Field(description="What to look for in the user's past conversations.")
     k: int | None = Field(
-        default=None, ge=1, le=50, description="How many memories to return (default 5)."
+        default=None,
+        ge=1,
+        le=50,
+        description="How many past turns to return (default: passages of about 500 tokens).",
     )
 
 
@@ -71,7 +74,7 @@ def create_memory_tool(
     *,
     memory: ReflectiveMemory,
     user_id: str,
-    k: int = 5,
+    k: int | None = None,
     name: str = "search_memory",
     description: str | None = None,
 ) -> BaseTool:
@@ -80,7 +83,8 @@ def create_memory_tool(
     Args:
         memory: The core memory store.
         user_id: Whose memories the tool searches.
-        k: Memories returned when the model does not ask for a number.
+        k: Turns returned when the model does not ask for a number (None: passages filling
+            the core's `search.default_budget_tokens`).
         name: Tool name.
         description: Tool description shown to the model.
 
@@ -154,8 +158,9 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         memory: The core memory store.
         user_id: The user the agent talks to.
         session_id: The current session (`None`: a random id).
-        k: Memories injected per run.
-        budget_tokens: Token budget for the injected memories (core token rule).
+        k: Turns injected per run (None: passages filling the budget).
+        budget_tokens: Token budget for the injected memories (core token rule; None with `k`
+            None: the core's `search.default_budget_tokens`, 500).
         citation_instruction: Text above the numbered memories (`None`: none).
         idle_timeout_seconds: Idle time after which the session ends at the next run.
         inject: Put the memories into the system message.
@@ -185,7 +190,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         memory: ReflectiveMemory,
         user_id: str,
         session_id: str | None = None,
-        k: int | None = 5,
+        k: int | None = None,
         budget_tokens: int | None = None,
         citation_instruction: str | None = CITATION_INSTRUCTION,
         idle_timeout_seconds: float | None = None,
@@ -211,9 +216,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         self._retrievals = RetrievalCache()
         self._last: Retrieval | None = None
         self.tools = (
-            [create_memory_tool(memory=memory, user_id=user_id, k=5 if k is None else k)]
-            if expose_tool
-            else []
+            [create_memory_tool(memory=memory, user_id=user_id, k=k)] if expose_tool else []
         )
 
     @property
@@ -239,12 +242,26 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         question = None if asked is None else str(asked.text)
         if question is None or not question.strip():
             return {_STATE_KEY: None}
-        self._tracker.current()
+        sid = self._tracker.current()
         retrieval = self.memory.retrieve(
-            self.user_id, question, k=self.k, budget_tokens=self.budget_tokens
+            self.user_id,
+            question,
+            k=self.k,
+            budget_tokens=self.budget_tokens,
+            exclude_turns=self._shown(state["messages"], sid),
         )
         self._last = retrieval
         return {_STATE_KEY: self._retrievals.put(retrieval)}
+
+    def _shown(self, messages: list[AnyMessage], session_id: str) -> list[str]:
+        """Ids of the session's stored turns the model reads anyway among `messages`."""
+        said = {
+            stored_text(str(m.text), isinstance(m, AIMessage)).strip()
+            for m in messages
+            if isinstance(m, (HumanMessage, AIMessage))
+        }
+        turns = self.memory.turns(self.user_id, session_id)
+        return [t.turn_id for t in turns if t.text.strip() in said]
 
     async def abefore_agent(
         self, state: ReflectiveMemoryState, runtime: Any

@@ -55,9 +55,14 @@ class ReflectiveChatMemory(BaseMemory):
         default=None,
         description="The current session id (None: a random one). Updated when a session ends.",
     )
-    k: int | None = Field(default=5, description="Memories retrieved per input.")
+    k: int | None = Field(
+        default=None,
+        description="Turns retrieved per input (None: passages filling the budget).",
+    )
     budget_tokens: int | None = Field(
-        default=None, description="Token budget for the retrieved memories (core token rule)."
+        default=None,
+        description="Token budget for the retrieved memories (core token rule; None with k "
+        "None: the core's `search.default_budget_tokens`, 500).",
     )
     memory_key: str = Field(default="history", description="Prompt variable filled by memory.")
     input_key: str | None = Field(
@@ -148,17 +153,21 @@ class ReflectiveChatMemory(BaseMemory):
         """Retrieve memories for the input and format them (numbered) with the recent turns."""
         query = self._input(inputs)
         sid = self._sync_session()
+        recent = []
+        if self.recent_turns:
+            recent = self.memory.turns(self.user_id, sid)[-self.recent_turns :]
         retrieval: Retrieval | None = None
-        if query.strip():
+        if query.strip():  # the recent turns are shown below: they are not memories
             retrieval = self.memory.retrieve(
-                self.user_id, query, k=self.k, budget_tokens=self.budget_tokens
+                self.user_id,
+                query,
+                k=self.k,
+                budget_tokens=self.budget_tokens,
+                exclude_turns=[t.turn_id for t in recent],
             )
         self._last = retrieval
         hits = [] if retrieval is None else retrieval.hits
         block = format_memories(hits, self.citation_instruction)
-        recent = []
-        if self.recent_turns:
-            recent = self.memory.turns(self.user_id, sid)[-self.recent_turns :]
         if self.return_messages:
             messages: list[BaseMessage] = [SystemMessage(content=block)] if block else []
             for t in recent:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from typing import Any
 
 from ._compat import require_llama_index
@@ -53,11 +52,6 @@ def _entry(i: int, hit: Hit) -> str:
     return f"[{i}] {body}"
 
 
-def _echoes(hit: Hit, shown: set[str]) -> bool:
-    """Whether a hit holds only turns the model reads anyway."""
-    return bool(hit.memory.turn_ids) and set(hit.memory.turn_ids) <= shown
-
-
 def format_hits(hits: list[Hit], instruction: str | None = CITATION_INSTRUCTION) -> str:
     """Number memories for citation: `[i] <memory text>`, best first ("" when no hits)."""
     if not hits:
@@ -77,8 +71,9 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         session_id: Core session for flushed messages (default: the `Memory`'s session id).
         name: Block name (unique within a `Memory`).
         priority: `Memory` truncation priority (0 = never truncate; higher numbers are cut later).
-        top_k: Memories retrieved per `get`.
-        budget_tokens: Pack memories in this many tokens instead of (or besides) `top_k`.
+        top_k: Turns retrieved per `get` (None: passages filling the budget).
+        budget_tokens: Token budget of the memories per `get` (None with `top_k` None: the
+            core's `search.default_budget_tokens`, 500).
         query_messages: How many of the latest messages form the query.
         build_on_put: Rebuild the session's memories after each flush (else only when the
             session is ended).
@@ -109,8 +104,10 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         description="What the block holds.",
     )
     priority: int = Field(default=1, ge=0, description="Truncation priority (0 = never).")
-    top_k: int | None = Field(default=5, ge=1, description="Memories per get.")
-    budget_tokens: int | None = Field(default=None, ge=1, description="Token budget per get.")
+    top_k: int | None = Field(default=None, ge=1, description="Turns per get.")
+    budget_tokens: int | None = Field(
+        default=None, ge=1, description="Token budget per get (None: the core's default)."
+    )
     query_messages: int = Field(default=1, ge=1, description="Latest messages used as query.")
     build_on_put: bool = Field(default=True, description="Rebuild memories after each flush.")
     instruction: str | None = Field(
@@ -126,8 +123,6 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         if not isinstance(user_id, str) or not user_id.strip():
             raise InvalidInputError("user_id must be a non-empty str")
         super().__init__(memory=memory, user_id=user_id, **kwargs)
-        if self.top_k is None and self.budget_tokens is None:
-            raise InvalidInputError("give top_k, budget_tokens or both")
 
     @property
     def last_retrieval(self) -> Retrieval | None:
@@ -205,13 +200,14 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         if not query:
             self._last, self._last_hits = None, []
             return ""
-        shown = self.shown_turns(messages, session_id)
-        k = None if self.top_k is None else self.top_k + len(shown)
-        retrieval = self.memory.retrieve(self.user_id, query, k=k, budget_tokens=self.budget_tokens)
-        hits = [h for h in retrieval.hits if not _echoes(h, shown)][: self.top_k]
-        if len(hits) != len(retrieval.hits):
-            # Feedback reads the citations against exactly what was shown.
-            retrieval = replace(retrieval, hits=hits)
+        retrieval = self.memory.retrieve(
+            self.user_id,
+            query,
+            k=self.top_k,
+            budget_tokens=self.budget_tokens,
+            exclude_turns=self.shown_turns(messages, session_id),
+        )
+        hits = list(retrieval.hits)
         self._last, self._last_hits = retrieval, hits
         return format_hits(hits, self.instruction)
 

@@ -164,7 +164,8 @@ def test_every_system_of_a_ua_run_stores_the_same_user_assistant_turns(
     seen = _spy_ingest(monkeypatch, systems_module)
     summary = _bench(chat_file, tmp_path, "--roles", "ua")
     printed = capsys.readouterr().out
-    assert len(seen) == 1 + len(BASELINES) + len(ABLATIONS)
+    # every system, and a second default as shipped for the adapters' default call
+    assert len(seen) == 2 + len(BASELINES) + len(ABLATIONS)
     assert all(s == seen[0] for s in seen)
     assert seen[0][-1] == ("user", "Ana: Her name is Pretzel.")
     assert "roles: ua (user side, the rest as assistant; texts as `Name: text`): chat-1: Ana" in (
@@ -181,14 +182,17 @@ def test_topk_table_and_session_recall_are_printed_after_the_budget_tables(
     assert "roles:" not in printed  # the default prints no roles line
     lines = printed.splitlines()
     budget = lines.index("| system | cov@10 | cov@50 | p50 ms | p95 ms | ingest turns/s |")
-    top = lines.index("what `retrieve(k=5)` returns (the adapters' default call):")
+    top = lines.index("what `retrieve(k=5)` returns, and the adapters' default call `retrieve()`:")
     assert lines[top + 1] == "| system | cov@k=5 | mean words | p50 ms |"
-    rows = lines[top + 3 : top + 3 + 4]
-    assert [r.split(" | ")[0] for r in rows] == ["| " + s.name for s in (DEFAULT, *BASELINES)]
+    rows = lines[top + 3 : top + 3 + 5]
+    assert [r.split(" | ")[0] for r in rows] == [
+        *("| " + s.name for s in (DEFAULT, *BASELINES)),
+        "| default · retrieve()",
+    ]
     head = "| system | recall_any@5 | recall_all@5 | recall_any@10 | recall_all@10 |"
     assert budget < top < lines.index(head)
     topk = summary["topk"]
-    assert set(topk) == {s.name for s in (DEFAULT, *BASELINES)}
+    assert set(topk) == {s.name for s in (DEFAULT, *BASELINES)} | {"default · retrieve()"}
     for got in topk.values():
         assert got["k"] == 5 and 0.0 <= got["coverage"] <= 1.0
         assert got["mean_words"] > 0 and got["p50_ms"] > 0
@@ -296,7 +300,7 @@ def test_existing_tables_are_unchanged_and_the_new_ones_follow_them() -> None:
     out = format_systems(r, main, ablations, (10, 100))
     assert out.startswith(BEFORE + "\n\n")
     assert out[len(BEFORE) :].splitlines()[2:] == [
-        "what `retrieve(k=5)` returns (the adapters' default call):",
+        "what `retrieve(k=5)` returns, and the adapters' default call `retrieve()`:",
         "| system | cov@k=5 | mean words | p50 ms |",
         "|---|---|---|---|",
         "| default | 0.500 | 110 | 2.0 |",

@@ -139,7 +139,7 @@ def test_closed_store_raises_on_every_call(embedder) -> None:
         ),
         ({"units": {"granularities": ()}}, "at least one"),
         ({"search": {"mode": "semantic"}}, "search.mode must be one of"),
-        ({"search": {"default_k": 0}}, "search.default_k must be an integer >= 1"),
+        ({"search": {"default_k": 0}}, "search.default_k must be None or an integer >= 1"),
         ({"search": {"dense_weight": -1}}, "search.dense_weight must be a number >= 0"),
         ({"sessions": {"max_turns": 0}}, "sessions.max_turns"),
     ],

@@ -17,10 +17,13 @@ plain ones), after a warm-up query; the query is always embedded for real.
 
 Two tables follow the budget tables:
 
-* **top-k** (`topk`, 5 by default; 0 leaves it out): what `retrieve(user, question, k=5)` returns,
-  the call the adapters make by default: the fraction of evidence turns inside the returned hits,
-  their mean word count and the call's p50 latency (query embedded for real). Passage systems
-  return their top 5 turns, plain systems their top 5 units (turns, or windows);
+* **top-k** (`topk`, 5 by default; 0 leaves it out): what `retrieve(user, question, k=5)` returns:
+  the fraction of evidence turns inside the returned hits, their mean word count and the call's
+  p50 latency (query embedded for real). Passage systems return their top 5 turns, plain
+  systems their top 5 units (turns, or windows). Beside them, the row `default · retrieve()` is
+  the call the adapters make by default: `retrieve(user, question)` on the default system as
+  shipped (its budget counted in tokens, `search.default_budget_tokens`), a second copy of the
+  default ingested for it (in-memory runs only);
 * **session recall**: recall_any@k / recall_all@k over the first k distinct sessions of each
   system's whole ranking (`retrieve(k=<all units>)`: turns for passage systems, units for plain
   ones), as LongMemEval's session-level recall counts them (its R@5 is `any@5`).
@@ -91,12 +94,21 @@ class System:
         return bool(self.config.get("passages", {}).get("enabled", True))
 
     def build(
-        self, embedder: Embedder, denoiser: Any | None = None, store: Any | None = None
+        self,
+        embedder: Embedder,
+        denoiser: Any | None = None,
+        store: Any | None = None,
+        *,
+        words: bool = True,
     ) -> ReflectiveMemory:
-        """A fresh `ReflectiveMemory` of this system (in memory, or on an empty `store`)."""
+        """A fresh `ReflectiveMemory` of this system (in memory, or on an empty `store`).
+
+        With `words` a passage system counts its budgets in words (the bench's unit); without,
+        in tokens, as shipped.
+        """
         # the bench ends every session itself; nothing ends on idle time or turn count
         config = MemoryConfig(sessions={"idle_seconds": None, "max_turns": None})
-        if self.passages:
+        if self.passages and words:
             config = config.replace(passages={"budget_unit": "words"})
         config = config.replace(**self.config)
         segmenter = FixedWindowSegmenter(self.window) if self.window is not None else None
@@ -308,6 +320,7 @@ def run_systems(
             (`None`: no session recall).
     """
     res = SystemsResult(topk=topk)
+    default_call = f"{DEFAULT.name} · retrieve()"
     embedder.encode(["load the model before anything is timed"])
     repeat = _RepeatQuery(embedder)
     for conv in conversations:  # every system then reads the turn vectors on equal terms
@@ -316,6 +329,10 @@ def run_systems(
     for conv, system in tqdm(todo, desc="bench retrieval", disable=not progress):
         store, cleanup = stores() if stores is not None else (None, None)
         mem = system.build(repeat, denoiser, store)
+        shipped = None  # the default as shipped (token budgets), for the adapters' call
+        if topk > 0 and system is DEFAULT and stores is None:
+            shipped = system.build(repeat, denoiser, words=False)
+            ingest_conversations(shipped, [conv], progress=False)
         try:
             t0 = time.perf_counter()
             ingest_conversations(mem, [conv], progress=False)
@@ -363,8 +380,18 @@ def run_systems(
                     cov, words = _covered(top, evidence, topk)
                     res.topk_coverage[system.name].append(cov)
                     res.topk_words[system.name].append(words)
+                if shipped is not None:
+                    repeat.forget()
+                    t3 = time.perf_counter()
+                    top = shipped.retrieve(conv.user_id, q.question)
+                    res.topk_latency_ms[default_call].append((time.perf_counter() - t3) * 1000)
+                    cov, words = _covered(top, evidence, 0)
+                    res.topk_coverage[default_call].append(cov)
+                    res.topk_words[default_call].append(words)
         finally:
             mem.close()
+            if shipped is not None:
+                shipped.close()
             if cleanup is not None:
                 cleanup()
     return res
@@ -421,11 +448,12 @@ def format_systems(
         for name, shares in paths.items():
             lines.append(f"| {name} | " + ", ".join(f"{p} {v:.0%}" for p, v in shares.items()))
     rows = [x.name for x in (*main, *ablations) if x.name in res.topk_coverage]
+    rows += [name for name in res.topk_coverage if " · " in name]
     if rows:
         k = res.topk
         lines += [
             "",
-            f"what `retrieve(k={k})` returns (the adapters' default call):",
+            f"what `retrieve(k={k})` returns, and the adapters' default call `retrieve()`:",
             f"| system | cov@k={k} | mean words | p50 ms |",
             "|---|---|---|---|",
         ]

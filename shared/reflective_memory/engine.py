@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -297,6 +297,7 @@ class ReflectiveMemory:
         views: Sequence[str] | None = None,
         reflect: bool | None = None,
         explore: bool | None = None,
+        exclude_turns: Collection[str] | None = None,
     ) -> Retrieval:
         """Rank a user's memories for a query and return what the reader should see.
 
@@ -309,7 +310,9 @@ class ReflectiveMemory:
         Args:
             user_id: Whose memories to search (an unknown user gets an empty result).
             query: The query text.
-            k: Number of hits; `config.search.default_k` when no budget is given either.
+            k: Number of hits. Without `k` and `budget_tokens`, the passages fill
+                `config.search.default_budget_tokens` (or `config.search.default_k` turns, when
+                set).
             budget_tokens: Fill this many tokens (`reflective_memory.llm.count_tokens`); a hit
                 that does not fit is skipped and smaller later ones may still fit.
             mode: Override `config.search.mode` (`hybrid`, `dense` or `lexical`).
@@ -318,6 +321,8 @@ class ReflectiveMemory:
             views: Memory kinds to rank as units (override `config.search.views`).
             reflect: Override `config.conditional.self_reflection`.
             explore: Sample the reranked top-M with Gumbel noise (`config.rerank.explore`).
+            exclude_turns: Ids of turns never returned, e.g. the current exchange the reader
+                sees anyway (the adapters pass it); other turns take their place.
 
         Returns:
             The ranked `Retrieval`; its diagnostics hold the path taken, candidate counts, the
@@ -334,6 +339,7 @@ class ReflectiveMemory:
             views=views,
             reflect=reflect,
             explore=explore,
+            exclude_turns=exclude_turns,
         )
 
     # -- feedback (RMM) --------------------------------------------------------------------

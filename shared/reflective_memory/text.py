@@ -8,7 +8,14 @@ from typing import Any
 
 from reflective_memory.errors import InvalidInputError
 
-__all__ = ["parse_timestamp", "lexical_tokens", "format_date", "time_key", "STOPWORDS"]
+__all__ = [
+    "parse_timestamp",
+    "lexical_tokens",
+    "format_date",
+    "time_key",
+    "STOPWORDS",
+    "contentless",
+]
 
 _FORMATS = (
     "%Y/%m/%d (%a) %H:%M",  # LongMemEval: 2023/05/21 (Sun) 11:54
@@ -116,3 +123,30 @@ def lexical_tokens(text: str) -> list[str]:
         ['mov', 'berlin', 'lov']
     """
     return [_stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
+#: Words of acknowledgements, greetings and small talk (with `STOPWORDS`): a turn made only of
+#: these says nothing of its own ("Got it.", "Noted, I'll remember that!", "Hi there").
+_SMALL_TALK = frozenset(
+    """absolutely agreed alright anytime awesome bye cheers cool course definitely exactly fine
+    glad good goodbye got gotcha great haha happy hear help hey hmm indeed know let lol morning
+    nice night noted np perfect pleasure problem remember right see share sharing sorry sounds
+    sure tell telling thx ty understood welcome wow yep yup""".split()
+)
+_SMALL_TALK_MAX_WORDS = 12
+
+
+def contentless(text: str) -> bool:
+    """Whether a turn carries no content of its own: an acknowledgement, greeting or thanks.
+
+    Such a turn never answers a question alone; a passage may still show it beside the turns
+    it follows.
+
+    Example:
+        >>> contentless("Noted, I'll remember that!"), contentless("I adopted a cat.")
+        (True, False)
+    """
+    words = _WORD.findall(text.lower())
+    return len(words) <= _SMALL_TALK_MAX_WORDS and all(
+        w in STOPWORDS or w in _SMALL_TALK for w in words
+    )

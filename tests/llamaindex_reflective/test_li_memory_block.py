@@ -50,8 +50,11 @@ def test_budget_tokens_respected(mem):
     block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=None, budget_tokens=12)
     asyncio.run(block.aget([U("dog beach nurse ramen")]))
     assert 1 <= len(block.last_retrieval.hits) < 3
-    with pytest.raises(InvalidInputError):
-        ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=None)
+    default = ReflectiveMemoryBlock(memory=mem, user_id="ana")  # the core's default budget
+    asyncio.run(default.aget([U("dog beach nurse ramen")]))
+    got = default.last_retrieval
+    assert got.diagnostics["budget_tokens"] == mem.config.search.default_budget_tokens == 500
+    assert all(h.memory.granularity == "passage" for h in got.hits)
     with pytest.raises(InvalidInputError):
         ReflectiveMemoryBlock(memory=mem, user_id="")
 
@@ -129,7 +132,7 @@ def test_feedback_trains_the_engines_reranker_for_the_user():
     cfg = MemoryConfig(units={"granularities": ("turn",)}, rerank={"batch_size": 1})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         _seed(mem)
-        block = ReflectiveMemoryBlock(memory=mem, user_id="ana")
+        block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=3)  # three turns
         asyncio.run(block.aget([U("dog")]))
         result = block.feedback("Pixel loves the beach [0].")
         assert result.learned and result.cited == (0,) and result.updates == 1

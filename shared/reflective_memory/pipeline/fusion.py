@@ -26,7 +26,12 @@ class SearchConfig:
         rrf_k: The constant of reciprocal-rank fusion, `score = sum(w / (rrf_k + rank + 1))`
             (small-to-big turn votes use it too).
         candidate_k: Candidates each ranker contributes before fusion (at least `k`).
-        default_k: Hits returned when neither `k` nor `budget_tokens` is given.
+        default_budget_tokens: The token budget of passages `retrieve` fills when neither `k`
+            nor `budget_tokens` is given (what the adapters inject by default). 500 tokens is
+            about what five turns cost across the dev sets and covers more evidence than five
+            bare turns on all of them (BENCHMARKS.md, issue 27).
+        default_k: When set, a call without `k` or `budget_tokens` returns this many turns
+            instead of filling `default_budget_tokens`.
         views: Memory kinds `retrieve` searches (e.g. `("note", "segment")`), all in one
             ranking that shares `k` / the budget, returned as they are (no passages); `None`
             searches every stored kind.
@@ -37,15 +42,17 @@ class SearchConfig:
     lexical_weight: float = 1.0
     rrf_k: int = 60
     candidate_k: int = 50
-    default_k: int = 5
+    default_budget_tokens: int = 500
+    default_k: int | None = None
     views: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_choice("search.mode", self.mode, SEARCH_MODES)
         check_number("search.dense_weight", self.dense_weight, 0)
         check_number("search.lexical_weight", self.lexical_weight, 0)
-        for name in ("rrf_k", "candidate_k", "default_k"):
+        for name in ("rrf_k", "candidate_k", "default_budget_tokens"):
             check_int(f"search.{name}", getattr(self, name))
+        check_int("search.default_k", self.default_k, optional=True)
         if self.views is not None:
             views = check_names("search.views", self.views, GRANULARITIES)
             if not views:

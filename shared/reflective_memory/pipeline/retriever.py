@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory.conditional.reflection import reflective_retrieve
@@ -100,10 +100,13 @@ class Retriever:
         views: Sequence[str] | None = None,
         reflect: bool | None = None,
         explore: bool | None = None,
+        exclude_turns: Collection[str] | None = None,
     ) -> Retrieval:
         """See `ReflectiveMemory.retrieve`."""
         t_start = time.perf_counter()
-        request = self.request(user_id, query, k, budget_tokens, mode, recall, views, explore)
+        request = self.request(
+            user_id, query, k, budget_tokens, mode, recall, views, explore, exclude_turns
+        )
         cfg = self.config.conditional
         if cfg.self_reflection if reflect is None else reflect:
             return self._reflective(request, t_start)
@@ -119,6 +122,7 @@ class Retriever:
         recall: Any,
         views: Any,
         explore: Any,
+        exclude: Any = None,
     ) -> RetrievalRequest:
         """Check a call's arguments (before any work) and resolve them against the config."""
         check_id("user_id", user_id)
@@ -142,12 +146,23 @@ class Retriever:
             )
         if k is None and budget is None:
             k = cfg.search.default_k
+            budget = cfg.search.default_budget_tokens if k is None else None
         views = cfg.search.views if views is None else tuple(views)
         if views is not None and (not views or any(v not in GRANULARITIES for v in views)):
             raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
         explore = cfg.rerank.explore if explore is None else bool(explore)
+        if exclude is None:
+            exclude = frozenset()
+        elif isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
+            raise InvalidInputError(
+                f"exclude_turns must be a collection of turn ids, got {type(exclude).__name__}"
+            )
+        elif not all(isinstance(t, str) for t in exclude):
+            raise InvalidInputError("exclude_turns must hold turn ids (str)")
         rid = uuid.uuid4().hex
-        return RetrievalRequest(user_id, query, k, budget, mode, recall, views, explore, rid)
+        return RetrievalRequest(
+            user_id, query, k, budget, mode, recall, views, explore, rid, frozenset(exclude)
+        )
 
     def run(self, request: RetrievalRequest, t_start: float) -> Retrieval:
         """Run the pipeline for a checked request."""
@@ -164,7 +179,7 @@ class Retriever:
             state.n = min(len(index), max(want, cfg.search.candidate_k, cfg.rerank.top_k))
             Pipeline(self.stages(request)).run(state)
         state.timings["total"] = (time.perf_counter() - t_start) * 1000
-        diagnostics = _empty(request, state) if index is None else state.diagnostics()
+        diagnostics = state.diagnostics()
         return Retrieval(
             request.user_id,
             request.query,
@@ -181,7 +196,7 @@ class Retriever:
             return self.run(
                 RetrievalRequest(
                     request.user_id, q, request.k, request.budget, request.mode, request.recall,
-                    request.views, request.explore, uuid.uuid4().hex,
+                    request.views, request.explore, uuid.uuid4().hex, request.exclude,
                 ),
                 time.perf_counter(),
             )  # fmt: skip
@@ -198,16 +213,3 @@ class Retriever:
         out.diagnostics["timings_ms"] = dict(out.diagnostics.get("timings_ms", {}))
         out.diagnostics["timings_ms"]["total"] = (time.perf_counter() - t_start) * 1000
         return out
-
-
-def _empty(request: RetrievalRequest, state: RetrievalState) -> dict[str, Any]:
-    """Diagnostics of a retrieval for a user with nothing stored."""
-    out: dict[str, Any] = {
-        "mode": request.mode,
-        "path": "lexical" if request.mode == "lexical" else "empty",
-        "timings_ms": state.timings,
-        "index_size": 0,
-    }
-    if request.views is not None:
-        out["views"] = list(request.views)
-    return out

@@ -31,6 +31,7 @@ class RetrievalRequest:
         views: Memory kinds ranked as units (`None`: every kind, as passages).
         explore: Sample the reranked head with Gumbel noise.
         retrieval_id: Id feedback on this retrieval refers to.
+        exclude: Ids of turns never returned (the reader sees them already).
     """
 
     user_id: str
@@ -42,6 +43,7 @@ class RetrievalRequest:
     views: tuple[str, ...] | None
     explore: bool
     retrieval_id: str
+    exclude: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -50,7 +52,7 @@ class RetrievalState:
 
     Attributes:
         request: The call.
-        index: The user's indexes at one store version.
+        index: The user's indexes at one store version (`None`: nothing stored).
         search_query: The text the rankers search with (the question without a focused
             speaker's name).
         speaker: The one speaker the question names (or asks about in the first or second
@@ -78,7 +80,7 @@ class RetrievalState:
     """
 
     request: RetrievalRequest
-    index: UserIndex
+    index: UserIndex | None
     search_query: str
     speaker: str | None = None
     focus: float = 0.0
@@ -108,10 +110,14 @@ class RetrievalState:
             "mode": req.mode,
             "path": "lexical" if req.mode == "lexical" else "empty",
             "timings_ms": self.timings,
-            "index_size": len(self.index),
+            "index_size": 0 if self.index is None else len(self.index),
+            "k": req.k,
+            "budget_tokens": req.budget,
         }
         if req.views is not None:
             out["views"] = list(req.views)
+        if self.index is None:  # nothing stored for the user
+            return out
         if self.speaker is not None:
             out["speaker"] = self.speaker
             if self.search_query != req.query:

@@ -7,11 +7,13 @@ feed them the user's turns, read once per index version.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from reflective_memory.passages import (
     RECENCY_POOL,
     PassageConfig,
+    TurnVotes,
     addressed_role,
     apply_recency,
     apply_speaker_focus,
@@ -24,6 +26,7 @@ from reflective_memory.passages import (
 from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
+from reflective_memory.text import contentless
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "SpeakerFocus", "Votes"]
@@ -168,7 +171,10 @@ class Votes:
 
     Coarse units (segments, topics, notes) vote for their turns at `context_weight`, shrunk
     below `context_full_budget`; a focused speaker's other speakers keep `1 - speaker_focus`
-    of their votes; present-tense questions lift the newest of the best turns.
+    of their votes; present-tense questions lift the newest of the best turns. Turns the caller
+    excludes get no vote; nor does a turn with no content of its own (an acknowledgement, a
+    greeting) unless the turn before it is voted: it then follows that turn, never alone, and
+    never as one of `k` bare turns.
 
     When sessions are cut into segments or session units (`context_units`), a turn no such
     unit covers yet (its session is open) gets, from its own key, the context vote of a unit
@@ -208,6 +214,7 @@ class Votes:
         votes = collect_votes(
             ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
         )
+        _drop_unshowable(votes, session_turns, req.exclude, req.budget is not None, state.index)
         if state.speaker is not None:
             apply_speaker_focus(votes, session_turns, state.speaker, state.focus)
         state.recency = False
@@ -233,3 +240,35 @@ class Votes:
             full = {m.id: m for m in self.turns.store.memories(state.request.user_id, loose)}
             ranked = [full.get(m.id, m) if not m.turn_ids else m for m in ranked]
         return ranked
+
+
+def _drop_unshowable(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    exclude: frozenset[str],
+    passages: bool,
+    index: UserIndex,
+) -> None:
+    """Remove the votes of excluded turns and of contentless turns that would stand alone.
+
+    A contentless turn keeps a vote just below the turn before it when that turn is voted and
+    the hits are passages (where it reads as that turn's context); otherwise it has none.
+    """
+    empty: dict[str, bool] = index.extras.setdefault("contentless", {})  # per index version
+    before = dict(votes.turn)
+    for key in before:
+        turns = session_turns(key[0])
+        turn = turns[key[1]]
+        if turn.turn_id in exclude:
+            del votes.turn[key]
+            continue
+        quiet = empty.get(turn.turn_id)
+        if quiet is None:
+            quiet = empty[turn.turn_id] = contentless(turn.text)
+        if not quiet:
+            continue
+        anchor = before.get((key[0], key[1] - 1)) if passages and key[1] > 0 else None
+        if anchor is None or turns[key[1] - 1].turn_id in exclude:
+            del votes.turn[key]
+        else:
+            votes.turn[key] = min(before[key], anchor * 0.999)
