@@ -506,6 +506,42 @@ def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
     assert apply_speaker_focus(votes, sessions.__getitem__, "Kate", 0.0) == 0
 
 
+def test_a_lone_label_is_not_a_speaker_and_quoted_turns_keep_their_vote() -> None:
+    """ "Remember: ..." from the user is the user's turn; a query quoting a turn finds it."""
+    from reflective_memory.passages import apply_speaker_focus
+
+    texts = ["Remember: my sister Lea lives in Porto.", "Saved: my sister Lea lives in Porto."]
+    sessions = {"s": _turns("s", texts, "2026-01-01")}
+    sessions["s"][1] = replace(sessions["s"][1], role="assistant")
+    votes = _votes([("s", 0), ("s", 1)])
+    before = dict(votes.turn)
+    roles = ("user", "assistant")
+    assert apply_speaker_focus(votes, sessions.__getitem__, "user", 0.5, roles) == 1
+    assert votes.turn[("s", 0)] == before[("s", 0)]  # not "Remember"'s turn
+    votes = _votes([("s", 0), ("s", 1)])
+    assert apply_speaker_focus(votes, sessions.__getitem__, "user", 0.5, roles, {("s", 1)}) == 0
+    # end to end: a first-person question finds the user's "Remember: ..." turn, and the
+    # assistant's "I ..." turn is found by its own words
+    chat = [
+        ("user", "Hi! I just adopted a grey cat named Miso."),
+        ("assistant", "I love cats; Miso is a lovely name for a grey one."),
+        ("user", "Remember: my sister Lea lives in Porto."),
+        ("assistant", "I saved it: your sister Lea lives in Porto."),
+        ("user", "I'm also training for the Lyon half marathon in April."),
+        ("assistant", "I think a 12-week plan with one long run a week works well."),
+    ]
+    cfg = _cfg(passages={"person_focus": 0.6})
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+        for i, (role, text) in enumerate(chat):
+            mem.add_turn("u", "s1", role, text, timestamp=f"2026-02-0{1 + i}")
+        mem.end_session("u", "s1")
+        top = mem.retrieve("u", "Which city does my sister live in?", k=1).hits[0].memory
+        assert top.text.endswith("user: Remember: my sister Lea lives in Porto.")
+        for role, text in chat:
+            hits = [h.memory.text for h in mem.retrieve("u", text, k=2).hits]
+            assert any(h.endswith(f"{role}: {text}") for h in hits), text
+
+
 def _votes_of(mem: ReflectiveMemory, query: str, budget: int) -> list[tuple[tuple[str, ...], list]]:
     r = mem.retrieve("u", query, budget_tokens=budget)
     return [(h.memory.turn_ids, h.memory.metadata["turn_votes"]) for h in r.hits]

@@ -366,11 +366,16 @@ def apply_speaker_focus(
     session_turns: Callable[[str], Sequence[Turn]],
     speaker: str,
     focus: float,
+    speakers: Collection[str] | None = None,
+    keep: Collection[tuple[str, int]] = (),
 ) -> int:
     """Scale the votes of turns not spoken by `speaker` by `1 - focus`.
 
     A question about one person ("What does Kate do on weekends?") is answered by what that
-    person said; the other side's turns still count, less.
+    person said; the other side's turns still count, less. With `speakers`, a turn's
+    `Name: ` label counts only when it is one of them (a user's "Remember: ..." was said by
+    the user, not by "Remember"); pass the roles alone to compare by role. Turns in `keep`
+    are never scaled.
 
     Returns:
         How many turn votes were scaled down.
@@ -380,7 +385,13 @@ def apply_speaker_focus(
     want = speaker.strip().casefold()
     scaled = 0
     for key in votes.turn:
-        if speaker_of(session_turns(key[0])[key[1]]).strip().casefold() != want:
+        if key in keep:
+            continue
+        turn = session_turns(key[0])[key[1]]
+        who = speaker_of(turn)
+        if speakers is not None and who not in speakers:
+            who = turn.role
+        if who.strip().casefold() != want:
             votes.turn[key] *= 1.0 - focus
             scaled += 1
     return scaled

@@ -58,6 +58,10 @@ class RetrievalState:
         speaker: The one speaker the question names (or asks about in the first or second
             person), if speaker focus applies.
         focus: How much the other speakers' turn votes shrink (`1 - focus`).
+        speakers: Who counts as a speaker for the focus: the user's speakers, or only the two
+            chat roles when the question's person (not a name) chose the speaker (a turn that
+            holds the question word for word is then kept whoever said it: the words of an
+            assistant's "I ..." turn still find it).
         qvec: The query vector (`None` until embedded; never in lexical mode without a
             reranker).
         n: Candidates each ranker contributes (widened when the hits do not fill the cut).
@@ -84,6 +88,7 @@ class RetrievalState:
     search_query: str
     speaker: str | None = None
     focus: float = 0.0
+    speakers: tuple[str, ...] = ()
     qvec: np.ndarray | None = None
     n: int = 0
     recall: RecallConfig | None = None

@@ -159,11 +159,13 @@ class SpeakerFocus:
         speaker = named_speaker(req.query, speakers) if self.config.speaker_focus > 0 else None
         if speaker is not None:
             state.speaker, state.focus = speaker, self.config.speaker_focus
+            state.speakers = tuple(speakers)
             state.search_query = without_name(req.query, speaker)
         elif self.config.person_focus > 0 and {"user", "assistant"} <= set(speakers):
             role = addressed_role(req.query)
             if role is not None:
                 state.speaker, state.focus = role, self.config.person_focus
+                state.speakers = ("user", "assistant")  # compared by role
 
 
 class Votes:
@@ -216,7 +218,14 @@ class Votes:
         )
         _drop_unshowable(votes, session_turns, req.exclude, req.budget is not None, state.index)
         if state.speaker is not None:
-            apply_speaker_focus(votes, session_turns, state.speaker, state.focus)
+            keep = (
+                _quoting(votes, session_turns, req.query)
+                if state.speakers == ("user", "assistant")
+                else set()
+            )
+            apply_speaker_focus(
+                votes, session_turns, state.speaker, state.focus, state.speakers, keep
+            )
         state.recency = False
         if cfg.recency_weight > 0 and present_tense(req.query):
             state.recency = apply_recency(
@@ -272,3 +281,17 @@ def _drop_unshowable(
             del votes.turn[key]
         else:
             votes.turn[key] = min(before[key], anchor * 0.999)
+
+
+def _quoting(
+    votes: TurnVotes, session_turns: Callable[[str], Sequence[Turn]], query: str
+) -> set[tuple[str, int]]:
+    """The voted turns that hold `query` word for word (for queries of 20+ characters)."""
+    want = " ".join(query.casefold().split())
+    if len(want) < 20:
+        return set()
+    return {
+        key
+        for key in votes.turn
+        if want in " ".join(session_turns(key[0])[key[1]].text.casefold().split())
+    }
