@@ -333,6 +333,7 @@ def run_systems(
         if topk > 0 and system is DEFAULT and stores is None:
             shipped = system.build(repeat, denoiser, words=False)
             ingest_conversations(shipped, [conv], progress=False)
+            shipped.retrieve(conv.user_id, "warm-up query", k=1)
         try:
             t0 = time.perf_counter()
             ingest_conversations(mem, [conv], progress=False)
