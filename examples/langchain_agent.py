@@ -138,9 +138,7 @@ def run(embedder: str = "minilm", path: str | None = None) -> dict[str, Any]:
     )
     out: dict[str, Any] = {"day_1": [], "day_2": []}
     with memory:
-        middleware = ReflectiveMemoryMiddleware(
-            memory=memory, user_id=USER, session_id="day-1", k=3
-        )
+        middleware = ReflectiveMemoryMiddleware(memory=memory, user_id=USER, session_id="day-1")
         agent = create_agent(
             model,
             tools=[save_fact, list_facts],

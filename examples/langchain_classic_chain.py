@@ -100,7 +100,6 @@ def run(embedder: str = "minilm", path: str | None = None) -> dict[str, Any]:
             memory=memory,
             user_id=USER,
             session_id="day-1",
-            k=3,
             idle_timeout_seconds=30 * 60,  # a pause of 30 minutes also starts a new session
         )
         chain = ConversationChain(llm=model, memory=chat_memory)

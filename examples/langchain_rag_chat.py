@@ -161,7 +161,7 @@ def build_chain(memory: ReflectiveMemory, model: BaseChatModel) -> tuple[Any, Ci
     reranker = CitationReranker(memory=memory, user_id=USER, top_n=3)
     retriever = ContextualCompressionRetriever(
         base_compressor=reranker,
-        base_retriever=ReflectiveRetriever(memory=memory, user_id=USER, k=8),
+        base_retriever=ReflectiveRetriever(memory=memory, user_id=USER),
     )
     prompt = ChatPromptTemplate.from_messages(
         [("system", SYSTEM), MessagesPlaceholder("history"), ("human", "{question}")]

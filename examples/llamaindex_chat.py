@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     config = MemoryConfig()  # the defaults: turns searchable at once, segments for context
     with ReflectiveMemory(embedder=embedder, config=config) as memory:
         n = load_history(memory)
-        block = ReflectiveMemoryBlock(memory=memory, user_id=USER, top_k=3, priority=1)
+        block = ReflectiveMemoryBlock(memory=memory, user_id=USER, priority=1)
         chat_memory = Memory.from_defaults(
             session_id="2025-11-21-chat",
             chat_store=ReflectiveDBChatStore(memory=memory, user_id=USER),

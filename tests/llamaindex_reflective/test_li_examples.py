@@ -1,4 +1,5 @@
 import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,47 @@ def test_chat_example_with_minilm(capsys):
     reply = out.split("assistant:")[1].split("memories used")[0]
     assert "Goethe B1 exam" in reply and reply.strip().endswith("]")
     assert "learned True" in out
+
+
+def _read_by_the_llm(monkeypatch, name: str, argv: list[str]) -> list[str]:
+    """Run an example offline and return every prompt its LLM was given."""
+    main = _main(name)  # runs the module, which imports the examples' `_offline` helpers
+    offline = sys.modules["_offline"]
+    answer = offline.answer_prompt  # what the offline LLM does with its whole prompt
+    prompts: list[str] = []
+
+    def recording(prompt: str) -> str:
+        prompts.append(prompt)
+        return answer(prompt)
+
+    monkeypatch.setattr(offline, "answer_prompt", recording)
+    assert main(argv) == 0
+    return prompts
+
+
+@pytest.mark.integration
+def test_chat_example_llm_reads_the_evidence_at_the_default(monkeypatch):
+    # the example's own question (its default message); ReflectiveMemoryBlock at its default
+    # top_k and budget, the bundled MiniLM embedder
+    (prompt,) = _read_by_the_llm(monkeypatch, "llamaindex_chat.py", [])
+    from _offline import last_question, numbered_memories
+
+    assert last_question(prompt) == "Remind me, where am I living these days?"
+    memories = numbered_memories(prompt)
+    said = [line for lines in memories.values() for line in lines if line.startswith("user: ")]
+    # she moved to Neukölln on August 1 (earlier: Alfama in Lisbon, a Friedrichshain sublet)
+    evidence = ("I'm moving to Neukölln on August 1", "the Neukölln flat is great")
+    assert any(e in line for e in evidence for line in said), memories
+
+
+@pytest.mark.integration
+def test_query_engine_llm_reads_the_evidence_at_the_default(monkeypatch):
+    # the example keeps the postprocessor's top 2 nodes: a prefix of what its default (top 5)
+    # keeps, so this holds at the default too
+    prompts = _read_by_the_llm(monkeypatch, "llamaindex_query_engine.py", [])
+    from _offline import citation_sources, last_question
+
+    assert [last_question(p) for p in prompts] == ["How should I travel to a meeting 3 hours away?"]
+    sources = citation_sources(prompts[0])
+    lines = [line for block in sources.values() for line in block]
+    assert any("book trains for trips under four hours" in line for line in lines), sources
