@@ -69,8 +69,9 @@ class ReflectiveRetriever(BaseRetriever):
     memory: ReflectiveMemory = Field(description="The core memory store to search.")
     user_id: str = Field(description="Whose memories are searched.")
     k: int | None = Field(
-        default=4,
-        description="Documents returned per query (None: the core's default or the budget).",
+        default=None,
+        description="Turns returned per query as documents (None: passages filling the budget, "
+        "by default the core's `search.default_budget_tokens`, 500).",
     )
     budget_tokens: int | None = Field(
         default=None,

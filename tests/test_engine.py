@@ -207,12 +207,14 @@ def test_docstring_example_runs() -> None:
 
     import reflective_memory.engine
     import reflective_memory.llm
+    import reflective_memory.passages
     import reflective_memory.segment.base
     import reflective_memory.text
 
     for module in (
         reflective_memory.engine,
         reflective_memory.llm,
+        reflective_memory.passages,
         reflective_memory.segment.base,
         reflective_memory.text,
     ):

@@ -573,3 +573,20 @@ def test_segment_votes_shrink_below_the_full_context_budget() -> None:
     for bad in (-1, 1.5, True):
         with pytest.raises(ConfigError, match="context_full_budget"):
             MemoryConfig(passages={"context_full_budget": bad})
+
+
+def test_a_present_tense_cue_is_not_searched_as_words() -> None:
+    """ "these days" says when, not what: it must not pull up turns about days."""
+    chat = [
+        ("2025-05-01", "I found a sublet in Friedrichshain, I live there until July."),
+        ("2025-06-01", "Rainy days in Berlin; these days I mostly stay in on grey days."),
+        ("2025-08-02", "I live in Neukölln now, the flat is great."),
+    ]
+    cfg = _cfg(units={"granularities": ("turn",)})
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+        for i, (day, text) in enumerate(chat):
+            mem.add_turn("u", f"s{i}", "user", text, timestamp=day)
+            mem.end_session("u", f"s{i}")
+        r = mem.retrieve("u", "Where do I live these days?", k=2)
+        assert r.diagnostics["search_query"] == "Where do I live?"
+        assert r.hits[0].memory.session_id == "s2"

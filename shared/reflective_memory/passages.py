@@ -39,6 +39,7 @@ __all__ = [
     "named_speaker",
     "without_name",
     "apply_speaker_focus",
+    "without_present_cue",
     "speaker_of",
     "addressed_role",
     "CHAT_ROLES",
@@ -74,6 +75,22 @@ def present_tense(query: str) -> bool:
         (True, False)
     """
     return bool(_PRESENT.search(query))
+
+
+def without_present_cue(query: str) -> str:
+    """The question without its present-tense cues, which say *when*, not *what*.
+
+    Searched as words, "these days" matches every turn about days; the cue is used by the
+    recency boost instead. A question made only of cues is returned as it is.
+
+    Example:
+        >>> without_present_cue("Remind me, where am I living these days?")
+        'Remind me, where am I living?'
+    """
+    out = " ".join(_PRESENT.sub(" ", query).split())
+    out = re.sub(r"\s+([?.!,;:])", r"\1", out)
+    out = re.sub(r"[,;:]+(?=[?.!]|$)", "", out)
+    return out if re.search(r"\w", out) else query
 
 
 def named_speaker(query: str, speakers: Iterable[str]) -> str | None:

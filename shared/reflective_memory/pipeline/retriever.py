@@ -76,7 +76,8 @@ class Retriever:
         cfg = self.config
         passages = cfg.passages.enabled and request.views is None
         out: list[Stage] = []
-        if passages and (cfg.passages.speaker_focus > 0 or cfg.passages.person_focus > 0):
+        focus = cfg.passages.speaker_focus > 0 or cfg.passages.person_focus > 0
+        if passages and (focus or cfg.passages.recency_weight > 0):
             out.append(self.focus)
         if request.mode != "lexical":
             out += [self.query, self.dense]

@@ -125,8 +125,8 @@ class RetrievalState:
             return out
         if self.speaker is not None:
             out["speaker"] = self.speaker
-            if self.search_query != req.query:
-                out["search_query"] = self.search_query
+        if self.search_query != req.query:
+            out["search_query"] = self.search_query
         if self.gate is not None:
             out["gate_calibration"] = dict(self.gate)
         if self.dense_trace is not None:

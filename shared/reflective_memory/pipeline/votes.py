@@ -22,6 +22,7 @@ from reflective_memory.passages import (
     present_tense,
     speaker_of,
     without_name,
+    without_present_cue,
 )
 from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.storage.base import MemoryStore
@@ -141,6 +142,8 @@ class SpeakerFocus:
     "What does Kate do on weekends?" is searched as "What does do on weekends?": the name says
     *whose* turns answer (the `Votes` stage scales the others' down), not what they are
     about, and it would otherwise pull up every turn that mentions or addresses that person.
+    Likewise a present-tense cue ("these days", "currently") says *when*: it is left out of the
+    searched text and lifts the newest answers in the `Votes` stage instead.
 
     Args:
         turns: The user's turns.
@@ -166,6 +169,8 @@ class SpeakerFocus:
             if role is not None:
                 state.speaker, state.focus = role, self.config.person_focus
                 state.speakers = ("user", "assistant")  # compared by role
+        if self.config.recency_weight > 0:  # the cue goes to the recency boost, not the search
+            state.search_query = without_present_cue(state.search_query)
 
 
 class Votes:
