@@ -178,7 +178,7 @@ class ReflectiveChatMemory(BaseMemory):
         if recent:
             names = {"user": "Human", "assistant": "AI"}
             lines = [f"{names.get(t.role, t.role)}: {t.text}" for t in recent]
-            parts.append("Current conversation:\n" + "\n".join(lines))
+            parts.append("Earlier in this session:\n" + "\n".join(lines))
         return {self.memory_key: "\n\n".join(parts)}
 
     def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:

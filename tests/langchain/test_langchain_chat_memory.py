@@ -67,7 +67,7 @@ def test_end_session_builds_memories_and_starts_new_session(mem):
     assert "trip" not in mem.open_sessions("ana")
     text = chat.load_memory_variables({"input": "Where am I flying to?"})["history"]
     assert "Reykjavik" in text
-    assert "Current conversation" not in text  # the new session is empty
+    assert "Earlier in this session" not in text  # the new session is empty
     assert chat.end_session() == []  # nothing recorded in after-trip
 
 
@@ -130,3 +130,14 @@ async def test_async_chain(fmem):
     assert out["response"] == "Lyon [0]"
     assert len(fmem.turns("ana", "async")) == 2
     assert len(fmem.feedback_calls) == 1
+
+
+def test_recent_turns_are_shown_once_not_as_memories(mem):
+    chat = ReflectiveChatMemory(memory=mem, user_id="ana", session_id="s1", recent_turns=2)
+    chat.save_context({"input": "My sister Zoraida lives in Tromsø."}, {"output": "Noted."})
+    chat.save_context({"input": "I adopted a parrot named Kiwiko."}, {"output": "Lovely!"})
+    text = chat.load_memory_variables({"input": "Where does my sister live? And my parrot?"})["history"]
+    memories, recent = text.split("Earlier in this session:")
+    assert "Zoraida lives in Tromsø" in memories  # an earlier turn of the session: a memory
+    assert "Kiwiko" not in memories and "Human: I adopted a parrot named Kiwiko." in recent
+    assert text.count("Kiwiko") == 1
