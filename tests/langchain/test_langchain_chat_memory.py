@@ -136,7 +136,8 @@ def test_recent_turns_are_shown_once_not_as_memories(mem):
     chat = ReflectiveChatMemory(memory=mem, user_id="ana", session_id="s1", recent_turns=2)
     chat.save_context({"input": "My sister Zoraida lives in Tromsø."}, {"output": "Noted."})
     chat.save_context({"input": "I adopted a parrot named Kiwiko."}, {"output": "Lovely!"})
-    text = chat.load_memory_variables({"input": "Where does my sister live? And my parrot?"})["history"]
+    asked = {"input": "Where does my sister live? And my parrot?"}
+    text = chat.load_memory_variables(asked)["history"]
     memories, recent = text.split("Earlier in this session:")
     assert "Zoraida lives in Tromsø" in memories  # an earlier turn of the session: a memory
     assert "Kiwiko" not in memories and "Human: I adopted a parrot named Kiwiko." in recent
