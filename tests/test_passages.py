@@ -590,3 +590,26 @@ def test_a_present_tense_cue_is_not_searched_as_words() -> None:
         r = mem.retrieve("u", "Where do I live these days?", k=2)
         assert r.diagnostics["search_query"] == "Where do I live?"
         assert r.hits[0].memory.session_id == "s2"
+
+
+def test_labelled_speakers_read_without_the_role_in_passages() -> None:
+    """`user: Emi: ...` costs a word per turn for nothing; a lone `Remember:` keeps its role."""
+    chat = [
+        ("user", "Emi: I booked the pottery class for Saturday."),
+        ("assistant", "Paola: Great, which studio did you pick?"),
+        ("user", "Emi: The one near the harbour, Clay Corner."),
+        ("assistant", "Paola: I went there with my sister last spring."),
+        ("user", "Emi: Then you can show me the wheel."),
+        ("assistant", "Paola: Deal, I will bring aprons."),
+        ("user", "Remember: the class starts at 10."),
+    ]
+    with ReflectiveMemory(embedder=HashingEmbedder(128)) as mem:
+        for i, (role, text) in enumerate(chat):
+            mem.add_turn("u", "s1", role, text, timestamp=f"2026-02-0{1 + i}")
+        mem.end_session("u", "s1")
+        text = mem.retrieve("u", "pottery class studio harbour wheel", budget_tokens=400).hits[0]
+        lines = text.memory.text.splitlines()[1:]
+        assert "Emi: I booked the pottery class for Saturday." in lines
+        assert "Paola: Great, which studio did you pick?" in lines
+        assert "user: Remember: the class starts at 10." in lines
+        assert not any(ln.startswith(("user: Emi", "assistant: Paola")) for ln in lines)

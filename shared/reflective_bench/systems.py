@@ -179,14 +179,9 @@ ABLATIONS = (
     ),
     System("+ RF-Mem gate", {"recall": {"mode": "rfmem"}}, what="RF-Mem, self-calibrated gate"),
     System(
-        "+ person focus 0.3",
-        {"passages": {"person_focus": 0.3}},
-        what="I/my questions favour the user's turns, 'you said' the assistant's",
-    ),
-    System(
-        "+ person focus 0.6",
-        {"passages": {"person_focus": 0.6}},
-        what="the same, stronger",
+        "- person focus",
+        {"passages": {"person_focus": 0.0}},
+        what="I/my questions do not favour the user's turns, nor 'you said' the assistant's",
     ),
 )
 

@@ -159,9 +159,9 @@ class PassageConfig:
         person_focus: In a chat of `user` and `assistant` turns, a question that names no
             speaker but asks in the first person ("where do I work?") scales the assistant's
             turns by `1 - person_focus`, one that asks what "you said / recommended" the
-            user's (0: off). Opt-in: at 0.3 it gains on LongMemEval dev100 (+8.3 points at
-            500 words, top-5 0.722 -> 0.810) but an assistant turn that says "I ..." can no
-            longer be found by its own text (BENCHMARKS.md, issue 27).
+            user's (0: off). At 0.3: LongMemEval dev100 +8.3 points at 500 words, top-5
+            0.722 -> 0.810; neutral on REALTALK (BENCHMARKS.md, issue 27). A turn holding the
+            question word for word keeps its vote.
         length_exponent: Packing order is `vote / (cost / (length_free * median)) **
             length_exponent` for turns longer than `length_free` times the median candidate, so
             a long turn must out-vote the several short ones whose room it would take (the
@@ -179,7 +179,7 @@ class PassageConfig:
     recency_weight: float = 0.25
     recency_margin: float = 0.1
     speaker_focus: float = 0.8
-    person_focus: float = 0.0
+    person_focus: float = 0.3
     length_exponent: float = 0.5
     length_free: float = 2.0
     length_keep_share: float = 0.25
@@ -203,13 +203,18 @@ RECENCY_POOL = 10
 
 @dataclass
 class TurnVotes:
-    """Votes per turn (keyed by `(session_id, position)`) and per turnless memory."""
+    """Votes per turn (keyed by `(session_id, position)`) and per turnless memory.
+
+    `labels` are the `Name: ` labels that name speakers in chat-role turns (`speaker_of`):
+    such a turn reads as its text alone in a passage, without the role before the name.
+    """
 
     turn: dict[tuple[str, int], float] = field(default_factory=dict)
     loose: dict[str, float] = field(default_factory=dict)
     loose_memories: dict[str, Memory] = field(default_factory=dict)
     sources: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     first_seen: dict[Any, int] = field(default_factory=dict)
+    labels: frozenset[str] = frozenset()
 
     def add(self, key: tuple[str, int], vote: float, source: str | None) -> None:
         """Add a vote for a turn (and remember which memory gave it)."""
@@ -414,8 +419,16 @@ def apply_speaker_focus(
     return scaled
 
 
-def turn_line(turn: Turn) -> str:
-    """How a turn reads inside a passage."""
+def turn_line(turn: Turn, labels: Collection[str] = ()) -> str:
+    """How a turn reads inside a passage.
+
+    `role: text`, or the text alone when it opens with a speaker's `Name: ` label (one of
+    `labels`).
+    """
+    if labels:
+        who = speaker_of(turn)
+        if who != turn.role and who in labels:
+            return turn.text
     return f"{turn.role}: {turn.text}"
 
 
@@ -432,7 +445,12 @@ def _passage_id(user_id: str, session_id: str, turn_ids: Iterable[str]) -> str:
     return f"passage-{h[:16]}"
 
 
-def _render(turns: Sequence[Turn], positions: Sequence[int], header_on: bool = True) -> str:
+def _render(
+    turns: Sequence[Turn],
+    positions: Sequence[int],
+    header_on: bool = True,
+    labels: Collection[str] = (),
+) -> str:
     lines = []
     header = _header(turns, header_on)
     if header:
@@ -441,7 +459,7 @@ def _render(turns: Sequence[Turn], positions: Sequence[int], header_on: bool = T
     for p in positions:
         if prev is not None and p != prev + 1:
             lines.append(GAP_MARK)
-        lines.append(turn_line(turns[p]))
+        lines.append(turn_line(turns[p], labels))
         prev = p
     return "\n".join(lines)
 
@@ -463,7 +481,7 @@ def _passage(
                 sources.append(src)
     turn_ids = tuple(t.turn_id for t in span)
     created = turns[0].timestamp or datetime.fromtimestamp(0, timezone.utc)
-    text = _render(turns, positions, header_on)
+    text = _render(turns, positions, header_on, votes.labels)
     return Memory(
         id=_passage_id(user_id, sid, turn_ids),
         user_id=user_id,
@@ -544,7 +562,8 @@ class _Costs:
             return self.count(self.votes.loose_memories[key].text)
         n = self.cache.get(key)
         if n is None:
-            n = self.cache[key] = self.count(turn_line(self.session_turns(key[0])[key[1]]))
+            turn = self.session_turns(key[0])[key[1]]
+            n = self.cache[key] = self.count(turn_line(turn, self.votes.labels))
         return int(n)
 
     def header(self, sid: str) -> int:

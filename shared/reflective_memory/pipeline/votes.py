@@ -88,6 +88,15 @@ class UserTurns:
             index.extras["speakers"] = speakers
         return speakers
 
+    def labels(self, user_id: str, index: UserIndex) -> frozenset[str]:
+        """The speakers that are `Name: ` labels of chat-role turns, not roles."""
+        got = index.extras.get("labels")
+        if got is None:
+            roles = {t.role for turns in self.sessions(user_id, index).values() for t in turns}
+            got = frozenset(self.speakers(user_id, index)) - roles
+            index.extras["labels"] = got
+        return got
+
     def units(self, user_id: str, index: UserIndex) -> list[Memory | None]:
         """Each index position's memory without its text (cached per index version)."""
         table = index.extras.get("units")
@@ -222,6 +231,7 @@ class Votes:
             ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
         )
         _drop_unshowable(votes, session_turns, req.exclude, req.budget is not None, state.index)
+        votes.labels = self.turns.labels(req.user_id, state.index)
         if state.speaker is not None:
             keep = (
                 _quoting(votes, session_turns, req.query)
