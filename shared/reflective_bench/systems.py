@@ -399,7 +399,7 @@ def format_systems(
     ablations: Sequence[System],
     budgets: Sequence[int],
     *,
-    type_rows: Sequence[str] = ("knowledge-update",),
+    type_rows: Sequence[str] = ("knowledge-update", "temporal-reasoning", "2"),
 ) -> str:
     """The main table (default next to baselines), the ablation table and per-type rows."""
     s = res.summary()
@@ -431,7 +431,8 @@ def format_systems(
         lines += [row(x.name) for x in (main[0], *ablations)]
     types = sorted({t for (_, t, _) in res.by_type})
     for t in [t for t in type_rows if t in types]:
-        lines += ["", f"question type {t}:", head + " |", "|---|" + "---|" * len(budgets)]
+        label = "2 (REALTALK / LoCoMo dates)" if t == "2" else t
+        lines += ["", f"question type {label}:", head + " |", "|---|" + "---|" * len(budgets)]
         for x in (*main, *ablations):
             vals = res.by_type.get((x.name, t, budgets[0]))
             if not vals:
