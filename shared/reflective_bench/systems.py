@@ -12,7 +12,8 @@ inside what the system returns for a budget of N words:
   5-turn window, raw keys, no reranker) return a ranking that the bench packs in rank order into
   N words (a unit that does not fit is skipped), as in issue 2.
 
-Latency is one `retrieve` per question (a budget of 1,000 words for passage systems, `k=10` for
+Every question is asked with `now=` its date when the data has one (LongMemEval's
+`question_date`), as an app knows when its user asks. Latency is one `retrieve` per question (a budget of 1,000 words for passage systems, `k=10` for
 plain ones), after a warm-up query; the query is always embedded for real.
 
 Two tables follow the budget tables:
@@ -344,17 +345,19 @@ def run_systems(
                     continue
                 t1 = time.perf_counter()
                 if system.passages:
-                    top = mem.retrieve(conv.user_id, q.question, budget_tokens=1000)
+                    top = mem.retrieve(conv.user_id, q.question, now=q.date, budget_tokens=1000)
                 else:
-                    top = mem.retrieve(conv.user_id, q.question, k=10, mode=system.mode)
+                    top = mem.retrieve(conv.user_id, q.question, now=q.date, k=10, mode=system.mode)
                 res.latency_ms[system.name].append((time.perf_counter() - t1) * 1000)
                 res.paths[system.name].append(str(top.diagnostics.get("path")))
                 ranking = None
                 if not system.passages:
-                    ranking = mem.retrieve(conv.user_id, q.question, k=n_units, mode=system.mode)
+                    ranking = mem.retrieve(
+                        conv.user_id, q.question, now=q.date, k=n_units, mode=system.mode
+                    )
                 for b in budgets:
                     if ranking is None:
-                        r = mem.retrieve(conv.user_id, q.question, budget_tokens=b)
+                        r = mem.retrieve(conv.user_id, q.question, now=q.date, budget_tokens=b)
                         cov, words = _covered(r, evidence, b)
                         res.over_budget += int(words > b)
                     else:
@@ -363,7 +366,7 @@ def run_systems(
                     res.by_type[(system.name, q.qtype or "-", b)].append(cov)
                 if session_recall_fn is not None and q.evidence_sessions:
                     if ranking is None:  # passage systems: their whole ranking of turns
-                        ranking = mem.retrieve(conv.user_id, q.question, k=n_units)
+                        ranking = mem.retrieve(conv.user_id, q.question, now=q.date, k=n_units)
                     for kk in recall_ks:
                         ra, rall = session_recall_fn(ranking, set(q.evidence_sessions), kk)
                         res.recall[(system.name, f"any@{kk}")].append(ra)
@@ -371,7 +374,9 @@ def run_systems(
                 if topk > 0:
                     repeat.forget()
                     t2 = time.perf_counter()
-                    top = mem.retrieve(conv.user_id, q.question, k=topk, mode=system.mode)
+                    top = mem.retrieve(
+                        conv.user_id, q.question, now=q.date, k=topk, mode=system.mode
+                    )
                     res.topk_latency_ms[system.name].append((time.perf_counter() - t2) * 1000)
                     cov, words = _covered(top, evidence, topk)
                     res.topk_coverage[system.name].append(cov)
@@ -379,7 +384,7 @@ def run_systems(
                 if shipped is not None:
                     repeat.forget()
                     t3 = time.perf_counter()
-                    top = shipped.retrieve(conv.user_id, q.question)
+                    top = shipped.retrieve(conv.user_id, q.question, now=q.date)
                     res.topk_latency_ms[default_call].append((time.perf_counter() - t3) * 1000)
                     cov, words = _covered(top, evidence, 0)
                     res.topk_coverage[default_call].append(cov)

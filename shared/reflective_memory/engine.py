@@ -298,6 +298,7 @@ class ReflectiveMemory:
         reflect: bool | None = None,
         explore: bool | None = None,
         exclude_turns: Collection[str] | None = None,
+        now: datetime | str | None = None,
     ) -> Retrieval:
         """Rank a user's memories for a query and return what the reader should see.
 
@@ -323,6 +324,9 @@ class ReflectiveMemory:
             explore: Sample the reranked top-M with Gumbel noise (`config.rerank.explore`).
             exclude_turns: Ids of turns never returned, e.g. the current exchange the reader
                 sees anyway (the adapters pass it); other turns take their place.
+            now: When the question is asked (a datetime or any timestamp `add_turn` takes;
+                naive = UTC): "two weeks ago" or "last summer" resolve against it. Default:
+                the time of the user's newest turn.
 
         Returns:
             The ranked `Retrieval`; its diagnostics hold the path taken, candidate counts, the
@@ -340,6 +344,7 @@ class ReflectiveMemory:
             reflect=reflect,
             explore=explore,
             exclude_turns=exclude_turns,
+            now=now,
         )
 
     # -- feedback (RMM) --------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory.conditional.reflection import reflective_retrieve
@@ -20,6 +21,7 @@ from reflective_memory.pipeline.votes import CONTEXT_UNITS, SpeakerFocus, UserTu
 from reflective_memory.recall import RecallConfig
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import IndexCache
+from reflective_memory.text import parse_timestamp
 from reflective_memory.types import GRANULARITIES, Retrieval
 from reflective_memory.validation import check_encodable, check_id, check_positive
 
@@ -102,11 +104,12 @@ class Retriever:
         reflect: bool | None = None,
         explore: bool | None = None,
         exclude_turns: Collection[str] | None = None,
+        now: datetime | str | None = None,
     ) -> Retrieval:
         """See `ReflectiveMemory.retrieve`."""
         t_start = time.perf_counter()
         request = self.request(
-            user_id, query, k, budget_tokens, mode, recall, views, explore, exclude_turns
+            user_id, query, k, budget_tokens, mode, recall, views, explore, exclude_turns, now
         )
         cfg = self.config.conditional
         if cfg.self_reflection if reflect is None else reflect:
@@ -124,6 +127,7 @@ class Retriever:
         views: Any,
         explore: Any,
         exclude: Any = None,
+        now: Any = None,
     ) -> RetrievalRequest:
         """Check a call's arguments (before any work) and resolve them against the config."""
         check_id("user_id", user_id)
@@ -160,10 +164,14 @@ class Retriever:
             )
         elif not all(isinstance(t, str) for t in exclude):
             raise InvalidInputError("exclude_turns must hold turn ids (str)")
+        asked = parse_timestamp(now)
+        if asked is not None and asked.tzinfo is None:
+            asked = asked.replace(tzinfo=timezone.utc)
         rid = uuid.uuid4().hex
         return RetrievalRequest(
-            user_id, query, k, budget, mode, recall, views, explore, rid, frozenset(exclude)
-        )
+            user_id, query, k, budget, mode, recall, views, explore, rid, frozenset(exclude),
+            asked,
+        )  # fmt: skip
 
     def run(self, request: RetrievalRequest, t_start: float) -> Retrieval:
         """Run the pipeline for a checked request."""
@@ -198,6 +206,7 @@ class Retriever:
                 RetrievalRequest(
                     request.user_id, q, request.k, request.budget, request.mode, request.recall,
                     request.views, request.explore, uuid.uuid4().hex, request.exclude,
+                    request.now,
                 ),
                 time.perf_counter(),
             )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +33,8 @@ class RetrievalRequest:
         explore: Sample the reranked head with Gumbel noise.
         retrieval_id: Id feedback on this retrieval refers to.
         exclude: Ids of turns never returned (the reader sees them already).
+        now: When the question is asked (relative times resolve against it; `None`: the
+            user's newest turn).
     """
 
     user_id: str
@@ -44,6 +47,7 @@ class RetrievalRequest:
     explore: bool
     retrieval_id: str
     exclude: frozenset[str] = frozenset()
+    now: datetime | None = None
 
 
 @dataclass
