@@ -13,8 +13,9 @@ inside what the system returns for a budget of N words:
   N words (a unit that does not fit is skipped), as in issue 2.
 
 Every question is asked with `now=` its date when the data has one (LongMemEval's
-`question_date`), as an app knows when its user asks. Latency is one `retrieve` per question (a budget of 1,000 words for passage systems, `k=10` for
-plain ones), after a warm-up query; the query is always embedded for real.
+`question_date`), as an app knows when its user asks. Latency is one `retrieve` per question
+(a budget of 1,000 words for passage systems, `k=10` for plain ones), after a warm-up query;
+the query is always embedded for real.
 
 Two tables follow the budget tables:
 
@@ -158,6 +159,17 @@ ABLATIONS = (
         what="segment votes at full weight at every budget",
     ),
     System("- recency", {"passages": {"recency_weight": 0.0}}, what="no time-aware boost"),
+    System("- time frame", {"passages": {"time_weight": 0.0}}, what="no time-anchored boost"),
+    System(
+        "recency 0.5 within 20%",
+        {"passages": {"recency_weight": 0.5, "recency_margin": 0.2}},
+        what="present-tense boost twice as strong, over turns within 20% of the best",
+    ),
+    System(
+        "recency 0.25 within 20%",
+        {"passages": {"recency_margin": 0.2}},
+        what="present-tense boost over turns within 20% of the best",
+    ),
     System(
         "- length-aware packing",
         {"passages": {"length_exponent": 0.0}},

@@ -39,6 +39,7 @@ __all__ = [
     "named_speaker",
     "without_name",
     "apply_speaker_focus",
+    "apply_time_frame",
     "without_present_cue",
     "speaker_of",
     "addressed_role",
@@ -153,6 +154,9 @@ class PassageConfig:
             oldest of them) to 1 (the newest); 0 turns it off.
         recency_margin: Only the 10 best turns whose vote is within this fraction of the best
             vote compete on time (a clearly less relevant turn is never pulled up by its date).
+        time_weight: A question anchored in time ("two weeks ago", "last summer", "on 29 Dec
+            2023"; `reflective_memory.timeframe`) multiplies the votes of the turns said in that
+            period by `1 + time_weight`, resolved against the call's `now`; 0 turns it off.
         speaker_focus: When a question names exactly one of the speakers of the user's turns
             ("What does Kate do on weekends?"), it is searched without the name and the other
             speakers' turns' votes are multiplied by `1 - speaker_focus` (0: off).
@@ -178,6 +182,7 @@ class PassageConfig:
     context_full_budget: int = 1000
     recency_weight: float = 0.25
     recency_margin: float = 0.1
+    time_weight: float = 0.5
     speaker_focus: float = 0.8
     person_focus: float = 0.3
     length_exponent: float = 0.5
@@ -187,7 +192,7 @@ class PassageConfig:
 
     def __post_init__(self) -> None:
         check_bool("passages.enabled", self.enabled)
-        for name in ("context_weight", "recency_weight", "length_exponent"):
+        for name in ("context_weight", "recency_weight", "time_weight", "length_exponent"):
             check_number(f"passages.{name}", getattr(self, name), 0)
         check_int("passages.context_full_budget", self.context_full_budget, 0)
         for name in ("length_keep_share", "speaker_focus", "person_focus"):
@@ -314,12 +319,7 @@ def apply_recency(
         pool = [key for key in pool if votes.turn[key] >= floor]
     times: dict[tuple[str, int], float] = {}
     for key in pool:
-        turns = session_turns(key[0])
-        t = turns[key[1]]
-        ts = t.timestamp
-        if ts is None:  # fall back to the session's first known time
-            ts = next((x.timestamp for x in turns if x.timestamp is not None), None)
-        e = _epoch(ts)
+        e = _epoch(turn_time(session_turns(key[0]), key[1]))
         if e is not None:
             times[key] = e
     if weight <= 0 or len(set(times.values())) < 2:
@@ -328,6 +328,40 @@ def apply_recency(
     for key, e in times.items():
         votes.turn[key] *= 1.0 + weight * (e - lo) / (hi - lo)
     return True
+
+
+def turn_time(turns: Sequence[Turn], position: int) -> datetime | None:
+    """When a turn was said: its timestamp, else its session's first known time."""
+    ts = turns[position].timestamp
+    if ts is None:
+        ts = next((x.timestamp for x in turns if x.timestamp is not None), None)
+    return ts
+
+
+def apply_time_frame(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    start: datetime,
+    end: datetime,
+    weight: float,
+) -> int:
+    """Multiply the votes of the turns said in `[start, end)` by `1 + weight`.
+
+    Naive times are taken as UTC.
+
+    Returns:
+        How many turn votes were raised.
+    """
+    if weight <= 0:
+        return 0
+    lo, hi = _epoch(start), _epoch(end)
+    raised = 0
+    for key in votes.turn:
+        e = _epoch(turn_time(session_turns(key[0]), key[1]))
+        if e is not None and lo is not None and hi is not None and lo <= e < hi:
+            votes.turn[key] *= 1.0 + weight
+            raised += 1
+    return raised
 
 
 #: Roles a chat app stores turns under; a `Name: ` at the start of such a turn names its speaker.

@@ -17,7 +17,7 @@ from reflective_memory.pipeline.packing import PassagePacking, UnitPacking, want
 from reflective_memory.pipeline.rerank import Rerank
 from reflective_memory.pipeline.runner import Pipeline, Stage
 from reflective_memory.pipeline.state import RetrievalRequest, RetrievalState
-from reflective_memory.pipeline.votes import CONTEXT_UNITS, SpeakerFocus, UserTurns, Votes
+from reflective_memory.pipeline.votes import CONTEXT_UNITS, QuestionCues, UserTurns, Votes
 from reflective_memory.recall import RecallConfig
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import IndexCache
@@ -36,10 +36,11 @@ __all__ = ["Retriever"]
 class Retriever:
     """Answers `retrieve`: validates the call, runs the stages, reports what happened.
 
-    The stages, in order: speaker focus, query embedding, dense candidates (RF-Mem), lexical
-    candidates (BM25), fusion, reranking (RMM), turn votes and passage packing (small-to-big)
-    — or unit packing when passages are off or `views` are asked for. A stage a call does not
-    need (dense search in lexical mode, reranking when it is off) is not in its pipeline.
+    The stages, in order: question cues (speaker, present tense, time frame), query
+    embedding, dense candidates (RF-Mem), lexical candidates (BM25), fusion, reranking (RMM),
+    turn votes and passage packing (small-to-big) — or unit packing when passages are off or
+    `views` are asked for. A stage a call does not need (dense search in lexical mode,
+    reranking when it is off) is not in its pipeline.
 
     Args:
         config: The memory's settings.
@@ -64,7 +65,7 @@ class Retriever:
         self.config, self.store, self.indexes, self.llm = config, store, indexes, llm
         turns = UserTurns(store)
         self.query = EmbedQuery(embedder, config.units.embed_max_chars)
-        self.focus = SpeakerFocus(config.passages, turns)
+        self.cues = QuestionCues(config.passages, turns)
         self.dense, self.lexical = DenseCandidates(), LexicalCandidates()
         self.fusion = Fusion(config.search)
         self.rerank = Rerank(rerankers, self.query, store)
@@ -78,9 +79,10 @@ class Retriever:
         cfg = self.config
         passages = cfg.passages.enabled and request.views is None
         out: list[Stage] = []
-        focus = cfg.passages.speaker_focus > 0 or cfg.passages.person_focus > 0
-        if passages and (focus or cfg.passages.recency_weight > 0):
-            out.append(self.focus)
+        p = cfg.passages
+        cues = (p.speaker_focus, p.person_focus, p.recency_weight, p.time_weight)
+        if passages and any(w > 0 for w in cues):
+            out.append(self.cues)
         if request.mode != "lexical":
             out += [self.query, self.dense]
         if request.mode != "dense":

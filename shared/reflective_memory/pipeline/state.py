@@ -13,6 +13,7 @@ from reflective_memory.recall import RecallConfig
 if TYPE_CHECKING:
     from reflective_memory.passages import TurnVotes
     from reflective_memory.storage.index import UserIndex
+    from reflective_memory.timeframe import TimeFrame
     from reflective_memory.types import Hit, RerankRecord
 
 __all__ = ["RetrievalRequest", "RetrievalState"]
@@ -66,6 +67,7 @@ class RetrievalState:
             chat roles when the question's person (not a name) chose the speaker (a turn that
             holds the question word for word is then kept whoever said it: the words of an
             assistant's "I ..." turn still find it).
+        frame: The period the question is anchored in ("two weeks ago"), resolved.
         qvec: The query vector (`None` until embedded; never in lexical mode without a
             reranker).
         n: Candidates each ranker contributes (widened when the hits do not fill the cut).
@@ -93,6 +95,7 @@ class RetrievalState:
     speaker: str | None = None
     focus: float = 0.0
     speakers: tuple[str, ...] = ()
+    frame: TimeFrame | None = None
     qvec: np.ndarray | None = None
     n: int = 0
     recall: RecallConfig | None = None
@@ -131,6 +134,12 @@ class RetrievalState:
             out["speaker"] = self.speaker
         if self.search_query != req.query:
             out["search_query"] = self.search_query
+        if self.frame is not None:
+            out["time_frame"] = {
+                "phrase": self.frame.phrase,
+                "start": self.frame.start.isoformat(),
+                "end": self.frame.end.isoformat(),
+            }
         if self.gate is not None:
             out["gate_calibration"] = dict(self.gate)
         if self.dense_trace is not None:

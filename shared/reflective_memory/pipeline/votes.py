@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 
 from reflective_memory.passages import (
     RECENCY_POOL,
@@ -17,6 +18,7 @@ from reflective_memory.passages import (
     addressed_role,
     apply_recency,
     apply_speaker_focus,
+    apply_time_frame,
     collect_votes,
     named_speaker,
     present_tense,
@@ -28,9 +30,10 @@ from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.text import contentless
+from reflective_memory.timeframe import time_frame, without_time_phrase
 from reflective_memory.types import Memory, Turn
 
-__all__ = ["CONTEXT_UNITS", "UserTurns", "SpeakerFocus", "Votes"]
+__all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "Votes"]
 
 #: Users with at most this many indexed memories have all their turns read in one query.
 PRELOAD_TURNS = 20_000
@@ -87,6 +90,20 @@ class UserTurns:
             speakers = sorted(s for s, n in said.items() if s in roles or n >= MIN_LABELLED)
             index.extras["speakers"] = speakers
         return speakers
+
+    def newest(self, user_id: str, index: UserIndex) -> datetime | None:
+        """The time of the user's newest turn (timezone-aware), if any turn has one."""
+        if "newest" not in index.extras:
+            times = [
+                t.timestamp
+                for turns in self.sessions(user_id, index).values()
+                for t in turns
+                if t.timestamp is not None
+            ]
+            aware = [ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc) for ts in times]
+            index.extras["newest"] = max(aware) if aware else None
+        got: datetime | None = index.extras["newest"]
+        return got
 
     def labels(self, user_id: str, index: UserIndex) -> frozenset[str]:
         """The speakers that are `Name: ` labels of chat-role turns, not roles."""
@@ -145,41 +162,52 @@ class SessionReader:
         return got
 
 
-class SpeakerFocus:
-    """A question naming exactly one speaker of the user's turns is searched without the name.
+class QuestionCues:
+    """What a question says about *whose* turns and *when*, taken out of the searched text.
 
-    "What does Kate do on weekends?" is searched as "What does do on weekends?": the name says
-    *whose* turns answer (the `Votes` stage scales the others' down), not what they are
-    about, and it would otherwise pull up every turn that mentions or addresses that person.
-    Likewise a present-tense cue ("these days", "currently") says *when*: it is left out of the
-    searched text and lifts the newest answers in the `Votes` stage instead.
+    - A question naming exactly one speaker of the user's turns is searched without the name:
+      "What does Kate do on weekends?" as "What does do on weekends?". The name says whose
+      turns answer (the `Votes` stage scales the others' down), not what they are about, and
+      would otherwise pull up every turn that mentions or addresses that person. In a
+      `user` / `assistant` chat the question's person does the same (person focus).
+    - A present-tense cue ("these days", "currently") is left out of the searched text; it
+      lifts the newest answers in the `Votes` stage instead.
+    - A time the question is anchored in ("two weeks ago", "on 29 Dec 2023") is resolved
+      against the call's `now` (default: the user's newest turn) and left out of the searched
+      text; the `Votes` stage raises the turns said in that period.
 
     Args:
+        config: Passage settings.
         turns: The user's turns.
     """
 
-    name = "speaker"
+    name = "cues"
     repeat = False
 
     def __init__(self, config: PassageConfig, turns: UserTurns) -> None:
         self.config, self.turns = config, turns
 
     def run(self, state: RetrievalState) -> None:
-        """Set `state.speaker`, `state.focus` and `state.search_query`."""
-        req = state.request
+        """Set `state.speaker`, `state.focus`, `state.frame` and `state.search_query`."""
+        req, cfg = state.request, self.config
         speakers = self.turns.speakers(req.user_id, state.index)
-        speaker = named_speaker(req.query, speakers) if self.config.speaker_focus > 0 else None
+        speaker = named_speaker(req.query, speakers) if cfg.speaker_focus > 0 else None
         if speaker is not None:
-            state.speaker, state.focus = speaker, self.config.speaker_focus
+            state.speaker, state.focus = speaker, cfg.speaker_focus
             state.speakers = tuple(speakers)
             state.search_query = without_name(req.query, speaker)
-        elif self.config.person_focus > 0 and {"user", "assistant"} <= set(speakers):
+        elif cfg.person_focus > 0 and {"user", "assistant"} <= set(speakers):
             role = addressed_role(req.query)
             if role is not None:
-                state.speaker, state.focus = role, self.config.person_focus
+                state.speaker, state.focus = role, cfg.person_focus
                 state.speakers = ("user", "assistant")  # compared by role
-        if self.config.recency_weight > 0:  # the cue goes to the recency boost, not the search
+        if cfg.recency_weight > 0:  # the cue goes to the recency boost, not the search
             state.search_query = without_present_cue(state.search_query)
+        if cfg.time_weight > 0:
+            now = req.now or self.turns.newest(req.user_id, state.index)
+            if now is not None:
+                state.frame = time_frame(state.search_query, now)
+                state.search_query = without_time_phrase(state.search_query, state.frame)
 
 
 class Votes:
@@ -245,6 +273,10 @@ class Votes:
         if cfg.recency_weight > 0 and present_tense(req.query):
             state.recency = apply_recency(
                 votes, session_turns, cfg.recency_weight, RECENCY_POOL, cfg.recency_margin
+            )
+        if state.frame is not None:
+            apply_time_frame(
+                votes, session_turns, state.frame.start, state.frame.end, cfg.time_weight
             )
         state.votes = votes
         state.ranked_units = len(ranked)
