@@ -160,6 +160,7 @@ ABLATIONS = (
     ),
     System("- recency", {"passages": {"recency_weight": 0.0}}, what="no time-aware boost"),
     System("- time frame", {"passages": {"time_weight": 0.0}}, what="no time-anchored boost"),
+    System("time frame 0.2", {"passages": {"time_weight": 0.2}}, what="a weaker time boost"),
     System(
         "recency 0.5 within 20%",
         {"passages": {"recency_weight": 0.5, "recency_margin": 0.2}},
