@@ -8,7 +8,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 from reflective_memory import timeframe
-from reflective_memory.timeframe import TimeFrame, time_frame, without_time_phrase
+from reflective_memory.timeframe import TimeFrame, time_frame
 
 UTC = timezone.utc
 
@@ -285,29 +285,6 @@ def test_every_day_of_two_years() -> None:
 def test_an_impossible_date_is_no_day() -> None:
     assert time_frame("What did I do on 2023-02-31?", datetime(2024, 1, 10)) is None
     assert time_frame("What did I do on 31 Feb?", datetime(2024, 1, 10)) is None
-
-
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [
-        ("Which book did I finish a week ago?", "Which book did I finish?"),
-        ("What kind of pasta did Kate make on 29 Dec 2023?", "What kind of pasta did Kate make?"),
-        ("Last week, what did I eat?", "What did I eat?"),
-        ("What did Kate make on 29 Dec 2023, and why?", "What did Kate make, and why?"),
-        ("Where are Kate and Elise planning to celebrate New Year 2025?",
-         "Where are Kate and Elise planning to celebrate?"),
-        ("What did I do with Rachel on the Wednesday two months ago?",
-         "What did I do with Rachel?"),
-        ("Yesterday?", "Yesterday?"),
-        ("Where do I live now?", "Where do I live now?"),
-    ],
-)  # fmt: skip
-def test_without_time_phrase(query: str, expected: str) -> None:
-    assert without_time_phrase(query, time_frame(query, datetime(2024, 1, 10))) == expected
-
-
-def test_without_time_phrase_and_no_frame_is_the_question() -> None:
-    assert without_time_phrase("What did I do last week?", None) == "What did I do last week?"
 
 
 def test_the_frame_is_frozen() -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
-__all__ = ["TimeFrame", "time_frame", "without_time_phrase"]
+__all__ = ["TimeFrame", "time_frame"]
 
 Window = tuple[date, date]
 _ONE_DAY = timedelta(days=1)
@@ -314,30 +314,3 @@ def time_frame(query: str, now: datetime) -> TimeFrame | None:
         datetime.combine(d, time(), local.tzinfo).astimezone(timezone.utc) for d in window
     )
     return TimeFrame(start, end, query[first:last])
-
-
-def without_time_phrase(query: str, frame: TimeFrame | None) -> str:
-    """The question without the frame's phrase (punctuation tidied).
-
-    Args:
-        query: The question.
-        frame: Its time frame, from `time_frame`.
-
-    Returns:
-        The question without the phrase; the question itself when nothing would be left or
-        `frame` is None.
-
-    Example:
-        >>> q = "What kind of pasta did Kate make on 29 Dec 2023?"
-        >>> without_time_phrase(q, time_frame(q, datetime(2024, 1, 8)))
-        'What kind of pasta did Kate make?'
-    """
-    if frame is None:
-        return query
-    out = re.sub(rf"(?<!\w){re.escape(frame.phrase)}(?!\w)", " ", query, count=1)
-    out = " ".join(out.split())
-    out = re.sub(r"\s+([?.!,;:])", r"\1", out)
-    out = re.sub(r"[,;:]+(?=[?.!]|$)", "", out).lstrip(",;: ")
-    if not re.search(r"\w", out):
-        return query
-    return out[:1].upper() + out[1:] if query[:1].isupper() else out

@@ -30,7 +30,7 @@ from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.text import contentless
-from reflective_memory.timeframe import time_frame, without_time_phrase
+from reflective_memory.timeframe import time_frame
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "Votes"]
@@ -173,8 +173,9 @@ class QuestionCues:
     - A present-tense cue ("these days", "currently") is left out of the searched text; it
       lifts the newest answers in the `Votes` stage instead.
     - A time the question is anchored in ("two weeks ago", "on 29 Dec 2023") is resolved
-      against the call's `now` (default: the user's newest turn) and left out of the searched
-      text; the `Votes` stage raises the turns said in that period.
+      against the call's `now` (default: the user's newest turn); the `Votes` stage raises
+      the turns said in that period. Its words stay in the searched text (taking them out
+      cost 0.8 to 1.7 points at 1,000–2,000 words on REALTALK).
 
     Args:
         config: Passage settings.
@@ -205,9 +206,8 @@ class QuestionCues:
             state.search_query = without_present_cue(state.search_query)
         if cfg.time_weight > 0:
             now = req.now or self.turns.newest(req.user_id, state.index)
-            if now is not None:
+            if now is not None:  # the phrase stays searched (measured: removing it costs)
                 state.frame = time_frame(state.search_query, now)
-                state.search_query = without_time_phrase(state.search_query, state.frame)
 
 
 class Votes:
