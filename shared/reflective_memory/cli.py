@@ -318,6 +318,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
     """The `serve` options (kept here so `--help` imports no web framework)."""
+    from reflective_memory.serve.limits import MAX_BODY_BYTES  # no web framework either
+
     p.add_argument("--db", default=None, help="store directory (default: in memory, not kept)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
@@ -345,6 +347,13 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=5, help="memories recalled per message (default 5)")
     p.add_argument(
         "--llm-timeout", type=float, default=60.0, help="seconds to wait for the LLM (default 60)"
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=MAX_BODY_BYTES,
+        help="largest request body accepted; larger ones get 413 before they are read "
+        f"(default {MAX_BODY_BYTES} = 1 MiB)",
     )
 
 
