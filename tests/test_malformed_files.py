@@ -22,6 +22,7 @@ import pytest
 from reflective_memory.cli import main
 from reflective_memory.errors import InvalidFileError
 from reflective_memory.io import load_conversations
+from test_formats import LOCOMO  # a LoCoMo sample with a photo caption and a question
 
 OURS: dict[str, Any] = {
     "format": "reflective-memory/v1",
@@ -60,24 +61,6 @@ LONGMEMEVAL: list[dict[str, Any]] = [
                 },
                 {"role": "assistant", "content": "Congratulations!"},
             ]
-        ],
-    }
-]
-
-LOCOMO: list[dict[str, Any]] = [
-    {
-        "sample_id": "conv-1",
-        "conversation": {
-            "speaker_a": "Caroline",
-            "speaker_b": "Melanie",
-            "session_1_date_time": "1:56 pm on 8 May, 2023",
-            "session_1": [
-                {"speaker": "Caroline", "dia_id": "D1:1", "text": "I went to a support group."},
-                {"speaker": "Melanie", "dia_id": "D1:2", "text": "How was it?"},
-            ],
-        },
-        "qa": [
-            {"question": "Where did Caroline go?", "answer": "a group", "evidence": ["D1:1"]},
         ],
     }
 ]
@@ -349,7 +332,7 @@ def test_the_unbroken_files_read(tmp_path: Path, fmt: str, capsys) -> None:
         path = tmp_path / name
         path.write_bytes(data)
         (conv,) = load_conversations(path, default_user="u")
-        assert conv.n_turns == 2 and conv.questions
+        assert conv.n_turns >= 2 and conv.questions
         assert main(_segment(path, tmp_path, [])) == 0, capsys.readouterr().err
 
 

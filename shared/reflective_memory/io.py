@@ -163,6 +163,11 @@ class _Reader:
             raise self.shape.fail(where, str(exc)) from None
         return value
 
+    def user(self, obj: dict[str, Any], where: str, default: str | None) -> str | None:
+        """`obj`'s optional `user_id` (an id), else `default`."""
+        user = self.shape.field(obj, "user_id", where, str, required=False)
+        return default if user is None else self.ident(user, f"{where}.user_id")
+
     def strings(self, value: Any, where: str) -> list[str]:
         """A list of strings (or None: empty)."""
         if value is None:
@@ -187,8 +192,7 @@ def _ours(r: _Reader, data: dict[str, Any], default_user: str | None) -> list[Co
         at = f"sessions[{i}]"
         shape.expect(s, at, dict)
         shape.only(s, at, _SESSION_KEYS)
-        user = shape.field(s, "user_id", at, str, required=False)
-        user = default_user if user is None else r.ident(user, f"{at}.user_id")
+        user = r.user(s, at, default_user)
         if user is None:
             raise shape.fail(at, "has no user_id and no default user was given")
         sid = shape.field(s, "session_id", at, str, required=False)
@@ -220,8 +224,7 @@ def _ours(r: _Reader, data: dict[str, Any], default_user: str | None) -> list[Co
         at = f"questions[{i}]"
         shape.expect(q, at, dict)
         shape.only(q, at, _QUESTION_KEYS)
-        user = shape.field(q, "user_id", at, str, required=False)
-        user = default_user if user is None else r.ident(user, f"{at}.user_id")
+        user = r.user(q, at, default_user)
         question = Question(
             r.text(shape.field(q, "question", at, str), f"{at}.question"),
             r.answer(q.get("answer"), f"{at}.answer"),

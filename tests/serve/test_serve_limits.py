@@ -11,8 +11,6 @@ import http.client
 import json
 import select
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from reflective_memory.errors import ConfigError
 from reflective_memory.serve.app import create_app
 from reflective_memory.serve.chat import MAX_MESSAGE_CHARS
 from reflective_memory.serve.limits import MAX_BODY_BYTES
-from serve_helpers import csrf, seeded_memory
+from serve_helpers import csrf, live_server, seeded_memory
 
 BIG = 50 * 2**20
 PIECE = b"a" * 2**16
@@ -43,27 +41,11 @@ def _reset_peak() -> None:
 @pytest.fixture(scope="module")
 def live() -> Iterator[int]:
     """A live server (uvicorn in a thread of this process) over a seeded store; its port."""
-    import uvicorn
-
     mem = seeded_memory()
-    app = create_app(mem)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
     try:
-        yield port
+        with live_server(create_app(mem)) as port:
+            yield port
     finally:
-        server.should_exit = True
-        thread.join(10)
         mem.close()
 
 
