@@ -121,7 +121,7 @@ def test_our_schema_and_default_user(tmp_path) -> None:
         ('{"hello": 1}', "unknown format"),
         (
             '{"format": "reflective-memory/v1", "sessions": [{"turns": [{"text": "x"}]}]}',
-            "needs 'role' and 'text'",
+            r"sessions\[0\]\.turns\[0\]: missing key 'role'",
         ),
     ],
 )

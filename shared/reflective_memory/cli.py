@@ -114,6 +114,25 @@ def _input_file(value: str) -> str:
     return value
 
 
+def _file_limit(p: argparse.ArgumentParser) -> None:
+    """The `--max-file-mb` option of the commands that read a conversation file."""
+    from reflective_memory.jsonfile import MAX_FILE_BYTES
+
+    p.add_argument(
+        "--max-file-mb",
+        dest="max_file_bytes",
+        type=_megabytes,
+        default=MAX_FILE_BYTES,
+        metavar="MB",
+        help=f"largest conversation file read, in MiB (default {MAX_FILE_BYTES // 2**20}; "
+        "a .gz counts both on disk and decompressed)",
+    )
+
+
+def _megabytes(value: str) -> int:
+    return _positive_int(value) * 2**20
+
+
 def _new_or_store_dir(value: str) -> str:
     """A directory a write command may create (or an existing store)."""
     if not value.strip():
@@ -222,7 +241,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _ingest(args: argparse.Namespace) -> int:
     from reflective_memory.io import ingest_conversations, load_conversations
 
-    convs = load_conversations(args.file, default_user=args.user)  # parsed before the store opens
+    # The whole file is read and checked before the store opens: a bad file writes nothing.
+    convs = load_conversations(args.file, default_user=args.user, max_bytes=args.max_file_bytes)
     with _open(args.db) as mem:
         report = ingest_conversations(mem, convs, user=args.user, progress=not args.quiet)
         for uid in report.users:
@@ -298,6 +318,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
     """The `serve` options (kept here so `--help` imports no web framework)."""
+    from reflective_memory.serve.limits import MAX_BODY_BYTES  # no web framework either
+
     p.add_argument("--db", default=None, help="store directory (default: in memory, not kept)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
@@ -325,6 +347,13 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=5, help="memories recalled per message (default 5)")
     p.add_argument(
         "--llm-timeout", type=float, default=60.0, help="seconds to wait for the LLM (default 60)"
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=MAX_BODY_BYTES,
+        help="largest request body accepted; larger ones get 413 before they are read "
+        f"(default {MAX_BODY_BYTES} = 1 MiB)",
     )
 
 
@@ -382,7 +411,7 @@ def _segment(args: argparse.Namespace) -> int:
     embedder = HashingEmbedder(256) if args.embedder == "hashing" else default_embedder()
     seg = make_segmenter(args.segmenter, embedder=embedder, unit=args.unit, window=args.window)
     rows = []
-    for conv in load_conversations(args.file, default_user="user"):
+    for conv in load_conversations(args.file, default_user="user", max_bytes=args.max_file_bytes):
         for sess in conv.sessions[: args.limit] if args.limit is not None else conv.sessions:
             turns = [
                 Turn(
@@ -425,6 +454,7 @@ def _segment_arguments(p: argparse.ArgumentParser) -> None:
     from reflective_memory.segment.embedding import SEGMENTER_KINDS
 
     p.add_argument("file", type=_input_file, help="conversation file (.json or .json.gz)")
+    _file_limit(p)
     p.add_argument("--segmenter", choices=SEGMENTER_KINDS, default="embedding")
     p.add_argument("--unit", choices=("exchange", "turn"), default="exchange")
     p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
@@ -517,6 +547,7 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
         "Each session is ended after ingestion, so it becomes memories.",
     )
     p.add_argument("file", type=_input_file, help="conversation file (.json or .json.gz)")
+    _file_limit(p)
     p.add_argument("--user", type=_user_id, required=True, help="user id to store under")
     p.add_argument("--db", type=_new_or_store_dir, required=True, help="store directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -625,11 +656,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UnknownUserError as exc:
-        sys.stderr.write(f"error: {exc.args[0] if exc.args else exc}\n")
+        _error(exc.args[0] if exc.args else exc)
         return 1
-    except ReflectiveMemoryError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+    except (ReflectiveMemoryError, OSError) as exc:  # OSError: a disk or permission problem
+        _error(exc)
         return 2
+
+
+def _error(message: object) -> None:
+    """Report an error as one line on stderr (newlines inside the message become spaces)."""
+    text = " ".join(str(message).splitlines()) or type(message).__name__
+    sys.stderr.write(f"error: {text}\n")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ReflectiveMemoryError",
     "InvalidInputError",
+    "InvalidFileError",
     "UnknownUserError",
     "UnknownSessionError",
     "UnknownMemoryError",
@@ -25,6 +26,23 @@ class ReflectiveMemoryError(Exception):
 
 class InvalidInputError(ReflectiveMemoryError, ValueError):
     """An argument has the wrong type or an unusable value (empty text, bad role, ...)."""
+
+
+class InvalidFileError(InvalidInputError):
+    """A file given to read (a conversation file) is missing, too large or malformed.
+
+    Attributes:
+        path: The file.
+        where: The path inside the file (`sessions[0].turns[3].text`; empty for the whole file).
+        problem: What is wrong there.
+    """
+
+    def __init__(self, path: object, where: str, problem: str) -> None:
+        self.path, self.where, self.problem = str(path), where, problem
+        super().__init__(f"{self.path}: {where + ': ' if where else ''}{problem}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.path, self.where, self.problem))
 
 
 class UnknownUserError(ReflectiveMemoryError, KeyError):

@@ -18,7 +18,12 @@ Our schema (`"format": "reflective-memory/v1"`)::
     }
 
 `user_id` may be left out (the `--user` given to the CLI is used); `date`, `timestamp`, `turn_id`,
-`questions`, `answer` and `evidence` are optional.
+`questions`, `answer` and `evidence` are optional, and a top-level `"description"` string may
+say what the file holds. Other keys are refused.
+
+Every reader checks the whole file before returning (`load_conversations`): its size, its
+nesting, and the type of every value it uses; a problem raises `InvalidFileError` naming the
+file, the path inside it (`sessions[0].turns[3].text`) and what is wrong.
 
 LongMemEval files (a list of questions, each with its own haystack) become one conversation per
 question (user id = question id). LoCoMo files (a list of samples with `conversation.session_<n>`
@@ -28,8 +33,6 @@ sample; `dia_id` is kept as the turn id and each speaker's name is the role.
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -37,8 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reflective_memory.errors import InvalidInputError
+from reflective_memory.errors import InvalidFileError, InvalidInputError
+from reflective_memory.jsonfile import MAX_FILE_BYTES, FileShape, read_json
+from reflective_memory.sessions.config import SessionConfig
 from reflective_memory.text import parse_timestamp
+from reflective_memory.validation import check_encodable, check_id, check_role
 
 if TYPE_CHECKING:
     from reflective_memory.engine import ReflectiveMemory
@@ -51,6 +57,7 @@ __all__ = [
     "Question",
     "load_conversations",
     "SCHEMA_ID",
+    "MAX_FILE_BYTES",
 ]
 
 SCHEMA_ID = "reflective-memory/v1"
@@ -100,157 +107,295 @@ class Conversation:
         return sum(len(s.turns) for s in self.sessions)
 
 
-def _read_json(path: Path) -> Any:
-    if not path.exists():
-        raise InvalidInputError(f"no such file: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as fh:  # type: ignore[operator]
-            return json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise InvalidInputError(f"{path} is not a readable JSON file: {exc}") from exc
+_TURN_KEYS = {"role", "text", "turn_id", "timestamp"}
+_SESSION_KEYS = {"user_id", "session_id", "date", "turns"}
+_QUESTION_KEYS = {"user_id", "question", "answer", "evidence"}
+_ANSWER_TYPES = (str, int, float)
 
 
-def _ours(data: dict[str, Any], default_user: str | None) -> list[Conversation]:
+@dataclass(frozen=True)
+class _Reader:
+    """Checks of one file's values, shared by the three formats."""
+
+    shape: FileShape
+    max_text_chars: int
+
+    def ident(self, value: Any, where: str) -> str:
+        """An id (user, session, turn): a non-blank string of at most `MAX_ID_CHARS`."""
+        try:
+            return check_id(where, self.shape.expect(value, where, str))
+        except InvalidFileError:
+            raise
+        except InvalidInputError as exc:
+            raise self.shape.fail(where, str(exc).removeprefix(where + " ")) from None
+
+    def role(self, value: Any, where: str) -> str:
+        """A speaker label (`check_role`)."""
+        try:
+            return check_role(self.shape.expect(value, where, str))
+        except InvalidFileError:
+            raise
+        except InvalidInputError as exc:
+            raise self.shape.fail(where, str(exc)) from None
+
+    def text(self, value: Any, where: str, *, blank_ok: bool = False) -> str:
+        """Turn or question text: a string of at most `max_text_chars`, valid Unicode."""
+        self.shape.expect(value, where, str)
+        if len(value) > self.max_text_chars:
+            raise self.shape.fail(
+                where, f"has {len(value):,} characters, more than {self.max_text_chars:,}"
+            )
+        if not blank_ok and not value.strip():
+            raise self.shape.fail(where, "must not be empty")
+        try:
+            return check_encodable(where, value)
+        except InvalidInputError as exc:
+            raise self.shape.fail(where, str(exc).removeprefix(where + " ")) from None
+
+    def when(self, value: Any, where: str) -> Any:
+        """A timestamp or date (None, a number or a string `parse_timestamp` reads)."""
+        if value is None:
+            return None
+        self.shape.expect(value, where, str, int, float)
+        try:
+            parse_timestamp(value)
+        except InvalidInputError as exc:
+            raise self.shape.fail(where, str(exc)) from None
+        return value
+
+    def user(self, obj: dict[str, Any], where: str, default: str | None) -> str | None:
+        """`obj`'s optional `user_id` (an id), else `default`."""
+        user = self.shape.field(obj, "user_id", where, str, required=False)
+        return default if user is None else self.ident(user, f"{where}.user_id")
+
+    def strings(self, value: Any, where: str) -> list[str]:
+        """A list of strings (or None: empty)."""
+        if value is None:
+            return []
+        self.shape.expect(value, where, list)
+        return [self.shape.expect(x, f"{where}[{i}]", str) for i, x in enumerate(value)]
+
+    def answer(self, value: Any, where: str) -> str:
+        """A reference answer (text or a number; None: empty)."""
+        if value is None:
+            return ""
+        return str(self.shape.expect(value, where, *_ANSWER_TYPES))
+
+
+def _ours(r: _Reader, data: dict[str, Any], default_user: str | None) -> list[Conversation]:
+    shape = r.shape
+    shape.only(data, "", {"format", "description", "sessions", "questions"})
+    shape.field(data, "description", "", str, required=False)
     by_user: dict[str, Conversation] = {}
-    sessions = data.get("sessions")
-    if not isinstance(sessions, list):
-        raise InvalidInputError("a reflective-memory/v1 file needs a 'sessions' list")
+    sessions = shape.field(data, "sessions", "", list)
     for i, s in enumerate(sessions):
-        if not isinstance(s, dict) or not isinstance(s.get("turns"), list):
-            raise InvalidInputError(f"sessions[{i}] needs a 'turns' list")
-        user = s.get("user_id", default_user)
+        at = f"sessions[{i}]"
+        shape.expect(s, at, dict)
+        shape.only(s, at, _SESSION_KEYS)
+        user = r.user(s, at, default_user)
         if user is None:
-            raise InvalidInputError(f"sessions[{i}] has no user_id and no default user was given")
-        sid = str(s.get("session_id", f"session-{i}"))
+            raise shape.fail(at, "has no user_id and no default user was given")
+        sid = shape.field(s, "session_id", at, str, required=False)
+        sid = f"session-{i}" if sid is None else r.ident(sid, f"{at}.session_id")
+        date = r.when(s.get("date"), f"{at}.date")
         turns = []
-        for j, t in enumerate(s["turns"]):
-            if not isinstance(t, dict) or "text" not in t or "role" not in t:
-                raise InvalidInputError(f"sessions[{i}].turns[{j}] needs 'role' and 'text'")
+        ids: set[str | None] = set()
+        for j, t in enumerate(shape.field(s, "turns", at, list)):
+            tat = f"{at}.turns[{j}]"
+            shape.expect(t, tat, dict)
+            shape.only(t, tat, _TURN_KEYS)
+            turn_id = shape.field(t, "turn_id", tat, str, required=False)
+            if turn_id is not None and turn_id in ids:
+                raise shape.fail(f"{tat}.turn_id", f"repeats turn id {turn_id!r}")
+            ids.add(turn_id)
+            stamp = t.get("timestamp", date)
             turns.append(
                 {
-                    "role": t["role"],
-                    "text": t["text"],
-                    "turn_id": t.get("turn_id"),
-                    "timestamp": t.get("timestamp", s.get("date")),
+                    "role": r.role(shape.field(t, "role", tat, str), f"{tat}.role"),
+                    "text": r.text(shape.field(t, "text", tat, str), f"{tat}.text"),
+                    "turn_id": None if turn_id is None else r.ident(turn_id, f"{tat}.turn_id"),
+                    "timestamp": r.when(stamp, f"{tat}.timestamp"),
                 }
             )
         conv = by_user.setdefault(user, Conversation(user, []))
-        conv.sessions.append(SessionData(sid, turns, s.get("date")))
-    for q in data.get("questions", []):
-        user = q.get("user_id", default_user)
+        conv.sessions.append(SessionData(sid, turns, date))
+    questions = shape.field(data, "questions", "", list, required=False) or []
+    for i, q in enumerate(questions):
+        at = f"questions[{i}]"
+        shape.expect(q, at, dict)
+        shape.only(q, at, _QUESTION_KEYS)
+        user = r.user(q, at, default_user)
+        question = Question(
+            r.text(shape.field(q, "question", at, str), f"{at}.question"),
+            r.answer(q.get("answer"), f"{at}.answer"),
+            r.strings(q.get("evidence"), f"{at}.evidence"),
+        )
         if user in by_user:
-            by_user[user].questions.append(
-                Question(q["question"], str(q.get("answer", "")), list(q.get("evidence", [])))
-            )
+            by_user[user].questions.append(question)
     return list(by_user.values())
 
 
-def _longmemeval(items: list[dict[str, Any]]) -> list[Conversation]:
+def _longmemeval(r: _Reader, items: list[Any]) -> list[Conversation]:
+    shape = r.shape
     out = []
-    for item in items:
+    for n, item in enumerate(items):
+        at = f"[{n}]"
+        shape.expect(item, at, dict)
+        haystack = shape.field(item, "haystack_sessions", at, list)
+        ids = r.strings(
+            shape.field(item, "haystack_session_ids", at, list), f"{at}.haystack_session_ids"
+        )
+        dates = shape.field(item, "haystack_dates", at, list, required=False)
+        dates = [None] * len(haystack) if dates is None else dates
+        for key, values in (("haystack_session_ids", ids), ("haystack_dates", dates)):
+            if len(values) != len(haystack):
+                raise shape.fail(
+                    f"{at}.{key}",
+                    f"has {len(values)} entries for {len(haystack)} haystack_sessions",
+                )
         sessions = []
         evidence = []
         seen: dict[str, int] = {}
-        dates = item.get("haystack_dates") or [None] * len(item["haystack_sessions"])
-        for sid, date, sess in zip(
-            item["haystack_session_ids"], dates, item["haystack_sessions"], strict=True
-        ):
+        for k, (sid, date, sess) in enumerate(zip(ids, dates, haystack, strict=True)):
+            sat = f"{at}.haystack_sessions[{k}]"
+            sid = r.ident(sid, f"{at}.haystack_session_ids[{k}]")
+            date = r.when(date, f"{at}.haystack_dates[{k}]")
             seen[sid] = seen.get(sid, 0) + 1
             if seen[sid] > 1:  # a few haystacks repeat a session id
                 sid = f"{sid}#{seen[sid]}"
             turns = []
-            for j, t in enumerate(sess):
-                tid = f"{sid}:{j}"
-                if not str(t.get("content") or "").strip():
+            for j, t in enumerate(shape.expect(sess, sat, list)):
+                tat = f"{sat}[{j}]"
+                shape.expect(t, tat, dict)
+                role = r.role(shape.field(t, "role", tat, str), f"{tat}.role")
+                text = r.text(shape.field(t, "content", tat, str), f"{tat}.content", blank_ok=True)
+                has_answer = shape.field(t, "has_answer", tat, bool, required=False)
+                if not text.strip():
                     continue  # a few haystack turns are empty; nothing to remember
-                if t.get("has_answer"):
+                tid = f"{sid}:{j}"
+                if has_answer:
                     evidence.append(tid)
-                turns.append(
-                    {"role": t["role"], "text": t["content"], "turn_id": tid, "timestamp": date}
-                )
+                turns.append({"role": role, "text": text, "turn_id": tid, "timestamp": date})
             sessions.append(SessionData(sid, turns, date))
         q = Question(
-            item["question"],
-            str(item.get("answer", "")),
+            r.text(shape.field(item, "question", at, str), f"{at}.question"),
+            r.answer(item.get("answer"), f"{at}.answer"),
             evidence,
-            list(item.get("answer_session_ids", [])),
-            item.get("question_type", ""),
-            item.get("question_date"),
+            r.strings(item.get("answer_session_ids"), f"{at}.answer_session_ids"),
+            shape.field(item, "question_type", at, str, required=False) or "",
+            shape.field(item, "question_date", at, str, required=False),
         )
-        out.append(Conversation(str(item["question_id"]), sessions, [q]))
+        uid = r.ident(shape.field(item, "question_id", at, str), f"{at}.question_id")
+        out.append(Conversation(uid, sessions, [q]))
     return out
 
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 
 
-def _locomo(items: list[dict[str, Any]]) -> list[Conversation]:
+def _locomo(r: _Reader, items: list[Any]) -> list[Conversation]:
+    shape = r.shape
     out = []
     for n, sample in enumerate(items):
-        conv = sample["conversation"]
-        user = str(sample.get("sample_id", f"locomo-{n}"))
+        at = f"[{n}]"
+        shape.expect(sample, at, dict)
+        conv = shape.field(sample, "conversation", at, dict)
+        user = shape.field(sample, "sample_id", at, str, required=False)
+        user = f"locomo-{n}" if user is None else r.ident(user, f"{at}.sample_id")
         numbers = sorted(int(m.group(1)) for k in conv if (m := _SESSION_KEY.match(k)))
         sessions = []
         dia_to_session: dict[str, str] = {}
         for k in numbers:
             sid = f"session_{k}"
-            date = conv.get(f"session_{k}_date_time")
+            cat = f"{at}.conversation"
+            date = r.when(
+                shape.field(conv, f"{sid}_date_time", cat, str, required=False),
+                f"{cat}.{sid}_date_time",
+            )
             turns = []
-            for t in conv[sid]:
-                text = t.get("text", "")
-                if t.get("blip_caption"):
-                    text = f"{text} [shares a photo: {t['blip_caption']}]".strip()
+            for j, t in enumerate(shape.field(conv, sid, cat, list)):
+                tat = f"{cat}.{sid}[{j}]"
+                shape.expect(t, tat, dict)
+                text = r.text(shape.field(t, "text", tat, str), f"{tat}.text", blank_ok=True)
+                caption = shape.field(t, "blip_caption", tat, str, required=False)
+                if caption:
+                    text = f"{text} [shares a photo: {caption}]".strip()
+                    text = r.text(text, f"{tat}.blip_caption", blank_ok=True)
+                role = r.role(shape.field(t, "speaker", tat, str), f"{tat}.speaker")
+                dia_id = r.ident(shape.field(t, "dia_id", tat, str), f"{tat}.dia_id")
                 if not text.strip():
                     continue
-                dia_to_session[t["dia_id"]] = sid
-                turns.append(
-                    {"role": t["speaker"], "text": text, "turn_id": t["dia_id"], "timestamp": date}
-                )
+                if dia_id in dia_to_session:
+                    raise shape.fail(f"{tat}.dia_id", f"repeats dia_id {dia_id!r}")
+                dia_to_session[dia_id] = sid
+                turns.append({"role": role, "text": text, "turn_id": dia_id, "timestamp": date})
             if turns:
                 sessions.append(SessionData(sid, turns, date))
         questions = []
-        for qa in sample.get("qa", []):
-            ev = [e.strip() for e in qa.get("evidence", []) if isinstance(e, str)]
+        for i, qa in enumerate(shape.field(sample, "qa", at, list, required=False) or []):
+            qat = f"{at}.qa[{i}]"
+            shape.expect(qa, qat, dict)
+            evidence = shape.field(qa, "evidence", qat, list, required=False) or []
+            ev = [e.strip() for e in evidence if isinstance(e, str)]  # LoCoMo has a few odd ones
             ev = [e for e in ev if e in dia_to_session]
+            answer = qa.get("answer", qa.get("adversarial_answer"))
+            category = shape.field(qa, "category", qat, int, str, required=False)
             questions.append(
                 Question(
-                    qa["question"],
-                    str(qa.get("answer", qa.get("adversarial_answer", ""))),
+                    r.text(shape.field(qa, "question", qat, str), f"{qat}.question"),
+                    r.answer(answer, f"{qat}.answer"),
                     ev,
                     sorted({dia_to_session[e] for e in ev}),
-                    str(qa.get("category", "")),
+                    "" if category is None else str(category),
                 )
             )
         out.append(Conversation(user, sessions, questions))
     return out
 
 
-def load_conversations(path: str | Path, default_user: str | None = None) -> list[Conversation]:
+def load_conversations(
+    path: str | Path,
+    default_user: str | None = None,
+    *,
+    max_bytes: int = MAX_FILE_BYTES,
+    max_text_chars: int = SessionConfig.max_text_chars,
+) -> list[Conversation]:
     """Read a conversation file in any supported format (`.json` or `.json.gz`).
+
+    The whole file is checked before anything is returned: its size (at most `max_bytes` on
+    disk and after decompression, checked before reading), its nesting (`MAX_DEPTH`), and the
+    shape and types of every value the format defines (our schema also refuses unknown keys;
+    LongMemEval and LoCoMo files may carry keys this reader does not use).
 
     Args:
         path: The file.
         default_user: User id for our own schema's sessions that name none.
+        max_bytes: Largest file accepted (default `MAX_FILE_BYTES`, 256 MiB).
+        max_text_chars: Longest turn or question text accepted (default: the engine's
+            `sessions.max_text_chars`).
 
     Returns:
         The conversations in file order.
 
     Raises:
-        InvalidInputError: The file is missing, unreadable or in no known format.
+        InvalidFileError: The file is missing, too large, unreadable, in no known format, or
+            a value in it has the wrong type or shape (the message names the file, the path
+            inside it and the problem). It is an `InvalidInputError`.
     """
-    data = _read_json(Path(path))
+    path = Path(path)
+    data = read_json(path, max_bytes=max_bytes)
+    r = _Reader(FileShape(path), max_text_chars)
     if isinstance(data, dict) and data.get("format") == SCHEMA_ID:
-        return _ours(data, default_user)
+        return _ours(r, data, default_user)
     if isinstance(data, dict) and "haystack_sessions" in data:
-        return _longmemeval([data])
+        return _longmemeval(r, [data])
     if isinstance(data, list) and data and isinstance(data[0], dict):
         if "haystack_sessions" in data[0]:
-            return _longmemeval(data)
+            return _longmemeval(r, data)
         if "conversation" in data[0]:
-            return _locomo(data)
-    raise InvalidInputError(
-        f"{path}: unknown format; expected reflective-memory/v1, LongMemEval or LoCoMo JSON"
+            return _locomo(r, data)
+    raise r.shape.fail(
+        "", "unknown format; expected reflective-memory/v1, LongMemEval or LoCoMo JSON"
     )
 
 
@@ -332,6 +477,7 @@ def ingest_conversations(
             uid = user
         else:
             uid = f"{user}/{conv.user_id}"
+        check_id("user id", uid)  # before anything is written
         todo += [(uid, s) for s in conv.sessions]
     for uid, session in tqdm(todo, desc="ingest sessions", unit="session", disable=not progress):
         if not session.turns:

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from fastapi.testclient import TestClient
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
@@ -65,3 +71,28 @@ def form_value(html: str, name: str) -> str:
     m = re.search(rf'name="{name}" value="([^"]*)"', html)
     assert m, f"no input {name!r} in the page"
     return m.group(1)
+
+
+@contextmanager
+def live_server(app: Any) -> Iterator[int]:
+    """Serve `app` with uvicorn in a thread of this process on a free loopback port; yield it."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -51,36 +48,18 @@ def browser_ready():
         pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def live_server(browser_ready, tmp_path):
-    import uvicorn
     from reflective_memory import HashingEmbedder, ReflectiveMemory
     from reflective_memory.serve.app import create_app
+    from serve_helpers import live_server as serve
 
     mem = ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(dim=256))
     app = create_app(mem, allowed_hosts=["127.0.0.1", "localhost"])
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", mem
+        with serve(app) as port:
+            yield f"http://127.0.0.1:{port}", mem
     finally:
-        server.should_exit = True
-        thread.join(10)
         mem.close()
 
 

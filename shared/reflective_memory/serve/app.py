@@ -36,6 +36,7 @@ from reflective_memory.serve import api, pages
 from reflective_memory.serve.answer import OfflineAnswerer
 from reflective_memory.serve.chat import Answerer, ChatService, UnknownExchangeError
 from reflective_memory.serve.context import ServeState, state
+from reflective_memory.serve.limits import MAX_BODY_BYTES, BodyLimit, check_body_limit
 from reflective_memory.serve.rendering import render, templates
 from reflective_memory.serve.security import AccessPolicy
 
@@ -104,6 +105,7 @@ def create_app(
     allowed_hosts: list[str] | None = None,
     k: int = 5,
     llm_name: str | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """Build the web app over an open `ReflectiveMemory` (the caller closes it).
 
@@ -116,10 +118,17 @@ def create_app(
             re-points its domain to 127.0.0.1 (DNS rebinding) cannot read it.
         k: Memories retrieved per chat message and by default per search.
         llm_name: Shown on the pages as what answers.
+        max_body_bytes: Largest request body accepted (default 1 MiB); a larger one is
+            refused with 413 before it is read (by its Content-Length) or as soon as more
+            arrives (chunked), ahead of access, CSRF and form or JSON parsing.
 
     Returns:
         The FastAPI application (serve it with uvicorn).
+
+    Raises:
+        ConfigError: `max_body_bytes` is not a positive integer.
     """
+    max_body_bytes = check_body_limit(max_body_bytes)
     answerer = answerer if answerer is not None else OfflineAnswerer(memory.embedder)
     policy = policy if policy is not None else AccessPolicy()
     if llm_name is None:
@@ -204,6 +213,7 @@ def create_app(
             problems.append(f"{where}: {err.get('msg', 'invalid')}")
         return _error(request, 400, "bad request: " + "; ".join(problems))
 
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # outermost: runs first
     static = resources.files("reflective_memory.serve") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     app.include_router(api.router)

@@ -20,6 +20,7 @@ from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError
 from reflective_memory.serve.answer import make_answerer
 from reflective_memory.serve.app import create_app
+from reflective_memory.serve.limits import check_body_limit
 from reflective_memory.serve.llm_spec import load_llm
 from reflective_memory.serve.security import (
     LOOPBACK_HOSTS,
@@ -104,6 +105,7 @@ def prepare(args: argparse.Namespace, *, embedder: Embedder | None = None) -> Pr
         raise ConfigError(f"--k must be between 1 and 50, got {args.k}")
     if args.llm_timeout <= 0:
         raise ConfigError(f"--llm-timeout must be positive, got {args.llm_timeout}")
+    check_body_limit(args.max_body_bytes)
     _check_port(args.host, args.port)
     llm = None if args.llm is None else load_llm(args.llm)
     memory = ReflectiveMemory(args.db, embedder=embedder)
@@ -114,7 +116,14 @@ def prepare(args: argparse.Namespace, *, embedder: Embedder | None = None) -> Pr
         allowed = None
         if policy.open and is_loopback(args.host):
             allowed = [*LOOPBACK_HOSTS, args.host]
-        app = create_app(memory, answerer=answerer, policy=policy, allowed_hosts=allowed, k=args.k)
+        app = create_app(
+            memory,
+            answerer=answerer,
+            policy=policy,
+            allowed_hosts=allowed,
+            k=args.k,
+            max_body_bytes=args.max_body_bytes,
+        )
     except BaseException:
         memory.close()
         raise

@@ -1,0 +1,167 @@
+"""Read a JSON file within bounds and check its shape, failing with one typed error.
+
+`read_json` refuses a file larger than `MAX_FILE_BYTES` (checked on disk before reading, and
+again on the decompressed bytes of a `.gz`), bytes that are not UTF-8, malformed JSON and
+nesting deeper than `MAX_DEPTH` (a file nested 100,000 deep fails in the parser, which is
+bounded by the interpreter's recursion limit, not by the stack). `FileShape` walks the parsed
+value and names the file, the path inside it (`sessions[0].turns[3].text`) and the problem in
+every `InvalidFileError`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reflective_memory.errors import InvalidFileError
+
+__all__ = ["read_json", "FileShape", "MAX_FILE_BYTES", "MAX_DEPTH"]
+
+#: Largest conversation file read (bytes on disk, and bytes after gzip decompression): 256 MiB.
+#: LongMemEval-S's 500-question file is about 265 MB; raise it with `max_bytes=` (or the
+#: CLI's `--max-file-mb`) for larger files.
+MAX_FILE_BYTES = 256 * 2**20
+
+#: Deepest nesting of lists and objects accepted (the supported formats need 6).
+MAX_DEPTH = 32
+
+_KINDS: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+    type(None): "null",
+}
+
+
+def _kind(value: Any) -> str:
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def _depth(data: Any) -> int:
+    """The deepest nesting of lists and objects in `data` (iterative: no recursion)."""
+    deepest = 0
+    stack = [(data, 1)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _read_bytes(path: Path, max_bytes: int) -> bytes:
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise InvalidFileError(
+            path, "", f"is {size:,} bytes, more than the maximum of {max_bytes:,}"
+        )
+    with path.open("rb") as fh:
+        raw = fh.read(max_bytes + 1)
+    if path.suffix != ".gz":
+        return raw
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
+            data = gz.read(max_bytes + 1)  # bounded: a small .gz cannot inflate past the limit
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InvalidFileError(path, "", f"is not a readable gzip file ({exc})") from None
+    if len(data) > max_bytes:
+        raise InvalidFileError(
+            path, "", f"decompresses to more than the maximum of {max_bytes:,} bytes"
+        )
+    return data
+
+
+def read_json(path: Path, *, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse a `.json` or `.json.gz` file within bounds.
+
+    Args:
+        path: The file.
+        max_bytes: Largest file (and decompressed content) accepted.
+        max_depth: Deepest nesting of lists and objects accepted.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        InvalidFileError: The file is missing, too large, not gzip (for `.gz`), not UTF-8, not
+            JSON, or nested too deep.
+    """
+    if not path.is_file():
+        raise InvalidFileError(path, "", "no such file")
+    try:
+        raw = _read_bytes(path, max_bytes)
+    except OSError as exc:
+        raise InvalidFileError(path, "", f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidFileError(path, "", f"is not UTF-8 text (byte {exc.start})") from None
+    del raw
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem = f"is not a readable JSON file: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        raise InvalidFileError(path, "", problem) from None
+    except RecursionError:
+        raise InvalidFileError(path, "", f"is nested deeper than {max_depth} levels") from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts
+        raise InvalidFileError(path, "", f"is not a readable JSON file: {exc}") from None
+    if _depth(data) > max_depth:
+        raise InvalidFileError(path, "", f"is nested deeper than {max_depth} levels")
+    return data
+
+
+@dataclass(frozen=True)
+class FileShape:
+    """Typed access to a parsed file; every failure names the file and the path inside it.
+
+    Args:
+        path: The file, for messages.
+    """
+
+    path: Path
+
+    def fail(self, where: str, problem: str) -> InvalidFileError:
+        """The error for `problem` at `where` (returned, for the caller to raise)."""
+        return InvalidFileError(self.path, where, problem)
+
+    def expect(self, value: Any, where: str, *types: type) -> Any:
+        """`value` if it is one of `types` (a bool is not an int), else raise."""
+        ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+        if not ok:
+            want = " or ".join(_KINDS.get(t, t.__name__) for t in types)
+            raise self.fail(where, f"must be {want}, got {_kind(value)}")
+        return value
+
+    def field(
+        self, obj: dict[str, Any], key: str, where: str, *types: type, required: bool = True
+    ) -> Any:
+        """`obj[key]` checked against `types`; `None` when optional and absent (or null)."""
+        at = f"{where}.{key}" if where else key
+        if key not in obj or (obj[key] is None and not required):
+            if required:
+                raise self.fail(where or "top level", f"missing key {key!r}")
+            return None
+        return self.expect(obj[key], at, *types)
+
+    def only(self, obj: dict[str, Any], where: str, allowed: set[str]) -> None:
+        """Raise on a key of `obj` outside `allowed`."""
+        extra = sorted(set(obj) - allowed)
+        if extra:
+            raise self.fail(
+                where or "top level",
+                f"unknown key {extra[0]!r} (allowed: {', '.join(sorted(allowed))})",
+            )
