@@ -29,7 +29,7 @@ from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadEr
 from reflective_memory.rmm.config import EPISODE_BASELINE, RerankConfig
 from reflective_memory.rmm.episodes import Episode, RerankResult
 from reflective_memory.rmm.features import Candidates, project_signs
-from reflective_memory.rmm.reranker import Reranker
+from reflective_memory.rmm.reranker import MAX_ABS_WEIGHT, Reranker
 
 __all__ = ["UserAdapter", "PersonalReranker"]
 
@@ -198,9 +198,15 @@ class UserAdapter:
             saved = RerankConfig(**fields)
             obj = cls(saved if config is None else config)
             delta = np.asarray(doc["state"]["delta"], dtype=np.float64)
-            if obj.features == saved.features and delta.shape == obj.delta_.shape:
-                if not np.all(np.isfinite(delta)):
-                    raise ValueError("non-finite offsets")
+            if delta.shape != (len(saved.features),):
+                raise ValueError(
+                    f"offsets of shape {delta.shape} for {len(saved.features)} features"
+                )
+            if not np.all(np.isfinite(delta)):
+                raise ValueError("non-finite offsets")
+            if delta.size and float(np.abs(delta).max()) > MAX_ABS_WEIGHT:
+                raise ValueError(f"offsets beyond the bound {MAX_ABS_WEIGHT:g}")
+            if obj.features == saved.features:
                 obj.delta_ = delta
                 obj.n_episodes_ = int(doc["state"]["n_episodes"])
                 obj.n_updates_ = int(doc["state"]["n_updates"])

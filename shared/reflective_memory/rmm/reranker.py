@@ -27,12 +27,18 @@ from reflective_memory.rmm.features import (
     sign_vector,
 )
 
-__all__ = ["Reranker"]
+__all__ = ["Reranker", "MAX_ABS_WEIGHT", "MAX_ABS_VALUE"]
 
 logger = logging.getLogger(__name__)
 
 
 _FORMAT_VERSION = 1
+#: Largest magnitude a saved weight may have: far above anything SGD reaches on scores of
+#: unit-length embeddings, far below what a flipped exponent bit gives (up to 3.4e38).
+MAX_ABS_WEIGHT = 1e3
+#: Largest magnitude of any other saved value (buffered episodes' embeddings, scores, features).
+MAX_ABS_VALUE = 1e6
+_WEIGHTS = ("w_q", "w_m", "w_f")
 #: The `RerankConfig` fields a reranker uses (saved with it).
 _CONFIG_FIELDS = (
     "top_m",
@@ -485,7 +491,9 @@ class Reranker:
             saved_cfg = RerankConfig(
                 **{k: _config_value(k, fields[k]) for k in _CONFIG_FIELDS if k in fields}
             )
-            obj = cls(int(params["dim"]), saved_cfg if config is None else config)
+            dim = int(params["dim"])
+            _check_tensors(tensors, dim, len(saved_cfg.features), where)
+            obj = cls(dim, saved_cfg if config is None else config)
             same_features = list(obj.features) == list(saved_cfg.features)
             with torch.no_grad():
                 obj.w_q_.copy_(tensors["w_q"])
@@ -523,6 +531,35 @@ class Reranker:
             f"Reranker(dim={self.dim}, top_m={self.config.top_m}, tau={self.config.tau}, "
             f"updates={self.n_updates_}, pending={len(self.pending_)})"
         )
+
+
+def _check_tensors(tensors: dict[str, torch.Tensor], dim: int, n_features: int, where: str) -> None:
+    """Check saved tensors before they are used: shapes, finite values, sane magnitudes.
+
+    Raises:
+        ModelLoadError: A weight has the wrong shape (copying would broadcast it), or a value is
+            NaN, infinite or beyond `MAX_ABS_WEIGHT` / `MAX_ABS_VALUE` (damaged state).
+    """
+    expected = {"w_q": (dim, dim), "w_m": (dim, dim), "w_f": (n_features,)}
+    for name, shape in expected.items():
+        got = tensors.get(name)
+        if got is None and name == "w_f":
+            continue
+        if got is None or tuple(got.shape) != shape:
+            found = "missing" if got is None else f"shape {tuple(got.shape)}"
+            raise ModelLoadError(f"reranker state at {where}: {name} is {found}, expected {shape}")
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            continue
+        values = tensor.detach().to(torch.float64)
+        if not bool(torch.all(torch.isfinite(values))):
+            raise ModelLoadError(f"reranker state at {where}: {name} holds NaN or infinite values")
+        bound = MAX_ABS_WEIGHT if name in _WEIGHTS else MAX_ABS_VALUE
+        peak = float(values.abs().max()) if values.numel() else 0.0
+        if peak > bound:
+            raise ModelLoadError(
+                f"reranker state at {where}: {name} holds {peak:.3g}, beyond the bound {bound:g}"
+            )
 
 
 def _plain(value: Any) -> Any:
