@@ -12,6 +12,13 @@ under the user id and `ADAPTER_STATE`, an isolated user's reranker under the use
 (`StateStore.update`), so updates from several processes apply one after the other and none is
 lost, and nothing learned waits in memory for a flush. A process caches each state with its
 version and reloads it when another process wrote a newer one.
+
+Every state is stored sealed with a checksum (`reflective_memory.rmm.sealed`), whatever the
+store, and checked when loaded: the seal, then shapes, finite values and magnitudes
+(`Reranker.from_bytes`, `UserAdapter.from_bytes`). A damaged state is set aside (a
+`SetsAside` store keeps it for inspection, any other deletes it) and starts again from scratch,
+with a warning naming the state, its owner and the reason. State stored before seals existed
+loads once and is stored again sealed.
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ class FileStateStore:
     temporary name, flushed to disk and renamed over the old one, so a crash leaves the old or
     the new state, never a mix. Updates hold a lock file (`fcntl.flock`), so processes sharing a
     directory update one after the other; versions come from a counter file beside it. A file
-    that is damaged is logged and read as no state (learned state is relearned, not fatal).
+    that is damaged is set aside (renamed `<file>.damaged-<UTC time>`, erased with the state)
+    with a warning, and read as no state (learned state is relearned, not fatal).
 
     Args:
         directory: Where the files go (created on the first write); `None`: keep the state in
