@@ -134,6 +134,20 @@ def test_seal_round_trip_and_every_damage_is_a_typed_error():
             pytest.fail(label)
 
 
+def test_from_bytes_reads_sealed_state_and_checks_the_seal():
+    r = Reranker(DIM, CFG)
+    r.partial_fit(_episode(np.random.default_rng(3)))
+    assert _same(Reranker.from_bytes(seal(r.to_bytes())), r)
+    ad = UserAdapter(CFG)
+    assert UserAdapter.from_bytes(seal(ad.to_bytes())).features == CFG.features
+    for blob, load in (
+        (seal(r.to_bytes()), Reranker.from_bytes),
+        (seal(ad.to_bytes()), UserAdapter.from_bytes),
+    ):
+        with pytest.raises(ModelLoadError, match="checksum"):
+            load(blob[:-1] + bytes([blob[-1] ^ 1]))
+
+
 # ------------------------------------------------------------ file corpus
 def test_flips_and_cuts_of_a_saved_state_file_warn_and_start_fresh_or_change_nothing(
     tmp_path, caplog

@@ -26,6 +26,7 @@ from reflective_memory.rmm.features import (
     project_signs,
     sign_vector,
 )
+from reflective_memory.rmm.sealed import unseal
 
 __all__ = ["Reranker", "MAX_ABS_WEIGHT", "MAX_ABS_VALUE"]
 
@@ -406,13 +407,18 @@ class Reranker:
     def from_bytes(cls, data: bytes, config: RerankConfig | None = None) -> Reranker:
         """Rebuild a reranker from `to_bytes` output (see `load` for `config`).
 
+        The output sealed with a checksum (`reflective_memory.rmm.sealed`, as state stores hold
+        it) loads too, once the checksum is verified. The weights must have the shapes of the
+        saved `dim` and features, and every value must be finite and within `MAX_ABS_WEIGHT`
+        (weights) or `MAX_ABS_VALUE` (buffered episodes).
+
         Raises:
-            ModelLoadError: The bytes are not a reranker state.
+            ModelLoadError: The bytes are not a reranker state, or a damaged one.
         """
         try:
             if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < 8:
                 raise ValueError("too short")
-            raw = bytes(data)
+            raw, _ = unseal(data)
             n = int.from_bytes(raw[:8], "little")
             header = json.loads(raw[8 : 8 + n])
             saved = json.loads(header["__metadata__"]["config"])
