@@ -148,6 +148,21 @@ def test_from_bytes_reads_sealed_state_and_checks_the_seal():
             load(blob[:-1] + bytes([blob[-1] ^ 1]))
 
 
+def test_saved_reranker_files_carry_a_checksum_that_load_verifies(tmp_path):
+    r = Reranker(DIM, CFG)
+    r.partial_fit(_episode(np.random.default_rng(3)))
+    r.save(tmp_path / "r")
+    assert _same(Reranker.load(tmp_path / "r"), r)
+    st = tmp_path / "r.safetensors"
+    good = st.read_bytes()
+    for i in range(len(good) - 1, 0, -97):  # one flip at a time, tensor data and header
+        st.write_bytes(good[:i] + bytes([good[i] ^ 0x10]) + good[i + 1 :])
+        with pytest.raises(ModelLoadError, match="checksum"):
+            Reranker.load(tmp_path / "r")
+    st.write_bytes(good)
+    assert _same(Reranker.load(tmp_path / "r"), r)
+
+
 # ------------------------------------------------------------ file corpus
 def test_flips_and_cuts_of_a_saved_state_file_warn_and_start_fresh_or_change_nothing(
     tmp_path, caplog

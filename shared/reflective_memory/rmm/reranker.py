@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -14,7 +15,6 @@ import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load as load_bytes
-from safetensors.torch import load_file, save_file
 from safetensors.torch import save as save_bytes
 
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
@@ -40,6 +40,8 @@ MAX_ABS_WEIGHT = 1e3
 #: Largest magnitude of any other saved value (buffered episodes' embeddings, scores, features).
 MAX_ABS_VALUE = 1e6
 _WEIGHTS = ("w_q", "w_m", "w_f")
+#: Key of the safetensors file's SHA-256 in the JSON file `save` writes beside it.
+_FILE_CHECKSUM = "safetensors_sha256"
 #: The `RerankConfig` fields a reranker uses (saved with it).
 _CONFIG_FIELDS = (
     "top_m",
@@ -438,9 +440,12 @@ class Reranker:
         st_path, js_path = _paths(base)
         text = json.dumps(config, indent=2)
         # The config also travels inside the safetensors metadata, so weights and config are
-        # always read as one consistent snapshot; the JSON file is the readable copy.
-        _atomic(st_path, lambda p: save_file(tensors, str(p), metadata={"config": text}))
-        _atomic(js_path, lambda p: Path(p).write_text(text))
+        # always read as one consistent snapshot; the JSON file is the readable copy, with the
+        # checksum of the safetensors file that `load` verifies.
+        payload = bytes(save_bytes(tensors, metadata={"config": text}))
+        readable = {**config, _FILE_CHECKSUM: hashlib.sha256(payload).hexdigest()}
+        _atomic(st_path, lambda p: Path(p).write_bytes(payload))
+        _atomic(js_path, lambda p: Path(p).write_text(json.dumps(readable, indent=2)))
         return js_path
 
     @classmethod
@@ -458,19 +463,23 @@ class Reranker:
                 zero). `None`: the saved hyperparameters.
 
         Raises:
-            ModelLoadError: Files missing, unreadable, inconsistent, or from a reranker that
-                learned a `memory_bias` term.
+            ModelLoadError: Files missing, unreadable, inconsistent, damaged (the checksum in
+                the JSON file, or the checks of `from_bytes`), or from a reranker that learned
+                a `memory_bias` term.
         """
         base = _base(path)
         st_path, js_path = _paths(base)
         try:
+            raw = st_path.read_bytes()
+            readable = json.loads(js_path.read_text()) if js_path.exists() else {}
+            digest = readable.get(_FILE_CHECKSUM)  # files saved before checksums have none
+            if digest is not None and digest != hashlib.sha256(raw).hexdigest():
+                raise ModelLoadError(f"checksum mismatch: {st_path} was changed after saving")
             with safe_open(str(st_path), framework="pt") as fh:
                 meta = fh.metadata() or {}
-            tensors = load_file(str(st_path))
-            saved = (
-                json.loads(meta["config"]) if "config" in meta else json.loads(js_path.read_text())
-            )
-        except (OSError, ValueError, KeyError, SafetensorError) as exc:
+            tensors = load_bytes(raw)
+            saved = json.loads(meta["config"]) if "config" in meta else readable
+        except (OSError, ValueError, KeyError, AttributeError, SafetensorError) as exc:
             raise ModelLoadError(f"cannot read reranker at {base}: {exc}") from exc
         return cls._restore(tensors, saved, config, str(base))
 
