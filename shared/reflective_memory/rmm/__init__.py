@@ -6,7 +6,7 @@
 - `citations`: the numbered-memory answer prompt and the citation parser.
 - `personal`: per-user offsets on top of a prior shared by a memory's users.
 - `rerankers`: the engine's learned rerankers (prior + per-user, shared, or isolated), kept in a
-  `StateStore`.
+  `StateStore`, each state sealed with a checksum (`sealed`).
 - `feedback`: the engine's rerank stage: reranking retrievals and texts from any retriever, and
   the one feedback path.
 - `answer_feedback`: reading an answer's citations into the items it cited (`FeedbackResult`).

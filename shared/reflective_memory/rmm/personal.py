@@ -29,7 +29,8 @@ from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadEr
 from reflective_memory.rmm.config import EPISODE_BASELINE, RerankConfig
 from reflective_memory.rmm.episodes import Episode, RerankResult
 from reflective_memory.rmm.features import Candidates, project_signs
-from reflective_memory.rmm.reranker import Reranker
+from reflective_memory.rmm.reranker import MAX_ABS_WEIGHT, Reranker
+from reflective_memory.rmm.sealed import unseal
 
 __all__ = ["UserAdapter", "PersonalReranker"]
 
@@ -172,7 +173,7 @@ class UserAdapter:
 
     @classmethod
     def from_bytes(cls, data: bytes, config: RerankConfig | None = None) -> UserAdapter:
-        """Rebuild from `to_bytes` output.
+        """Rebuild from `to_bytes` output (or that output sealed: `reflective_memory.rmm.sealed`).
 
         Offsets saved for other features than `config`'s are dropped (the user starts again
         from the prior). States written before 0.2 load too (a memory-credit table in them,
@@ -186,7 +187,7 @@ class UserAdapter:
             ModelLoadError: Not an adapter state.
         """
         try:
-            doc = json.loads(bytes(data).decode("utf-8"))
+            doc = json.loads(unseal(data)[0].decode("utf-8"))
             if doc.get("format_version") != _FORMAT_VERSION:
                 raise ValueError("unsupported format")
             params = dict(doc["init_parameters"])
@@ -198,9 +199,15 @@ class UserAdapter:
             saved = RerankConfig(**fields)
             obj = cls(saved if config is None else config)
             delta = np.asarray(doc["state"]["delta"], dtype=np.float64)
-            if obj.features == saved.features and delta.shape == obj.delta_.shape:
-                if not np.all(np.isfinite(delta)):
-                    raise ValueError("non-finite offsets")
+            if delta.shape != (len(saved.features),):
+                raise ValueError(
+                    f"offsets of shape {delta.shape} for {len(saved.features)} features"
+                )
+            if not np.all(np.isfinite(delta)):
+                raise ValueError("non-finite offsets")
+            if delta.size and float(np.abs(delta).max()) > MAX_ABS_WEIGHT:
+                raise ValueError(f"offsets beyond the bound {MAX_ABS_WEIGHT:g}")
+            if obj.features == saved.features:
                 obj.delta_ = delta
                 obj.n_episodes_ = int(doc["state"]["n_episodes"])
                 obj.n_updates_ = int(doc["state"]["n_updates"])

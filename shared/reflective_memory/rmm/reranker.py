@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -14,7 +15,6 @@ import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load as load_bytes
-from safetensors.torch import load_file, save_file
 from safetensors.torch import save as save_bytes
 
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
@@ -26,13 +26,22 @@ from reflective_memory.rmm.features import (
     project_signs,
     sign_vector,
 )
+from reflective_memory.rmm.sealed import unseal
 
-__all__ = ["Reranker"]
+__all__ = ["Reranker", "MAX_ABS_WEIGHT", "MAX_ABS_VALUE"]
 
 logger = logging.getLogger(__name__)
 
 
 _FORMAT_VERSION = 1
+#: Largest magnitude a saved weight may have: far above anything SGD reaches on scores of
+#: unit-length embeddings, far below what a flipped exponent bit gives (up to 3.4e38).
+MAX_ABS_WEIGHT = 1e3
+#: Largest magnitude of any other saved value (buffered episodes' embeddings, scores, features).
+MAX_ABS_VALUE = 1e6
+_WEIGHTS = ("w_q", "w_m", "w_f")
+#: Key of the safetensors file's SHA-256 in the JSON file `save` writes beside it.
+_FILE_CHECKSUM = "safetensors_sha256"
 #: The `RerankConfig` fields a reranker uses (saved with it).
 _CONFIG_FIELDS = (
     "top_m",
@@ -400,13 +409,18 @@ class Reranker:
     def from_bytes(cls, data: bytes, config: RerankConfig | None = None) -> Reranker:
         """Rebuild a reranker from `to_bytes` output (see `load` for `config`).
 
+        The output sealed with a checksum (`reflective_memory.rmm.sealed`, as state stores hold
+        it) loads too, once the checksum is verified. The weights must have the shapes of the
+        saved `dim` and features, and every value must be finite and within `MAX_ABS_WEIGHT`
+        (weights) or `MAX_ABS_VALUE` (buffered episodes).
+
         Raises:
-            ModelLoadError: The bytes are not a reranker state.
+            ModelLoadError: The bytes are not a reranker state, or a damaged one.
         """
         try:
             if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < 8:
                 raise ValueError("too short")
-            raw = bytes(data)
+            raw, _ = unseal(data)
             n = int.from_bytes(raw[:8], "little")
             header = json.loads(raw[8 : 8 + n])
             saved = json.loads(header["__metadata__"]["config"])
@@ -426,9 +440,12 @@ class Reranker:
         st_path, js_path = _paths(base)
         text = json.dumps(config, indent=2)
         # The config also travels inside the safetensors metadata, so weights and config are
-        # always read as one consistent snapshot; the JSON file is the readable copy.
-        _atomic(st_path, lambda p: save_file(tensors, str(p), metadata={"config": text}))
-        _atomic(js_path, lambda p: Path(p).write_text(text))
+        # always read as one consistent snapshot; the JSON file is the readable copy, with the
+        # checksum of the safetensors file that `load` verifies.
+        payload = bytes(save_bytes(tensors, metadata={"config": text}))
+        readable = {**config, _FILE_CHECKSUM: hashlib.sha256(payload).hexdigest()}
+        _atomic(st_path, lambda p: Path(p).write_bytes(payload))
+        _atomic(js_path, lambda p: Path(p).write_text(json.dumps(readable, indent=2)))
         return js_path
 
     @classmethod
@@ -446,19 +463,23 @@ class Reranker:
                 zero). `None`: the saved hyperparameters.
 
         Raises:
-            ModelLoadError: Files missing, unreadable, inconsistent, or from a reranker that
-                learned a `memory_bias` term.
+            ModelLoadError: Files missing, unreadable, inconsistent, damaged (the checksum in
+                the JSON file, or the checks of `from_bytes`), or from a reranker that learned
+                a `memory_bias` term.
         """
         base = _base(path)
         st_path, js_path = _paths(base)
         try:
+            raw = st_path.read_bytes()
+            readable = json.loads(js_path.read_text()) if js_path.exists() else {}
+            digest = readable.get(_FILE_CHECKSUM)  # files saved before checksums have none
+            if digest is not None and digest != hashlib.sha256(raw).hexdigest():
+                raise ModelLoadError(f"checksum mismatch: {st_path} was changed after saving")
             with safe_open(str(st_path), framework="pt") as fh:
                 meta = fh.metadata() or {}
-            tensors = load_file(str(st_path))
-            saved = (
-                json.loads(meta["config"]) if "config" in meta else json.loads(js_path.read_text())
-            )
-        except (OSError, ValueError, KeyError, SafetensorError) as exc:
+            tensors = load_bytes(raw)
+            saved = json.loads(meta["config"]) if "config" in meta else readable
+        except (OSError, ValueError, KeyError, AttributeError, SafetensorError) as exc:
             raise ModelLoadError(f"cannot read reranker at {base}: {exc}") from exc
         return cls._restore(tensors, saved, config, str(base))
 
@@ -485,7 +506,9 @@ class Reranker:
             saved_cfg = RerankConfig(
                 **{k: _config_value(k, fields[k]) for k in _CONFIG_FIELDS if k in fields}
             )
-            obj = cls(int(params["dim"]), saved_cfg if config is None else config)
+            dim = int(params["dim"])
+            _check_tensors(tensors, dim, len(saved_cfg.features), where)
+            obj = cls(dim, saved_cfg if config is None else config)
             same_features = list(obj.features) == list(saved_cfg.features)
             with torch.no_grad():
                 obj.w_q_.copy_(tensors["w_q"])
@@ -523,6 +546,35 @@ class Reranker:
             f"Reranker(dim={self.dim}, top_m={self.config.top_m}, tau={self.config.tau}, "
             f"updates={self.n_updates_}, pending={len(self.pending_)})"
         )
+
+
+def _check_tensors(tensors: dict[str, torch.Tensor], dim: int, n_features: int, where: str) -> None:
+    """Check saved tensors before they are used: shapes, finite values, sane magnitudes.
+
+    Raises:
+        ModelLoadError: A weight has the wrong shape (copying would broadcast it), or a value is
+            NaN, infinite or beyond `MAX_ABS_WEIGHT` / `MAX_ABS_VALUE` (damaged state).
+    """
+    expected = {"w_q": (dim, dim), "w_m": (dim, dim), "w_f": (n_features,)}
+    for name, shape in expected.items():
+        got = tensors.get(name)
+        if got is None and name == "w_f":
+            continue
+        if got is None or tuple(got.shape) != shape:
+            found = "missing" if got is None else f"shape {tuple(got.shape)}"
+            raise ModelLoadError(f"reranker state at {where}: {name} is {found}, expected {shape}")
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            continue
+        values = tensor.detach().to(torch.float64)
+        if not bool(torch.all(torch.isfinite(values))):
+            raise ModelLoadError(f"reranker state at {where}: {name} holds NaN or infinite values")
+        bound = MAX_ABS_WEIGHT if name in _WEIGHTS else MAX_ABS_VALUE
+        peak = float(values.abs().max()) if values.numel() else 0.0
+        if peak > bound:
+            raise ModelLoadError(
+                f"reranker state at {where}: {name} holds {peak:.3g}, beyond the bound {bound:g}"
+            )
 
 
 def _plain(value: Any) -> Any:

@@ -12,6 +12,13 @@ under the user id and `ADAPTER_STATE`, an isolated user's reranker under the use
 (`StateStore.update`), so updates from several processes apply one after the other and none is
 lost, and nothing learned waits in memory for a flush. A process caches each state with its
 version and reloads it when another process wrote a newer one.
+
+Every state is stored sealed with a checksum (`reflective_memory.rmm.sealed`), whatever the
+store, and checked when loaded: the seal, then shapes, finite values and magnitudes
+(`Reranker.from_bytes`, `UserAdapter.from_bytes`). A damaged state is set aside (a
+`SetsAside` store keeps it for inspection, any other deletes it) and starts again from scratch,
+with a warning naming the state, its owner and the reason. State stored before seals existed
+loads once and is stored again sealed.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from reflective_memory.rmm.episodes import Episode, FitReport
 from reflective_memory.rmm.features import sign_vector
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
-from reflective_memory.storage.state import StateStore
+from reflective_memory.rmm.sealed import seal, unseal
+from reflective_memory.storage.state import SetsAside, StateStore
 
 __all__ = ["Rerankers", "PRIOR_OWNER", "RERANKER_STATE", "ADAPTER_STATE"]
 
@@ -48,6 +56,10 @@ _RERANKER_CACHE = 64
 _ADAPTER_CACHE = 4096
 _ADAPTER_SUFFIX = ".delta.json"  # a user's offsets in files written before 0.2
 _T = TypeVar("_T")
+
+
+class _Moved(Exception):
+    """A conditional update found the state changed since it was read (nothing is written)."""
 
 
 class Rerankers:
@@ -92,26 +104,77 @@ class Rerankers:
     def _owner(self, user_id: str) -> str:
         return user_id if self.config.scope == "isolated" else PRIOR_OWNER
 
-    def _load_reranker(self, owner: str, data: bytes | None) -> Reranker:
-        if data is not None:
-            try:
-                rr = Reranker.from_bytes(data, self.config)
-                if rr.dim != self.dim:
-                    raise ModelLoadError(
-                        f"saved reranker has dim {rr.dim}, the embedder has {self.dim}"
-                    )
-                return rr
-            except ModelLoadError as exc:
-                logger.warning("starting a fresh reranker for %s: %s", owner, exc)
-        return Reranker(self.dim, self.config)
-
-    def _load_adapter(self, user_id: str, data: bytes | None) -> UserAdapter:
-        if data is not None:
-            try:
-                return UserAdapter.from_bytes(data, self.config)
-            except ModelLoadError as exc:
-                logger.warning("starting fresh user offsets: %s", exc)
+    def _fresh(self, name: str) -> Reranker | UserAdapter:
+        """A new, untrained state `name`."""
+        if name == RERANKER_STATE:
+            return Reranker(self.dim, self.config)
         return UserAdapter(self.config)
+
+    def _decode(self, name: str, data: bytes) -> tuple[Reranker | UserAdapter, bool]:
+        """The state `name` in stored bytes, checked, and whether the bytes were sealed.
+
+        Raises:
+            ModelLoadError: The bytes are damaged: checksum, format, shapes, NaN or infinite
+                values, magnitudes (see `Reranker.from_bytes`), or another embedding size.
+        """
+        payload, sealed = unseal(data)
+        if name == ADAPTER_STATE:
+            return UserAdapter.from_bytes(payload, self.config), sealed
+        rr = Reranker.from_bytes(payload, self.config)
+        if rr.dim != self.dim:
+            raise ModelLoadError(f"saved reranker has dim {rr.dim}, the embedder has {self.dim}")
+        return rr, sealed
+
+    def _load(self, owner: str, name: str, data: bytes | None) -> Any:
+        """The state in `data` (None: a fresh one), fresh with a warning when it is damaged."""
+        if data is not None:
+            try:
+                return self._decode(name, data)[0]
+            except ModelLoadError as exc:
+                logger.warning(
+                    "damaged learned state %r of %r (%s): it starts again from scratch",
+                    name,
+                    owner,
+                    exc,
+                )
+        return self._fresh(name)
+
+    def _set_aside(self, owner: str, name: str, version: int, exc: Exception) -> int:
+        """Take a damaged stored state out of the way (if still at `version`), with a warning.
+
+        A store that `SetsAside` keeps it for inspection (`FileStateStore`: renamed
+        `*.damaged-<time>`); any other store deletes it. Returns the state's version after.
+        """
+        if isinstance(self.state, SetsAside):
+            where = self.state.set_aside(owner, name, version)
+            done = "still in place" if where is None else f"set aside as {where}"
+        else:
+            gone = self._update_if(owner, name, version, lambda _d: None)
+            done = "deleted" if gone else "still in place"
+        logger.warning(
+            "damaged learned state %r of %r (%s): %s; it starts again from scratch",
+            name,
+            owner,
+            exc,
+            done,
+        )
+        return self.state.version(owner, name)
+
+    def _update_if(
+        self, owner: str, name: str, version: int, fn: Callable[[bytes], bytes | None]
+    ) -> bool:
+        """`fn` on the stored state if it is still at `version`; return whether it ran."""
+
+        def update(current: int, data: bytes | None) -> bytes | None:
+            if current != version or data is None:
+                raise _Moved
+            return fn(data)
+
+        try:
+            self.state.update(owner, name, update)
+        except _Moved:
+            return False
+        return True
 
     def _legacy_files(self, owner: str) -> Path | None:
         """Base path of an owner's reranker files from before 0.2 (None without `legacy`)."""
@@ -166,14 +229,20 @@ class Rerankers:
                 return obj
             got = self.state.get(owner, name) if version else None
             version, data = (0, None) if got is None else got
-            obj = self._load(owner, name, data)
+            obj: Any = None
+            if data is not None:
+                try:
+                    obj, sealed = self._decode(name, data)
+                except ModelLoadError as exc:
+                    version = self._set_aside(owner, name, version, exc)
+                else:
+                    if not sealed and self._update_if(owner, name, version, seal):
+                        logger.info("sealed learned state %r of %r with a checksum", name, owner)
+                        version = self.state.version(owner, name)
+            if obj is None:
+                obj = self._fresh(name)
             self._put_cache(owner, name, obj, version)
             return obj
-
-    def _load(self, owner: str, name: str, data: bytes | None) -> Any:
-        if name == RERANKER_STATE:
-            return self._load_reranker(owner, data)
-        return self._load_adapter(owner, data)
 
     def _put_cache(self, owner: str, name: str, obj: Any, version: int) -> None:
         cache: OrderedDict[str, Any] = self._rerankers if name == RERANKER_STATE else self._adapters
@@ -225,9 +294,10 @@ class Rerankers:
             if obj is None or self._versions.get((owner, name)) != version:
                 obj = self._load(owner, name, data)
             box["obj"], box["out"] = obj, change(obj)
-            return obj.to_bytes()  # type: ignore[no-any-return]
+            return seal(obj.to_bytes())
 
         with self.lock:
+            self._cached(owner, name)  # a damaged stored state is set aside first
             if self.legacy is not None and self.state.version(owner, name) == 0:
                 self._migrate(owner, name)
             try:
@@ -243,7 +313,7 @@ class Rerankers:
     def _replace(self, owner: str, name: str, obj: Reranker | UserAdapter) -> None:
         """Store `obj` as the state `(owner, name)`, whatever was stored before."""
         with self.lock:
-            version, _ = self.state.update(owner, name, lambda _v, _d: obj.to_bytes())
+            version, _ = self.state.update(owner, name, lambda _v, _d: seal(obj.to_bytes()))
             self._erase_files(owner, name)  # a pre-0.2 file would be stale now
             self._put_cache(owner, name, obj, version)
 

@@ -25,6 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,7 +37,14 @@ try:  # POSIX: updates from several processes on one directory apply one after t
 except ImportError:  # pragma: no cover - Windows: updates are atomic within one process
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["StateStore", "StateUpdate", "FileStateStore", "check_state_key", "state_bytes"]
+__all__ = [
+    "StateStore",
+    "StateUpdate",
+    "SetsAside",
+    "FileStateStore",
+    "check_state_key",
+    "state_bytes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +90,22 @@ class StateStore(Protocol):
         ...
 
 
+@runtime_checkable
+class SetsAside(Protocol):
+    """A `StateStore` that can keep a damaged state for inspection instead of deleting it."""
+
+    def set_aside(self, owner: str, name: str, version: int) -> str | None:
+        """Move the state `(owner, name)` out of the way if it still has `version`.
+
+        Afterwards the state reads as absent (version 0). The moved copy is erased with the
+        state (`delete`, `delete_owner`).
+
+        Returns:
+            Where the state went (for the log), or None when it had another version or none.
+        """
+        ...
+
+
 def check_state_key(owner: Any, name: Any = None) -> None:
     """Check an owner and a name (unless None): non-empty str without NUL or lone surrogates.
 
@@ -110,6 +134,9 @@ def state_bytes(data: Any) -> bytes:
 
 _MAGIC = b"reflective-memory state 1\n"
 _SUFFIX = ".state"
+_ASIDE = ".damaged-"
+#: What reading a damaged state file raises.
+_DAMAGE = (ValueError, KeyError, TypeError, UnicodeDecodeError)
 
 
 def _digest(text: str) -> str:
@@ -125,7 +152,8 @@ class FileStateStore:
     temporary name, flushed to disk and renamed over the old one, so a crash leaves the old or
     the new state, never a mix. Updates hold a lock file (`fcntl.flock`), so processes sharing a
     directory update one after the other; versions come from a counter file beside it. A file
-    that is damaged is logged and read as no state (learned state is relearned, not fatal).
+    that is damaged is set aside (renamed `<file>.damaged-<UTC time>`, erased with the state)
+    with a warning, and read as no state (learned state is relearned, not fatal).
 
     Args:
         directory: Where the files go (created on the first write); `None`: keep the state in
@@ -223,26 +251,66 @@ class FileStateStore:
             raise ValueError("bad header")
         return head, data
 
+    def _parse(
+        self, path: Path, owner: str, name: str, *, verify: bool
+    ) -> tuple[int, bytes] | None:
+        """`(version, data)` of a state file, None without one.
+
+        Raises:
+            ValueError, KeyError, TypeError: The file is damaged (`_DAMAGE`).
+        """
+        got = self._header(path, with_data=verify)
+        if got is None:
+            return None
+        head, data = got
+        if head.get("owner") != owner or head.get("name") != name:
+            raise ValueError("the file holds another state")
+        if verify and (
+            head.get("size") != len(data) or head.get("sha256") != hashlib.sha256(data).hexdigest()
+        ):
+            raise ValueError("checksum mismatch")
+        version = head["version"]
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"bad version {version!r}")
+        return version, data
+
     def _read(self, owner: str, name: str, *, verify: bool = True) -> tuple[int, bytes] | None:
         if self.directory is None:
             return self._memory.get((owner, name))
         path = self._path(owner, name)
         try:
-            got = self._header(path, with_data=verify)
-            if got is None:
+            return self._parse(path, owner, name, verify=verify)
+        except _DAMAGE as exc:
+            return self._damaged(owner, name, path, exc)
+
+    def _damaged(
+        self, owner: str, name: str, path: Path, exc: Exception
+    ) -> tuple[int, bytes] | None:
+        """Set a damaged state file aside (renamed `*.damaged-<time>`) and read it as no state.
+
+        Checked again under the lock first: another process may have replaced the file since.
+        """
+        with self._locked():
+            try:
+                return self._parse(path, owner, name, verify=True)
+            except FileNotFoundError:
                 return None
-            head, data = got
-            if head.get("owner") != owner or head.get("name") != name:
-                raise ValueError("the file holds another state")
-            if verify and (
-                head.get("size") != len(data)
-                or head.get("sha256") != hashlib.sha256(data).hexdigest()
-            ):
-                raise ValueError("checksum mismatch")
-            return int(head["version"]), data
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            logger.warning("ignoring damaged state file %s: %s", path, exc)
-            return None
+            except _DAMAGE as again:
+                exc = again
+            aside = _aside_path(path)
+            try:
+                os.replace(path, aside)
+            except FileNotFoundError:
+                return None
+            _sync_dir(path.parent)
+        logger.warning(
+            "damaged learned state %r of %r (%s): set aside as %s; it starts again from scratch",
+            name,
+            owner,
+            exc,
+            aside,
+        )
+        return None
 
     def _write(self, owner: str, name: str, version: int, data: bytes) -> None:
         if self.directory is None:
@@ -261,6 +329,8 @@ class FileStateStore:
         if self.directory is None:
             return self._memory.pop((owner, name), None) is not None
         path = self._path(owner, name)
+        for aside in path.parent.glob(f"{path.name}{_ASIDE}*"):  # erased with the state
+            aside.unlink(missing_ok=True)
         try:
             path.unlink()
         except FileNotFoundError:
@@ -323,6 +393,22 @@ class FileStateStore:
             _sync_dir(folder.parent)
             return n
 
+    def set_aside(self, owner: str, name: str, version: int) -> str | None:
+        """See `SetsAside.set_aside`: the file is renamed `*.damaged-<time>` beside it."""
+        check_state_key(owner, name)
+        with self._locked():
+            current = self._read(owner, name, verify=False)
+            if current is None or current[0] != version:
+                return None
+            if self.directory is None:
+                del self._memory[(owner, name)]
+                return "deleted (in memory)"
+            path = self._path(owner, name)
+            aside = _aside_path(path)
+            os.replace(path, aside)
+            _sync_dir(path.parent)
+            return str(aside)
+
     def names(self, owner: str) -> list[str]:
         """See `StateStore.names`."""
         check_state_key(owner)
@@ -339,6 +425,12 @@ class FileStateStore:
             if got is not None and got[0].get("owner") == owner:
                 found.append(str(got[0].get("name")))
         return sorted(found)
+
+
+def _aside_path(path: Path) -> Path:
+    """Where a damaged state file is set aside: beside it, named by the time (UTC)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    return path.with_name(f"{path.name}{_ASIDE}{stamp}")
 
 
 def _sync_dir(path: Path) -> None:
