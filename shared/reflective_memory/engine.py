@@ -525,11 +525,11 @@ class ReflectiveMemory:
     @typed_errors
     def delete_turns(
         self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
-    ) -> int:
+    ) -> list[Turn]:
         """Delete some turns of a session (all when None) and what was built from them.
 
         Returns:
-            How many turns went.
+            The deleted turns, in order.
         """
         return self.records.delete_turns(user_id, session_id, turn_ids)
 

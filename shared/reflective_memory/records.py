@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from reflective_memory.errors import (
-    InvalidInputError,
-    UnknownMemoryError,
-)
+from reflective_memory.errors import UnknownMemoryError
 from reflective_memory.storage.base import MemoryDraft, MemoryStore, require_open
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.types import GRANULARITIES, Memory, Turn
@@ -20,6 +16,7 @@ from reflective_memory.validation import (
     check_choice,
     check_id,
     check_ids,
+    check_json_object,
     check_optional_id,
     check_text,
 )
@@ -74,7 +71,7 @@ class Records:
         self._open()
         check_id("user_id", user_id)
         if ids is not None:
-            ids = check_ids("ids", ids, item="memory id")
+            ids = check_ids("ids", ids)
         return self.store.memories(user_id, ids)
 
     def open_sessions(self, user_id: str) -> list[str]:
@@ -131,7 +128,7 @@ class Records:
         check_id("user_id", user_id)
         check_id("session_id", session_id)
         if turn_ids is not None:
-            turn_ids = check_ids("turn_ids", turn_ids, item="turn_id")
+            turn_ids = check_ids("turn_ids", turn_ids)
         gone = self.store.delete_turns(user_id, session_id, turn_ids)
         if gone:
             self.indexes.invalidate(user_id)
@@ -230,10 +227,10 @@ def _direct_draft(
         check_text("key", key)
     if session_id != "":  # a memory written directly may come from no session
         check_id("session_id", session_id)
-    turn_ids = check_ids("turn_ids", turn_ids, item="turn_id")
+    turn_ids = check_ids("turn_ids", turn_ids)
     check_choice("granularity", granularity, GRANULARITIES)
     check_optional_id("memory_id", memory_id)
-    _check_metadata(metadata)
+    check_json_object("metadata", metadata)
     return MemoryDraft(
         session_id=session_id,
         granularity=granularity,
@@ -243,15 +240,3 @@ def _direct_draft(
         metadata=dict(metadata) if metadata is not None else {},
         id=memory_id,
     )
-
-
-def _check_metadata(metadata: dict[str, Any] | None) -> None:
-    """Raise `InvalidInputError` unless `metadata` is None or a JSON-serialisable dict."""
-    if metadata is None:
-        return
-    if not isinstance(metadata, dict):
-        raise InvalidInputError("metadata must be a dict")
-    try:
-        json.dumps(metadata)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"metadata is not JSON-serialisable: {exc}") from exc

@@ -7,7 +7,8 @@ surrogate, blank id) is an `InvalidInputError` on SQLite and PostgreSQL alike.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+import json
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError
@@ -24,6 +25,7 @@ __all__ = [
     "check_choice",
     "check_numbers",
     "check_numbering",
+    "check_json_object",
     "check_positive",
     "check_role",
     "check_encodable",
@@ -83,23 +85,23 @@ def _items(name: str, values: Any) -> list[Any]:
     return list(values)
 
 
-def check_ids(name: str, values: Any, *, item: str = "id") -> list[str]:
+def check_ids(name: str, values: Any) -> list[str]:
     """Check a collection of ids (not a str or bytes; each passes `check_id`); return a list.
 
     Example:
-        >>> check_ids("turn_ids", ("t1", "t2"), item="turn_id")
+        >>> check_ids("turn_ids", ("t1", "t2"))
         ['t1', 't2']
         >>> check_ids("turn_ids", "t1")
         Traceback (most recent call last):
         ...
         reflective_memory.errors.InvalidInputError: turn_ids must be a collection, got str
     """
-    return [check_id(item, v) for v in _items(name, values)]
+    return [check_id(f"{name}[{i}]", v) for i, v in enumerate(_items(name, values))]
 
 
-def check_optional_ids(name: str, values: Any, *, item: str = "id") -> list[str | None]:
+def check_optional_ids(name: str, values: Any) -> list[str | None]:
     """`check_ids` whose items may also be None."""
-    return [check_optional_id(item, v) for v in _items(name, values)]
+    return [check_optional_id(f"{name}[{i}]", v) for i, v in enumerate(_items(name, values))]
 
 
 def check_text(name: str, value: Any) -> str:
@@ -120,7 +122,7 @@ def check_str(name: str, value: Any) -> str:
 
 def check_texts(name: str, values: Any) -> list[str]:
     """Check a collection of str (each encodable, blank allowed); return it as a list."""
-    return [check_str(f"{name} item", v) for v in _items(name, values)]
+    return [check_str(f"{name}[{i}]", v) for i, v in enumerate(_items(name, values))]
 
 
 def check_flag(name: str, value: Any) -> bool | None:
@@ -206,4 +208,46 @@ def check_positive(name: str, value: Any) -> int | None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidInputError(f"{name} must be a positive integer or None, got {value!r}")
+    return value
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every str in a JSON value: keys and values, nested."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def check_json_object(name: str, value: Any) -> dict[str, Any] | None:
+    """Check that `value` is None or a dict both backends store as JSON; return it.
+
+    JSON here is strict: no NaN or infinity, and no NUL or lone surrogate in any string
+    (PostgreSQL's `jsonb` refuses them).
+
+    Example:
+        >>> check_json_object("metadata", {"tags": ["a", "b"], "n": 1})
+        {'tags': ['a', 'b'], 'n': 1}
+        >>> check_json_object("metadata", {"x": ["a" + chr(0)]})
+        Traceback (most recent call last):
+        ...
+        reflective_memory.errors.InvalidInputError: metadata contains a NUL character (0x00)
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{name} must be a dict or None, got {type(value).__name__}")
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"{name} is not JSON: {exc}") from exc
+    for text in _strings(value):
+        if "\x00" in text:
+            raise InvalidInputError(f"{name} contains a NUL character (0x00)")
+        check_encodable(name, text)
     return value

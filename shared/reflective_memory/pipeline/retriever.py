@@ -149,6 +149,8 @@ class Retriever:
         if recall is None:
             recall = cfg.recall
         elif isinstance(recall, dict):
+            if not all(isinstance(name, str) for name in recall):
+                raise InvalidInputError("recall must map RecallConfig field names (str) to values")
             recall = cfg.recall.replace(**recall)
         elif not isinstance(recall, RecallConfig):
             raise InvalidInputError(
@@ -162,7 +164,7 @@ class Retriever:
             raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
         explore = check_flag("explore", explore)
         explore = cfg.rerank.explore if explore is None else explore
-        exclude = () if exclude is None else check_ids("exclude_turns", exclude, item="turn_id")
+        exclude = () if exclude is None else check_ids("exclude_turns", exclude)
         asked = parse_timestamp(now)
         if asked is not None and asked.tzinfo is None:
             asked = asked.replace(tzinfo=timezone.utc)
