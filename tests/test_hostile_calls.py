@@ -15,7 +15,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -219,9 +219,9 @@ def corpus(ctx: dict[str, Any]) -> Iterator[Call]:
         for a in spec:
             for label, bad in HOSTILE:
                 yield _call(method, spec, ctx, a.name, bad, label)
-    for field in (*_TURN, "timestamp", "turn_id"):
+    for name in (*_TURN, "timestamp", "turn_id"):
         for label, bad in HOSTILE:
-            yield Call("add_turns", f"turns[0].{field}", label, ([{**_TURN, field: bad}],), {})
+            yield Call("add_turns", f"turns[0].{name}", label, ([{**_TURN, name: bad}],), {})
     for label, bad in HOSTILE:
         yield Call("add_turns", "turns[0]", label, ([bad],), {})
 
@@ -253,41 +253,59 @@ def _describe(call: Call, exc: BaseException) -> str:
     return f"{call.method}({call.target}={call.label}): {kind}: {str(exc)[:120]}"
 
 
-def _run_corpus(mem: ReflectiveMemory) -> tuple[int, int, list[str], list[str]]:
-    """Run every hostile call.
+@dataclass
+class Outcome:
+    """What the corpus did on one backend."""
 
-    Returns:
-        The number of calls, of typed errors, the calls that raised anything else, and the
-        calls whose typed error was mapped from a driver error (the input reached the store).
+    calls: int = 0
+    typed: int = 0
+    untyped: list[str] = field(default_factory=list)
+    reached_store: list[str] = field(default_factory=list)
+    #: (method, argument, hostile label) -> "ok" or the typed error's class name.
+    results: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+
+def _run_corpus(mem: ReflectiveMemory) -> Outcome:
+    """Run every hostile call, then check the store still works.
+
+    `reached_store` lists the calls whose typed error was mapped from a driver error (the
+    input got past the checks to the store).
     """
     ctx = _seed(mem)
-    calls = typed = 0
-    untyped: list[str] = []
-    reached_store: list[str] = []
+    out = Outcome()
     for call in corpus(ctx):
-        calls += 1
+        out.calls += 1
+        result = "ok"
         try:
             call.run(mem)
         except ReflectiveMemoryError as exc:
-            typed += 1
+            out.typed += 1
+            result = type(exc).__name__
             duplicate = "already exists" in str(exc)  # only the store can know that
             if not duplicate and exc.__cause__ is not None and typed_error(exc.__cause__):
-                reached_store.append(_describe(call, exc.__cause__))
+                out.reached_store.append(_describe(call, exc.__cause__))
         except Exception as exc:  # noqa: BLE001 - collected and reported below
-            untyped.append(_describe(call, exc))
+            out.untyped.append(_describe(call, exc))
+            result = type(exc).__name__
+        out.results[(call.method, call.target, call.label)] = result
     _still_usable(mem)
-    return calls, typed, untyped, reached_store
+    return out
 
 
-def _check(mem: ReflectiveMemory) -> None:
-    calls, typed, untyped, reached_store = _run_corpus(mem)
-    logger.info("%d hostile calls: %d typed errors, %d untyped", calls, typed, len(untyped))
-    assert calls > 1500
-    assert typed > calls // 2  # most hostile calls are refused
-    assert not untyped, f"{len(untyped)} of {calls} calls raised untyped errors:\n" + "\n".join(
-        untyped
+def _check(mem: ReflectiveMemory) -> Outcome:
+    out = _run_corpus(mem)
+    logger.info(
+        "%d hostile calls: %d typed errors, %d untyped", out.calls, out.typed, len(out.untyped)
     )
-    assert not reached_store, "hostile input reached the store:\n" + "\n".join(reached_store)
+    assert out.calls > 1500
+    assert out.typed > out.calls // 2  # most hostile calls are refused
+    assert not out.untyped, (
+        f"{len(out.untyped)} of {out.calls} calls raised untyped errors:\n" + "\n".join(out.untyped)
+    )
+    assert not out.reached_store, "hostile input reached the store:\n" + "\n".join(
+        out.reached_store
+    )
+    return out
 
 
 _CONFIG = {"units": {"granularities": ("turn", "session")}}
@@ -300,11 +318,22 @@ def test_hostile_calls_on_sqlite(tmp_path) -> None:
         _check(mem)
 
 
-def test_hostile_calls_on_postgres(pg_dsn) -> None:
+def test_hostile_calls_on_postgres_as_on_sqlite(pg_dsn, tmp_path) -> None:
+    """Every hostile call ends the same way on both backends (one layer of checks)."""
     with ReflectiveMemory(
         store=pg_dsn, embedder=HashingEmbedder(32), config=MemoryConfig(**_CONFIG)
     ) as mem:
-        _check(mem)
+        on_pg = _check(mem)
+    with ReflectiveMemory(
+        tmp_path / "m", embedder=HashingEmbedder(32), config=MemoryConfig(**_CONFIG)
+    ) as mem:
+        on_sqlite = _run_corpus(mem)
+    differ = [
+        f"{key}: sqlite {on_sqlite.results[key]}, postgres {result}"
+        for key, result in on_pg.results.items()
+        if on_sqlite.results[key] != result
+    ]
+    assert not differ, "\n".join(differ)
 
 
 def test_corpus_covers_every_public_method() -> None:

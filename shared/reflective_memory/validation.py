@@ -105,11 +105,16 @@ def check_optional_ids(name: str, values: Any) -> list[str | None]:
 
 
 def check_text(name: str, value: Any) -> str:
-    """Check that `value` is a non-blank str that can be stored as UTF-8; return it."""
+    """Check that `value` is a non-blank str, without NUL, that can be stored as UTF-8.
+
+    PostgreSQL cannot store a NUL in text; it is refused on every backend alike.
+    """
     if not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
     if not value.strip():
         raise InvalidInputError(f"{name} must not be empty or whitespace")
+    if "\x00" in value:
+        raise InvalidInputError(f"{name} contains a NUL character (0x00)")
     return check_encodable(name, value)
 
 
