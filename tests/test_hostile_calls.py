@@ -417,3 +417,12 @@ def test_a_locked_sqlite_database_is_unavailable_not_bad_input(tmp_path) -> None
     finally:
         holder.close()
         other.close()
+
+
+def test_a_store_that_cannot_be_opened_is_a_typed_error(tmp_path) -> None:
+    from reflective_memory.errors import StoreUnavailableError
+
+    (tmp_path / "memory.sqlite3").mkdir()  # the database file's name is taken by a directory
+    with pytest.raises(StoreUnavailableError) as info:
+        ReflectiveMemory(tmp_path, embedder=HashingEmbedder(8))
+    assert isinstance(info.value.__cause__, sqlite3.OperationalError)

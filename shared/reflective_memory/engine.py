@@ -74,6 +74,11 @@ class ReflectiveMemory:
     `Retriever` (the retrieval pipeline), record edits to `Records`, learning to RMM's
     `RerankStage`; this class wires them to one store and one set of settings.
 
+    Every method checks its arguments (`reflective_memory.validation`) before any store call
+    and fails with a `ReflectiveMemoryError`; a driver or decoding error from either backend
+    is raised as one too, the driver's error chained as its cause
+    (`reflective_memory.storage.driver_errors`).
+
     Args:
         path: `None` keeps everything in memory; a directory holds the SQLite database
             (`memory.sqlite3`) and the index cache files (`index/`). Reopening the directory
@@ -104,6 +109,7 @@ class ReflectiveMemory:
         ('s1:0',)
     """
 
+    @typed_errors
     def __init__(
         self,
         path: str | Path | None = None,
