@@ -65,7 +65,7 @@ HOSTILE: tuple[tuple[str, Any], ...] = (
     ("empty dict", {}),
     ("tuple", ("a", 5)),
     ("bytearray", bytearray(b"x")),
-    ("tiny float", -1e308),
+    ("very negative float", -1e308),
     ("set", {"x"}),
     ("object", _Opaque()),
     ("empty str", ""),
@@ -334,6 +334,17 @@ def test_hostile_calls_on_postgres_as_on_sqlite(pg_dsn, tmp_path) -> None:
         if on_sqlite.results[key] != result
     ]
     assert not differ, "\n".join(differ)
+
+
+def test_the_valid_calls_of_the_corpus_succeed(tmp_path) -> None:
+    """Each hostile call differs from a working call in one argument only."""
+    with ReflectiveMemory(
+        tmp_path / "m", embedder=HashingEmbedder(32), config=MemoryConfig(**_CONFIG)
+    ) as mem:
+        ctx = _seed(mem)
+        for method in (*METHODS, *ASYNC_TWINS):
+            spec = METHODS[ASYNC_TWINS.get(method, method)]
+            _call(method, spec, ctx, "", None, "valid").run(mem)
 
 
 def test_corpus_covers_every_public_method() -> None:
