@@ -33,12 +33,23 @@ from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
 from reflective_memory.sessions.writer import SessionWriter
 from reflective_memory.storage.base import MemoryStore, StateHolder, require_open
+from reflective_memory.storage.driver_errors import typed_errors
 from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.storage.state import FileStateStore
 from reflective_memory.types import Memory, RerankRecord, Retrieval, Turn
-from reflective_memory.validation import check_id
+from reflective_memory.validation import (
+    check_flag,
+    check_id,
+    check_numbering,
+    check_numbers,
+    check_optional_ids,
+    check_positive,
+    check_str,
+    check_text,
+    check_texts,
+)
 
 __all__ = ["ReflectiveMemory"]
 
@@ -62,6 +73,11 @@ class ReflectiveMemory:
     Writes go to a `SessionWriter` (turns in, sessions out as memories), reads to a
     `Retriever` (the retrieval pipeline), record edits to `Records`, learning to RMM's
     `RerankStage`; this class wires them to one store and one set of settings.
+
+    Every method checks its arguments (`reflective_memory.validation`) before any store call
+    and fails with a `ReflectiveMemoryError`; a driver or decoding error from either backend
+    is raised as one too, the driver's error chained as its cause
+    (`reflective_memory.storage.driver_errors`).
 
     Args:
         path: `None` keeps everything in memory; a directory holds the SQLite database
@@ -93,6 +109,7 @@ class ReflectiveMemory:
         ('s1:0',)
     """
 
+    @typed_errors
     def __init__(
         self,
         path: str | Path | None = None,
@@ -198,6 +215,7 @@ class ReflectiveMemory:
         return self.sessions.reflector
 
     # -- lifecycle ------------------------------------------------------------------------
+    @typed_errors
     def close(self) -> None:
         """Close the store; later calls raise `StoreClosedError`. Idempotent.
 
@@ -215,6 +233,7 @@ class ReflectiveMemory:
         require_open(self.store)
 
     # -- write path -----------------------------------------------------------------------
+    @typed_errors
     def add_turn(
         self,
         user_id: str,
@@ -254,6 +273,7 @@ class ReflectiveMemory:
             ]
         )[0]
 
+    @typed_errors
     def add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
         """Store many turns in one transaction (all or none).
 
@@ -266,6 +286,7 @@ class ReflectiveMemory:
         """
         return self.sessions.add_turns(turns)
 
+    @typed_errors
     def end_session(self, user_id: str, session_id: str) -> list[Memory]:
         """Turn a session's turns into memories and index them (see `SessionWriter`).
 
@@ -276,15 +297,18 @@ class ReflectiveMemory:
         """
         return self.sessions.end_session(user_id, session_id)
 
+    @typed_errors
     def redenoise(self, user_id: str, *, only_stale: bool = False) -> int:
         """Re-key a user's turn, session and segment units with the current denoiser."""
         return self.sessions.redenoise(user_id, only_stale=only_stale)
 
+    @typed_errors
     def reflection_report(self, user_id: str, session_id: str) -> dict[str, Any] | None:
         """The last prospective-reflection report of a session (counts and LLM usage)."""
         return self.sessions.reflection_report(user_id, session_id)
 
     # -- read path ------------------------------------------------------------------------
+    @typed_errors
     def retrieve(
         self,
         user_id: str,
@@ -349,6 +373,7 @@ class ReflectiveMemory:
 
     # -- feedback (RMM) --------------------------------------------------------------------
     # Forwarding façade of `self.rerank_stage` (`reflective_memory.rmm.feedback.RerankStage`).
+    @typed_errors
     def reranker(self, user_id: str) -> Reranker | PersonalReranker | None:
         """The reranker serving `user_id` (None with `config.rerank.enabled` off).
 
@@ -359,6 +384,7 @@ class ReflectiveMemory:
         check_id("user_id", user_id)
         return self.rerank_stage.reranker(user_id) if self.config.rerank.enabled else None
 
+    @typed_errors
     def rerank_texts(
         self,
         user_id: str,
@@ -388,6 +414,14 @@ class ReflectiveMemory:
             {'1': 1.0, '0': -1.0}
         """
         self._open()
+        check_id("user_id", user_id)
+        check_text("query", query)
+        check_texts("texts", texts)
+        if ids is not None:
+            check_optional_ids("ids", ids)
+        check_positive("top_n", top_n)
+        check_flag("explore", explore)
+        check_flag("keep_order", keep_order)
         return self.rerank_stage.rerank_texts(
             user_id,
             query,
@@ -399,6 +433,7 @@ class ReflectiveMemory:
             reranker=reranker,
         )
 
+    @typed_errors
     def feedback(
         self,
         shown: Retrieval | RankedTexts | RerankRecord,
@@ -440,6 +475,11 @@ class ReflectiveMemory:
                 nothing, or `shown` is none of the types above.
         """
         self._open()
+        if answer is not None:
+            check_str("answer", answer)
+        if cited is not None:
+            check_numbers("cited", cited)
+        check_numbering("numbering", numbering)
         return self.rerank_stage.feedback(
             shown, answer, cited, self.indexes.get, numbering=numbering
         )
@@ -458,52 +498,63 @@ class ReflectiveMemory:
         )
 
     # -- records ------------------------------------------------------------------------
+    @typed_errors
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
         """Stored turns of a user, or of one session, in order (unknown ids give `[]`)."""
         return self.records.turns(user_id, session_id)
 
+    @typed_errors
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
         """A user's memories (all of them, or the given ids in that order)."""
         return self.records.memories(user_id, ids)
 
+    @typed_errors
     def open_sessions(self, user_id: str) -> list[str]:
         """Ids of the user's sessions that have turns not yet turned into memories."""
         return self.records.open_sessions(user_id)
 
+    @typed_errors
     def put_memory(self, user_id: str, text: str, **kw: Any) -> Memory:
         """Store (or replace, by id) one memory written directly (see `Records.put_memory`)."""
         return self.records.put_memory(user_id, text, **kw)
 
+    @typed_errors
     def get_memory(self, user_id: str, memory_id: str) -> Memory:
         """One memory of a user by id (`UnknownMemoryError` when it has none)."""
         return self.records.get_memory(user_id, memory_id)
 
+    @typed_errors
     def delete_memory(self, user_id: str, memory_id: str) -> bool:
         """Delete one memory of a user; return whether it existed."""
         return self.records.delete_memory(user_id, memory_id)
 
+    @typed_errors
     def delete_turns(
         self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
-    ) -> int:
+    ) -> list[Turn]:
         """Delete some turns of a session (all when None) and what was built from them.
 
         Returns:
-            How many turns went.
+            The deleted turns, in order.
         """
         return self.records.delete_turns(user_id, session_id, turn_ids)
 
+    @typed_errors
     def delete_session(self, user_id: str, session_id: str) -> int:
         """Erase a session's turns and every memory derived from it; return the turns deleted."""
         return self.records.delete_session(user_id, session_id)
 
+    @typed_errors
     def delete_user(self, user_id: str) -> int:
         """Erase a user: turns, memories, caches, reranker data and the id itself."""
         return self.records.delete_user(user_id)
 
+    @typed_errors
     def users(self) -> list[str]:
         """Every user with stored turns or memories."""
         return self.records.users()
 
+    @typed_errors
     def stats(self, user_id: str) -> dict[str, Any]:
         """Counts of a user's turns, sessions (open ones too) and memories by granularity."""
         return self.records.stats(user_id)

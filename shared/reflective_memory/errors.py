@@ -17,6 +17,7 @@ __all__ = [
     "ConfigError",
     "ModelLoadError",
     "StoreUnavailableError",
+    "StoreError",
 ]
 
 
@@ -104,3 +105,12 @@ class ModelLoadError(ReflectiveMemoryError, RuntimeError):
 
 class StoreUnavailableError(ReflectiveMemoryError, ConnectionError):
     """A database server backing the store could not be reached or refused the request."""
+
+
+class StoreError(ReflectiveMemoryError, RuntimeError):
+    """The database driver failed in a way no other error names (its error is the `__cause__`).
+
+    Bad input, damage and an unreachable server have their own errors (`InvalidInputError`,
+    `StoreCorruptedError`, `StoreUnavailableError`); this one is left for the rest, e.g. an SQL
+    statement the database refused, and is worth a bug report.
+    """

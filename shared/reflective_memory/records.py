@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from reflective_memory.errors import (
-    InvalidInputError,
-    UnknownMemoryError,
-)
+from reflective_memory.errors import UnknownMemoryError
 from reflective_memory.storage.base import MemoryDraft, MemoryStore, require_open
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.types import GRANULARITIES, Memory, Turn
-from reflective_memory.validation import check_encodable, check_id
+from reflective_memory.validation import (
+    check_choice,
+    check_id,
+    check_ids,
+    check_json_object,
+    check_optional_id,
+    check_text,
+)
 
 if TYPE_CHECKING:
     from reflective_memory.embed import Embedder
@@ -67,6 +70,8 @@ class Records:
         """A user's memories (all of them, or the given ids in that order)."""
         self._open()
         check_id("user_id", user_id)
+        if ids is not None:
+            ids = check_ids("ids", ids)
         return self.store.memories(user_id, ids)
 
     def open_sessions(self, user_id: str) -> list[str]:
@@ -123,9 +128,7 @@ class Records:
         check_id("user_id", user_id)
         check_id("session_id", session_id)
         if turn_ids is not None:
-            if isinstance(turn_ids, str):
-                raise InvalidInputError("turn_ids must be a list of turn ids, not a str")
-            turn_ids = [check_id("turn_id", t) for t in turn_ids]
+            turn_ids = check_ids("turn_ids", turn_ids)
         gone = self.store.delete_turns(user_id, session_id, turn_ids)
         if gone:
             self.indexes.invalidate(user_id)
@@ -219,23 +222,15 @@ def _direct_draft(
     Raises:
         InvalidInputError: A field is of the wrong type, empty or not encodable.
     """
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInputError("text must be a non-empty str")
-    check_encodable("text", text)
-    if key is not None and (not isinstance(key, str) or not key.strip()):
-        raise InvalidInputError("key must be None or a non-empty str")
+    check_text("text", text)
     if key is not None:
-        check_encodable("key", key)
-    if not isinstance(session_id, str):
-        raise InvalidInputError(f"session_id must be a str, got {type(session_id).__name__}")
-    if isinstance(turn_ids, str) or not isinstance(turn_ids, Sequence):
-        raise InvalidInputError("turn_ids must be a sequence of turn ids")
-    turn_ids = [check_id("turn_id", t) for t in turn_ids]
-    if granularity not in GRANULARITIES:
-        raise InvalidInputError(f"granularity must be one of {GRANULARITIES}")
-    if memory_id is not None:
-        check_id("memory_id", memory_id)
-    _check_metadata(metadata)
+        check_text("key", key)
+    if session_id != "":  # a memory written directly may come from no session
+        check_id("session_id", session_id)
+    turn_ids = check_ids("turn_ids", turn_ids)
+    check_choice("granularity", granularity, GRANULARITIES)
+    check_optional_id("memory_id", memory_id)
+    check_json_object("metadata", metadata)
     return MemoryDraft(
         session_id=session_id,
         granularity=granularity,
@@ -245,15 +240,3 @@ def _direct_draft(
         metadata=dict(metadata) if metadata is not None else {},
         id=memory_id,
     )
-
-
-def _check_metadata(metadata: dict[str, Any] | None) -> None:
-    """Raise `InvalidInputError` unless `metadata` is None or a JSON-serialisable dict."""
-    if metadata is None:
-        return
-    if not isinstance(metadata, dict):
-        raise InvalidInputError("metadata must be a dict")
-    try:
-        json.dumps(metadata)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"metadata is not JSON-serialisable: {exc}") from exc

@@ -1,13 +1,31 @@
-"""Argument checks shared by the public API: bad input fails before any work is done."""
+"""Argument checks shared by the public API: bad input fails before any work is done.
+
+One layer for both backends: every public method of `ReflectiveMemory` checks its arguments
+with these functions before any store call, so a hostile value (wrong type, NUL, lone
+surrogate, blank id) is an `InvalidInputError` on SQLite and PostgreSQL alike.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError
 
 __all__ = [
     "check_id",
+    "check_ids",
+    "check_optional_id",
+    "check_optional_ids",
+    "check_str",
+    "check_text",
+    "check_texts",
+    "check_flag",
+    "check_choice",
+    "check_numbers",
+    "check_numbering",
+    "check_json_object",
     "check_positive",
     "check_role",
     "check_encodable",
@@ -34,14 +52,123 @@ def check_encodable(name: str, value: str) -> str:
 
 
 def check_id(name: str, value: Any) -> str:
-    """Check that an id is a non-blank str of at most `MAX_ID_CHARS`; return it."""
+    """Check that an id is a non-blank str of at most `MAX_ID_CHARS`, no NUL; return it.
+
+    Example:
+        >>> check_id("user_id", "ana")
+        'ana'
+        >>> check_id("user_id", "a" + chr(0))
+        Traceback (most recent call last):
+        ...
+        reflective_memory.errors.InvalidInputError: user_id contains a NUL character (0x00)
+    """
     if not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
     if not value.strip():
         raise InvalidInputError(f"{name} must not be empty")
     if len(value) > MAX_ID_CHARS:
         raise InvalidInputError(f"{name} is longer than {MAX_ID_CHARS} characters")
+    if "\x00" in value:
+        raise InvalidInputError(f"{name} contains a NUL character (0x00)")
     return check_encodable(name, value)
+
+
+def check_optional_id(name: str, value: Any) -> str | None:
+    """`check_id` that lets None through."""
+    return None if value is None else check_id(name, value)
+
+
+def _items(name: str, values: Any) -> list[Any]:
+    """The items of a collection argument (not a str, bytes or mapping), as a list."""
+    if isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(values, Iterable):
+        raise InvalidInputError(f"{name} must be a collection, got {type(values).__name__}")
+    return list(values)
+
+
+def check_ids(name: str, values: Any) -> list[str]:
+    """Check a collection of ids (not a str or bytes; each passes `check_id`); return a list.
+
+    Example:
+        >>> check_ids("turn_ids", ("t1", "t2"))
+        ['t1', 't2']
+        >>> check_ids("turn_ids", "t1")
+        Traceback (most recent call last):
+        ...
+        reflective_memory.errors.InvalidInputError: turn_ids must be a collection, got str
+    """
+    return [check_id(f"{name}[{i}]", v) for i, v in enumerate(_items(name, values))]
+
+
+def check_optional_ids(name: str, values: Any) -> list[str | None]:
+    """`check_ids` whose items may also be None."""
+    return [check_optional_id(f"{name}[{i}]", v) for i, v in enumerate(_items(name, values))]
+
+
+def check_text(name: str, value: Any) -> str:
+    """Check that `value` is a non-blank str, without NUL, that can be stored as UTF-8.
+
+    PostgreSQL cannot store a NUL in text; it is refused on every backend alike.
+    """
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInputError(f"{name} must not be empty or whitespace")
+    if "\x00" in value:
+        raise InvalidInputError(f"{name} contains a NUL character (0x00)")
+    return check_encodable(name, value)
+
+
+def check_str(name: str, value: Any) -> str:
+    """Check that `value` is a str (blank allowed) that can be stored as UTF-8; return it."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
+    return check_encodable(name, value)
+
+
+def check_texts(name: str, values: Any) -> list[str]:
+    """Check a collection of str (each encodable, blank allowed); return it as a list."""
+    return [check_str(f"{name}[{i}]", v) for i, v in enumerate(_items(name, values))]
+
+
+def check_flag(name: str, value: Any) -> bool | None:
+    """Check that `value` is a bool or None; return it."""
+    if value is not None and not isinstance(value, bool):
+        raise InvalidInputError(f"{name} must be True, False or None, got {type(value).__name__}")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: Collection[str]) -> str:
+    """Check that `value` is one of `choices`; return it."""
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidInputError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_numbers(name: str, values: Any) -> list[int]:
+    """Check a collection of non-negative ints (citation numbers, positions); return a list."""
+    out = _items(name, values)
+    if not all(_is_int(v) and v >= 0 for v in out):
+        raise InvalidInputError(f"{name} must hold non-negative integers, got {out!r:.80}")
+    return out
+
+
+def check_numbering(name: str, value: Any) -> dict[int, int | None] | None:
+    """Check a mapping of non-negative int -> non-negative int or None (or None); return it."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{name} must be a mapping or None, got {type(value).__name__}")
+    for k, v in value.items():
+        if not (_is_int(k) and k >= 0) or not (v is None or (_is_int(v) and v >= 0)):
+            raise InvalidInputError(
+                f"{name} must map non-negative integers to non-negative integers or None, "
+                f"got {k!r}: {v!r}"
+            )
+    return dict(value)
 
 
 def check_role(value: Any) -> str:
@@ -86,4 +213,46 @@ def check_positive(name: str, value: Any) -> int | None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidInputError(f"{name} must be a positive integer or None, got {value!r}")
+    return value
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every str in a JSON value: keys and values, nested."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def check_json_object(name: str, value: Any) -> dict[str, Any] | None:
+    """Check that `value` is None or a dict both backends store as JSON; return it.
+
+    JSON here is strict: no NaN or infinity, and no NUL or lone surrogate in any string
+    (PostgreSQL's `jsonb` refuses them).
+
+    Example:
+        >>> check_json_object("metadata", {"tags": ["a", "b"], "n": 1})
+        {'tags': ['a', 'b'], 'n': 1}
+        >>> check_json_object("metadata", {"x": ["a" + chr(0)]})
+        Traceback (most recent call last):
+        ...
+        reflective_memory.errors.InvalidInputError: metadata contains a NUL character (0x00)
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{name} must be a dict or None, got {type(value).__name__}")
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"{name} is not JSON: {exc}") from exc
+    for text in _strings(value):
+        if "\x00" in text:
+            raise InvalidInputError(f"{name} contains a NUL character (0x00)")
+        check_encodable(name, text)
     return value

@@ -23,7 +23,14 @@ from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import GRANULARITIES, Retrieval
-from reflective_memory.validation import check_encodable, check_id, check_positive
+from reflective_memory.validation import (
+    check_flag,
+    check_id,
+    check_ids,
+    check_positive,
+    check_text,
+    check_texts,
+)
 
 if TYPE_CHECKING:
     from reflective_memory.config import MemoryConfig
@@ -114,7 +121,7 @@ class Retriever:
             user_id, query, k, budget_tokens, mode, recall, views, explore, exclude_turns, now
         )
         cfg = self.config.conditional
-        if cfg.self_reflection if reflect is None else reflect:
+        if cfg.self_reflection if check_flag("reflect", reflect) is None else reflect:
             return self._reflective(request, t_start)
         return self.run(request, t_start)
 
@@ -133,19 +140,17 @@ class Retriever:
     ) -> RetrievalRequest:
         """Check a call's arguments (before any work) and resolve them against the config."""
         check_id("user_id", user_id)
-        if not isinstance(query, str):
-            raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
-        if not query.strip():
-            raise InvalidInputError("query must not be empty or whitespace")
-        check_encodable("query", query)
+        check_text("query", query)
         k, budget = check_positive("k", k), check_positive("budget_tokens", budget)
         cfg = self.config
         mode = cfg.search.mode if mode is None else mode
-        if mode not in SEARCH_MODES:
+        if not isinstance(mode, str) or mode not in SEARCH_MODES:
             raise InvalidInputError(f"mode must be hybrid, dense or lexical, got {mode!r}")
         if recall is None:
             recall = cfg.recall
         elif isinstance(recall, dict):
+            if not all(isinstance(name, str) for name in recall):
+                raise InvalidInputError("recall must map RecallConfig field names (str) to values")
             recall = cfg.recall.replace(**recall)
         elif not isinstance(recall, RecallConfig):
             raise InvalidInputError(
@@ -154,18 +159,12 @@ class Retriever:
         if k is None and budget is None:
             k = cfg.search.default_k
             budget = cfg.search.default_budget_tokens if k is None else None
-        views = cfg.search.views if views is None else tuple(views)
+        views = cfg.search.views if views is None else tuple(check_texts("views", views))
         if views is not None and (not views or any(v not in GRANULARITIES for v in views)):
             raise InvalidInputError(f"views must name kinds from {GRANULARITIES}, got {views!r}")
-        explore = cfg.rerank.explore if explore is None else bool(explore)
-        if exclude is None:
-            exclude = frozenset()
-        elif isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
-            raise InvalidInputError(
-                f"exclude_turns must be a collection of turn ids, got {type(exclude).__name__}"
-            )
-        elif not all(isinstance(t, str) for t in exclude):
-            raise InvalidInputError("exclude_turns must hold turn ids (str)")
+        explore = check_flag("explore", explore)
+        explore = cfg.rerank.explore if explore is None else explore
+        exclude = () if exclude is None else check_ids("exclude_turns", exclude)
         asked = parse_timestamp(now)
         if asked is not None and asked.tzinfo is None:
             asked = asked.replace(tzinfo=timezone.utc)

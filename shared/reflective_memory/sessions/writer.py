@@ -38,7 +38,7 @@ from reflective_memory.units import (
     turn_unit_id,
     unit_draft,
 )
-from reflective_memory.validation import check_encodable, check_id, check_role
+from reflective_memory.validation import check_flag, check_id, check_role, check_text
 
 if TYPE_CHECKING:
     from reflective_memory.config import MemoryConfig
@@ -119,11 +119,7 @@ class SessionWriter:
         check_id("user_id", user_id)
         check_id("session_id", session_id)
         check_role(role)
-        if not isinstance(text, str):
-            raise InvalidInputError(f"text must be a str, got {type(text).__name__}")
-        check_encodable("text", text)
-        if not text.strip():
-            raise InvalidInputError("text must not be empty or whitespace")
+        check_text("text", text)
         if len(text) > self.config.sessions.max_text_chars:
             raise InvalidInputError(
                 f"text has {len(text)} characters, more than max_text_chars="
@@ -453,6 +449,8 @@ class SessionWriter:
     def reflection_report(self, user_id: str, session_id: str) -> dict[str, Any] | None:
         """The last prospective-reflection report of a session (counts and LLM usage)."""
         self._open()
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
         return self.store.get_value(f"rmm.reflection/{user_id}/{session_id}")
 
     def embed_keys(self, keys: list[str]) -> np.ndarray:
@@ -510,6 +508,7 @@ class SessionWriter:
         """
         self._open()
         check_id("user_id", user_id)
+        only_stale = bool(check_flag("only_stale", only_stale))
         current = denoiser_name(self.denoiser)
         drafts = self._rekey_drafts(user_id, only_stale, current)
         if not drafts:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from reflective_memory.errors import StoreCorruptedError
 
-__all__ = ["guarded", "is_corruption"]
+__all__ = ["guarded", "is_corruption", "result_code"]
 
 # SQLite result codes (low byte) that mean the file is damaged or is no database at all.
 _CORRUPT_CODES = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -17,11 +17,17 @@ _CORRUPT_CODES = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+def result_code(exc: sqlite3.Error) -> int | None:
+    """SQLite's primary result code (low byte) of `exc`; None when SQLite did not raise it."""
+    code = getattr(exc, "sqlite_errorcode", None)  # set only on errors SQLite itself reported
+    return None if code is None else int(code) & 0xFF
+
+
 def is_corruption(exc: sqlite3.Error) -> bool:
     """Whether `exc` says the database file is damaged or is no database."""
-    code = getattr(exc, "sqlite_errorcode", None)
+    code = result_code(exc)
     if code is not None:
-        return (int(code) & 0xFF) in _CORRUPT_CODES
+        return code in _CORRUPT_CODES
     text = str(exc).lower()
     return "malformed" in text or "not a database" in text
 
