@@ -252,13 +252,16 @@ class ReflectiveMemory:
             role: `user`, `assistant`, `system` or any speaker label.
             text: The utterance (stored whole, however long).
             timestamp: When it was said (datetime, Unix seconds, or a date string).
-            turn_id: Your own id for the turn, kept in every memory's provenance.
+            turn_id: Your own id for the turn, kept in every memory's provenance. Sending a
+                stored turn again (same ids, role and text; e.g. a retry after a crash or a
+                timeout) stores nothing and returns the stored turn, indexing it if it was not.
 
         Returns:
             The stored `Turn`.
 
         Raises:
-            InvalidInputError: An argument is empty, of the wrong type, or a duplicate turn id.
+            InvalidInputError: An argument is empty, of the wrong type, or a turn id already
+                used for another role or text.
         """
         return self.add_turns(
             [

@@ -160,10 +160,58 @@ class SessionWriter:
                     t.get("turn_id"),
                 )
             )
-        stored = self.store.add_turns(records)
+        try:
+            stored = self.store.add_turns(records)
+        except InvalidInputError:
+            resent = self._resent(records)
+            if not resent:
+                raise
+            return self._add_after_resend(records, resent)
         self._index_turns(stored)
         self._auto_end(stored)
         return stored
+
+    def _resent(self, records: Sequence[dict[str, Any]]) -> dict[int, Turn]:
+        """Records that re-send a stored turn (same ids, role and text), by their position.
+
+        A client that did not hear back (a crash, a timeout) sends the turn again: that is
+        not a new turn, and not an error.
+        """
+        out: dict[int, Turn] = {}
+        sessions: dict[tuple[str, str], dict[str, Turn]] = {}
+        for i, r in enumerate(records):
+            if r["turn_id"] is None:
+                continue
+            key = (r["user_id"], r["session_id"])
+            if key not in sessions:
+                sessions[key] = {t.turn_id: t for t in self.store.turns(*key)}
+            got = sessions[key].get(r["turn_id"])
+            if got is not None and got.role == r["role"] and got.text == r["text"]:
+                out[i] = got
+        return out
+
+    def _add_after_resend(
+        self, records: Sequence[dict[str, Any]], resent: dict[int, Turn]
+    ) -> list[Turn]:
+        """Store the new records of a batch that re-sends stored turns; index what is missing.
+
+        A re-sent turn whose `turn` unit is missing (the process died between committing the
+        turn and indexing it) is indexed now, so the retry leaves it searchable.
+        """
+        fresh = [r for i, r in enumerate(records) if i not in resent]
+        stored = iter(self.store.add_turns(fresh) if fresh else [])
+        out = [resent[i] if i in resent else next(stored) for i in range(len(records))]
+        new = [t for i, t in enumerate(out) if i not in resent]
+        unindexed = [
+            t
+            for t in resent.values()
+            if not self.store.memories(
+                t.user_id, [turn_unit_id(t.user_id, t.session_id, t.turn_id)]
+            )
+        ]
+        self._index_turns(new + unindexed)
+        self._auto_end(new)
+        return out
 
     def _auto_end(self, stored: Sequence[Turn]) -> None:
         """End sessions that hit the turn cap or went idle (never fails the write)."""
