@@ -430,3 +430,15 @@ def test_open_session_turns_rank_fairly_on_postgres(pg_dsn) -> None:
         _fill(mem, SESSIONS, "open")
         assert mem.open_sessions("u") == ["open"]
         assert _misses(mem, "u") == {True: [], False: []}
+
+
+def test_reopening_ends_idle_sessions_as_the_embedded_store_does(pg_dsn) -> None:
+    schema = pg_schema()
+    with _mem(pg_dsn, schema) as mem:
+        mem.add_turn("u", "old", "user", "We booked the cabin in Tromsø.", timestamp="2024-01-05")
+        mem.add_turn("u", "new", "user", "Just now: the ferry is late.")
+        assert sorted(mem.open_sessions("u")) == ["new", "old"]
+    with _mem(pg_dsn, schema, sessions={"idle_seconds": 3600}) as again:
+        assert again.open_sessions("u") == ["new"]  # the idle one ended on open
+        assert [t.text for t in again.turns("u", "old")] == ["We booked the cabin in Tromsø."]
+        assert again.retrieve("u", "cabin Tromsø", k=1).hits[0].memory.session_id == "old"

@@ -165,8 +165,7 @@ class ReflectiveMemory:
         self.retriever = Retriever(
             cfg, self.store, self.indexes, self.embedder, self.rerank_stage, self.llm, count
         )
-        if self.path is not None:
-            self.sessions.end_stale_sessions()
+        self.sessions.end_stale_sessions()  # embedded and server stores alike
 
     @staticmethod
     def _directory(path: str | Path | None, store: Any | None) -> Path | None:
