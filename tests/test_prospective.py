@@ -231,3 +231,33 @@ def test_bad_args():
 def test_all_exports():
     for name in prospective.__all__:
         assert hasattr(prospective, name)
+
+
+def test_a_merged_topic_is_true_as_of_its_newest_source_and_keeps_its_history():
+    """What is true now comes first; the LLM sees every summary with its date (issue 28)."""
+    bank = InMemoryTopicBank(HashingEmbedder(128))
+    llm = ScriptedLLM(
+        extraction=[
+            '{"extracted_memories": [{"summary": "The user lives in Lisbon.", "reference": [0]}]}',
+            "NO_TRAIT",
+        ]
+    )
+    r = ProspectiveReflector(llm)
+    lisbon = _turns("s1", [("user", "I live in Lisbon, in Alfama."), ("assistant", "Lovely!")])
+    first = r.reflect("u1", "s1", lisbon, bank).added[0]
+    moved = _turns("s2", [("user", "We moved: I live in Porto now."), ("assistant", "Nice!")], 20)
+    llm.extraction = [
+        '{"extracted_memories": [{"summary": "The user moved to Porto.", "reference": [0]}]}',
+        "NO_TRAIT",
+    ]
+    llm.update = ["Merge(0, The user lives in Porto; they moved there from Lisbon.)"]
+    rep = r.reflect("u1", "s2", moved, bank)
+    assert rep.merged == [first]
+    update = next(p for p in llm.prompts if "Add()" in p)
+    assert '"[2024-03-01] The user lives in Lisbon."' in update
+    assert '"[2024-03-20] The user moved to Porto."' in update
+    text = bank.memories[first].text
+    head, earlier = text.splitlines()[:2]
+    assert head == "[as of 2024-03-20] The user lives in Porto; they moved there from Lisbon."
+    assert earlier == "Earlier: [2024-03-01] The user lives in Lisbon."
+    assert "user: We moved: I live in Porto now." in text

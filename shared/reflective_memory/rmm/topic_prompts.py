@@ -61,15 +61,19 @@ Reply:"""
 UPDATE_PROMPT = """You keep a list of topic summaries about one person. Decide how a new summary \
 about the same person changes the list.
 
+Each summary starts with the date it was last true as of, in brackets; the new summary is the
+newest.
+
 Actions (one per line, nothing else):
 - Add() — the new summary is about an aspect none of the listed summaries covers.
 - Merge(index, merged_summary) — the new summary is about the same aspect as the listed summary
   at that index (for example it updates, corrects or extends it); merged_summary is one sentence
-  that combines both, keeping the newer information when they disagree.
+  (without a date) that combines both, keeping the newer information when they disagree.
 
 Example
-Listed summaries: ["The user runs three times a week.", "The user works as a nurse."]
-New summary: "The user started running five times a week to train for a marathon."
+Listed summaries: ["[2024-03-02] The user runs three times a week.", "[2024-01-10] The user \
+works as a nurse."]
+New summary: "[2024-06-15] The user started running five times a week to train for a marathon."
 Reply:
 Merge(0, The user runs five times a week and is training for a marathon.)
 

@@ -227,15 +227,41 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _newest(draft: TopicDraft, turns: Sequence[Turn]) -> datetime | None:
+    stamps = [turns[p].timestamp for p in draft.turn_positions]
+    known = [t for t in stamps if t is not None]
+    return max(known, key=time_key) if known else None
+
+
 def _turn_line(t: Turn) -> str:
     stamp = f"[{t.timestamp:%Y-%m-%d}] " if t.timestamp is not None else ""
     return f"{stamp}{t.role}: {t.text}"
 
 
-def topic_text(summary: str, source_lines: Sequence[str], date: datetime | None = None) -> str:
-    """A topic memory's text: dated summary, then its source turns."""
-    head = f"[{date:%Y-%m-%d}] {summary}" if date is not None else summary
+def topic_text(
+    summary: str,
+    source_lines: Sequence[str],
+    date: datetime | None = None,
+    earlier: Sequence[str] = (),
+) -> str:
+    """A topic memory's text: dated summary, what it said before (newest first), its sources.
+
+    A merged topic reads `[as of <newest date>] <summary>` and keeps its former summaries,
+    each with its own date, so "what is true now" comes first and the history stays.
+    """
+    head = f"[as of {date:%Y-%m-%d}] {summary}" if date is not None and earlier else None
+    if head is None:
+        head = f"[{date:%Y-%m-%d}] {summary}" if date is not None else summary
+    if earlier:
+        head += "\nEarlier: " + "; ".join(reversed(earlier))
     return head + _SOURCE_MARK + "\n".join(source_lines)
+
+
+def dated_summary(memory: Memory) -> str:
+    """A topic's summary with the date it is true as of (its newest source), for the LLM."""
+    summary = str(memory.metadata.get("rmm", {}).get("summary", memory.key))
+    when = memory.end_time or memory.start_time
+    return f"[{when:%Y-%m-%d}] {summary}" if when is not None else summary
 
 
 def _source_lines(memory: Memory) -> list[str]:
@@ -313,18 +339,24 @@ def merge_topic_memory(
     if session_id not in sessions:
         sessions.append(session_id)
     old_summary = rmm.get("summary", existing.key)
+    old_when = existing.end_time or existing.start_time
+    earlier = [
+        *rmm.get("earlier", []),
+        f"[{old_when:%Y-%m-%d}] {old_summary}" if old_when is not None else str(old_summary),
+    ]
     rmm.update(
+        earlier=earlier,
         summary=merged_summary,
         sessions=sessions,
         previous_summaries=[*rmm.get("previous_summaries", []), old_summary],
         source_lines=lines,
         speaker=rmm.get("speaker", draft.speaker),
     )
-    date = min(stamps, key=time_key) if stamps and date_prefix else None
+    date = max(stamps, key=time_key) if stamps and date_prefix else None
     return replace(
         existing,
         session_id=session_id,
-        text=topic_text(merged_summary, lines, date),
+        text=topic_text(merged_summary, lines, date, earlier if date_prefix else ()),
         key=merged_summary,
         turn_ids=tuple(old_ids + [t.turn_id for t in new_src]),
         updated_at=now,
@@ -424,9 +456,16 @@ class ProspectiveReflector:
         return drafts
 
     def decide(
-        self, draft: TopicDraft, history: Sequence[Memory], report: ReflectionReport | None = None
+        self,
+        draft: TopicDraft,
+        history: Sequence[Memory],
+        report: ReflectionReport | None = None,
+        when: datetime | None = None,
     ) -> list[UpdateAction]:
         """Ask Add or Merge for one draft against similar existing topics.
+
+        Every summary the LLM sees carries the date it is true as of (the draft's: `when`, its
+        session's newest turn), so a merge can keep the newest value.
 
         With no history the answer is `Add()` without an LLM call; an LLM failure or an unusable
         reply also gives `Add()` (counted as a fallback), so no extracted topic is lost.
@@ -434,11 +473,10 @@ class ProspectiveReflector:
         report = ReflectionReport() if report is None else report
         if not history:
             return [UpdateAction("add")]
-        summaries = [m.metadata.get("rmm", {}).get("summary", m.key) for m in history]
+        summaries = [dated_summary(m) for m in history]
+        new = f"[{when:%Y-%m-%d}] {draft.summary}" if when is not None else draft.summary
         try:
-            reply = self.llm.complete(
-                build_update_prompt(draft.summary, summaries), usage=report.usage
-            )
+            reply = self.llm.complete(build_update_prompt(new, summaries), usage=report.usage)
         except LLMError:
             report.llm_failures += 1
             report.fallback_adds += 1
@@ -487,7 +525,7 @@ class ProspectiveReflector:
                 for m in bank.similar_topics(user_id, draft.summary, self.merge_k)
                 if m.user_id == user_id and m.granularity == "topic"
             ]
-            actions = self.decide(draft, history, report)
+            actions = self.decide(draft, history, report, _newest(draft, turns))
             for act in actions:
                 if act.kind == "merge" and act.index is not None and act.merged_summary:
                     merged = merge_topic_memory(
