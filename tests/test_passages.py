@@ -220,7 +220,7 @@ def test_present_tense_questions_prefer_the_newest_evidence() -> None:
         now = mem.retrieve("u", "Where do I live now?", budget_tokens=200)
         assert now.diagnostics["passages"]["present_tense"] is True
         assert now.hits[0].memory.session_id == "c"
-        past = mem.retrieve("u", "Where do I live in Lisbon Alfama?", budget_tokens=200)
+        past = mem.retrieve("u", "Where did I live in Lisbon Alfama?", budget_tokens=200)
         assert past.diagnostics["passages"]["present_tense"] is False
         assert past.hits[0].memory.session_id == "a"
         off = ReflectiveMemory(
