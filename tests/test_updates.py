@@ -113,17 +113,3 @@ def test_the_demo_knows_where_maya_lives_now_in_five_turns():
     with _demo() as mem:
         top5 = [h.memory.turn_ids[0] for h in mem.retrieve("maya", "Where do I live now?", k=5)]
         assert "s5-t7" in top5  # "I'm moving to Neukölln on August 1"
-
-
-PLAIN = {"move": "Where do I live?", "job": "What is my job?", "name": "What is my cat called?"}
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("kind", sorted(PLAIN))
-def test_a_question_about_my_state_in_the_simple_present_asks_what_is_true_now(kind):
-    old, new, _, _ = UPDATES[kind]
-    with ReflectiveMemory() as mem:
-        _chat(mem, old, new)
-        hits = mem.retrieve("ana", PLAIN[kind], k=5).hits
-        assert _rank(hits, new) == 0 and _rank(hits, new) < _rank(hits, old)
-        assert hits[0].memory.text.endswith(new)

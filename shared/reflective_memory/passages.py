@@ -62,13 +62,6 @@ _PRESENT = re.compile(
 )
 
 
-#: A question about the user's state in the simple present ("where do I live?", "what is my
-#: job?") asks what is true now as well, without a cue word.
-_STATE_NOW = re.compile(
-    r"\b(?:(?:is|are) my|am I|do I (?:live|work|have|own|use|drive|study))\b", re.IGNORECASE
-)
-
-
 def present_tense(query: str) -> bool:
     """Whether a question asks about the present state of things.
 
@@ -76,16 +69,13 @@ def present_tense(query: str) -> bool:
         query: The question.
 
     Returns:
-        True when it holds a cue such as "now", "currently", "these days", "still", "latest",
-        or asks about the user's state in the simple present ("where do I live?").
+        True when it holds a cue such as "now", "currently", "these days", "still", "latest".
 
     Example:
         >>> present_tense("Where do I live now?"), present_tense("Where did I live in 2020?")
         (True, False)
-        >>> present_tense("What is my job?")
-        True
     """
-    return bool(_PRESENT.search(query) or _STATE_NOW.search(query))
+    return bool(_PRESENT.search(query))
 
 
 def without_present_cue(query: str) -> str:
