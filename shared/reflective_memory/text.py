@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError
@@ -108,7 +109,9 @@ STOPWORDS = frozenset(
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
+@lru_cache(maxsize=1 << 16)
 def _stem(word: str) -> str:
+    """Strip one common English suffix (memoised: chat vocabularies are small)."""
     for suffix in ("ingly", "edly", "ing", "ies", "ed", "es", "ly", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)] + ("y" if suffix == "ies" else "")

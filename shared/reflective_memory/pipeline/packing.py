@@ -79,7 +79,7 @@ class PassagePacking:
             length_exponent=cfg.length_exponent,
             length_free=cfg.length_free,
             length_keep_share=cfg.length_keep_share,
-            cost_cache=state.index.extras.setdefault("text_costs", {}),  # per index version
+            cost_cache=self.turns.costs(req.user_id, state.index),
         )
         hits = [_with_unit_scores(h, state.unit_scores) for h in hits]
         if req.budget is None:  # one turn per hit: hand back the turn's stored unit

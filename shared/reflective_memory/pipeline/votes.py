@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
+from typing import Any
 
 from reflective_memory.passages import (
     RECENCY_POOL,
@@ -63,13 +64,71 @@ class UserTurns:
         """
         cache: dict[str, list[Turn]] | None = index.extras.get("session_turns")
         if cache is None:
-            cache = index.extras["session_turns"] = {}
-            if len(index) <= PRELOAD_TURNS:
-                for t in self.store.turns(user_id):
-                    cache.setdefault(t.session_id, []).append(t)
-                for turns in cache.values():
-                    turns.sort(key=lambda t: t.position)
+            preload = len(index) <= PRELOAD_TURNS
+            before = self._carried(user_id, index, "session_turns")
+            if before is not None:  # the sessions the new memories are of are read again
+                touched = self._touched(user_id, index)
+                cache = {sid: ts for sid, ts in before.items() if sid not in touched}
+                if preload:
+                    for sid in touched:
+                        turns = self.store.turns(user_id, sid)
+                        if turns:
+                            cache[sid] = turns
+            else:
+                cache = {}
+                if preload:
+                    for t in self.store.turns(user_id):
+                        cache.setdefault(t.session_id, []).append(t)
+                    for turns in cache.values():
+                        turns.sort(key=lambda t: t.position)
+            index.extras["session_turns"] = cache
         return cache
+
+    @staticmethod
+    def _carried(user_id: str, index: UserIndex, name: str) -> Any:
+        """`name` of the previous index version when this one only appended to it, else None.
+
+        The whole-history preload is carried only between versions on the same side of
+        `PRELOAD_TURNS`.
+        """
+        carried = index.carried
+        if carried is None:
+            return None
+        if name == "session_turns" and (carried.appended_from <= PRELOAD_TURNS) != (
+            len(index) <= PRELOAD_TURNS
+        ):
+            return None
+        return carried.extras.get(name)
+
+    def _touched(self, user_id: str, index: UserIndex) -> frozenset[str]:
+        """Sessions of the memories this index version appended to the one before."""
+        got = index.extras.get("touched")
+        if got is None:
+            n = index.carried.appended_from if index.carried is not None else 0
+            got = index.extras["touched"] = frozenset(
+                m.session_id for m in self.units(user_id, index)[n:] if m is not None
+            )
+        return got
+
+    def costs(self, user_id: str, index: UserIndex) -> dict[Any, Any]:
+        """Token counts of turn lines and date headers (`passages.pack_passages`' cache).
+
+        Carried from the previous index version when the speaker labels did not change,
+        without the sessions it appended to.
+        """
+        got = index.extras.get("text_costs")
+        if got is None:
+            before = self._carried(user_id, index, "text_costs")
+            labels = self.labels(user_id, index)
+            if before is not None and index.carried is not None:
+                if index.carried.extras.get("labels") == labels:
+                    touched = self._touched(user_id, index)
+                    # keys: (session, position) of a line, ("header", session, dated)
+                    before = {k: v for k, v in before.items() if k[-2] not in touched}
+                else:
+                    before = None
+            got = index.extras["text_costs"] = before if before is not None else {}
+        return got
 
     def reader(self, user_id: str, index: UserIndex) -> SessionReader:
         """A `session_id -> turns` function over the cache (reads missing sessions)."""
@@ -84,12 +143,36 @@ class UserTurns:
         """
         speakers = index.extras.get("speakers")
         if speakers is None or len(index) > PRELOAD_TURNS:
-            cache = self.sessions(user_id, index)
-            said = Counter(speaker_of(t) for turns in cache.values() for t in turns)
-            roles = {t.role for turns in cache.values() for t in turns}
+            said, roles = self._said(user_id, index)
             speakers = sorted(s for s, n in said.items() if s in roles or n >= MIN_LABELLED)
             index.extras["speakers"] = speakers
         return speakers
+
+    def _said(self, user_id: str, index: UserIndex) -> tuple[Counter[str], Counter[str]]:
+        """How many turns each speaker said and each role holds (of the sessions read).
+
+        Carried from the previous index version by recounting only the sessions it touched.
+        """
+        cache = self.sessions(user_id, index)
+        got = index.extras.get("said")
+        if got is None or len(index) > PRELOAD_TURNS:
+            before = self._carried(user_id, index, "said")
+            old = self._carried(user_id, index, "session_turns")
+            if before is not None and old is not None and len(index) <= PRELOAD_TURNS:
+                said, roles = Counter(before[0]), Counter(before[1])
+                for sid in self._touched(user_id, index):
+                    for t in old.get(sid, ()):
+                        said[speaker_of(t)] -= 1
+                        roles[t.role] -= 1
+                    for t in cache.get(sid, ()):
+                        said[speaker_of(t)] += 1
+                        roles[t.role] += 1
+                said, roles = +said, +roles  # drop the counts that fell to zero
+            else:
+                said = Counter(speaker_of(t) for turns in cache.values() for t in turns)
+                roles = Counter(t.role for turns in cache.values() for t in turns)
+            got = index.extras["said"] = (said, roles)
+        return got
 
     def newest(self, user_id: str, index: UserIndex) -> datetime | None:
         """The time of the user's newest turn (timezone-aware), if any turn has one."""
@@ -118,8 +201,12 @@ class UserTurns:
         """Each index position's memory without its text (cached per index version)."""
         table = index.extras.get("units")
         if table is None:
-            light = {m.id: replace(m, text="", key="") for m in self.store.memories(user_id)}
-            table = [light.get(i) for i in index.ids]
+            before = self._carried(user_id, index, "units")
+            n = index.carried.appended_from if before is not None and index.carried else 0
+            new = index.ids[n:]
+            got = self.store.memories(user_id, new) if n else self.store.memories(user_id)
+            light = {m.id: replace(m, text="", key="") for m in got}
+            table = (before[:n] if n else []) + [light.get(i) for i in new]
             index.extras["units"] = table
         return table
 
@@ -132,20 +219,29 @@ class UserTurns:
         """
         got = index.extras.get("provisional")
         if got is None:
-            table = [m for m in self.units(user_id, index) if m is not None]
-            covered = {
+            table = self.units(user_id, index)
+            before = self._carried(user_id, index, "covered")
+            if before is not None and index.carried is not None:
+                n = index.carried.appended_from
+                covered, waiting = set(before[0]), dict(before[1])  # copies: theirs stay
+                table = table[n:]
+            else:
+                covered, waiting = set(), {}
+            table = [m for m in table if m is not None]
+            covered.update(
                 (m.session_id, tid)
                 for m in table
                 if m.granularity in CONTEXT_UNITS
                 for tid in m.turn_ids
-            }
-            got = index.extras["provisional"] = frozenset(
-                m.id
-                for m in table
-                if m.granularity == "turn"
-                and len(m.turn_ids) == 1
-                and (m.session_id, m.turn_ids[0]) not in covered
             )
+            waiting.update(
+                (m.id, (m.session_id, m.turn_ids[0]))
+                for m in table
+                if m.granularity == "turn" and len(m.turn_ids) == 1
+            )
+            waiting = {i: key for i, key in waiting.items() if key not in covered}
+            index.extras["covered"] = (covered, waiting)
+            got = index.extras["provisional"] = frozenset(waiting)
         return got
 
 
@@ -310,7 +406,7 @@ def _drop_unshowable(
     A contentless turn keeps a vote just below the turn before it when that turn is voted and
     the hits are passages (where it reads as that turn's context); otherwise it has none.
     """
-    empty: dict[str, bool] = index.extras.setdefault("contentless", {})  # per index version
+    empty = _contentless_cache(index)
     before = dict(votes.turn)
     for key in before:
         turns = session_turns(key[0])
@@ -318,9 +414,9 @@ def _drop_unshowable(
         if turn.turn_id in exclude:
             del votes.turn[key]
             continue
-        quiet = empty.get(turn.turn_id)
+        quiet = empty.get((key[0], turn.turn_id))
         if quiet is None:
-            quiet = empty[turn.turn_id] = contentless(turn.text)
+            quiet = empty[(key[0], turn.turn_id)] = contentless(turn.text)
         if not quiet:
             continue
         anchor = before.get((key[0], key[1] - 1)) if passages and key[1] > 0 else None
@@ -328,6 +424,20 @@ def _drop_unshowable(
             del votes.turn[key]
         else:
             votes.turn[key] = min(before[key], anchor * 0.999)
+
+
+def _contentless_cache(index: UserIndex) -> dict[tuple[str, str], bool]:
+    """Whether each `(session_id, turn_id)` is contentless, cached per index.
+
+    Shared with the versions that only appended to this one: a stored turn's text never
+    changes under the same ids.
+    """
+    got: dict[tuple[str, str], bool] | None = index.extras.get("contentless")
+    if got is None:
+        carried = index.carried
+        got = carried.extras.get("contentless") if carried is not None else None
+        got = index.extras["contentless"] = {} if got is None else got
+    return got
 
 
 def _quoting(

@@ -35,6 +35,7 @@ __all__ = [
     "MemoryStore",
     "SessionBuildLock",
     "ServerSearch",
+    "KeyListing",
     "StateHolder",
     "MemoryDraft",
     "SessionInfo",
@@ -262,6 +263,27 @@ class ServerSearch(Protocol):
         """A `UserIndex` of the user's current memories whose searches run on the server.
 
         Memories without an embedding of `embedder` are embedded and stored first.
+        """
+        ...
+
+
+@runtime_checkable
+class KeyListing(Protocol):
+    """A store that lists a user's memory ids and keys without reading their embeddings.
+
+    An index that only gained memories since its last version reads the embeddings of the
+    new ones alone.
+    """
+
+    def memory_keys(
+        self, user_id: str, after: int = 0
+    ) -> tuple[list[str], list[str], list[int], int]:
+        """The memories of a user written after row mark `after`, and how many there are.
+
+        Returns ids, keys and row marks of the memories whose mark is above `after`, in
+        mark order (the order of `MemoryStore.embeddings`), and the user's memory count. A
+        memory gets a new mark, above every other, whenever its row is written (a rewrite,
+        a new key); marks are never reused.
         """
         ...
 

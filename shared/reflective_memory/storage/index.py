@@ -30,8 +30,8 @@ import numpy as np
 
 from reflective_memory.embed import Embedder
 from reflective_memory.storage.ann import ANN_KINDS, AnnSettings
-from reflective_memory.storage.base import MemoryStore, ServerSearch
-from reflective_memory.text import lexical_tokens
+from reflective_memory.storage.base import KeyListing, MemoryStore, ServerSearch
+from reflective_memory.storage.bm25 import LexicalIndex
 
 __all__ = [
     "AnnSettings",
@@ -166,51 +166,20 @@ class DenseIndex:
         return scores, pos.astype(np.int64)
 
 
-class LexicalIndex:
-    """BM25 over memory keys (bm25s), with the library's tokenizer.
+@dataclass
+class Carried:
+    """What an index version takes over from the version before when it only appended.
 
-    Args:
-        keys: One text per memory, in index order.
+    Attributes:
+        appended_from: Positions before this one are the previous version's, unchanged.
+        extras: The previous version's `UserIndex.extras` (read only: components copy what
+            they take, since readers of the previous version may still use it).
+        lexical: The previous version's BM25 index, if it was built.
     """
 
-    def __init__(self, keys: list[str]) -> None:
-        import bm25s
-
-        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it sets DEBUG on import
-
-        self.size = len(keys)
-        self._bm25: Any | None = None
-        corpus = [lexical_tokens(k) or ["\u2205"] for k in keys]
-        if corpus:
-            self._bm25 = bm25s.BM25()
-            self._bm25.index(corpus, show_progress=False)
-
-    def search(self, query: str, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-`n` positions with a positive BM25 score, best first."""
-        tokens = lexical_tokens(query)
-        if self._bm25 is None or not tokens or n <= 0:
-            return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        scores = np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
-        n = min(n, len(scores))
-        top = np.argpartition(-scores, n - 1)[:n] if n < len(scores) else np.arange(len(scores))
-        top = top[np.argsort(-scores[top], kind="stable")]
-        top = top[scores[top] > 0]
-        return scores[top], top.astype(np.int64)
-
-    def overlap(self, query: str, positions: Sequence[int]) -> np.ndarray:
-        """Share of the query's distinct tokens found in the key at each of `positions`.
-
-        Reads the index's postings (a key holds a token exactly where that token alone scores
-        above zero) instead of tokenizing the keys again.
-        """
-        tokens = sorted(set(lexical_tokens(query)))
-        out = np.zeros(len(positions), np.float32)
-        if self._bm25 is None or not tokens or not len(positions):
-            return out
-        pos = np.asarray(positions, dtype=np.int64)
-        for tok in tokens:
-            out += np.asarray(self._bm25.get_scores([tok]), dtype=np.float32)[pos] > 0
-        return out / len(tokens)
+    appended_from: int
+    extras: dict[str, Any]
+    lexical: LexicalIndex | None
 
 
 @dataclass
@@ -234,13 +203,34 @@ class UserIndex:
     keys: list[str]
     _lexical: LexicalIndex | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    carried: Carried | None = None
 
     @property
     def lexical(self) -> LexicalIndex:
-        """BM25 index over the keys (built lazily, once per version)."""
+        """BM25 index over the keys (built lazily, once per version).
+
+        When this version only appended memories to the one before, its BM25 index is that
+        one's extended by the new keys.
+        """
         if self._lexical is None:
-            self._lexical = LexicalIndex(self.keys)
+            before = self.carried.lexical if self.carried is not None else None
+            if before is not None and self.carried is not None:
+                self._lexical = before.extended(self.keys[self.carried.appended_from :])
+                self.carried.lexical = None
+            else:
+                self._lexical = LexicalIndex(self.keys)
         return self._lexical
+
+    def carry_from(self, before: UserIndex) -> None:
+        """Take over what `before`, the previous version of this index, derived.
+
+        The caller has checked that this version holds `before`'s memories unchanged at the
+        same positions and only appends new ones after them.
+        """
+        lexical = before._lexical if isinstance(before._lexical, LexicalIndex) else None
+        if lexical is None and before.carried is not None:
+            lexical = before.carried.lexical
+        self.carried = Carried(len(before.ids), before.extras, lexical)
 
     def overlap(self, query: str, positions: Sequence[int]) -> np.ndarray | None:
         """`LexicalIndex.overlap` when this process holds a built BM25 index, else None.
@@ -257,9 +247,16 @@ class UserIndex:
     def nbytes(self) -> int:
         """Approximate memory held: vectors (ours and FAISS's copy), keys, ids, BM25."""
         vec = int(self.dense.vectors.nbytes)
-        text = sum(len(k) for k in self.keys) + sum(len(i) + 56 for i in self.ids)
+        text = self.extras.get("text_bytes")
+        if text is None:
+            text = self.extras["text_bytes"] = _text_bytes(self.ids, self.keys)
         lexical = 0 if self._lexical is None else 3 * text
         return 2 * vec + 2 * text + lexical + 4096
+
+
+def _text_bytes(ids: Sequence[str], keys: Sequence[str]) -> int:
+    """Approximate memory of ids and keys."""
+    return sum(len(k) for k in keys) + sum(len(i) + 56 for i in ids)
 
 
 def _digest(ids: list[str], keys: list[str], vectors_sha: str, version: int) -> str:
@@ -377,13 +374,19 @@ class IndexCache:
             cached = self._cached(user_id, version)
             if cached is not None:
                 return cached
+            with self._guard:
+                before = self._cache.get(user_id)  # an older version, if any
             t0 = time.perf_counter()
             if self._server is not None:  # searched on the database server: nothing to keep
                 built = self._server.server_index(user_id, self.embedder)
             else:
                 with self._guard:
                     epoch = self._epochs.get(user_id, 0)
-                built = self._load(user_id, version) or self._build(user_id, version, epoch)
+                built = (
+                    self._appended(user_id, version, epoch, before)
+                    or self._load(user_id, version)
+                    or self._build(user_id, version, epoch)
+                )
             if version != 0:
                 self._put(built)
             logger.debug(
@@ -444,19 +447,87 @@ class IndexCache:
                 missing.append(i)
             else:
                 vectors[i] = np.frombuffer(blob, dtype=np.float32)
-        if missing:
-            logger.info("embedding %d memories of user %s", len(missing), user_id)
-            for s in range(0, len(missing), 4096):
-                chunk = missing[s : s + 4096]
-                emb = self.embedder.encode([keys[i] for i in chunk])
-                vectors[chunk] = emb
-                self.store.set_embeddings(user_id, [ids[i] for i in chunk], emb, self.embedder.name)
+        self._embed_missing(user_id, ids, keys, vectors, missing)
         built = UserIndex(user_id, version, ids, build_dense_index(vectors, self.ann), keys)
-        try:
-            self._save(built, epoch)
-        except (OSError, RuntimeError) as exc:  # derived data: a failed save costs a rebuild
-            logger.warning("could not save the index cache of user %s: %s", user_id, exc)
+        if isinstance(self.store, KeyListing):  # what a later append is checked against
+            got_ids, got_keys, marks, _ = self.store.memory_keys(user_id)
+            if got_ids == ids and got_keys == keys:
+                built.extras["last_mark"] = marks[-1] if marks else 0
+        self._save(built, epoch)
         return built
+
+    def _appended(
+        self, user_id: str, version: int, epoch: int, before: UserIndex | None
+    ) -> UserIndex | None:
+        """The new version of `before` when it only gained memories, reading just theirs.
+
+        None (build from scratch) when the store cannot list memories by row mark
+        (`KeyListing`), `before` was loaded from disk, the user crosses the exact/approximate
+        switch, or any of `before`'s memories was deleted or written again since. An
+        approximate index takes the new vectors into its trained lists (or graph) as is; a
+        build from scratch (a restart, a deletion) trains it again.
+        """
+        if before is None or not isinstance(self.store, KeyListing) or before.version >= version:
+            return None
+        last = before.extras.get("last_mark")
+        if last is None:
+            return None
+        new_ids, new_keys, marks, total = self.store.memory_keys(user_id, last)
+        n = len(before.ids)
+        if not new_ids or total != n + len(new_ids) or not set(new_ids).isdisjoint(before.ids):
+            return None  # nothing new, or some memory was deleted or written again
+        ids, keys = before.ids + new_ids, before.keys + new_keys
+        kind = self.ann.kind_for(len(ids))
+        if kind != before.dense.kind:  # crossing the exact/approximate switch: build anew
+            return None
+        stored = self.store.vectors(user_id, new_ids, self.embedder.name)
+        added = np.zeros((len(new_ids), self.embedder.dim), np.float32)
+        missing = []
+        for i, mid in enumerate(new_ids):
+            got = stored.get(mid)
+            if got is None or got.shape != (self.embedder.dim,):
+                missing.append(n + i)
+            else:
+                added[i] = got
+        vectors = np.concatenate([before.dense.vectors, added])
+        self._embed_missing(user_id, ids, keys, vectors, missing)
+        if kind == "exact":
+            dense = build_dense_index(vectors, self.ann)
+        else:  # the trained lists or graph take the new vectors; readers keep the old copy
+            index = faiss.clone_index(before.dense.index)
+            index.add(np.ascontiguousarray(vectors[n:]))
+            dense = DenseIndex(vectors, index, self.ann)
+        built = UserIndex(user_id, version, ids, dense, keys)
+        built.extras["last_mark"] = marks[-1]
+        if "text_bytes" in before.extras:
+            built.extras["text_bytes"] = before.extras["text_bytes"] + _text_bytes(
+                new_ids, new_keys
+            )
+        built.carry_from(before)
+        saved = before.extras.get("saved_count", n)
+        if len(ids) >= saved * 1.1:  # the file on disk is for a restart: refreshed now and then
+            self._save(built, epoch)
+        else:
+            built.extras["saved_count"] = saved
+        return built
+
+    def _embed_missing(
+        self,
+        user_id: str,
+        ids: list[str],
+        keys: list[str],
+        vectors: np.ndarray,
+        missing: list[int],
+    ) -> None:
+        """Embed the keys at positions `missing` into `vectors` and store their embeddings."""
+        if not missing:
+            return
+        logger.info("embedding %d memories of user %s", len(missing), user_id)
+        for s in range(0, len(missing), 4096):
+            chunk = missing[s : s + 4096]
+            emb = self.embedder.encode([keys[i] for i in chunk])
+            vectors[chunk] = emb
+            self.store.set_embeddings(user_id, [ids[i] for i in chunk], emb, self.embedder.name)
 
     def _current(self, user_id: str, version: int, epoch: int) -> bool:
         with self._guard:
@@ -472,6 +543,13 @@ class IndexCache:
         """
         if self.directory is None or built.version == 0 or not built.ids:
             return
+        try:
+            self._write(built, epoch)
+        except (OSError, RuntimeError) as exc:  # derived data: a failed save costs a rebuild
+            logger.warning("could not save the index cache of user %s: %s", built.user_id, exc)
+
+    def _write(self, built: UserIndex, epoch: int) -> None:
+        assert self.directory is not None
         user_id = built.user_id
         if not self._current(user_id, built.version, epoch):
             return

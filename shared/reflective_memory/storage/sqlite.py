@@ -472,6 +472,21 @@ class SQLiteStore:
         )
 
     @_guarded
+    def memory_keys(
+        self, user_id: str, after: int = 0
+    ) -> tuple[list[str], list[str], list[int], int]:
+        """See `KeyListing.memory_keys` (the mark is the rowid: `set_keys` moves it up)."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT id, key, rowid FROM memories WHERE user_id=? AND rowid > ? ORDER BY rowid",
+                (user_id, after),
+            ).fetchall()
+            (total,) = self.conn.execute(
+                "SELECT COUNT(*) FROM memories WHERE user_id=?", (user_id,)
+            ).fetchone()
+        return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], int(total)
+
+    @_guarded
     def vectors(self, user_id: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
         """Stored embeddings of some memories of a user made by `model` (others left out)."""
         out: dict[str, np.ndarray] = {}
@@ -506,8 +521,8 @@ class SQLiteStore:
         """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""
         with self._lock, self._tx():
             self.conn.executemany(
-                "UPDATE memories SET key=?, embedding=NULL, embed_model=NULL "
-                "WHERE user_id=? AND id=?",
+                "UPDATE memories SET key=?, embedding=NULL, embed_model=NULL, "
+                "rowid=(SELECT MAX(rowid) + 1 FROM memories) WHERE user_id=? AND id=?",
                 [(k, user_id, i) for i, k in zip(ids, keys, strict=True)],
             )
             self._bump(user_id)

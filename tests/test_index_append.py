@@ -1,0 +1,146 @@
+"""A user's index after a write reuses the previous version's work only where it is still true.
+
+Every check compares what the carried index retrieves with a build from scratch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
+
+CONFIG = MemoryConfig(sessions={"idle_seconds": None, "max_turns": None})
+QUERIES = ["where does my sister live", "what did Ana say about the dog", "painting lakes"]
+WORDS = "ana: bo: my sister lives in berlin the dog painting lakes moved ok thanks rain".split()
+
+
+def _hits(mem: ReflectiveMemory, user: str, **kw: object) -> list[tuple[str, str, float]]:
+    return [
+        (h.memory.id, h.memory.text, round(h.score, 5))
+        for q in QUERIES
+        for h in mem.retrieve(user, q, **kw).hits  # type: ignore[arg-type]
+    ]
+
+
+def _fresh(mem: ReflectiveMemory, user: str, **kw: object) -> list[tuple[str, str, float]]:
+    mem.indexes.invalidate(user)
+    return _hits(mem, user, **kw)
+
+
+def _chat(mem: ReflectiveMemory, n: int, session: str = "s0") -> None:
+    lines = itertools.cycle(
+        [
+            ("user", "Ana: my sister lives in Berlin now"),
+            ("assistant", "Bo: the dog was painting the lakes, ok"),
+            ("user", "Ana: thanks, it rained all week"),
+        ]
+    )
+    for _, (role, text) in zip(range(n), lines, strict=False):
+        mem.add_turn("u", session, role, text)
+
+
+@pytest.fixture
+def mem(tmp_path: Path):
+    with ReflectiveMemory(tmp_path / "m", embedder=HashingEmbedder(64), config=CONFIG) as m:
+        yield m
+
+
+def test_a_new_turn_extends_the_index_and_retrieves_as_a_fresh_build(mem) -> None:
+    _chat(mem, 30)
+    mem.end_session("u", "s0")
+    _chat(mem, 4, "s1")
+    mem.retrieve("u", "warm up", mode="hybrid")  # BM25 built: the next version extends it
+    mem.add_turn("u", "s1", "user", "Ana: my sister moved to Hamburg with the dog")
+    got = _hits(mem, "u")
+    index = mem.indexes.get("u")
+    assert index.carried is not None and index.carried.appended_from == len(index.ids) - 1
+    assert got == _fresh(mem, "u")
+    assert mem.indexes.get("u").carried is None  # a build from scratch carries nothing
+
+
+def test_a_rewritten_key_is_not_carried(mem) -> None:
+    _chat(mem, 6)
+    mem.retrieve("u", "warm up")
+    index = mem.indexes.get("u")
+    target = index.ids[0]
+    mem.store.set_keys("u", [target], ["zeppelin over the harbour"])
+    mem.add_turn("u", "s0", "user", "Ana: one more line")
+    index = mem.indexes.get("u")
+    assert index.carried is None
+    assert index.keys[index.ids.index(target)] == "zeppelin over the harbour"
+    assert mem.retrieve("u", "zeppelin harbour", k=1).hits[0].memory.id == target
+
+
+def test_a_deleted_turn_is_not_carried(mem) -> None:
+    _chat(mem, 9)
+    mem.retrieve("u", "warm up")
+    gone = mem.turns("u", "s0")[4]
+    mem.delete_turns("u", "s0", [gone.turn_id])
+    mem.add_turn("u", "s0", "user", "Ana: after the deletion")
+    assert mem.indexes.get("u").carried is None
+    got = _hits(mem, "u", budget_tokens=300)
+    assert all(gone.turn_id not in text for _, text, _ in got)
+    assert got == _fresh(mem, "u", budget_tokens=300)
+
+
+class CarriedIndexMachine(RuleBasedStateMachine):
+    """Random writes between retrievals; every check equals a build from scratch."""
+
+    @initialize()
+    def start(self) -> None:
+        self.dir = Path(__import__("tempfile").mkdtemp())
+        self.mem = ReflectiveMemory(self.dir, embedder=HashingEmbedder(32), config=CONFIG)
+        self.carried = 0
+
+    def teardown(self) -> None:
+        self.mem.close()
+
+    @rule(
+        session=st.sampled_from(["s1", "s2", "s3"]),
+        role=st.sampled_from(["user", "assistant"]),
+        words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=8),
+    )
+    def add(self, session: str, role: str, words: list[str]) -> None:
+        self.mem.add_turn("u", session, role, " ".join(words))
+
+    @rule(session=st.sampled_from(["s1", "s2", "s3"]))
+    def end(self, session: str) -> None:
+        if session in self.mem.open_sessions("u"):
+            self.mem.end_session("u", session)
+
+    @rule(session=st.sampled_from(["s1", "s2", "s3"]), pick=st.integers(0, 50))
+    def delete_turn(self, session: str, pick: int) -> None:
+        turns = self.mem.turns("u", session)
+        if turns:
+            self.mem.delete_turns("u", session, [turns[pick % len(turns)].turn_id])
+
+    @rule(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=6))
+    def note(self, words: list[str]) -> None:
+        self.mem.put_memory("u", " ".join(words))
+
+    @rule(budget=st.sampled_from([None, 120, 400]))
+    def retrieve(self, budget: int | None) -> None:
+        if self.mem.users():
+            self.mem.retrieve("u", "my sister", budget_tokens=budget, mode="hybrid")
+            self.carried += self.mem.indexes.get("u").carried is not None
+
+    @rule(budget=st.sampled_from([None, 300]))
+    def check(self, budget: int | None) -> None:
+        if not self.mem.users():
+            return
+        got = _hits(self.mem, "u", budget_tokens=budget)
+        assert got == _fresh(self.mem, "u", budget_tokens=budget)
+
+
+TestCarriedIndex = CarriedIndexMachine.TestCase
+TestCarriedIndex.settings = settings(
+    max_examples=25,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
