@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from reflective_memory.errors import UnknownMemoryError
+from reflective_memory.errors import InvalidInputError, UnknownMemoryError
 from reflective_memory.storage.base import MemoryDraft, MemoryStore, require_open
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.types import GRANULARITIES, Memory, Turn
@@ -187,12 +187,43 @@ class Records:
             raise UnknownMemoryError(f"user {user_id!r} has no memory {memory_id!r}")
         return found[0]
 
-    def delete_memory(self, user_id: str, memory_id: str) -> bool:
-        """Delete one memory of a user; return whether it existed."""
+    def update_memory_metadata(self, user_id: str, updates: Mapping[str, Mapping[str, Any]]) -> int:
+        """Merge top-level fields into the metadata of memories of a user, by memory id.
+
+        A metadata-only write (see `MemoryStore.update_metadata`): nothing is re-embedded and
+        the user's index stays valid. Unknown ids are ignored.
+
+        Returns:
+            How many memories were updated.
+        """
         self._open()
         check_id("user_id", user_id)
-        check_id("memory_id", memory_id)
-        return self.store.delete_memories(user_id, [memory_id]) > 0
+        if not isinstance(updates, Mapping):
+            raise InvalidInputError("updates must map memory ids to metadata fields")
+        for mid, fields in updates.items():
+            check_id("memory_id", mid)
+            check_json_object("metadata", fields)
+        return self.store.update_metadata(user_id, updates)
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        """Delete one memory of a user; return whether it existed (see `delete_memories`)."""
+        return self.delete_memories(user_id, [memory_id]) > 0
+
+    def delete_memories(self, user_id: str, memory_ids: Sequence[str]) -> int:
+        """Delete memories of a user by id, from every file; return how many existed.
+
+        The user's persisted index files and the rerankers' kept retrievals go with them, as
+        for `delete_session`.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        ids = check_ids("memory_ids", memory_ids)
+        if not ids:
+            return 0
+        n = self.store.delete_memories(user_id, ids)
+        self.indexes.invalidate(user_id)
+        self.rerank_stage.forget_retrievals(user_id)
+        return n
 
     def users(self) -> list[str]:
         """Every user with stored turns or memories."""

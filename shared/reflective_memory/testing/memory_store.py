@@ -131,6 +131,30 @@ class MemoryStoreContract:
         (m,) = store.memories("u")
         assert (m.start_time, m.end_time, m.metadata) == (start, end, meta)
 
+    def test_update_metadata_is_a_metadata_only_write(self, store: Any) -> None:
+        """`update_metadata` merges top-level fields; nothing else of the memory changes."""
+        meta = {"rmm": {"sessions": ["s"]}, "n": 2}
+        d = MemoryDraft("s", "item", "text", "key", (), metadata=meta, id="i1")
+        (m,) = store.upsert_memories("u", [d], np.ones((1, 3)), "m1")
+        store.upsert_memories(
+            "v", [MemoryDraft("s", "item", "t", "k", (), id="j1")], np.ones((1, 3)), "m1"
+        )
+        v = store.version("u")
+        assert store.update_metadata("u", {"i1": {"n": 3, "x": [1]}, "nope": {"n": 0}}) == 1
+        assert store.update_metadata("u", {"j1": {"n": 9}}) == 0  # another user's memory
+        assert store.update_metadata("u", {}) == 0
+        (m2,) = store.memories("u")
+        assert m2.metadata == {"rmm": {"sessions": ["s"]}, "n": 3, "x": [1]}
+        assert (m2.text, m2.key, m2.updated_at, m2.created_at) == (
+            m.text,
+            m.key,
+            m.updated_at,
+            m.created_at,
+        )
+        assert store.version("u") == v
+        assert store.vectors("u", ["i1"], "m1")["i1"].tolist() == [1.0, 1.0, 1.0]
+        assert store.memories("v")[0].metadata == {}
+
     def test_embeddings_and_vectors(self, store: Any) -> None:
         """Recomputed embeddings are stored by model; `vectors` returns only that model's."""
         d = MemoryDraft("s", "item", "text", "key", (), id="i1")
