@@ -76,7 +76,7 @@ from reflective_memory.types import Memory
 
 from langchain_reflective.store_filter import check_filter, matches, path_matches
 from langchain_reflective.store_ttl import (
-    DEFAULT_SWEEP_MINUTES,
+    TTL_DEFAULTS,
     TTLSweeper,
     check_ttl,
     check_ttl_config,
@@ -551,7 +551,9 @@ class ReflectiveStore(BaseStore):
         interval = sweep_interval_minutes
         if interval is None and self.ttl_config is not None:
             interval = self.ttl_config.get("sweep_interval_minutes")
-        return self._sweeper.start(DEFAULT_SWEEP_MINUTES if interval is None else interval)
+        if interval is None:
+            interval = TTL_DEFAULTS["sweep_interval_minutes"]
+        return self._sweeper.start(interval)
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
         """Stop the sweeper thread; True when it stopped or was not running.

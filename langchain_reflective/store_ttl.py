@@ -19,13 +19,20 @@ from typing import Any
 from langgraph.store.base import TTLConfig
 from reflective_memory.errors import ConfigError, InvalidInputError, StoreClosedError
 
-__all__ = ["TTLSweeper", "check_ttl", "check_ttl_config", "expiry_fields"]
+__all__ = ["TTL_DEFAULTS", "TTLSweeper", "check_ttl", "check_ttl_config", "expiry_fields"]
 
 logger = logging.getLogger(__name__)
 
-#: Sweep interval (minutes) when neither the call nor `TTLConfig` names one (as LangGraph's).
-DEFAULT_SWEEP_MINUTES = 5.0
-_KEYS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired")
+#: What each `TTLConfig` key means when not given (documented in docs/langgraph_store.md):
+#: no TTL, refresh on read (LangGraph's default), sweep every 5 minutes (as LangGraph's stores),
+#: expired items omitted (the only choice here).
+TTL_DEFAULTS: dict[str, Any] = {
+    "default_ttl": None,
+    "refresh_on_read": True,
+    "sweep_interval_minutes": 5.0,
+    "omit_expired": True,
+}
+_KEYS = tuple(TTL_DEFAULTS)
 
 
 def _minutes(value: Any) -> bool:
