@@ -200,10 +200,13 @@ class Records:
         check_id("user_id", user_id)
         if not isinstance(updates, Mapping):
             raise InvalidInputError("updates must map memory ids to metadata fields")
+        checked: dict[str, dict[str, Any]] = {}
         for mid, fields in updates.items():
             check_id("memory_id", mid)
-            check_json_object("metadata", fields)
-        return self.store.update_metadata(user_id, updates)
+            if not isinstance(fields, Mapping):
+                raise InvalidInputError(f"the metadata fields of {mid!r} must be a dict")
+            checked[mid] = check_json_object("metadata", dict(fields)) or {}
+        return self.store.update_metadata(user_id, checked)
 
     def delete_memory(self, user_id: str, memory_id: str) -> bool:
         """Delete one memory of a user; return whether it existed (see `delete_memories`)."""
