@@ -36,7 +36,8 @@ never returned by get, search or `list_namespaces`, swept or not. A get or searc
 `refresh_ttl` (default: `ttl_config["refresh_on_read"]`, else True) moves the expiry of the
 items it returns forward, with a metadata-only write: nothing is re-embedded and the user's
 index stays valid (`updated_at` stays too). `sweep_ttl()` deletes the expired items of every
-user of the core, from every file, as `ReflectiveMemory.delete_memories` does;
+user of the core, from every file (`ReflectiveMemory.delete_expired`: one statement decides
+and deletes, so a refresh or put at the same moment is never lost);
 `start_ttl_sweeper()` runs it every `ttl_config["sweep_interval_minutes"]` (default 5) in a
 background thread until `stop_ttl_sweeper()`. Until swept, an expired item is still a memory of
 its user, found by the user's `ReflectiveRetriever`. Expiry times come from `clock` (seconds
@@ -300,12 +301,12 @@ class ReflectiveStore(BaseStore):
             )
         return self.memory.users()
 
-    def _entries(self, user: str, now: float | None) -> list[_Entry]:
-        """The user's items, those expired at `now` left out (`None`: all of them)."""
+    def _entries(self, user: str, now: float) -> list[_Entry]:
+        """The user's items, those expired at `now` left out."""
         out = []
         for mem in self.memory.memories(user):
             e = _entry(mem)
-            if e is not None and (now is None or not e.expired(now)):
+            if e is not None and not e.expired(now):
                 out.append(e)
         return out
 
@@ -525,12 +526,7 @@ class ReflectiveStore(BaseStore):
         """
         now = self.clock()
         users = [self.user_id] if self.user_id is not None else self.memory.users()
-        n = 0
-        for user in users:
-            gone = [e.memory.id for e in self._entries(user, None) if e.expired(now)]
-            if gone:
-                n += self.memory.delete_memories(user, gone)
-        return n
+        return sum(self.memory.delete_expired(user, now) for user in users)
 
     async def asweep_ttl(self) -> int:
         """Async twin of `sweep_ttl` (runs it in a worker thread)."""

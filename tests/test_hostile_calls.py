@@ -166,6 +166,7 @@ METHODS: dict[str, tuple[Arg, ...]] = {
     "get_memory": (Arg("user_id", "u"), Arg("memory_id", Ctx("memory_id"))),
     "delete_memory": (Arg("user_id", "u"), Arg("memory_id", "no-such-memory")),
     "delete_memories": (Arg("user_id", "u"), Arg("memory_ids", ["no-such-memory"])),
+    "delete_expired": (Arg("user_id", "u"), Arg("now", 0.0)),
     "update_memory_metadata": (Arg("user_id", "u"), Arg("updates", {"no-such-memory": {"n": 1}})),
     "delete_turns": (Arg("user_id", "u"), Arg("session_id", "s3"), Arg("turn_ids", ["t0"])),
     "delete_session": (Arg("user_id", "u"), Arg("session_id", "s4")),

@@ -536,6 +536,11 @@ class ReflectiveMemory:
         return self.records.delete_memories(user_id, memory_ids)
 
     @typed_errors
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """Delete a user's memories whose metadata `expires_at` is at or before `now`."""
+        return self.records.delete_expired(user_id, now)
+
+    @typed_errors
     def update_memory_metadata(self, user_id: str, updates: Mapping[str, Mapping[str, Any]]) -> int:
         """Merge fields into memories' metadata without re-embedding; return how many."""
         return self.records.update_memory_metadata(user_id, updates)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +212,22 @@ class Records:
     def delete_memory(self, user_id: str, memory_id: str) -> bool:
         """Delete one memory of a user; return whether it existed (see `delete_memories`)."""
         return self.delete_memories(user_id, [memory_id]) > 0
+
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """Delete a user's memories whose metadata `expires_at` is at or before `now`.
+
+        `expires_at` and `now` are seconds since the epoch (the LangGraph store's TTL writes
+        them). The deletion is as complete as `delete_memories`'. Returns how many went.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+            raise InvalidInputError(f"now must be seconds since the epoch, got {now!r}")
+        n = self.store.delete_expired(user_id, float(now))
+        if n:
+            self.indexes.invalidate(user_id)
+            self.rerank_stage.forget_retrievals(user_id)
+        return n
 
     def delete_memories(self, user_id: str, memory_ids: Sequence[str]) -> int:
         """Delete memories of a user by id, from every file; return how many existed.

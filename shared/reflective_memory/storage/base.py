@@ -149,6 +149,15 @@ class MemoryStore(Protocol):
         """Delete memories of a user by id (others' ids are ignored); return how many went."""
         ...
 
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """Delete the user's memories whose metadata `expires_at` is at or before `now`.
+
+        `expires_at` is seconds since the epoch (a JSON number; other values never expire).
+        One statement decides and deletes, so an expiry moved forward concurrently is either
+        seen or waits; the deletion is as complete as `delete_memories`'. Returns how many went.
+        """
+        ...
+
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
         """A user's memories (all, or these ids in this order; unknown ids are skipped)."""
         ...

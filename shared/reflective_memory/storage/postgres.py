@@ -422,6 +422,19 @@ class PostgresStore:
             self._bump(conn, user_id)
         return int(n)
 
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """See `MemoryStore.delete_expired`."""
+        with self.db.transaction() as conn:
+            n = conn.execute(
+                f"DELETE FROM {self._s}.memories WHERE user_id=%s AND CASE WHEN "
+                "jsonb_typeof(metadata -> 'expires_at') = 'number' THEN "
+                "(metadata ->> 'expires_at')::float8 <= %s ELSE false END",
+                (user_id, float(now)),
+            ).rowcount
+            if n:
+                self._bump(conn, user_id)
+        return int(n)
+
     _MEM_COLS = (
         "id, user_id, session_id, granularity, text, key, turn_ids, created_at, updated_at,"
         " start_ts, end_ts, metadata"

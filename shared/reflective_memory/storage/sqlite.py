@@ -410,6 +410,22 @@ class SQLiteStore:
             self._scrub()
         return int(n)
 
+    @_guarded
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """See `MemoryStore.delete_expired` (the WAL is scrubbed when anything went)."""
+        with self._lock:
+            with self._tx():
+                n = self.conn.execute(
+                    "DELETE FROM memories WHERE user_id=? AND json_type(metadata, '$.expires_at')"
+                    " IN ('integer', 'real') AND json_extract(metadata, '$.expires_at') <= ?",
+                    (user_id, float(now)),
+                ).rowcount
+                if n:
+                    self._bump(user_id)
+            if n:
+                self._scrub()
+        return int(n)
+
     _MEM_COLS = (
         "id, user_id, session_id, granularity, text, key, turn_ids, created_at, updated_at,"
         " start_ts, end_ts, metadata"
