@@ -312,3 +312,12 @@ def test_bad_ttl_settings_are_refused(clock) -> None:
         with pytest.raises(InvalidInputError):
             store.start_ttl_sweeper(0)
         assert store.ttl_config == {"omit_expired": True} and store.stop_ttl_sweeper()
+
+
+def test_sweeper_stops_when_the_memory_closes(clock) -> None:
+    core = ReflectiveMemory(embedder=HashingEmbedder(64))
+    store = _store(core, clock, sweep_interval_minutes=0.02 / 60)
+    done = store.start_ttl_sweeper()
+    core.close()
+    assert done.result(timeout=5) is None  # the next sweep finds the memory closed
+    assert store.stop_ttl_sweeper(timeout=1) is True
