@@ -469,6 +469,10 @@ class ReflectiveStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run operations; reads see the store before this batch's writes (LangGraph rule).
 
+        Every op sees one time (`clock()` at the start). After the reads, the expiry of the
+        items returned by gets and searches with `refresh_ttl` moves forward (metadata only);
+        the puts come last.
+
         Args:
             ops: `GetOp`, `PutOp`, `SearchOp` and `ListNamespacesOp`s.
 
