@@ -28,18 +28,31 @@ operators `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`.
 
 Batches follow LangGraph's convention: reads (get, search, list) see the store as it was before
 the batch's writes, which are applied afterwards; of several puts to one item the last wins.
-TTLs are not supported (`supports_ttl` is False): `put(..., ttl=...)` raises
-`NotImplementedError` (LangGraph's own check) and a `PutOp` with a `ttl` passed to `batch`
-raises `InvalidInputError`; `refresh_ttl` is ignored.
+
+TTL (`supports_ttl` is True): `put(..., ttl=minutes)` (or a `PutOp.ttl`) makes an item expire
+that many minutes after its last write or refreshing read; `ttl_config={"default_ttl": ...}`
+gives puts that name no TTL one (`ttl=None` still means never). An item past its expiry is
+never returned by get, search or `list_namespaces`, swept or not. A get or search with
+`refresh_ttl` (default: `ttl_config["refresh_on_read"]`, else True) moves the expiry of the
+items it returns forward, with a metadata-only write: nothing is re-embedded and the user's
+index stays valid (`updated_at` stays too). `sweep_ttl()` deletes the expired items of every
+user of the core, from every file (`ReflectiveMemory.delete_expired`: one statement decides
+and deletes, so a refresh or put at the same moment is never lost);
+`start_ttl_sweeper()` runs it every `ttl_config["sweep_interval_minutes"]` (default 5) in a
+background thread until `stop_ttl_sweeper()`. Until swept, an expired item is still a memory of
+its user, found by the user's `ReflectiveRetriever`. Expiry times come from `clock` (seconds
+since the epoch; `time.time` unless given, e.g. a fake clock in tests).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from langgraph.store.base import (
@@ -49,12 +62,12 @@ from langgraph.store.base import (
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     get_text_at_path,
     validate_op_namespace,
 )
@@ -62,13 +75,21 @@ from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError, InvalidInputError, UnknownMemoryError
 from reflective_memory.types import Memory
 
+from langchain_reflective.store_filter import check_filter, matches, path_matches
+from langchain_reflective.store_ttl import (
+    TTL_DEFAULTS,
+    TTLSweeper,
+    check_ttl,
+    check_ttl_config,
+    expiry_fields,
+)
+
 __all__ = ["ReflectiveStore", "StoreNamespaceError", "render_value"]
 
 logger = logging.getLogger(__name__)
 
 #: Marker stored in `Memory.metadata["store"]` for items written by this store.
 _MARK = "langgraph"
-_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
 
 class StoreNamespaceError(InvalidInputError, InvalidNamespaceError):
@@ -94,72 +115,10 @@ def render_value(value: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _compare(actual: Any, wanted: Any) -> bool:
-    """Whether an item's field value satisfies one filter entry."""
-    if isinstance(wanted, dict):
-        if any(isinstance(k, str) and k.startswith("$") for k in wanted):
-            return all(_operator(actual, op, arg) for op, arg in wanted.items())
-        return isinstance(actual, dict) and all(
-            _compare(actual.get(k), v) for k, v in wanted.items()
-        )
-    if isinstance(wanted, (list, tuple)):
-        return (
-            isinstance(actual, (list, tuple))
-            and len(actual) == len(wanted)
-            and all(_compare(a, w) for a, w in zip(actual, wanted, strict=True))
-        )
-    return actual == wanted
-
-
-def _operator(actual: Any, op: str, arg: Any) -> bool:
-    if op == "$eq":
-        return actual == arg
-    if op == "$ne":
-        return actual != arg
-    if op not in _OPERATORS:
-        raise InvalidInputError(f"unsupported filter operator {op!r}; use one of {_OPERATORS}")
-    try:
-        a, b = float(actual), float(arg)
-    except (TypeError, ValueError):
-        return False
-    if op == "$gt":
-        return a > b
-    if op == "$gte":
-        return a >= b
-    if op == "$lt":
-        return a < b
-    return a <= b
-
-
-def _check_filter(flt: Any) -> None:
-    """Refuse filter operators the store does not know, before any item is compared."""
-    if isinstance(flt, dict):
-        for k, v in flt.items():
-            if isinstance(k, str) and k.startswith("$") and k not in _OPERATORS:
-                raise InvalidInputError(
-                    f"unsupported filter operator {k!r}; use one of {_OPERATORS}"
-                )
-            _check_filter(v)
-
-
-def _matches(value: dict[str, Any], flt: dict[str, Any] | None) -> bool:
-    return not flt or all(_compare(value.get(k), v) for k, v in flt.items())
-
-
-def _path_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[-len(path) :]
-    if not path:
-        return True
-    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
-
-
 class _Entry:
     """A stored item decoded from its memory."""
 
-    __slots__ = ("memory", "namespace", "key", "value", "indexed")
+    __slots__ = ("memory", "namespace", "key", "value", "indexed", "ttl", "expires_at")
 
     def __init__(self, memory: Memory) -> None:
         meta = memory.metadata
@@ -168,6 +127,13 @@ class _Entry:
         self.key: str = meta["key"]
         self.value: dict[str, Any] = json.loads(meta["value"])
         self.indexed: bool = bool(meta.get("indexed", True))
+        ttl, expires_at = meta.get("ttl"), meta.get("expires_at")
+        self.ttl: float | None = None if ttl is None else float(ttl)
+        self.expires_at: float | None = None if expires_at is None else float(expires_at)
+
+    def expired(self, now: float) -> bool:
+        """Whether the item's expiry is at or before `now` (epoch seconds)."""
+        return self.expires_at is not None and self.expires_at <= now
 
     def item(self) -> Item:
         return Item(
@@ -204,7 +170,7 @@ class ReflectiveStore(BaseStore):
     """LangGraph store on a `ReflectiveMemory`: namespaces map to users, search is retrieval.
 
     See the module documentation for the namespace-to-user mapping, how items are stored,
-    searched and filtered, and the batch semantics.
+    searched and filtered, the batch semantics and TTLs.
 
     Args:
         memory: The core memory store.
@@ -218,10 +184,15 @@ class ReflectiveStore(BaseStore):
             every user of the core (off by default: every operation names its user).
         mode: Ranking override for query search: `hybrid`, `dense` or `lexical` (`None`: the
             core's config).
+        ttl_config: LangGraph `TTLConfig`: `default_ttl` (minutes, for puts that name no TTL),
+            `refresh_on_read` (default True), `sweep_interval_minutes` (for
+            `start_ttl_sweeper`, default 5). `omit_expired` may only be True: expired items are
+            never returned. `None`: items expire only when put with a TTL.
+        clock: Seconds since the epoch, now (`None`: `time.time`).
 
     Raises:
         InvalidInputError: A bad argument.
-        ConfigError: `index` asks for something the store cannot do.
+        ConfigError: `index` asks for something the store cannot do, or a bad `ttl_config`.
 
     Example:
         >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -235,7 +206,7 @@ class ReflectiveStore(BaseStore):
         []
     """
 
-    supports_ttl = False
+    supports_ttl = True
 
     def __init__(
         self,
@@ -246,6 +217,8 @@ class ReflectiveStore(BaseStore):
         index: IndexConfig | None = None,
         allow_cross_user: bool = False,
         mode: str | None = None,
+        ttl_config: TTLConfig | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if not isinstance(memory, ReflectiveMemory):
             raise InvalidInputError(
@@ -259,6 +232,8 @@ class ReflectiveStore(BaseStore):
             raise InvalidInputError("user_position must be >= 0")
         if mode not in (None, "hybrid", "dense", "lexical"):
             raise InvalidInputError(f"mode must be None, hybrid, dense or lexical, got {mode!r}")
+        if clock is not None and not callable(clock):
+            raise InvalidInputError("clock must be None or a callable returning epoch seconds")
         fields: list[str] = ["$"]
         if index is not None:
             if not isinstance(index, Mapping):
@@ -276,6 +251,9 @@ class ReflectiveStore(BaseStore):
         self.index_fields = fields
         self.allow_cross_user = bool(allow_cross_user)
         self.mode = mode
+        self.ttl_config = check_ttl_config(ttl_config)
+        self.clock: Callable[[], float] = time.time if clock is None else clock
+        self._sweeper = TTLSweeper(self.sweep_ttl)
 
     # -- mapping ----------------------------------------------------------------------------
     @staticmethod
@@ -323,11 +301,12 @@ class ReflectiveStore(BaseStore):
             )
         return self.memory.users()
 
-    def _entries(self, user: str) -> list[_Entry]:
+    def _entries(self, user: str, now: float) -> list[_Entry]:
+        """The user's items, those expired at `now` left out."""
         out = []
         for mem in self.memory.memories(user):
             e = _entry(mem)
-            if e is not None:
+            if e is not None and not e.expired(now):
                 out.append(e)
         return out
 
@@ -343,8 +322,7 @@ class ReflectiveStore(BaseStore):
                 raise StoreNamespaceError("namespace must not be empty")
             self.user_of(op.namespace)
         if isinstance(op, PutOp):
-            if op.ttl is not None:
-                raise InvalidInputError("ReflectiveStore does not support TTL; use ttl=None")
+            check_ttl(op.ttl)
             if op.value is not None:
                 if not isinstance(op.value, Mapping):
                     raise InvalidInputError("item values must be dicts (or None to delete)")
@@ -361,7 +339,7 @@ class ReflectiveStore(BaseStore):
                 raise InvalidInputError("search query must be a str or None")
             if op.filter is not None and not isinstance(op.filter, dict):
                 raise InvalidInputError("search filter must be a dict or None")
-            _check_filter(op.filter)
+            check_filter(op.filter)
         if isinstance(op, ListNamespacesOp):
             if op.limit < 0 or op.offset < 0:
                 raise InvalidInputError("list_namespaces limit and offset must be >= 0")
@@ -369,18 +347,18 @@ class ReflectiveStore(BaseStore):
                 raise InvalidInputError("max_depth must be None or >= 1")
 
     # -- operations -------------------------------------------------------------------------
-    def _get(self, op: GetOp) -> Item | None:
+    def _get(self, op: GetOp, now: float) -> _Entry | None:
         user = self.user_of(op.namespace)
         try:
             mem = self.memory.get_memory(user, self.memory_id(op.namespace, op.key))
         except UnknownMemoryError:
             return None
         e = _entry(mem)
-        if e is None or e.namespace != tuple(op.namespace) or e.key != op.key:
+        if e is None or e.namespace != tuple(op.namespace) or e.key != op.key or e.expired(now):
             return None
-        return e.item()
+        return e
 
-    def _put(self, op: PutOp) -> None:
+    def _put(self, op: PutOp, now: float) -> None:
         user = self.user_of(op.namespace)
         mid = self.memory_id(op.namespace, op.key)
         if op.value is None:
@@ -398,22 +376,21 @@ class ReflectiveStore(BaseStore):
             parts = [p for p in parts if p.strip()]
             indexed = bool(parts)
             key = "\n".join(parts) if parts else text
+        meta: dict[str, Any] = {
+            "store": _MARK,
+            "namespace": list(op.namespace),
+            "key": op.key,
+            "value": json.dumps(value, ensure_ascii=False),
+            "indexed": indexed,
+        }
+        ttl = check_ttl(op.ttl)
+        if ttl is not None:
+            meta.update(expiry_fields(ttl, now))
         self.memory.put_memory(
-            user,
-            text,
-            memory_id=mid,
-            key=key,
-            granularity="item",
-            metadata={
-                "store": _MARK,
-                "namespace": list(op.namespace),
-                "key": op.key,
-                "value": json.dumps(value, ensure_ascii=False),
-                "indexed": indexed,
-            },
+            user, text, memory_id=mid, key=key, granularity="item", metadata=meta
         )
 
-    def _search(self, op: SearchOp) -> list[SearchItem]:
+    def _search(self, op: SearchOp, now: float) -> list[tuple[_Entry, float | None]]:
         prefix = tuple(op.namespace_prefix)
         users = self._users_for(prefix)
         n = len(prefix)
@@ -423,8 +400,8 @@ class ReflectiveStore(BaseStore):
         for user in users:
             entries = [
                 e
-                for e in self._entries(user)
-                if e.namespace[:n] == prefix and _matches(e.value, op.filter)
+                for e in self._entries(user, now)
+                if e.namespace[:n] == prefix and matches(e.value, op.filter)
             ]
             if not op.query or not op.query.strip():
                 unranked.extend(entries)
@@ -437,14 +414,14 @@ class ReflectiveStore(BaseStore):
         if not op.query or not op.query.strip():
             unranked.sort(key=lambda e: (e.namespace, e.key))
             unranked.sort(key=lambda e: e.memory.updated_at, reverse=True)
-            return [e.search_item(None) for e in unranked[op.offset : need]]
+            return [(e, None) for e in unranked[op.offset : need]]
         ranked.sort(key=lambda pair: -pair[0])  # stable: keeps the core's order per user
-        page = [e.search_item(s) for s, e in ranked[op.offset : need]]
+        page: list[tuple[_Entry, float | None]] = [(e, s) for s, e in ranked[op.offset : need]]
         if len(page) < op.limit:
             # Items left out of the ranking (not indexed) follow, unscored, like InMemoryStore.
             unindexed = [e for e in unranked if not e.indexed]
             unindexed.sort(key=lambda e: e.memory.updated_at, reverse=True)
-            page.extend(e.search_item(None) for e in unindexed[: op.limit - len(page)])
+            page.extend((e, None) for e in unindexed[: op.limit - len(page)])
         return page
 
     def _rank(
@@ -465,7 +442,7 @@ class ReflectiveStore(BaseStore):
                 return found
             k *= 4
 
-    def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+    def _list(self, op: ListNamespacesOp, now: float) -> list[tuple[str, ...]]:
         conditions = tuple(op.match_conditions or ())
         prefixes = [tuple(c.path) for c in conditions if c.match_type == "prefix"]
         for c in conditions:
@@ -482,8 +459,8 @@ class ReflectiveStore(BaseStore):
             users = [named[0]] if named else self._users_for(())
         spaces: set[tuple[str, ...]] = set()
         for user in users:
-            for e in self._entries(user):
-                if all(_path_matches(c, e.namespace) for c in conditions):
+            for e in self._entries(user, now):
+                if all(path_matches(c, e.namespace) for c in conditions):
                     ns = e.namespace if op.max_depth is None else e.namespace[: op.max_depth]
                     spaces.add(ns)
         return sorted(spaces)[op.offset : op.offset + op.limit]
@@ -491,6 +468,10 @@ class ReflectiveStore(BaseStore):
     # -- BaseStore --------------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run operations; reads see the store before this batch's writes (LangGraph rule).
+
+        Every op sees one time (`clock()` at the start). After the reads, the expiry of the
+        items returned by gets and searches with `refresh_ttl` moves forward (metadata only);
+        the puts come last.
 
         Args:
             ops: `GetOp`, `PutOp`, `SearchOp` and `ListNamespacesOp`s.
@@ -505,25 +486,82 @@ class ReflectiveStore(BaseStore):
         ops = list(ops)
         for op in ops:
             self._validate(op)
+        now = self.clock()
         results: list[Result] = []
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        refresh: dict[str, dict[str, dict[str, Any]]] = {}  # user -> memory id -> new expiry
         for op in ops:
             if isinstance(op, GetOp):
-                results.append(self._get(op))
+                e = self._get(op, now)
+                results.append(None if e is None else e.item())
+                read = [] if e is None else [e]
             elif isinstance(op, SearchOp):
-                results.append(self._search(op))
+                page = self._search(op, now)
+                results.append([e.search_item(score) for e, score in page])
+                read = [e for e, _ in page]
             elif isinstance(op, ListNamespacesOp):
-                results.append(self._list(op))
+                results.append(self._list(op, now))
+                continue
             else:
                 puts[(tuple(op.namespace), op.key)] = op  # the last put of an item wins
                 results.append(None)
+                continue
+            if op.refresh_ttl:
+                for e in read:
+                    if e.ttl is not None:
+                        mine = refresh.setdefault(e.memory.user_id, {})
+                        mine[e.memory.id] = expiry_fields(e.ttl, now)
+        for user, updates in refresh.items():
+            self.memory.update_memory_metadata(user, updates)
         for op in puts.values():
-            self._put(op)
+            self._put(op, now)
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async twin of `batch` (runs it in a worker thread)."""
         return await asyncio.to_thread(self.batch, list(ops))
+
+    # -- TTL ----------------------------------------------------------------------------------
+    def sweep_ttl(self) -> int:
+        """Delete every expired item of every user of the core, from every file.
+
+        Returns:
+            How many items were deleted.
+        """
+        now = self.clock()
+        users = [self.user_id] if self.user_id is not None else self.memory.users()
+        return sum(self.memory.delete_expired(user, now) for user in users)
+
+    async def asweep_ttl(self) -> int:
+        """Async twin of `sweep_ttl` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.sweep_ttl)
+
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Run `sweep_ttl` in a background thread every interval, until `stop_ttl_sweeper`.
+
+        Args:
+            sweep_interval_minutes: Minutes between sweeps (`None`:
+                `ttl_config["sweep_interval_minutes"]`, else 5).
+
+        Returns:
+            A future done when the sweeper stops; cancelling it stops the sweeper.
+        """
+        interval = sweep_interval_minutes
+        if interval is None and self.ttl_config is not None:
+            interval = self.ttl_config.get("sweep_interval_minutes")
+        if interval is None:
+            interval = TTL_DEFAULTS["sweep_interval_minutes"]
+        return self._sweeper.start(interval)
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; True when it stopped or was not running.
+
+        Args:
+            timeout: Seconds to wait for a sweep in progress (`None`: as long as it takes).
+        """
+        return self._sweeper.stop(timeout)
 
     def __repr__(self) -> str:
         who = repr(self.user_id) if self.user_id is not None else f"ns[{self.user_position}]"

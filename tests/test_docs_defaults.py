@@ -220,3 +220,14 @@ def test_defaults_stated_in_prose_match() -> None:
 def test_readme_is_short() -> None:
     size = len(README.read_bytes())
     assert size <= README_MAX_BYTES, f"README.md is {size} bytes; move detail to docs/"
+
+
+def test_langgraph_store_ttl_defaults_match() -> None:
+    """The TTL table of docs/langgraph_store.md states `TTL_DEFAULTS` of the store."""
+    pytest.importorskip("langgraph")
+    from langchain_reflective.store_ttl import TTL_DEFAULTS
+
+    section = _sections((DOCS / "langgraph_store.md").read_text("utf-8"))["TTL"]
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", section, re.M)
+    stated = {name: ast.literal_eval(value) for name, value in rows}
+    assert stated == TTL_DEFAULTS

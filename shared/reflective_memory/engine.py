@@ -531,6 +531,21 @@ class ReflectiveMemory:
         return self.records.delete_memory(user_id, memory_id)
 
     @typed_errors
+    def delete_memories(self, user_id: str, memory_ids: Sequence[str]) -> int:
+        """Delete memories of a user by id, from every file; return how many existed."""
+        return self.records.delete_memories(user_id, memory_ids)
+
+    @typed_errors
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """Delete a user's memories whose metadata `expires_at` is at or before `now`."""
+        return self.records.delete_expired(user_id, now)
+
+    @typed_errors
+    def update_memory_metadata(self, user_id: str, updates: Mapping[str, Mapping[str, Any]]) -> int:
+        """Merge fields into memories' metadata without re-embedding; return how many."""
+        return self.records.update_memory_metadata(user_id, updates)
+
+    @typed_errors
     def delete_turns(
         self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
     ) -> list[Turn]:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from reflective_memory.errors import UnknownMemoryError
+from reflective_memory.errors import InvalidInputError, UnknownMemoryError
 from reflective_memory.storage.base import MemoryDraft, MemoryStore, require_open
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.types import GRANULARITIES, Memory, Turn
@@ -187,12 +188,62 @@ class Records:
             raise UnknownMemoryError(f"user {user_id!r} has no memory {memory_id!r}")
         return found[0]
 
-    def delete_memory(self, user_id: str, memory_id: str) -> bool:
-        """Delete one memory of a user; return whether it existed."""
+    def update_memory_metadata(self, user_id: str, updates: Mapping[str, Mapping[str, Any]]) -> int:
+        """Merge top-level fields into the metadata of memories of a user, by memory id.
+
+        A metadata-only write (see `MemoryStore.update_metadata`): nothing is re-embedded and
+        the user's index stays valid. Unknown ids are ignored.
+
+        Returns:
+            How many memories were updated.
+        """
         self._open()
         check_id("user_id", user_id)
-        check_id("memory_id", memory_id)
-        return self.store.delete_memories(user_id, [memory_id]) > 0
+        if not isinstance(updates, Mapping):
+            raise InvalidInputError("updates must map memory ids to metadata fields")
+        checked: dict[str, dict[str, Any]] = {}
+        for mid, fields in updates.items():
+            check_id("memory_id", mid)
+            if not isinstance(fields, Mapping):
+                raise InvalidInputError(f"the metadata fields of {mid!r} must be a dict")
+            checked[mid] = check_json_object("metadata", dict(fields)) or {}
+        return self.store.update_metadata(user_id, checked)
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        """Delete one memory of a user; return whether it existed (see `delete_memories`)."""
+        return self.delete_memories(user_id, [memory_id]) > 0
+
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """Delete a user's memories whose metadata `expires_at` is at or before `now`.
+
+        `expires_at` and `now` are seconds since the epoch (the LangGraph store's TTL writes
+        them). The deletion is as complete as `delete_memories`'. Returns how many went.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+            raise InvalidInputError(f"now must be seconds since the epoch, got {now!r}")
+        n = self.store.delete_expired(user_id, float(now))
+        if n:
+            self.indexes.invalidate(user_id)
+            self.rerank_stage.forget_retrievals(user_id)
+        return n
+
+    def delete_memories(self, user_id: str, memory_ids: Sequence[str]) -> int:
+        """Delete memories of a user by id, from every file; return how many existed.
+
+        The user's persisted index files and the rerankers' kept retrievals go with them, as
+        for `delete_session`.
+        """
+        self._open()
+        check_id("user_id", user_id)
+        ids = check_ids("memory_ids", memory_ids)
+        if not ids:
+            return 0
+        n = self.store.delete_memories(user_id, ids)
+        self.indexes.invalidate(user_id)
+        self.rerank_stage.forget_retrievals(user_id)
+        return n
 
     def users(self) -> list[str]:
         """Every user with stored turns or memories."""

@@ -262,10 +262,12 @@ def test_overwrite_keeps_created_at_and_index_fields(core):
 
 
 def test_validation_and_ttl(store):
-    with pytest.raises(NotImplementedError):
-        store.put(("ana",), "k", {"v": 1}, ttl=5)
-    with pytest.raises(InvalidInputError):
-        store.batch([PutOp(("ana",), "k", {"v": 1}, ttl=5.0)])
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "5"):
+        with pytest.raises(InvalidInputError):
+            store.put(("ana",), "k", {"v": 1}, ttl=bad)
+        with pytest.raises(InvalidInputError):
+            store.batch([PutOp(("ana",), "k", {"v": 1}, ttl=bad)])
+    assert store.get(("ana",), "k") is None
     with pytest.raises(InvalidInputError):
         store.put(("ana",), "k", {"v": object()})
     with pytest.raises(InvalidInputError):

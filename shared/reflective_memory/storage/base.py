@@ -15,7 +15,7 @@ The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`, the serv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -150,8 +150,29 @@ class MemoryStore(Protocol):
         """Delete memories of a user by id (others' ids are ignored); return how many went."""
         ...
 
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """Delete the user's memories whose metadata `expires_at` is at or before `now`.
+
+        `expires_at` is seconds since the epoch (a JSON number; other values never expire).
+        One statement decides and deletes, so an expiry moved forward concurrently is either
+        seen or waits; the deletion is as complete as `delete_memories`'. Returns how many went.
+        """
+        ...
+
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
         """A user's memories (all, or these ids in this order; unknown ids are skipped)."""
+        ...
+
+    def update_metadata(self, user_id: str, updates: Mapping[str, Mapping[str, Any]]) -> int:
+        """Merge top-level fields into the metadata of some memories of a user (by id).
+
+        A metadata-only write: text, key, embedding, `updated_at` and the user's `version` stay
+        as they were, so no index is rebuilt and nothing is re-embedded (a LangGraph item's
+        expiry is refreshed this way). Others' and unknown ids are ignored.
+
+        Returns:
+            How many memories were updated.
+        """
         ...
 
     def embeddings(

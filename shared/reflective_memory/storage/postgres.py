@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -422,6 +422,19 @@ class PostgresStore:
             self._bump(conn, user_id)
         return int(n)
 
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """See `MemoryStore.delete_expired`."""
+        with self.db.transaction() as conn:
+            n = conn.execute(
+                f"DELETE FROM {self._s}.memories WHERE user_id=%s AND CASE WHEN "
+                "jsonb_typeof(metadata -> 'expires_at') = 'number' THEN "
+                "(metadata ->> 'expires_at')::float8 <= %s ELSE false END",
+                (user_id, float(now)),
+            ).rowcount
+            if n:
+                self._bump(conn, user_id)
+        return int(n)
+
     _MEM_COLS = (
         "id, user_id, session_id, granularity, text, key, turn_ids, created_at, updated_at,"
         " start_ts, end_ts, metadata"
@@ -452,6 +465,21 @@ class PostgresStore:
             ).fetchall()
         found = {r[0]: self._memory(r) for r in rows}
         return [found[i] for i in ids if i in found]
+
+    def update_metadata(self, user_id: str, updates: Mapping[str, Mapping[str, Any]]) -> int:
+        """See `MemoryStore.update_metadata` (one transaction; the version is not bumped)."""
+        rows = [(json.dumps(dict(v), default=str), user_id, mid) for mid, v in updates.items()]
+        if not rows:
+            return 0
+        n = 0
+        with self.db.transaction() as conn:
+            for row in rows:
+                n += conn.execute(
+                    f"UPDATE {self._s}.memories SET metadata = metadata || %s::jsonb "
+                    "WHERE user_id=%s AND id=%s",
+                    row,
+                ).rowcount
+        return n
 
     def session_memories(self, user_id: str, session_id: str) -> list[Memory]:
         """A session's memories, in storage order."""

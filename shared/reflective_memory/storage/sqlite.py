@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -396,16 +396,34 @@ class SQLiteStore:
 
     @_guarded
     def delete_memories(self, user_id: str, ids: Iterable[str]) -> int:
-        """Delete memories of a user by id; return how many were deleted."""
+        """Delete memories of a user by id; return how many were deleted (WAL scrubbed)."""
         ids = list(ids)
         if not ids:
             return 0
-        with self._lock, self._tx():
-            marks = ",".join("?" * len(ids))
-            n = self.conn.execute(
-                f"DELETE FROM memories WHERE user_id=? AND id IN ({marks})", (user_id, *ids)
-            ).rowcount
-            self._bump(user_id)
+        with self._lock:
+            with self._tx():
+                marks = ",".join("?" * len(ids))
+                n = self.conn.execute(
+                    f"DELETE FROM memories WHERE user_id=? AND id IN ({marks})", (user_id, *ids)
+                ).rowcount
+                self._bump(user_id)
+            self._scrub()
+        return int(n)
+
+    @_guarded
+    def delete_expired(self, user_id: str, now: float) -> int:
+        """See `MemoryStore.delete_expired` (the WAL is scrubbed when anything went)."""
+        with self._lock:
+            with self._tx():
+                n = self.conn.execute(
+                    "DELETE FROM memories WHERE user_id=? AND json_type(metadata, '$.expires_at')"
+                    " IN ('integer', 'real') AND json_extract(metadata, '$.expires_at') <= ?",
+                    (user_id, float(now)),
+                ).rowcount
+                if n:
+                    self._bump(user_id)
+            if n:
+                self._scrub()
         return int(n)
 
     _MEM_COLS = (
@@ -452,6 +470,28 @@ class SQLiteStore:
                 ):
                     found[r[0]] = self._memory(r)
         return [found[i] for i in ids if i in found]
+
+    @_guarded
+    def update_metadata(self, user_id: str, updates: Mapping[str, Mapping[str, Any]]) -> int:
+        """See `MemoryStore.update_metadata` (one transaction; the version is not bumped)."""
+        ids = list(updates)
+        if not ids:
+            return 0
+        n = 0
+        with self._lock, self._tx():
+            for mid in ids:
+                row = self.conn.execute(
+                    "SELECT metadata FROM memories WHERE user_id=? AND id=?", (user_id, mid)
+                ).fetchone()
+                if row is None:
+                    continue
+                meta = {**json.loads(row[0]), **updates[mid]}
+                self.conn.execute(
+                    "UPDATE memories SET metadata=? WHERE user_id=? AND id=?",
+                    (json.dumps(meta, default=str), user_id, mid),
+                )
+                n += 1
+        return n
 
     @_guarded
     def embeddings(

@@ -131,6 +131,48 @@ class MemoryStoreContract:
         (m,) = store.memories("u")
         assert (m.start_time, m.end_time, m.metadata) == (start, end, meta)
 
+    def test_update_metadata_is_a_metadata_only_write(self, store: Any) -> None:
+        """`update_metadata` merges top-level fields; nothing else of the memory changes."""
+        meta = {"rmm": {"sessions": ["s"]}, "n": 2}
+        d = MemoryDraft("s", "item", "text", "key", (), metadata=meta, id="i1")
+        (m,) = store.upsert_memories("u", [d], np.ones((1, 3)), "m1")
+        store.upsert_memories(
+            "v", [MemoryDraft("s", "item", "t", "k", (), id="j1")], np.ones((1, 3)), "m1"
+        )
+        v = store.version("u")
+        assert store.update_metadata("u", {"i1": {"n": 3, "x": [1]}, "nope": {"n": 0}}) == 1
+        assert store.update_metadata("u", {"j1": {"n": 9}}) == 0  # another user's memory
+        assert store.update_metadata("u", {}) == 0
+        (m2,) = store.memories("u")
+        assert m2.metadata == {"rmm": {"sessions": ["s"]}, "n": 3, "x": [1]}
+        assert (m2.text, m2.key, m2.updated_at, m2.created_at) == (
+            m.text,
+            m.key,
+            m.updated_at,
+            m.created_at,
+        )
+        assert store.version("u") == v
+        assert store.vectors("u", ["i1"], "m1")["i1"].tolist() == [1.0, 1.0, 1.0]
+        assert store.memories("v")[0].metadata == {}
+
+    def test_delete_expired_goes_by_the_metadata_expiry(self, store: Any) -> None:
+        """Memories whose numeric `expires_at` is at or before `now` go; no others."""
+        stamps = {"past": 99.5, "now": 100, "later": 100.25, "text": "50", "none": None}
+        drafts = [
+            MemoryDraft("s", "item", k, k, (), metadata={"expires_at": v}, id=k)
+            for k, v in stamps.items()
+        ]
+        drafts.append(MemoryDraft("s", "item", "plain", "plain", (), id="plain"))
+        store.upsert_memories("u", drafts, np.ones((len(drafts), 3)), "m")
+        other = MemoryDraft("s", "item", "t", "k", (), metadata={"expires_at": 1}, id="v-past")
+        store.upsert_memories("v", [other], np.ones((1, 3)), "m")
+        v = store.version("u")
+        assert store.delete_expired("u", 50.0) == 0 and store.version("u") == v
+        assert store.delete_expired("u", 100.0) == 2
+        assert store.version("u") > v
+        assert sorted(m.id for m in store.memories("u")) == ["later", "none", "plain", "text"]
+        assert [m.id for m in store.memories("v")] == ["v-past"]  # another user's stays
+
     def test_embeddings_and_vectors(self, store: Any) -> None:
         """Recomputed embeddings are stored by model; `vectors` returns only that model's."""
         d = MemoryDraft("s", "item", "text", "key", (), id="i1")
