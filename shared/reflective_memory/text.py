@@ -149,7 +149,8 @@ def contentless(text: str) -> bool:
         >>> contentless("Noted, I'll remember that!"), contentless("I adopted a cat.")
         (True, False)
     """
-    words = _WORD.findall(text.lower())
-    return len(words) <= _SMALL_TALK_MAX_WORDS and all(
-        w in STOPWORDS or w in _SMALL_TALK for w in words
-    )
+    for n, m in enumerate(_WORD.finditer(text.lower()), 1):  # stops at the first content word
+        w = m.group()
+        if n > _SMALL_TALK_MAX_WORDS or (w not in STOPWORDS and w not in _SMALL_TALK):
+            return False
+    return True

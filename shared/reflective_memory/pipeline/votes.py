@@ -447,8 +447,10 @@ def _quoting(
     want = " ".join(query.casefold().split())
     if len(want) < 20:
         return set()
-    return {
-        key
-        for key in votes.turn
-        if want in " ".join(session_turns(key[0])[key[1]].text.casefold().split())
-    }
+    longest = max(want.split(), key=len)  # in any quoting turn, with its spacing as is
+    out = set()
+    for key in votes.turn:
+        text = session_turns(key[0])[key[1]].text.casefold()
+        if longest in text and want in " ".join(text.split()):
+            out.add(key)
+    return out
