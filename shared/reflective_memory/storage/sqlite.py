@@ -31,8 +31,16 @@ from reflective_memory.errors import (
     UnknownSessionError,
 )
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.checksum import (
+    check_text,
+    checked_keys,
+    memory_row,
+    text_crc,
+    turn_row,
+)
 from reflective_memory.storage.sqlite_guard import guarded as _guarded
 from reflective_memory.storage.sqlite_schema import SCHEMA as _SCHEMA
+from reflective_memory.storage.sqlite_schema import add_checksums
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["SQLiteStore"]
@@ -114,6 +122,7 @@ class SQLiteStore:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA secure_delete=ON")
             conn.executescript(_SCHEMA)
+            add_checksums(conn)
         except BaseException:
             conn.close()
             raise
@@ -200,9 +209,18 @@ class SQLiteStore:
                 ts = t.get("timestamp")
                 try:
                     cur = conn.execute(
-                        "INSERT INTO turns (user_id, session_id, turn_id, position, role, text, ts)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (user_id, session_id, turn_id, position, t["role"], t["text"], _ts(ts)),
+                        "INSERT INTO turns (user_id, session_id, turn_id, position, role, text,"
+                        " ts, text_crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            user_id,
+                            session_id,
+                            turn_id,
+                            position,
+                            t["role"],
+                            t["text"],
+                            _ts(ts),
+                            text_crc(t["text"]),
+                        ),  # fmt: skip
                     )
                 except sqlite3.IntegrityError as exc:
                     raise InvalidInputError(
@@ -239,13 +257,14 @@ class SQLiteStore:
 
     @staticmethod
     def _turn(row: Sequence[Any]) -> Turn:
-        seq, user_id, session_id, turn_id, position, role, text, ts = row
+        seq, user_id, session_id, turn_id, position, role, text, ts, crc = row
+        check_text(text, crc, turn_row(user_id, session_id, turn_id))
         return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), seq)
 
     @_guarded
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
         """See `MemoryStore.turns`."""
-        cols = "seq, user_id, session_id, turn_id, position, role, text, ts"
+        cols = "seq, user_id, session_id, turn_id, position, role, text, ts, text_crc"
         with self._lock:
             if session_id is None:
                 rows = self.conn.execute(
@@ -309,7 +328,8 @@ class SQLiteStore:
             self.conn.execute(
                 "INSERT OR REPLACE INTO memories (id, user_id, session_id, granularity, text, key,"
                 " turn_ids, start_ts, end_ts, created_at, updated_at, metadata, embedding,"
-                " embed_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " embed_model, text_crc, key_crc)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     mid,
                     user_id,
@@ -325,6 +345,8 @@ class SQLiteStore:
                     json.dumps(meta, default=str),
                     np.asarray(vec, dtype=np.float32).tobytes(),
                     model,
+                    text_crc(d.text),
+                    text_crc(d.key),
                 ),
             )
             out.append(
@@ -410,12 +432,14 @@ class SQLiteStore:
 
     _MEM_COLS = (
         "id, user_id, session_id, granularity, text, key, turn_ids, created_at, updated_at,"
-        " start_ts, end_ts, metadata"
+        " start_ts, end_ts, metadata, text_crc, key_crc"
     )
 
     @staticmethod
     def _memory(row: Sequence[Any]) -> Memory:
-        mid, u, s, g, text, key, tids, created, updated, start, end, meta = row
+        mid, u, s, g, text, key, tids, created, updated, start, end, meta, tcrc, kcrc = row
+        check_text(text, tcrc, memory_row(u, mid))
+        check_text(key, kcrc, memory_row(u, mid) + " key")
         return Memory(
             mid,
             u,
@@ -460,13 +484,13 @@ class SQLiteStore:
         """See `MemoryStore.embeddings`."""
         with self._lock:
             rows = self.conn.execute(
-                "SELECT id, key, embedding, COALESCE(embed_model, '') FROM memories "
+                "SELECT id, key, embedding, COALESCE(embed_model, ''), key_crc FROM memories "
                 "WHERE user_id=? ORDER BY rowid",
                 (user_id,),
             ).fetchall()
         return (
             [r[0] for r in rows],
-            [r[1] for r in rows],
+            checked_keys(user_id, [(r[0], r[1], r[4]) for r in rows]),
             [r[2] for r in rows],
             [r[3] for r in rows],
         )
@@ -506,9 +530,9 @@ class SQLiteStore:
         """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""
         with self._lock, self._tx():
             self.conn.executemany(
-                "UPDATE memories SET key=?, embedding=NULL, embed_model=NULL "
+                "UPDATE memories SET key=?, key_crc=?, embedding=NULL, embed_model=NULL "
                 "WHERE user_id=? AND id=?",
-                [(k, user_id, i) for i, k in zip(ids, keys, strict=True)],
+                [(k, text_crc(k), user_id, i) for i, k in zip(ids, keys, strict=True)],
             )
             self._bump(user_id)
 

@@ -1,0 +1,66 @@
+"""Checksums of stored text: written with each row, checked on every read.
+
+Both stores keep a CRC-32 of a turn's text (`turns.text_crc`) and of a memory's text and key
+(`memories.text_crc`, `memories.key_crc`), computed here from the UTF-8 bytes when the row is
+written and compared when it is read back. A mismatch (a bit flipped on disk, a row changed
+behind the store's back) raises `StoreCorruptedError` naming the row, instead of returning text
+that differs from what was stored.
+
+Rows written before the columns existed are filled in once, when a store first opens with this
+version (`SQLiteStore` adds and fills the columns at open, `PostgresStore` at schema level 3).
+A NULL checksum is read as "unchecked" (a row written by an older library into a migrated
+SQLite file), never as damage.
+
+Example:
+    >>> text_crc("lighthouse") == text_crc("lighthouse")
+    True
+    >>> try:
+    ...     check_text("lighvhouse", text_crc("lighthouse"), "turn 't1'")
+    ... except StoreCorruptedError as exc:
+    ...     print(str(exc)[:45])
+    stored text of turn 't1' does not match its c
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from reflective_memory.errors import StoreCorruptedError
+
+__all__ = ["text_crc", "check_text", "checked_keys", "turn_row", "memory_row"]
+
+
+def text_crc(text: str) -> int:
+    """CRC-32 of `text`'s UTF-8 bytes (an unsigned 32-bit integer)."""
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
+
+
+def check_text(text: str, expected: int | None, where: str) -> str:
+    """Return `text` if it matches its stored checksum (`None`: unchecked legacy row).
+
+    Raises:
+        StoreCorruptedError: The text does not match; `where` names the row.
+    """
+    if expected is not None and text_crc(text) != int(expected):
+        raise StoreCorruptedError(
+            f"stored text of {where} does not match its checksum (damaged on disk or changed "
+            "outside the store); restore the store from a backup"
+        )
+    return text
+
+
+def turn_row(user_id: str, session_id: str, turn_id: str) -> str:
+    """How a checksum error names a turn."""
+    return f"turn {turn_id!r} of session {session_id!r} of user {user_id!r} (table turns)"
+
+
+def memory_row(user_id: str, memory_id: str) -> str:
+    """How a checksum error names a memory."""
+    return f"memory {memory_id!r} of user {user_id!r} (table memories)"
+
+
+def checked_keys(user_id: str, rows: Iterable[Sequence[Any]]) -> list[str]:
+    """The keys of `(memory id, key, key checksum)` rows of one user, each checked."""
+    return [check_text(key, crc, memory_row(user_id, mid) + " key") for mid, key, crc in rows]
