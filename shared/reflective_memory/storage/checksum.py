@@ -11,6 +11,9 @@ version (`SQLiteStore` adds and fills the columns at open, `PostgresStore` at sc
 A NULL checksum is read as "unchecked" (a row written by an older library into a migrated
 SQLite file), never as damage.
 
+Files and blobs are sealed instead (`seal` / `unseal`): `MAGIC + SHA-256(payload) + payload`,
+checked before a byte of the payload is used (learned state, the index cache's files).
+
 Example:
     >>> text_crc("lighthouse") == text_crc("lighthouse")
     True
@@ -23,13 +26,27 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from reflective_memory.errors import StoreCorruptedError
 
-__all__ = ["text_crc", "check_text", "checked_keys", "turn_row", "memory_row"]
+__all__ = [
+    "MAGIC",
+    "text_crc",
+    "check_text",
+    "checked_keys",
+    "turn_row",
+    "memory_row",
+    "seal",
+    "unseal",
+]
+
+#: First bytes of a sealed blob (no safetensors, FAISS or JSON file starts with them).
+MAGIC = b"RMSEAL1\n"
+_DIGEST = 32  # SHA-256
 
 
 def text_crc(text: str) -> int:
@@ -64,3 +81,29 @@ def memory_row(user_id: str, memory_id: str) -> str:
 def checked_keys(user_id: str, rows: Iterable[Sequence[Any]]) -> list[str]:
     """The keys of `(memory id, key, key checksum)` rows of one user, each checked."""
     return [check_text(key, crc, memory_row(user_id, mid) + " key") for mid, key, crc in rows]
+
+
+def seal(payload: bytes) -> bytes:
+    """`payload` with its checksum in front (what `unseal` checks)."""
+    return MAGIC + hashlib.sha256(payload).digest() + bytes(payload)
+
+
+def unseal(data: bytes) -> tuple[bytes, bool]:
+    """The payload of a sealed blob, checked, and whether it was sealed at all.
+
+    Bytes without `MAGIC` come back unchanged with `False` (written before seals existed).
+
+    Raises:
+        ValueError: The blob is sealed but truncated, or its payload does not match the
+            checksum.
+    """
+    raw = bytes(data)
+    if not raw.startswith(MAGIC):
+        return raw, False
+    start = len(MAGIC) + _DIGEST
+    if len(raw) < start:
+        raise ValueError(f"sealed data truncated to {len(raw)} bytes")
+    payload = raw[start:]
+    if hashlib.sha256(payload).digest() != raw[len(MAGIC) : start]:
+        raise ValueError(f"checksum mismatch in sealed data ({len(payload)} payload bytes)")
+    return payload, True
