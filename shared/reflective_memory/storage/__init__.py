@@ -1,7 +1,7 @@
 """Storage: the store contract, the embedded SQLite store and the derived search indexes.
 
 - `base`: the `MemoryStore` protocol, the optional capabilities (`SessionBuildLock`,
-  `ServerSearch`, `StateHolder`) and the records that cross them.
+  `ServerSearch`, `StateHolder`, `TurnUnitAudit`) and the records that cross them.
 - `state`: the `StateStore` protocol for learned state and `FileStateStore` (files or memory).
 - `sqlite`: `SQLiteStore`, the embedded default (SQLite in WAL mode is the truth).
 - `index`: per-user dense (FAISS) and lexical (BM25) indexes, caches rebuilt from the store.
@@ -21,6 +21,7 @@ from reflective_memory.storage.base import (
     SessionBuildLock,
     SessionInfo,
     StateHolder,
+    TurnUnitAudit,
 )
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.storage.state import FileStateStore, StateStore
@@ -30,6 +31,7 @@ __all__ = [
     "SessionBuildLock",
     "ServerSearch",
     "StateHolder",
+    "TurnUnitAudit",
     "StateStore",
     "FileStateStore",
     "MemoryDraft",

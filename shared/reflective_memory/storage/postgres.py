@@ -261,6 +261,20 @@ class PostgresStore:
             rows = conn.execute(sql + " ORDER BY created_at, session_id", args).fetchall()
         return [self._session(r) for r in rows]
 
+    def sessions_missing_turn_units(self, user_id: str | None = None) -> list[tuple[str, str]]:
+        """See `TurnUnitAudit.sessions_missing_turn_units`."""
+        s = self._s
+        mine = "" if user_id is None else " AND ss.user_id = %s"
+        with self.db.transaction() as conn:
+            rows = conn.execute(
+                f"SELECT ss.user_id, ss.session_id FROM {s}.sessions ss WHERE ss.status = 'open'"
+                f"{mine} AND ss.n_turns > (SELECT COUNT(*) FROM {s}.memories m WHERE m.user_id ="
+                " ss.user_id AND m.session_id = ss.session_id AND m.granularity = 'turn')"
+                " ORDER BY 1, 2",
+                () if user_id is None else (user_id,),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
     def session_builds(self, user_id: str, session_id: str) -> int:
         """How many times a session's memories were built (0 for an unknown session)."""
         with self.db.transaction() as conn:

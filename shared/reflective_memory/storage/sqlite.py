@@ -277,6 +277,20 @@ class SQLiteStore:
                 ).fetchall()
         return [self._turn(r) for r in rows]
 
+    @_guarded
+    def sessions_missing_turn_units(self, user_id: str | None = None) -> list[tuple[str, str]]:
+        """See `TurnUnitAudit.sessions_missing_turn_units`."""
+        mine = "" if user_id is None else " AND s.user_id = ?"
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT s.user_id, s.session_id FROM sessions s WHERE s.status = 'open'"
+                f"{mine} AND s.n_turns > (SELECT COUNT(*) FROM memories m WHERE m.user_id ="
+                " s.user_id AND m.session_id = s.session_id AND m.granularity = 'turn')"
+                " ORDER BY 1, 2",
+                () if user_id is None else (user_id,),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
     @staticmethod
     def _session(row: Sequence[Any]) -> SessionInfo:
         u, s, status, n, first, last, created, ended = row
