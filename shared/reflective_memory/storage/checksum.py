@@ -37,6 +37,8 @@ __all__ = [
     "MAGIC",
     "text_crc",
     "check_text",
+    "check_turn",
+    "check_memory",
     "checked_keys",
     "turn_row",
     "memory_row",
@@ -54,18 +56,40 @@ def text_crc(text: str) -> int:
     return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
 
+def _mismatch(where: str) -> StoreCorruptedError:
+    return StoreCorruptedError(
+        f"stored text of {where} does not match its checksum (damaged on disk or changed "
+        "outside the store); restore the store from a backup"
+    )
+
+
 def check_text(text: str, expected: int | None, where: str) -> str:
     """Return `text` if it matches its stored checksum (`None`: unchecked legacy row).
 
     Raises:
         StoreCorruptedError: The text does not match; `where` names the row.
     """
-    if expected is not None and text_crc(text) != int(expected):
-        raise StoreCorruptedError(
-            f"stored text of {where} does not match its checksum (damaged on disk or changed "
-            "outside the store); restore the store from a backup"
-        )
+    if expected is not None and zlib.crc32(text.encode("utf-8", "surrogatepass")) != expected:
+        raise _mismatch(where)
     return text
+
+
+def check_turn(
+    text: str, expected: int | None, user_id: str, session_id: str, turn_id: str
+) -> None:
+    """Check a turn row's text (the row is named only when it fails: reads stay cheap)."""
+    if expected is not None and zlib.crc32(text.encode("utf-8", "surrogatepass")) != expected:
+        raise _mismatch(turn_row(user_id, session_id, turn_id))
+
+
+def check_memory(
+    text: str, key: str, text_sum: int | None, key_sum: int | None, user_id: str, memory_id: str
+) -> None:
+    """Check a memory row's text and key."""
+    if text_sum is not None and zlib.crc32(text.encode("utf-8", "surrogatepass")) != text_sum:
+        raise _mismatch(memory_row(user_id, memory_id))
+    if key_sum is not None and zlib.crc32(key.encode("utf-8", "surrogatepass")) != key_sum:
+        raise _mismatch(memory_row(user_id, memory_id) + " key")
 
 
 def turn_row(user_id: str, session_id: str, turn_id: str) -> str:
@@ -80,7 +104,12 @@ def memory_row(user_id: str, memory_id: str) -> str:
 
 def checked_keys(user_id: str, rows: Iterable[Sequence[Any]]) -> list[str]:
     """The keys of `(memory id, key, key checksum)` rows of one user, each checked."""
-    return [check_text(key, crc, memory_row(user_id, mid) + " key") for mid, key, crc in rows]
+    out = []
+    for mid, key, expected in rows:
+        if expected is not None and zlib.crc32(key.encode("utf-8", "surrogatepass")) != expected:
+            raise _mismatch(memory_row(user_id, mid) + " key")
+        out.append(key)
+    return out
 
 
 def seal(payload: bytes) -> bytes:

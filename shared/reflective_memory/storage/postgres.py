@@ -34,11 +34,10 @@ import numpy as np
 from reflective_memory.errors import InvalidInputError, SessionChangedError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
 from reflective_memory.storage.checksum import (
-    check_text,
+    check_memory,
+    check_turn,
     checked_keys,
-    memory_row,
     text_crc,
-    turn_row,
 )
 from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
 from reflective_memory.storage.pg_schema import migrate
@@ -214,7 +213,7 @@ class PostgresStore:
     @staticmethod
     def _turn(row: Sequence[Any]) -> Turn:
         seq, user_id, session_id, turn_id, position, role, text, ts, crc = row
-        check_text(text, crc, turn_row(user_id, session_id, turn_id))
+        check_turn(text, crc, user_id, session_id, turn_id)
         return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), int(seq))
 
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
@@ -455,8 +454,7 @@ class PostgresStore:
     @staticmethod
     def _memory(row: Sequence[Any]) -> Memory:
         mid, u, s, g, text, key, tids, created, updated, start, end, meta, tcrc, kcrc = row
-        check_text(text, tcrc, memory_row(u, mid))
-        check_text(key, kcrc, memory_row(u, mid) + " key")
+        check_memory(text, key, tcrc, kcrc, u, mid)
         return Memory(
             mid, u, s, g, text, key, tuple(tids), created, updated, _dt(start), _dt(end), meta
         )

@@ -32,11 +32,10 @@ from reflective_memory.errors import (
 )
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
 from reflective_memory.storage.checksum import (
-    check_text,
+    check_memory,
+    check_turn,
     checked_keys,
-    memory_row,
     text_crc,
-    turn_row,
 )
 from reflective_memory.storage.sqlite_guard import guarded as _guarded
 from reflective_memory.storage.sqlite_schema import SCHEMA as _SCHEMA
@@ -258,7 +257,7 @@ class SQLiteStore:
     @staticmethod
     def _turn(row: Sequence[Any]) -> Turn:
         seq, user_id, session_id, turn_id, position, role, text, ts, crc = row
-        check_text(text, crc, turn_row(user_id, session_id, turn_id))
+        check_turn(text, crc, user_id, session_id, turn_id)
         return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), seq)
 
     @_guarded
@@ -452,8 +451,7 @@ class SQLiteStore:
     @staticmethod
     def _memory(row: Sequence[Any]) -> Memory:
         mid, u, s, g, text, key, tids, created, updated, start, end, meta, tcrc, kcrc = row
-        check_text(text, tcrc, memory_row(u, mid))
-        check_text(key, kcrc, memory_row(u, mid) + " key")
+        check_memory(text, key, tcrc, kcrc, u, mid)
         return Memory(
             mid,
             u,
