@@ -3,6 +3,8 @@
 - `base`: the `MemoryStore` protocol, the optional capabilities (`SessionBuildLock`,
   `ServerSearch`, `StateHolder`, `TurnUnitAudit`) and the records that cross them.
 - `state`: the `StateStore` protocol for learned state and `FileStateStore` (files or memory).
+- `checksum`: CRC-32 of stored text (written with each row, checked on read) and the seal of
+  files and blobs.
 - `sqlite`: `SQLiteStore`, the embedded default (SQLite in WAL mode is the truth).
 - `index`: per-user dense (FAISS) and lexical (BM25) indexes, caches rebuilt from the store.
 - `postgres`: `PostgresStore`, the server backend on PostgreSQL + pgvector for many processes
