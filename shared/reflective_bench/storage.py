@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from reflective_memory.storage.checksum import text_crc
 
 __all__ = ["register", "run_storage_bench", "synthetic_texts"]
 
@@ -85,11 +86,13 @@ def _load_sqlite(
     with store._lock, store._tx():
         store.conn.executemany(
             "INSERT INTO memories (id, user_id, session_id, granularity, text, key, turn_ids,"
-            " start_ts, end_ts, created_at, updated_at, metadata, embedding, embed_model)"
-            " VALUES (?, ?, ?, 'turn', ?, ?, '[]', NULL, NULL, ?, ?, '{}', ?, ?)",
+            " start_ts, end_ts, created_at, updated_at, metadata, embedding, embed_model,"
+            " text_crc, key_crc)"
+            " VALUES (?, ?, ?, 'turn', ?, ?, '[]', NULL, NULL, ?, ?, '{}', ?, ?, ?, ?)",
             (
-                (mid, u, "s0", text, text, now, now, vectors[i].tobytes(), model)
+                (mid, u, "s0", text, text, now, now, vectors[i].tobytes(), model, crc, crc)
                 for i, (u, mid, text) in enumerate(rows)
+                for crc in (text_crc(text),)
             ),
         )
         for u in users:
@@ -106,12 +109,12 @@ def _load_postgres(
     with store.db.transaction() as conn, conn.cursor() as cur:
         with cur.copy(
             f"COPY {s}.memories (user_id, id, session_id, granularity, text, key, lex, turn_ids,"
-            " created_at, updated_at, metadata, embedding, embed_dim, embed_model)"
-            " FROM STDIN WITH (FORMAT BINARY)"
+            " created_at, updated_at, metadata, embedding, embed_dim, embed_model, text_crc,"
+            " key_crc) FROM STDIN WITH (FORMAT BINARY)"
         ) as copy:
             copy.set_types(
                 ["text", "text", "text", "text", "text", "text", "text", "jsonb",
-                 "timestamptz", "timestamptz", "jsonb", "vector", "int4", "text"]
+                 "timestamptz", "timestamptz", "jsonb", "vector", "int4", "text", "int8", "int8"]
             )  # fmt: skip
             from datetime import datetime, timezone
 
@@ -119,7 +122,7 @@ def _load_postgres(
             for i, (u, mid, text) in enumerate(rows):
                 copy.write_row(
                     (u, mid, "s0", "turn", text, text, _lex(text), "[]", now, now, "{}",
-                     vectors[i], dim, model)
+                     vectors[i], dim, model, text_crc(text), text_crc(text))
                 )  # fmt: skip
         cur.execute(
             f"INSERT INTO {s}.user_state (user_id, version) SELECT DISTINCT user_id, 1 FROM"

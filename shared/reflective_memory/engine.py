@@ -166,6 +166,7 @@ class ReflectiveMemory:
             cfg, self.store, self.indexes, self.embedder, self.rerank_stage, self.llm, count
         )
         self.sessions.end_stale_sessions()  # embedded and server stores alike
+        self.sessions.lost_turns.at_open()  # turns a killed process stored but never indexed
 
     @staticmethod
     def _directory(path: str | Path | None, store: Any | None) -> Path | None:

@@ -19,6 +19,7 @@ from reflective_memory.errors import (
 from reflective_memory.llm import LLMClient
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
 from reflective_memory.segment.base import Segmenter
+from reflective_memory.sessions.recovery import LostTurns
 from reflective_memory.storage.base import (
     MemoryDraft,
     MemoryStore,
@@ -103,6 +104,10 @@ class SessionWriter:
             denoiser,
             reflector,
         )
+        #: Indexes turns a crash left without their `turn` unit (see `sessions.recovery`).
+        self.lost_turns = LostTurns(
+            store, self._index_turns, enabled="turn" in config.units.granularities
+        )
 
     def _open(self) -> None:
         require_open(self.store)
@@ -168,6 +173,7 @@ class SessionWriter:
                 raise
             return self._add_after_resend(records, resent)
         self._index_turns(stored)
+        self.lost_turns.once(t.user_id for t in stored)
         self._auto_end(stored)
         return stored
 

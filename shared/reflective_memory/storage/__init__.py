@@ -1,8 +1,10 @@
 """Storage: the store contract, the embedded SQLite store and the derived search indexes.
 
 - `base`: the `MemoryStore` protocol, the optional capabilities (`SessionBuildLock`,
-  `ServerSearch`, `StateHolder`) and the records that cross them.
+  `ServerSearch`, `StateHolder`, `TurnUnitAudit`) and the records that cross them.
 - `state`: the `StateStore` protocol for learned state and `FileStateStore` (files or memory).
+- `checksum`: CRC-32 of stored text (written with each row, checked on read) and the seal of
+  files and blobs.
 - `sqlite`: `SQLiteStore`, the embedded default (SQLite in WAL mode is the truth).
 - `index`: per-user dense (FAISS) and lexical (BM25) indexes, caches rebuilt from the store.
 - `postgres`: `PostgresStore`, the server backend on PostgreSQL + pgvector for many processes
@@ -21,6 +23,7 @@ from reflective_memory.storage.base import (
     SessionBuildLock,
     SessionInfo,
     StateHolder,
+    TurnUnitAudit,
 )
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.storage.state import FileStateStore, StateStore
@@ -30,6 +33,7 @@ __all__ = [
     "SessionBuildLock",
     "ServerSearch",
     "StateHolder",
+    "TurnUnitAudit",
     "StateStore",
     "FileStateStore",
     "MemoryDraft",

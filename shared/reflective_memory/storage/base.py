@@ -6,7 +6,9 @@ checks once with `isinstance`:
 
 - `SessionBuildLock`: building a session's memories is serialised across processes;
 - `ServerSearch`: searches run on the database server instead of in-process indexes;
-- `StateHolder`: the store keeps learned state (a `StateStore`) for every process it serves.
+- `StateHolder`: the store keeps learned state (a `StateStore`) for every process it serves;
+- `TurnUnitAudit`: the store finds open sessions with turns whose `turn` unit is missing (a
+  process died between committing a turn and indexing it) in one query.
 
 The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`, the server backend
 `reflective_memory.storage.postgres.PostgresStore`; both pass the contract tests shipped in
@@ -37,6 +39,7 @@ __all__ = [
     "ServerSearch",
     "KeyListing",
     "StateHolder",
+    "TurnUnitAudit",
     "MemoryDraft",
     "SessionInfo",
     "session_fence",
@@ -319,6 +322,20 @@ class StateHolder(Protocol):
     @property
     def state(self) -> StateStore:
         """The store's `StateStore`."""
+        ...
+
+
+@runtime_checkable
+class TurnUnitAudit(Protocol):
+    """A store that finds sessions whose turns are not all indexed, in one query."""
+
+    def sessions_missing_turn_units(self, user_id: str | None = None) -> list[tuple[str, str]]:
+        """`(user_id, session_id)` of open sessions with more turns than `turn` units.
+
+        Each turn of an open session has a `turn` unit once `add_turns` indexed it; a session
+        with fewer lost some to a crash in between. The cost grows with the open sessions (of
+        `user_id`, or of every user when it is None), never with ended history.
+        """
         ...
 
 

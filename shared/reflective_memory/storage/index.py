@@ -5,9 +5,10 @@
 size, always built from the stored embeddings; `LexicalIndex` wraps a bm25s index over the keys.
 `IndexCache` keeps one `UserIndex` per user, keyed by the store's per-user version, in a
 least-recently-used cache bounded by memory, and persists dense indexes under the store
-directory. A persisted index is trusted only when it matches the store version, the embedder
-(name and dimension), its own counts and the checksums written with it; anything else is
-rebuilt from the stored embeddings.
+directory. A persisted index is trusted only when its sealed metadata file checks
+(`checksum.unseal`), the FAISS file matches the SHA-256 recorded there, and it matches the store
+version, the embedder (name and dimension) and its own counts; a damaged file is logged as a
+warning and, like a stale one, rebuilt from the stored embeddings.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from reflective_memory.embed import Embedder
 from reflective_memory.storage.ann import ANN_KINDS, AnnSettings
 from reflective_memory.storage.base import KeyListing, MemoryStore, ServerSearch
 from reflective_memory.storage.bm25 import LexicalIndex
+from reflective_memory.storage.checksum import seal, unseal
 
 __all__ = [
     "AnnSettings",
@@ -259,10 +261,24 @@ def _text_bytes(ids: Sequence[str], keys: Sequence[str]) -> int:
     return sum(len(k) for k in keys) + sum(len(i) + 56 for i in ids)
 
 
-def _digest(ids: list[str], keys: list[str], vectors_sha: str, version: int) -> str:
+def _file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
-    h.update(json.dumps([version, ids, keys, vectors_sha]).encode("utf-8", "surrogatepass"))
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
     return h.hexdigest()
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """The metadata of a persisted index, its seal checked (ValueError when damaged)."""
+    payload, sealed = unseal(path.read_bytes())
+    if not sealed:
+        raise ValueError("the metadata file has no checksum seal")
+    meta = json.loads(payload.decode("utf-8", "surrogatepass"))
+    if not isinstance(meta, dict):
+        raise ValueError("the metadata is not a JSON object")
+    return meta
 
 
 class IndexCache:
@@ -404,14 +420,16 @@ class IndexCache:
         if not (fidx.exists() and fmeta.exists()):
             return None
         try:
-            meta = json.loads(fmeta.read_text())
+            meta = _read_meta(fmeta)
             if (
                 meta.get("version") != version
                 or meta.get("model") != self.embedder.name
                 or meta.get("user_id") != user_id
                 or meta.get("dim") != self.embedder.dim
             ):
-                return None
+                return None  # stale: the user changed since, or another embedder
+            if _file_sha256(fidx) != meta.get("faiss_sha256"):
+                raise ValueError("the FAISS file does not match its checksum")
             index = faiss.read_index(str(fidx))
             if index.d != self.embedder.dim:
                 raise ValueError(f"index dimension {index.d}, the embedder has {self.embedder.dim}")
@@ -426,11 +444,6 @@ class IndexCache:
             ids, keys = meta["ids"], meta["keys"]
             if not (len(ids) == len(keys) == index.ntotal == meta.get("count")):
                 raise ValueError("the index and its metadata disagree on the count")
-            vectors_sha = hashlib.sha256(np.ascontiguousarray(vectors).tobytes()).hexdigest()
-            if vectors_sha != meta.get("vectors_sha256") or meta.get("digest") != _digest(
-                ids, keys, vectors_sha, version
-            ):
-                raise ValueError("checksum mismatch: the files were changed after saving")
             dense = DenseIndex(vectors, index, self.ann)
             return UserIndex(user_id, version, ids, dense, keys)
         except Exception as exc:  # a damaged cache file is rebuilt, never trusted
@@ -555,9 +568,11 @@ class IndexCache:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         fidx, fmeta = self._files(user_id)
-        vectors_sha = hashlib.sha256(
-            np.ascontiguousarray(built.dense.vectors, dtype=np.float32).tobytes()
-        ).hexdigest()
+        # Unique temporary names: other threads or processes may save the same user at once.
+        token = f"{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+        tmp_idx = fidx.with_name(f"{fidx.stem}.{token}.faiss.tmp")
+        tmp_meta = fmeta.with_name(f"{fmeta.stem}.{token}.json.tmp")
+        faiss.write_index(built.dense.index, str(tmp_idx))
         meta = {
             "user_id": user_id,
             "version": built.version,
@@ -566,15 +581,9 @@ class IndexCache:
             "count": len(built.ids),
             "ids": built.ids,
             "keys": built.keys,
-            "vectors_sha256": vectors_sha,
-            "digest": _digest(built.ids, built.keys, vectors_sha, built.version),
+            "faiss_sha256": _file_sha256(tmp_idx),
         }
-        # Unique temporary names: other threads or processes may save the same user at once.
-        token = f"{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
-        tmp_idx = fidx.with_name(f"{fidx.stem}.{token}.faiss.tmp")
-        tmp_meta = fmeta.with_name(f"{fmeta.stem}.{token}.json.tmp")
-        faiss.write_index(built.dense.index, str(tmp_idx))
-        tmp_meta.write_text(json.dumps(meta))
+        tmp_meta.write_bytes(seal(json.dumps(meta).encode("utf-8", "surrogatepass")))
         tmp_idx.replace(fidx)
         tmp_meta.replace(fmeta)
         if not self._current(user_id, built.version, epoch):

@@ -14,14 +14,16 @@ size, so different embedders can share the tables).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from reflective_memory.errors import ConfigError
+from reflective_memory.storage.checksum import text_crc
 
 __all__ = ["SCHEMA_VERSION", "check_schema_name", "migrate", "ensure_vector_index", "schema_level"]
 
 #: The schema level this code writes and reads.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -78,7 +80,42 @@ _LEVEL_2 = [
     " GREATEST((SELECT COALESCE(MAX(version), 0) FROM {s}.user_state), 1))",
 ]
 
-_MIGRATIONS: dict[int, list[str]] = {1: _LEVEL_1, 2: _LEVEL_2}
+
+def _fill_checksums(conn: Any, s: str) -> None:
+    """Level 3: fill the checksum columns of rows written before they existed.
+
+    Computed here, not in SQL: the checksum is CRC-32 of the UTF-8 text, which PostgreSQL has
+    no function for. Rows are read through a server-side cursor, so memory stays bounded.
+    """
+    for table, keys, cols in (
+        ("turns", ("user_id", "session_id", "position"), ("text",)),
+        ("memories", ("user_id", "id"), ("text", "key")),
+    ):
+        sets = ", ".join(f"{c}_crc=%s" for c in cols)
+        where = " AND ".join(f"{k}=%s" for k in keys)
+        with conn.cursor(name=f"fill_{table}_crc") as read, conn.cursor() as write:
+            read.execute(f"SELECT {', '.join(keys + cols)} FROM {s}.{table}")
+            while rows := read.fetchmany(2000):
+                write.executemany(
+                    f"UPDATE {s}.{table} SET {sets} WHERE {where}",
+                    [(*(text_crc(v) for v in r[len(keys) :]), *r[: len(keys)]) for r in rows],
+                )
+
+
+#: Level 3: a CRC-32 of each turn's text and each memory's text and key, written with the row
+#: and checked on read (`reflective_memory.storage.checksum`); existing rows are filled in.
+_LEVEL_3: list[str | Callable[[Any, str], None]] = [
+    "ALTER TABLE {s}.turns ADD COLUMN IF NOT EXISTS text_crc bigint",
+    "ALTER TABLE {s}.memories ADD COLUMN IF NOT EXISTS text_crc bigint",
+    "ALTER TABLE {s}.memories ADD COLUMN IF NOT EXISTS key_crc bigint",
+    _fill_checksums,
+]
+
+_MIGRATIONS: dict[int, list[str | Callable[[Any, str], None]]] = {
+    1: list(_LEVEL_1),
+    2: list(_LEVEL_2),
+    3: _LEVEL_3,
+}
 
 
 def check_schema_name(schema: str) -> str:
@@ -129,7 +166,10 @@ def migrate(conn: Any, schema: str) -> int:
             )
         for target in range(level + 1, SCHEMA_VERSION + 1):
             for stmt in _MIGRATIONS[target]:
-                conn.execute(stmt.format(s=s))
+                if isinstance(stmt, str):
+                    conn.execute(stmt.format(s=s))
+                else:
+                    stmt(conn, s)
         if row is None:
             conn.execute(f"INSERT INTO {s}.schema_info (level) VALUES (%s)", (SCHEMA_VERSION,))
         else:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reflective_memory.errors import ConfigError
+from reflective_memory.storage.checksum import checked_keys
 from reflective_memory.storage.pg_database import PgDatabase
 from reflective_memory.storage.pg_schema import ensure_vector_index, vector_index_name
 from reflective_memory.text import lexical_tokens
@@ -89,21 +90,26 @@ class PgSearch:
                 f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
             ).fetchone()
             rows = conn.execute(
-                f"SELECT id, key FROM {self._s}.memories WHERE user_id=%s ORDER BY seq",
+                f"SELECT id, key, key_crc FROM {self._s}.memories WHERE user_id=%s ORDER BY seq",
                 (user_id,),
             ).fetchall()
-        return (0 if row is None else int(row[0])), [r[0] for r in rows], [r[1] for r in rows]
+        return (
+            (0 if row is None else int(row[0])),
+            [r[0] for r in rows],
+            checked_keys(user_id, rows),
+        )
 
     def stale_embeddings(self, user_id: str, model: str, dim: int) -> tuple[list[str], list[str]]:
         """Ids and keys of a user's memories with no embedding of `model` and size `dim`."""
         with self.db.transaction() as conn:
             rows = conn.execute(
-                f"SELECT id, key FROM {self._s}.memories WHERE user_id=%s AND (embedding IS NULL"
-                " OR embed_model IS DISTINCT FROM %s OR embed_dim IS DISTINCT FROM %s)"
+                f"SELECT id, key, key_crc FROM {self._s}.memories WHERE user_id=%s"
+                " AND (embedding IS NULL OR embed_model IS DISTINCT FROM %s"
+                " OR embed_dim IS DISTINCT FROM %s)"
                 " ORDER BY seq",
                 (user_id, model, dim),
             ).fetchall()
-        return [r[0] for r in rows], [r[1] for r in rows]
+        return [r[0] for r in rows], checked_keys(user_id, rows)
 
     def ensure_vector_index(self, dim: int) -> None:
         """Make sure the HNSW index for `dim`-sized embeddings exists (once per process)."""

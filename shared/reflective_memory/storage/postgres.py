@@ -33,6 +33,12 @@ import numpy as np
 
 from reflective_memory.errors import InvalidInputError, SessionChangedError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.checksum import (
+    check_memory,
+    check_turn,
+    checked_keys,
+    text_crc,
+)
 from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
 from reflective_memory.storage.pg_schema import migrate
 from reflective_memory.storage.pg_search import PgSearch, to_vector
@@ -184,12 +190,12 @@ class PostgresStore:
                 turn_id = t.get("turn_id")
                 row = conn.execute(
                     f"INSERT INTO {s}.turns (user_id, session_id, position, turn_id, role, text,"
-                    " ts) SELECT %s, %s, p, COALESCE(%s, %s || ':' || p), %s, %s, %s FROM"
-                    f" (SELECT COALESCE(MAX(position) + 1, 0) AS p FROM {s}.turns"
+                    " ts, text_crc) SELECT %s, %s, p, COALESCE(%s, %s || ':' || p), %s, %s, %s, %s"
+                    f" FROM (SELECT COALESCE(MAX(position) + 1, 0) AS p FROM {s}.turns"
                     "  WHERE user_id=%s AND session_id=%s) AS next"
                     " ON CONFLICT DO NOTHING RETURNING seq, position, turn_id",
                     (user_id, session_id, turn_id, session_id, t["role"], t["text"], _ts(ts),
-                     user_id, session_id),
+                     text_crc(t["text"]), user_id, session_id),
                 ).fetchone()  # fmt: skip
                 if row is None:
                     raise InvalidInputError(
@@ -202,11 +208,12 @@ class PostgresStore:
                 )
         return out
 
-    _TURN_COLS = "seq, user_id, session_id, turn_id, position, role, text, ts"
+    _TURN_COLS = "seq, user_id, session_id, turn_id, position, role, text, ts, text_crc"
 
     @staticmethod
     def _turn(row: Sequence[Any]) -> Turn:
-        seq, user_id, session_id, turn_id, position, role, text, ts = row
+        seq, user_id, session_id, turn_id, position, role, text, ts, crc = row
+        check_turn(text, crc, user_id, session_id, turn_id)
         return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), int(seq))
 
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
@@ -252,6 +259,20 @@ class PostgresStore:
         with self.db.transaction() as conn:
             rows = conn.execute(sql + " ORDER BY created_at, session_id", args).fetchall()
         return [self._session(r) for r in rows]
+
+    def sessions_missing_turn_units(self, user_id: str | None = None) -> list[tuple[str, str]]:
+        """See `TurnUnitAudit.sessions_missing_turn_units`."""
+        s = self._s
+        mine = "" if user_id is None else " AND ss.user_id = %s"
+        with self.db.transaction() as conn:
+            rows = conn.execute(
+                f"SELECT ss.user_id, ss.session_id FROM {s}.sessions ss WHERE ss.status = 'open'"
+                f"{mine} AND ss.n_turns > (SELECT COUNT(*) FROM {s}.memories m WHERE m.user_id ="
+                " ss.user_id AND m.session_id = ss.session_id AND m.granularity = 'turn')"
+                " ORDER BY 1, 2",
+                () if user_id is None else (user_id,),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
 
     def session_builds(self, user_id: str, session_id: str) -> int:
         """How many times a session's memories were built (0 for an unknown session)."""
@@ -309,10 +330,11 @@ class PostgresStore:
             created, updated = conn.execute(
                 f"INSERT INTO {s}.memories AS m (user_id, id, session_id, granularity, text, key,"
                 " lex, turn_ids, start_ts, end_ts, created_at, updated_at, metadata, embedding,"
-                " embed_dim, embed_model) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-                " clock_timestamp(), clock_timestamp(), %s, %s, %s, %s) "
+                " embed_dim, embed_model, text_crc, key_crc) VALUES (%s, %s, %s, %s, %s, %s, %s,"
+                " %s, %s, %s, clock_timestamp(), clock_timestamp(), %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (user_id, id) DO UPDATE SET session_id = EXCLUDED.session_id,"
                 " granularity = EXCLUDED.granularity, text = EXCLUDED.text, key = EXCLUDED.key,"
+                " text_crc = EXCLUDED.text_crc, key_crc = EXCLUDED.key_crc,"
                 " lex = EXCLUDED.lex, turn_ids = EXCLUDED.turn_ids,"
                 " start_ts = EXCLUDED.start_ts, end_ts = EXCLUDED.end_ts,"
                 f" updated_at = EXCLUDED.updated_at, metadata = EXCLUDED.metadata,"
@@ -334,6 +356,8 @@ class PostgresStore:
                     v,
                     int(v.shape[0]),
                     model,
+                    text_crc(d.text),
+                    text_crc(d.key),
                 ),  # fmt: skip
             ).fetchone()
             out.append(
@@ -437,12 +461,13 @@ class PostgresStore:
 
     _MEM_COLS = (
         "id, user_id, session_id, granularity, text, key, turn_ids, created_at, updated_at,"
-        " start_ts, end_ts, metadata"
+        " start_ts, end_ts, metadata, text_crc, key_crc"
     )
 
     @staticmethod
     def _memory(row: Sequence[Any]) -> Memory:
-        mid, u, s, g, text, key, tids, created, updated, start, end, meta = row
+        mid, u, s, g, text, key, tids, created, updated, start, end, meta, tcrc, kcrc = row
+        check_memory(text, key, tcrc, kcrc, u, mid)
         return Memory(
             mid, u, s, g, text, key, tuple(tids), created, updated, _dt(start), _dt(end), meta
         )
@@ -497,12 +522,13 @@ class PostgresStore:
         """See `MemoryStore.embeddings`."""
         with self.db.transaction() as conn, conn.cursor(binary=True) as cur:
             rows = cur.execute(
-                f"SELECT id, key, embedding, COALESCE(embed_model, '') FROM {self._s}.memories "
-                "WHERE user_id=%s ORDER BY seq",
+                "SELECT id, key, embedding, COALESCE(embed_model, ''), key_crc "
+                f"FROM {self._s}.memories WHERE user_id=%s ORDER BY seq",
                 (user_id,),
             ).fetchall()
         blobs = [None if r[2] is None else to_vector(r[2]).tobytes() for r in rows]
-        return [r[0] for r in rows], [r[1] for r in rows], blobs, [r[3] for r in rows]
+        keys = checked_keys(user_id, [(r[0], r[1], r[4]) for r in rows])
+        return [r[0] for r in rows], keys, blobs, [r[3] for r in rows]
 
     def vectors(self, user_id: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
         """See `MemoryStore.vectors` (read by `search`)."""
@@ -521,9 +547,9 @@ class PostgresStore:
         with self.db.transaction() as conn:
             with conn.cursor() as cur:
                 cur.executemany(
-                    f"UPDATE {self._s}.memories SET key=%s, lex=%s, embedding=NULL,"
+                    f"UPDATE {self._s}.memories SET key=%s, key_crc=%s, lex=%s, embedding=NULL,"
                     " embed_dim=NULL, embed_model=NULL WHERE user_id=%s AND id=%s",
-                    [(k, _lex(k), user_id, i) for i, k in zip(ids, keys, strict=True)],
+                    [(k, text_crc(k), _lex(k), user_id, i) for i, k in zip(ids, keys, strict=True)],
                 )
             self._bump(conn, user_id)
 

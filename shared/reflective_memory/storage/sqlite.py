@@ -31,8 +31,15 @@ from reflective_memory.errors import (
     UnknownSessionError,
 )
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.checksum import (
+    check_memory,
+    check_turn,
+    checked_keys,
+    text_crc,
+)
 from reflective_memory.storage.sqlite_guard import guarded as _guarded
 from reflective_memory.storage.sqlite_schema import SCHEMA as _SCHEMA
+from reflective_memory.storage.sqlite_schema import add_checksums
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["SQLiteStore"]
@@ -114,6 +121,7 @@ class SQLiteStore:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA secure_delete=ON")
             conn.executescript(_SCHEMA)
+            add_checksums(conn)
         except BaseException:
             conn.close()
             raise
@@ -200,9 +208,18 @@ class SQLiteStore:
                 ts = t.get("timestamp")
                 try:
                     cur = conn.execute(
-                        "INSERT INTO turns (user_id, session_id, turn_id, position, role, text, ts)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (user_id, session_id, turn_id, position, t["role"], t["text"], _ts(ts)),
+                        "INSERT INTO turns (user_id, session_id, turn_id, position, role, text,"
+                        " ts, text_crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            user_id,
+                            session_id,
+                            turn_id,
+                            position,
+                            t["role"],
+                            t["text"],
+                            _ts(ts),
+                            text_crc(t["text"]),
+                        ),  # fmt: skip
                     )
                 except sqlite3.IntegrityError as exc:
                     raise InvalidInputError(
@@ -239,13 +256,14 @@ class SQLiteStore:
 
     @staticmethod
     def _turn(row: Sequence[Any]) -> Turn:
-        seq, user_id, session_id, turn_id, position, role, text, ts = row
+        seq, user_id, session_id, turn_id, position, role, text, ts, crc = row
+        check_turn(text, crc, user_id, session_id, turn_id)
         return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), seq)
 
     @_guarded
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
         """See `MemoryStore.turns`."""
-        cols = "seq, user_id, session_id, turn_id, position, role, text, ts"
+        cols = "seq, user_id, session_id, turn_id, position, role, text, ts, text_crc"
         with self._lock:
             if session_id is None:
                 rows = self.conn.execute(
@@ -257,6 +275,20 @@ class SQLiteStore:
                     (user_id, session_id),
                 ).fetchall()
         return [self._turn(r) for r in rows]
+
+    @_guarded
+    def sessions_missing_turn_units(self, user_id: str | None = None) -> list[tuple[str, str]]:
+        """See `TurnUnitAudit.sessions_missing_turn_units`."""
+        mine = "" if user_id is None else " AND s.user_id = ?"
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT s.user_id, s.session_id FROM sessions s WHERE s.status = 'open'"
+                f"{mine} AND s.n_turns > (SELECT COUNT(*) FROM memories m WHERE m.user_id ="
+                " s.user_id AND m.session_id = s.session_id AND m.granularity = 'turn')"
+                " ORDER BY 1, 2",
+                () if user_id is None else (user_id,),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
 
     @staticmethod
     def _session(row: Sequence[Any]) -> SessionInfo:
@@ -309,7 +341,8 @@ class SQLiteStore:
             self.conn.execute(
                 "INSERT OR REPLACE INTO memories (id, user_id, session_id, granularity, text, key,"
                 " turn_ids, start_ts, end_ts, created_at, updated_at, metadata, embedding,"
-                " embed_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " embed_model, text_crc, key_crc)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     mid,
                     user_id,
@@ -325,6 +358,8 @@ class SQLiteStore:
                     json.dumps(meta, default=str),
                     np.asarray(vec, dtype=np.float32).tobytes(),
                     model,
+                    text_crc(d.text),
+                    text_crc(d.key),
                 ),
             )
             out.append(
@@ -428,12 +463,13 @@ class SQLiteStore:
 
     _MEM_COLS = (
         "id, user_id, session_id, granularity, text, key, turn_ids, created_at, updated_at,"
-        " start_ts, end_ts, metadata"
+        " start_ts, end_ts, metadata, text_crc, key_crc"
     )
 
     @staticmethod
     def _memory(row: Sequence[Any]) -> Memory:
-        mid, u, s, g, text, key, tids, created, updated, start, end, meta = row
+        mid, u, s, g, text, key, tids, created, updated, start, end, meta, tcrc, kcrc = row
+        check_memory(text, key, tcrc, kcrc, u, mid)
         return Memory(
             mid,
             u,
@@ -500,13 +536,13 @@ class SQLiteStore:
         """See `MemoryStore.embeddings`."""
         with self._lock:
             rows = self.conn.execute(
-                "SELECT id, key, embedding, COALESCE(embed_model, '') FROM memories "
+                "SELECT id, key, embedding, COALESCE(embed_model, ''), key_crc FROM memories "
                 "WHERE user_id=? ORDER BY rowid",
                 (user_id,),
             ).fetchall()
         return (
             [r[0] for r in rows],
-            [r[1] for r in rows],
+            checked_keys(user_id, [(r[0], r[1], r[4]) for r in rows]),
             [r[2] for r in rows],
             [r[3] for r in rows],
         )
@@ -518,13 +554,15 @@ class SQLiteStore:
         """See `KeyListing.memory_keys` (the mark is the rowid: `set_keys` moves it up)."""
         with self._lock:
             rows = self.conn.execute(
-                "SELECT id, key, rowid FROM memories WHERE user_id=? AND rowid > ? ORDER BY rowid",
+                "SELECT id, key, rowid, key_crc FROM memories WHERE user_id=? AND rowid > ? "
+                "ORDER BY rowid",
                 (user_id, after),
             ).fetchall()
             (total,) = self.conn.execute(
                 "SELECT COUNT(*) FROM memories WHERE user_id=?", (user_id,)
             ).fetchone()
-        return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], int(total)
+        keys = checked_keys(user_id, [(r[0], r[1], r[3]) for r in rows])
+        return [r[0] for r in rows], keys, [r[2] for r in rows], int(total)
 
     @_guarded
     def vectors(self, user_id: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
@@ -561,9 +599,9 @@ class SQLiteStore:
         """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""
         with self._lock, self._tx():
             self.conn.executemany(
-                "UPDATE memories SET key=?, embedding=NULL, embed_model=NULL, "
+                "UPDATE memories SET key=?, key_crc=?, embedding=NULL, embed_model=NULL, "
                 "rowid=(SELECT MAX(rowid) + 1 FROM memories) WHERE user_id=? AND id=?",
-                [(k, user_id, i) for i, k in zip(ids, keys, strict=True)],
+                [(k, text_crc(k), user_id, i) for i, k in zip(ids, keys, strict=True)],
             )
             self._bump(user_id)
 

@@ -28,7 +28,7 @@ from reflective_memory.errors import (
     StoreClosedError,
     UnknownSessionError,
 )
-from reflective_memory.storage.base import MemoryDraft, MemoryStore, session_fence
+from reflective_memory.storage.base import MemoryDraft, MemoryStore, TurnUnitAudit, session_fence
 
 __all__ = ["MemoryStoreContract"]
 
@@ -98,6 +98,24 @@ class MemoryStoreContract:
         assert store.memories("u", ["nope", m2.id]) == [store.memories("u")[0]]
         with pytest.raises(UnknownSessionError):
             store.replace_session_memories("u", "zz", ["turn"], [], np.zeros((0, 4)), "f")
+
+    def test_sessions_missing_turn_units(self, store: Any) -> None:
+        """`TurnUnitAudit` (optional): open sessions with more turns than `turn` units."""
+        if not isinstance(store, TurnUnitAudit):
+            pytest.skip("the store does not offer TurnUnitAudit")
+        store.add_turns([_turn("u", "s1", "a", turn_id="a"), _turn("u", "s1", "b", turn_id="b")])
+        store.add_turns([_turn("u", "s2", "c", turn_id="c"), _turn("v", "s1", "d", turn_id="d")])
+        vec = np.ones((1, 4))
+        store.upsert_memories(
+            "u", [_one("s1", "a", ("a",)), _one("s1", "b", ("b",))], np.ones((2, 4)), "f"
+        )
+        store.upsert_memories("u", [MemoryDraft("s2", "segment", "c", "c", ("c",))], vec, "f")
+        assert store.sessions_missing_turn_units() == [("u", "s2"), ("v", "s1")]
+        assert store.sessions_missing_turn_units("u") == [("u", "s2")]
+        store.replace_session_memories("u", "s2", ["turn"], [], np.zeros((0, 4)), "f")  # ended
+        assert store.sessions_missing_turn_units("u") == []
+        store.upsert_memories("v", [_one("s1", "d", ("d",))], vec, "f")
+        assert store.sessions_missing_turn_units() == []
 
     def test_one_embedding_per_memory(self, store: Any) -> None:
         """Drafts and embeddings must pair up; nothing is written otherwise."""
