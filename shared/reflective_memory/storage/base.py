@@ -6,7 +6,8 @@ checks once with `isinstance`:
 
 - `SessionBuildLock`: building a session's memories is serialised across processes;
 - `ServerSearch`: searches run on the database server instead of in-process indexes;
-- `StateHolder`: the store keeps learned state (a `StateStore`) for every process it serves.
+- `StateHolder`: the store keeps learned state (a `StateStore`) for every process it serves;
+- `RestoresTimes`: the store can set the bookkeeping times of imported records (export/import).
 
 The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`, the server backend
 `reflective_memory.storage.postgres.PostgresStore`; both pass the contract tests shipped in
@@ -15,7 +16,7 @@ The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`, the serv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +37,7 @@ __all__ = [
     "SessionBuildLock",
     "ServerSearch",
     "StateHolder",
+    "RestoresTimes",
     "MemoryDraft",
     "SessionInfo",
     "session_fence",
@@ -276,6 +278,29 @@ class StateHolder(Protocol):
     @property
     def state(self) -> StateStore:
         """The store's `StateStore`."""
+        ...
+
+
+@runtime_checkable
+class RestoresTimes(Protocol):
+    """A store that can set the times it keeps itself, so an imported record keeps its own.
+
+    `reflective_memory.portable` imports sessions and memories through the `MemoryStore`
+    writes, which stamp them with the time of the import; a store offering this capability is
+    then given back the exported times.
+    """
+
+    def restore_times(
+        self,
+        user_id: str,
+        sessions: Mapping[str, tuple[datetime, datetime | None]],
+        memories: Mapping[str, tuple[datetime, datetime]],
+    ) -> None:
+        """Set `(created_at, ended_at)` of sessions and `(created_at, updated_at)` of memories.
+
+        Ids the user does not have are ignored; the user's version changes when a memory's
+        times do (rankings read them).
+        """
         ...
 
 

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -576,6 +576,26 @@ class SQLiteStore:
                 (user_id, session_id),
             ).fetchall()
         return {r[0]: json.loads(r[1]) for r in rows}
+
+    @_guarded
+    def restore_times(
+        self,
+        user_id: str,
+        sessions: Mapping[str, tuple[datetime, datetime | None]],
+        memories: Mapping[str, tuple[datetime, datetime]],
+    ) -> None:
+        """See `reflective_memory.storage.base.RestoresTimes`."""
+        with self._lock, self._tx():
+            self.conn.executemany(
+                "UPDATE sessions SET created_at=?, ended_at=? WHERE user_id=? AND session_id=?",
+                [(_ts(c), _ts(e), user_id, s) for s, (c, e) in sessions.items()],
+            )
+            self.conn.executemany(
+                "UPDATE memories SET created_at=?, updated_at=? WHERE user_id=? AND id=?",
+                [(_ts(c), _ts(u), user_id, m) for m, (c, u) in memories.items()],
+            )
+            if memories:
+                self._bump(user_id)
 
     @_guarded
     def users(self) -> list[str]:
