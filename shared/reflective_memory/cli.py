@@ -1,4 +1,6 @@
-"""The `reflective-memory` command: demo, ingest, search, stats, segment, redenoise, serve, bench.
+"""The `reflective-memory` command: demo, ingest, search, stats, ..., export, import, migrate.
+
+The commands `export`, `import` and `migrate` are defined in `reflective_memory.portable.commands`.
 
 Every argument is checked while the command line is parsed, before any model loads or any file
 is created. Heavy modules (the engine, torch, FAISS) are imported inside the commands that need
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from reflective_memory import __version__
 from reflective_memory.errors import ConfigError, ReflectiveMemoryError, UnknownUserError
+from reflective_memory.portable.commands import add_commands as _portable_commands
 from reflective_memory.validation import MAX_ID_CHARS
 
 if TYPE_CHECKING:
@@ -623,6 +626,8 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
         help="also build the HNSW index for this embedding size (repeatable; e.g. 384)",
     )
     p.set_defaults(func=_db_init)
+
+    _portable_commands(sub)  # export, import, migrate
 
     p = sub.add_parser(
         "bench",

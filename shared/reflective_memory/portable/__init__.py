@@ -13,12 +13,34 @@
 The same from the command line: `reflective-memory export`, `import` and `migrate`.
 """
 
-from reflective_memory.portable.endpoint import Endpoint, endpoint, open_endpoint
-from reflective_memory.portable.export import ExportReport
-from reflective_memory.portable.files import export_memory, import_memory
-from reflective_memory.portable.format import FORMAT_NAME, FORMAT_VERSION
-from reflective_memory.portable.importer import ImportReport
-from reflective_memory.portable.migrate import MigrationReport, UserCheck, migrate
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reflective_memory.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from reflective_memory.portable.endpoint import Endpoint, endpoint, open_endpoint
+    from reflective_memory.portable.export import ExportReport
+    from reflective_memory.portable.files import export_memory, import_memory
+    from reflective_memory.portable.format import FORMAT_NAME, FORMAT_VERSION
+    from reflective_memory.portable.importer import ImportReport
+    from reflective_memory.portable.move import MigrationReport, UserCheck, migrate
+
+_EXPORTS = {
+    "export_memory": "reflective_memory.portable.files",
+    "import_memory": "reflective_memory.portable.files",
+    "migrate": "reflective_memory.portable.move",
+    "ExportReport": "reflective_memory.portable.export",
+    "ImportReport": "reflective_memory.portable.importer",
+    "MigrationReport": "reflective_memory.portable.move",
+    "UserCheck": "reflective_memory.portable.move",
+    "Endpoint": "reflective_memory.portable.endpoint",
+    "endpoint": "reflective_memory.portable.endpoint",
+    "open_endpoint": "reflective_memory.portable.endpoint",
+    "FORMAT_NAME": "reflective_memory.portable.format",
+    "FORMAT_VERSION": "reflective_memory.portable.format",
+}
 
 __all__ = [
     "export_memory",
@@ -34,3 +56,5 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
