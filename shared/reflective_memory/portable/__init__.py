@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from reflective_memory.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from reflective_memory.portable.endpoint import Endpoint, endpoint, open_endpoint
+    from reflective_memory.portable.endpoints import Endpoint, endpoint, open_endpoint
     from reflective_memory.portable.export import ExportReport
     from reflective_memory.portable.files import export_memory, import_memory
     from reflective_memory.portable.format import FORMAT_NAME, FORMAT_VERSION
@@ -35,9 +35,9 @@ _EXPORTS = {
     "ImportReport": "reflective_memory.portable.importer",
     "MigrationReport": "reflective_memory.portable.move",
     "UserCheck": "reflective_memory.portable.move",
-    "Endpoint": "reflective_memory.portable.endpoint",
-    "endpoint": "reflective_memory.portable.endpoint",
-    "open_endpoint": "reflective_memory.portable.endpoint",
+    "Endpoint": "reflective_memory.portable.endpoints",
+    "endpoint": "reflective_memory.portable.endpoints",
+    "open_endpoint": "reflective_memory.portable.endpoints",
     "FORMAT_NAME": "reflective_memory.portable.format",
     "FORMAT_VERSION": "reflective_memory.portable.format",
 }

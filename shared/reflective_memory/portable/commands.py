@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 from reflective_memory.errors import StoreError
 
 if TYPE_CHECKING:
-    from reflective_memory.portable.endpoint import Endpoint
+    from reflective_memory.portable.endpoints import Endpoint
     from reflective_memory.portable.importer import ImportReport
 
 __all__ = ["add_commands"]
 
-_STORE_FILE = "memory.sqlite3"  # reflective_memory.portable.endpoint.STORE_FILE (not imported)
+_STORE_FILE = "memory.sqlite3"  # reflective_memory.portable.endpoints.STORE_FILE (not imported)
 
 
 def _out(text: str = "") -> None:
@@ -67,7 +67,7 @@ def _where(p: argparse.ArgumentParser, db_type: Any) -> None:
 
 
 def _open(db: str | None, dsn: str | None, schema: str) -> Endpoint:
-    from reflective_memory.portable.endpoint import open_endpoint
+    from reflective_memory.portable.endpoints import open_endpoint
 
     if dsn is not None:
         return open_endpoint(dsn=dsn, schema=schema)
@@ -75,8 +75,9 @@ def _open(db: str | None, dsn: str | None, schema: str) -> Endpoint:
 
 
 def _counts(counter: Any) -> str:
-    kinds = ("session", "turn", "memory", "value", "state")
-    return ", ".join(f"{counter[k]} {k}s" for k in kinds if counter.get(k))
+    kinds = {"session": "sessions", "turn": "turns", "memory": "memories", "value": "values"}
+    kinds["state"] = "learned states"
+    return ", ".join(f"{counter[k]} {name}" for k, name in kinds.items() if counter.get(k))
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -116,7 +117,7 @@ def _print_import(report: ImportReport) -> None:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from reflective_memory.portable.endpoint import endpoint
+    from reflective_memory.portable.endpoints import endpoint
     from reflective_memory.portable.files import import_memory
 
     ep = _open(args.db, args.dsn, args.schema)

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from reflective_memory import __version__
 from reflective_memory.errors import UnknownUserError
-from reflective_memory.portable.endpoint import Endpoint
+from reflective_memory.portable.endpoints import Endpoint
 from reflective_memory.portable.format import (
     COUNTED,
     Digest,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from reflective_memory.errors import InvalidFileError
-from reflective_memory.portable.endpoint import endpoint
+from reflective_memory.portable.endpoints import endpoint
 from reflective_memory.portable.export import ExportReport, iter_records, write_records
 from reflective_memory.portable.importer import Importer, ImportReport
 
@@ -24,8 +24,8 @@ __all__ = ["export_memory", "import_memory", "read_lines", "MAX_LINE_BYTES"]
 MAX_LINE_BYTES = 64 * 2**20
 
 
-def _open_write(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
+def _open_write(path: Path, *, gz: bool) -> IO[str]:
+    if gz:
         return gzip.open(path, "wt", encoding="utf-8", newline="\n")
     return path.open("w", encoding="utf-8", newline="\n")
 
@@ -45,7 +45,7 @@ def export_memory(
     leaves no partial file; a `.gz` path is gzip-compressed.
 
     Args:
-        source: A `ReflectiveMemory` or a `MemoryStore` (`reflective_memory.portable.endpoint`).
+        source: A `ReflectiveMemory` or a `MemoryStore` (`reflective_memory.portable.endpoints`).
         fp: A file path, or a text stream to write to.
         users: Only these users (default: all).
         vectors: Carry each memory's embedding (an import then need not embed again).
@@ -75,7 +75,7 @@ def export_memory(
     path = Path(fp)
     part = path.with_name(path.name + ".part")
     try:
-        with _open_write(part) as out:
+        with _open_write(part, gz=path.suffix == ".gz") as out:
             write_records(records, out)
             out.flush()
             if path.suffix != ".gz":

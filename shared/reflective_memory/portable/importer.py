@@ -23,7 +23,7 @@ import numpy as np
 
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.jsonfile import FileShape
-from reflective_memory.portable.endpoint import Endpoint
+from reflective_memory.portable.endpoints import Endpoint
 from reflective_memory.portable.export import SHARED_OWNERS
 from reflective_memory.portable.format import (
     COUNTED,

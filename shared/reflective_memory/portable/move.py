@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from reflective_memory.portable.endpoint import Endpoint, endpoint
+from reflective_memory.portable.endpoints import Endpoint, endpoint
 from reflective_memory.portable.export import (
     SHARED_OWNERS,
     ExportReport,
