@@ -1,4 +1,4 @@
-"""Export / import on the embedded store: lossless round trips, idempotence, malformed files, CLI."""
+"""Export / import on the embedded store: round trips, idempotence, malformed files, the CLI."""
 
 from __future__ import annotations
 
