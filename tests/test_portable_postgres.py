@@ -125,7 +125,7 @@ def _count(dsn: str, schema: str, table: str) -> int:
 
 def test_a_killed_migrate_finishes_on_a_rerun_with_exact_counts(tmp_path, pg_dsn) -> None:
     path, schema = tmp_path / "bulk", pg_schema()
-    total = _bulk_source(path, users=120)
+    total = _bulk_source(path, users=80)
     cmd = [sys.executable, "-m", "reflective_memory.cli", "migrate", "--from", str(path)]
     cmd += ["--to", pg_dsn, "--schema", schema]
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'shared'}{os.pathsep}{REPO}"}
@@ -144,10 +144,10 @@ def test_a_killed_migrate_finishes_on_a_rerun_with_exact_counts(tmp_path, pg_dsn
     assert 0 < moved < total  # killed in the middle
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "verified 120 users: counts and checksums match" in done.stdout
+    assert "verified 80 users: counts and checksums match" in done.stdout
     assert f"already there, skipped: " in done.stdout
     assert _count(pg_dsn, schema, "turns") == total
-    assert _count(pg_dsn, schema, "memories") == 120 * 2 * 6
+    assert _count(pg_dsn, schema, "memories") == 80 * 2 * 6
     src, dst = open_endpoint(path), open_endpoint(dsn=pg_dsn, schema=schema)
     try:
         assert snapshot(dst) == snapshot(src)

@@ -292,7 +292,8 @@ class Importer:
             return
         have = {m.id: m for m in self.store.memories(user, [r["id"] for r in batch])}
         new = [r for r in batch if r["id"] not in have]
-        self.report.skipped["memory"] += len(batch) - len(new)
+        if len(new) < len(batch):
+            self.report.skipped["memory"] += len(batch) - len(new)
         by_model: dict[str, tuple[list[MemoryDraft], list[np.ndarray]]] = {}
         for r, (vec, model) in zip(new, self._vectors(new), strict=True):
             drafts, vecs = by_model.setdefault(model, ([], []))
@@ -305,7 +306,8 @@ class Importer:
                 self.store.upsert_memories(
                     user, [drafts[i] for i in pick], np.stack([vecs[i] for i in pick]), model
                 )
-        self.report.added["memory"] += len(new)
+        if new:
+            self.report.added["memory"] += len(new)
         if isinstance(self.store, RestoresTimes):
             times = {}
             for r in batch:
@@ -342,8 +344,7 @@ class Importer:
             ):
                 times[s] = want  # type: ignore[assignment]
                 changed = True
-            self.report.added["session"] += int(changed)
-            self.report.skipped["session"] += int(not changed)
+            (self.report.added if changed else self.report.skipped)["session"] += 1
         if times:
             self.store.restore_times(user, times, {})  # type: ignore[attr-defined]
 
