@@ -232,7 +232,7 @@ def test_cli_errors_are_one_line_exit_2(source, tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "line 1" in err
     assert main(["export", "--db", str(tmp_path / "nothing"), "-o", str(tmp_path / "x")]) == 2
-    assert "holds no store" in capsys.readouterr().err
+    assert "no memory.sqlite3" in capsys.readouterr().err
 
 
 def test_known_keys_match_their_owners() -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from reflective_memory import __version__
 from reflective_memory.errors import ConfigError, ReflectiveMemoryError, UnknownUserError
+from reflective_memory.portable.commands import ArgTypes
 from reflective_memory.portable.commands import add_commands as _portable_commands
 from reflective_memory.validation import MAX_ID_CHARS
 
@@ -628,7 +629,8 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     )
     p.set_defaults(func=_db_init)
 
-    _portable_commands(sub)  # export, import, migrate
+    types = ArgTypes(_store_dir, _new_or_store_dir, _input_file, _output_file)
+    _portable_commands(sub, types)  # export, import, migrate
 
     p = sub.add_parser(
         "bench",

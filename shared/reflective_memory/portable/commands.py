@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory.errors import StoreError
@@ -18,44 +19,16 @@ if TYPE_CHECKING:
     from reflective_memory.portable.endpoints import Endpoint
     from reflective_memory.portable.importer import ImportReport
 
-__all__ = ["add_commands"]
-
-_STORE_FILE = "memory.sqlite3"  # reflective_memory.portable.endpoints.STORE_FILE (not imported)
+__all__ = ["add_commands", "ArgTypes"]
 
 
 def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
 
-def _store_dir(value: str) -> str:
-    if not (Path(value) / _STORE_FILE).is_file():
-        raise argparse.ArgumentTypeError(f"{value} holds no store (no {_STORE_FILE})")
-    return value
-
-
-def _new_dir(value: str) -> str:
-    path = Path(value)
-    if not value.strip() or (path.exists() and not path.is_dir()):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a directory")
-    return value
-
-
 def _dsn(value: str) -> str:
     if not value.startswith(("postgresql://", "postgres://")):
         raise argparse.ArgumentTypeError("must be a postgresql://... URI")
-    return value
-
-
-def _input_file(value: str) -> str:
-    if not Path(value).is_file():
-        raise argparse.ArgumentTypeError(f"no such file: {value}")
-    return value
-
-
-def _output_file(value: str) -> str:
-    path = Path(value)
-    if path.is_dir() or not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot write {value} (a directory, or no such folder)")
     return value
 
 
@@ -153,7 +126,24 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any) -> None:
+@dataclass(frozen=True)
+class ArgTypes:
+    """The command line's argument checks (`cli.py` owns them; they fail at parse time).
+
+    Attributes:
+        store_dir: An existing store directory.
+        new_dir: A directory a command may create (or an existing store).
+        input_file: An existing file.
+        output_file: A file that can be written.
+    """
+
+    store_dir: Callable[[str], str]
+    new_dir: Callable[[str], str]
+    input_file: Callable[[str], str]
+    output_file: Callable[[str], str]
+
+
+def add_commands(sub: Any, types: ArgTypes) -> None:
     """Define `export`, `import` and `migrate` on the `reflective-memory` sub-parsers."""
     p = sub.add_parser(
         "export",
@@ -162,9 +152,9 @@ def add_commands(sub: Any) -> None:
         "(reflective_memory.portable.format); FILE.gz is compressed. Embeddings travel with "
         "their model's name unless --no-vectors.",
     )
-    _where(p, _store_dir)
+    _where(p, types.store_dir)
     p.add_argument("--user", default=None, help="only this user")
-    p.add_argument("-o", "--output", type=_output_file, required=True, metavar="FILE")
+    p.add_argument("-o", "--output", type=types.output_file, required=True, metavar="FILE")
     p.add_argument("--no-vectors", action="store_true", help="leave embeddings out")
     p.set_defaults(func=_export)
 
@@ -175,8 +165,8 @@ def add_commands(sub: Any) -> None:
         "nothing. Embeddings: --embedder keep (default) stores the file's as they are; "
         "minilm or hashing reuses those that embedder made and computes the others.",
     )
-    _where(p, _new_dir)
-    p.add_argument("file", type=_input_file, help="export file (.jsonl or .jsonl.gz)")
+    _where(p, types.new_dir)
+    p.add_argument("file", type=types.input_file, help="export file (.jsonl or .jsonl.gz)")
     p.add_argument("--embedder", choices=("keep", "minilm", "hashing"), default="keep")
     p.set_defaults(func=_import)
 
@@ -187,7 +177,7 @@ def add_commands(sub: Any) -> None:
         "between), then compares counts and checksums per user. Safe to run again after an "
         "interruption: what was moved is skipped. Do not serve from the target before it ends.",
     )
-    p.add_argument("--from", dest="source", type=_store_dir, required=True, metavar="DIR")
+    p.add_argument("--from", dest="source", type=types.store_dir, required=True, metavar="DIR")
     p.add_argument("--to", dest="target", type=_dsn, required=True, metavar="DSN")
     p.add_argument("--schema", default="reflective_memory", help="PostgreSQL schema")
     p.set_defaults(func=_migrate)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.errors import InvalidFileError, InvalidInputError
+from reflective_memory.errors import InvalidInputError
 from reflective_memory.jsonfile import FileShape
 from reflective_memory.storage.base import SessionInfo
 from reflective_memory.types import GRANULARITIES, Memory, Turn
@@ -48,6 +48,7 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "KINDS",
+    "COUNTED",
     "Digest",
     "iso",
     "parse_time",
@@ -355,8 +356,3 @@ def check_header(path: Path | str, record: Any) -> dict[str, Any]:
         shape.field(emb, "name", f"{where}.embedder", str)
         shape.field(emb, "dim", f"{where}.embedder", int)
     return record
-
-
-def bad_file(path: Path | str, where: str, problem: str) -> InvalidFileError:
-    """An `InvalidFileError` for `problem` at `where` in `path` (returned, to raise)."""
-    return InvalidFileError(path, where, problem)
