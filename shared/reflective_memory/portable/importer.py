@@ -323,9 +323,10 @@ class Importer:
         self._sessions.clear()  # the handler appends to this list
         assert user is not None
         times: dict[str, tuple[datetime, datetime | None]] = {}
+        have = {info.session_id: info for info in self.store.sessions(user)}
         for r in records:
             s = r["session_id"]
-            info = self.store.session(user, s)
+            info = have.get(s)
             if info is None:
                 logger.warning("session %r of user %r has no turns: not imported", s, user)
                 self.report.skipped["session"] += 1
