@@ -145,7 +145,7 @@ def test_a_killed_migrate_finishes_on_a_rerun_with_exact_counts(tmp_path, pg_dsn
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "verified 80 users: counts and checksums match" in done.stdout
-    assert f"already there, skipped: " in done.stdout
+    assert "already there, skipped: " in done.stdout
     assert _count(pg_dsn, schema, "turns") == total
     assert _count(pg_dsn, schema, "memories") == 80 * 2 * 6
     src, dst = open_endpoint(path), open_endpoint(dsn=pg_dsn, schema=schema)
