@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,3 +244,13 @@ def test_known_keys_match_their_owners() -> None:
     assert SESSION_VALUE_KEYS[0]("u", "s") == "rmm.reflection/u/s"
     chat_store = pytest.importorskip("llamaindex_reflective.chat_store")
     assert SESSION_VALUE_KEYS[1]("u", "s").startswith(chat_store._MARK_PREFIX)
+
+
+def test_the_commands_and_the_format_load_no_heavy_library() -> None:
+    code = (
+        "import sys, reflective_memory.cli, reflective_memory.portable.files\n"
+        "heavy = [m for m in ('torch', 'faiss', 'sentence_transformers', 'psycopg') "
+        "if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

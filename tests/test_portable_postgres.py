@@ -71,6 +71,11 @@ def test_postgres_to_file_to_sqlite_keeps_everything(tmp_path, pg_dsn) -> None:
         assert snapshot(endpoint(mem)) == snap
         assert rankings(mem, mem.users()) == before
     assert report.vectors == {"reused": 34}
+    # the command line exports the same lines from the server (but for the header's times)
+    out = tmp_path / "cli.jsonl"
+    assert main(["export", "--dsn", pg_dsn, "--schema", schema, "-o", str(out)]) == 0
+    cli, lib = out.read_text().splitlines(), (tmp_path / "pg.jsonl").read_text().splitlines()
+    assert cli[1:] == lib[1:] and len(cli) > 70
     # and back onto a fresh PostgreSQL schema through the command line
     other = pg_schema()
     assert main(["import", "--dsn", pg_dsn, "--schema", other, str(tmp_path / "pg.jsonl")]) == 0

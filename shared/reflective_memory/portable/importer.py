@@ -128,6 +128,14 @@ class Importer:
             raise self.shape.fail(
                 f"line {self._lines}", "the file ends before its 'end' line (truncated?)"
             )
+        logger.info(
+            "imported %d users: added %s, skipped %s; vectors %s (the file's by %s)",
+            len(self.report.users),
+            dict(self.report.added),
+            dict(self.report.skipped),
+            dict(self.report.vectors),
+            self.report.embedder,
+        )
         return self.report
 
     def _fail(self, problem: str) -> Exception:
