@@ -75,7 +75,8 @@ def test_a_cut_file_fails_at_its_end_and_a_rerun_finishes(source, tmp_path) -> N
     with open_memory(tmp_path / "dst") as mem:
         with pytest.raises(InvalidFileError, match=f"line {cut}: .*truncated"):
             import_memory(mem, part)
-        assert mem.users() == ["user-0"]  # the first user went in whole, the second not yet
+        assert mem.users() == ["user-0", "user-1"]  # the first user went in whole, the second
+        assert mem.stats("user-1")["memories"] == 0  # in part: its turns, not its memories yet
         assert snapshot(endpoint(mem))["user-0"] == snap["user-0"]
         import_memory(mem, file)
         assert snapshot(endpoint(mem)) == snap
@@ -189,6 +190,28 @@ def test_files_that_are_not_exports_fail_before_writing(tmp_path, records, messa
         with pytest.raises(InvalidFileError, match=message):
             import_memory(target, write(tmp_path / "f.jsonl", records))
         assert target.store.users() == []
+    finally:
+        target.store.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit", "message"),
+    [
+        ("value", {"key": "rmm.reflection/user-1/s0"}, "value key .* is not one of user 'user-0'"),
+        ("state", {"owner": "user-1"}, "state of owner 'user-1' inside the lines of user"),
+    ],
+)
+def test_a_block_cannot_write_another_users_data(source, tmp_path, kind, edit, message) -> None:
+    _, file, _, _ = source
+    records = lines(file)
+    i = next(i for i, r in enumerate(records) if r.get("kind") == kind)
+    records[i] = {**records[i], **edit}
+    target = open_endpoint(tmp_path / "dst")
+    try:
+        with pytest.raises(InvalidFileError, match=f"line {i + 1}: {message}"):
+            import_memory(target, write(tmp_path / "f.jsonl", records))
+        assert target.store.get_value("rmm.reflection/user-1/s0") is None
+        assert target.state.names("user-1") == []
     finally:
         target.store.close()
 

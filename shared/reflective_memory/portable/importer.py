@@ -24,7 +24,7 @@ import numpy as np
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.jsonfile import FileShape
 from reflective_memory.portable.endpoints import Endpoint
-from reflective_memory.portable.export import SHARED_OWNERS
+from reflective_memory.portable.export import SESSION_VALUE_KEYS, SHARED_OWNERS
 from reflective_memory.portable.format import (
     COUNTED,
     Digest,
@@ -91,10 +91,11 @@ class Importer:
         self._memories: list[dict[str, Any]] = []
         self._have_turns: set[tuple[str, str]] = set()
         self._extras: dict[str, dict[str, dict[str, Any]]] = {}
+        self._value_keys: set[str] = set()  # the values a user's sessions may carry
         self._ended = False
         self._lines = 0
         self._handlers = {
-            "session": self._sessions.append,
+            "session": self._session,
             "turn": self._turn,
             "memory": self._memory,
             "value": self._value,
@@ -178,6 +179,13 @@ class Importer:
         self.report.users.append(user_id)
         self._have_turns = {(t.session_id, t.turn_id) for t in self.store.turns(user_id)}
         self._extras = {}
+        self._value_keys = set()
+
+    def _session(self, record: dict[str, Any]) -> None:
+        self._sessions.append(record)
+        user = self._user
+        assert user is not None
+        self._value_keys.update(key_of(user, record["session_id"]) for key_of in SESSION_VALUE_KEYS)
 
     def _turn(self, record: dict[str, Any]) -> None:
         self._turns.append(record)
@@ -185,11 +193,16 @@ class Importer:
             self._flush_turns()
 
     def _memory(self, record: dict[str, Any]) -> None:
+        if self._turns:  # a user's turns go in before the memories built from them
+            self._flush_turns()
         self._memories.append(record)
         if len(self._memories) >= _MEMORY_BATCH:
             self._flush_memories()
 
     def _value(self, record: dict[str, Any]) -> None:
+        user, key = self._user, record["key"]
+        if key not in self._value_keys:
+            raise self._fail(f"value key {key[:80]!r} is not one of user {user!r}'s sessions")
         if self.store.get_value(record["key"]) == record["value"]:
             self.report.skipped["value"] += 1
             return
