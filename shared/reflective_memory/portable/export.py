@@ -89,11 +89,13 @@ def user_records(
         yield counted(session_record(info))
         extras[info.session_id] = store.turn_extra(user_id, info.session_id)
     for turn in store.turns(user_id):
-        yield counted(turn_record(turn, extras[turn.session_id].get(turn.turn_id)))
+        yield counted(turn_record(turn, extras.get(turn.session_id, {}).get(turn.turn_id)))
     del extras
-    ids, _, blobs, models = store.embeddings(user_id)
-    stored = dict(zip(ids, zip(blobs, models, strict=True), strict=True)) if vectors else {}
-    del ids, blobs, models
+    stored: dict[str, tuple[bytes | None, str]] = {}
+    if vectors:
+        ids, _, blobs, models = store.embeddings(user_id)
+        stored = dict(zip(ids, zip(blobs, models, strict=True), strict=True))
+        del ids, blobs, models
     for memory in store.memories(user_id):
         blob, model = stored.pop(memory.id, (None, None))
         if blob is not None and model and report is not None:
