@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from reflective_memory.errors import InvalidFileError
 from reflective_memory.portable.endpoints import endpoint
@@ -99,7 +99,7 @@ def read_lines(fp: str | Path | IO[bytes], *, name: str | None = None) -> Iterat
             raise InvalidFileError(path, "", "no such file")
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as fh:
-            yield from _parse(fh, str(path))
+            yield from _parse(cast(IO[bytes], fh), str(path))
         return
     yield from _parse(fp, name or "<stream>")
 
