@@ -144,3 +144,17 @@ TestCarriedIndex.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+def test_a_reused_row_mark_is_not_mistaken_for_an_append(mem) -> None:
+    """SQLite gives a deleted highest row's rowid to the next row: that is no append."""
+    _chat(mem, 6)
+    newest = mem.put_memory("u", "zeppelin over the harbour")
+    mem.retrieve("u", "warm up")
+    mem.store.delete_memories("u", [newest.id])  # behind the engine: its cache stays
+    mem.put_memory("u", "lighthouse keeper notes")
+    mem.put_memory("u", "the ferry leaves at noon")
+    got = _hits(mem, "u")
+    assert mem.indexes.get("u").carried is None
+    assert all(mid != newest.id for mid, _, _ in got)
+    assert got == _fresh(mem, "u")

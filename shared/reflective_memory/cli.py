@@ -1,4 +1,6 @@
-"""The `reflective-memory` command: demo, ingest, search, stats, segment, redenoise, serve, bench.
+"""The `reflective-memory` command: demo, ingest, search, stats, ..., export, import, migrate.
+
+The commands `export`, `import` and `migrate` are defined in `reflective_memory.portable.commands`.
 
 Every argument is checked while the command line is parsed, before any model loads or any file
 is created. Heavy modules (the engine, torch, FAISS) are imported inside the commands that need
@@ -25,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from reflective_memory import __version__
 from reflective_memory.errors import ConfigError, ReflectiveMemoryError, UnknownUserError
+from reflective_memory.portable.commands import ArgTypes
+from reflective_memory.portable.commands import add_commands as _portable_commands
 from reflective_memory.validation import MAX_ID_CHARS
 
 if TYPE_CHECKING:
@@ -54,6 +58,7 @@ BENCH_MODULES = [
     "reflective_bench.ingest",
     "reflective_bench.storage",
     "reflective_bench.chat",
+    "reflective_bench.portable",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.
@@ -624,6 +629,9 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
         help="also build the HNSW index for this embedding size (repeatable; e.g. 384)",
     )
     p.set_defaults(func=_db_init)
+
+    types = ArgTypes(_store_dir, _new_or_store_dir, _input_file, _output_file)
+    _portable_commands(sub, types)  # export, import, migrate
 
     p = sub.add_parser(
         "bench",

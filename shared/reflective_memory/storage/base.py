@@ -9,6 +9,9 @@ checks once with `isinstance`:
 - `StateHolder`: the store keeps learned state (a `StateStore`) for every process it serves;
 - `TurnUnitAudit`: the store finds open sessions with turns whose `turn` unit is missing (a
   process died between committing a turn and indexing it) in one query.
+- `RestoresTimes`: the store can set the bookkeeping times of imported records (export/import);
+- `KeyListing`: the store lists the memories written since a row mark, so an index that only
+  gained memories reads just those.
 
 The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`, the server backend
 `reflective_memory.storage.postgres.PostgresStore`; both pass the contract tests shipped in
@@ -40,6 +43,7 @@ __all__ = [
     "KeyListing",
     "StateHolder",
     "TurnUnitAudit",
+    "RestoresTimes",
     "MemoryDraft",
     "SessionInfo",
     "session_fence",
@@ -302,12 +306,13 @@ class KeyListing(Protocol):
     def memory_keys(
         self, user_id: str, after: int = 0
     ) -> tuple[list[str], list[str], list[int], int]:
-        """The memories of a user written after row mark `after`, and how many there are.
+        """The memories of a user from row mark `after` on, and how many there are.
 
-        Returns ids, keys and row marks of the memories whose mark is above `after`, in
+        Returns ids, keys and row marks of the memories whose mark is `after` or above, in
         mark order (the order of `MemoryStore.embeddings`), and the user's memory count. A
         memory gets a new mark, above every other, whenever its row is written (a rewrite,
-        a new key); marks are never reused.
+        a new key); while the memory at mark `after` stands, no new memory gets a mark at or
+        below it.
         """
         ...
 
@@ -335,6 +340,29 @@ class TurnUnitAudit(Protocol):
         Each turn of an open session has a `turn` unit once `add_turns` indexed it; a session
         with fewer lost some to a crash in between. The cost grows with the open sessions (of
         `user_id`, or of every user when it is None), never with ended history.
+        """
+        ...
+
+
+@runtime_checkable
+class RestoresTimes(Protocol):
+    """A store that can set the times it keeps itself, so an imported record keeps its own.
+
+    `reflective_memory.portable` imports sessions and memories through the `MemoryStore`
+    writes, which stamp them with the time of the import; a store offering this capability is
+    then given back the exported times.
+    """
+
+    def restore_times(
+        self,
+        user_id: str,
+        sessions: Mapping[str, tuple[datetime, datetime | None]],
+        memories: Mapping[str, tuple[datetime, datetime]],
+    ) -> None:
+        """Set `(created_at, ended_at)` of sessions and `(created_at, updated_at)` of memories.
+
+        Ids the user does not have are ignored; the user's version changes when a memory's
+        times do (rankings read them).
         """
         ...
 

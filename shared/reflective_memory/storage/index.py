@@ -485,8 +485,11 @@ class IndexCache:
         last = before.extras.get("last_mark")
         if last is None:
             return None
-        new_ids, new_keys, marks, total = self.store.memory_keys(user_id, last)
+        got_ids, got_keys, marks, total = self.store.memory_keys(user_id, last)
         n = len(before.ids)
+        if not n or not got_ids or (got_ids[0], marks[0]) != (before.ids[-1], last):
+            return None  # the newest memory of `before` was deleted or written again
+        new_ids, new_keys, marks = got_ids[1:], got_keys[1:], marks[1:]
         if not new_ids or total != n + len(new_ids) or not set(new_ids).isdisjoint(before.ids):
             return None  # nothing new, or some memory was deleted or written again
         ids, keys = before.ids + new_ids, before.keys + new_keys

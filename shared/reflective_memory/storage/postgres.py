@@ -627,6 +627,27 @@ class PostgresStore:
             ).fetchall()
         return {r[0]: r[1] for r in rows}
 
+    def restore_times(
+        self,
+        user_id: str,
+        sessions: Mapping[str, tuple[datetime, datetime | None]],
+        memories: Mapping[str, tuple[datetime, datetime]],
+    ) -> None:
+        """See `reflective_memory.storage.base.RestoresTimes`."""
+        s = self._s
+        with self.db.transaction() as conn, conn.cursor() as cur:
+            cur.executemany(
+                f"UPDATE {s}.sessions SET created_at=%s, ended_at=%s "
+                "WHERE user_id=%s AND session_id=%s",
+                [(c, e, user_id, sid) for sid, (c, e) in sessions.items()],
+            )
+            cur.executemany(
+                f"UPDATE {s}.memories SET created_at=%s, updated_at=%s WHERE user_id=%s AND id=%s",
+                [(c, u, user_id, mid) for mid, (c, u) in memories.items()],
+            )
+            if memories:
+                self._bump(conn, user_id)
+
     # -- small key/value area for components (reflection reports, adapters' markers) ------
     def get_value(self, key: str) -> Any | None:
         """See `MemoryStore.get_value`."""

@@ -551,10 +551,16 @@ class SQLiteStore:
     def memory_keys(
         self, user_id: str, after: int = 0
     ) -> tuple[list[str], list[str], list[int], int]:
-        """See `KeyListing.memory_keys` (the mark is the rowid: `set_keys` moves it up)."""
+        """See `KeyListing.memory_keys`.
+
+        The mark is the rowid: a rewrite (`INSERT OR REPLACE`, `set_keys`, `restore_times`)
+        moves it above every other. SQLite hands out the highest rowid plus one, so a deleted
+        highest row's rowid can come back; while the row at `after` stands, none at or below
+        it can.
+        """
         with self._lock:
             rows = self.conn.execute(
-                "SELECT id, key, rowid, key_crc FROM memories WHERE user_id=? AND rowid > ? "
+                "SELECT id, key, rowid, key_crc FROM memories WHERE user_id=? AND rowid >= ? "
                 "ORDER BY rowid",
                 (user_id, after),
             ).fetchall()
@@ -669,6 +675,27 @@ class SQLiteStore:
                 (user_id, session_id),
             ).fetchall()
         return {r[0]: json.loads(r[1]) for r in rows}
+
+    @_guarded
+    def restore_times(
+        self,
+        user_id: str,
+        sessions: Mapping[str, tuple[datetime, datetime | None]],
+        memories: Mapping[str, tuple[datetime, datetime]],
+    ) -> None:
+        """See `reflective_memory.storage.base.RestoresTimes`."""
+        with self._lock, self._tx():
+            self.conn.executemany(
+                "UPDATE sessions SET created_at=?, ended_at=? WHERE user_id=? AND session_id=?",
+                [(_ts(c), _ts(e), user_id, s) for s, (c, e) in sessions.items()],
+            )
+            self.conn.executemany(
+                "UPDATE memories SET created_at=?, updated_at=?, "
+                "rowid=(SELECT MAX(rowid) + 1 FROM memories) WHERE user_id=? AND id=?",
+                [(_ts(c), _ts(u), user_id, m) for m, (c, u) in memories.items()],
+            )
+            if memories:
+                self._bump(user_id)
 
     @_guarded
     def users(self) -> list[str]:

@@ -17,6 +17,7 @@ SQLite (in memory and on disk) and PostgreSQL run these same tests.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,13 @@ from reflective_memory.errors import (
     StoreClosedError,
     UnknownSessionError,
 )
-from reflective_memory.storage.base import MemoryDraft, MemoryStore, TurnUnitAudit, session_fence
+from reflective_memory.storage.base import (
+    MemoryDraft,
+    MemoryStore,
+    RestoresTimes,
+    TurnUnitAudit,
+    session_fence,
+)
 
 __all__ = ["MemoryStoreContract"]
 
@@ -352,6 +359,22 @@ class MemoryStoreContract:
         assert store.get_value("k") == {"a": [1, 2]}
         store.set_value("k", [None, "x"])
         assert store.get_value("k") == [None, "x"]
+
+    def test_restore_times(self, store: Any) -> None:
+        """A `RestoresTimes` store sets the times an import brings; others' ids are ignored."""
+        if not isinstance(store, RestoresTimes):
+            pytest.skip("the store does not restore times (an optional capability)")
+        store.add_turns([_turn("u", "s", "a"), _turn("u2", "s", "b")])
+        store.upsert_memories("u", [_one("s", "a", ("s:0",), id="m1")], np.ones((1, 4)), "f")
+        then = datetime(2020, 5, 1, 12, 30, 0, 123456, tzinfo=timezone.utc)
+        before = store.version("u")
+        store.restore_times("u", {"s": (then, then)}, {"m1": (then, then)})
+        store.restore_times("u2", {"s": (then, None)}, {"m1": (then, then)})  # not u2's memory
+        (got,) = store.memories("u", ["m1"])
+        assert (got.created_at, got.updated_at) == (then, then) and store.version("u") > before
+        info = store.session("u", "s")
+        assert (info.created_at, info.ended_at) == (then, then)
+        assert store.session("u2", "s").ended_at is None
 
     def test_close_is_idempotent_and_final(self, store: Any) -> None:
         """After `close`, `closed` is True and calls raise `StoreClosedError`."""

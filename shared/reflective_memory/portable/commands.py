@@ -1,0 +1,183 @@
+"""The `export`, `import` and `migrate` commands of `reflective-memory` (see `cli.py`).
+
+Defining them imports nothing heavy (`--help` stays fast); running them imports the stores.
+No engine is opened on either side, so nothing runs on open: open sessions stay open and no
+embedding model loads unless `import --embedder` asks for one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reflective_memory.errors import StoreError
+
+if TYPE_CHECKING:
+    from reflective_memory.portable.endpoints import Endpoint
+    from reflective_memory.portable.importer import ImportReport
+
+__all__ = ["add_commands", "ArgTypes"]
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _dsn(value: str) -> str:
+    if not value.startswith(("postgresql://", "postgres://")):
+        raise argparse.ArgumentTypeError("must be a postgresql://... URI")
+    return value
+
+
+def _where(p: argparse.ArgumentParser, db_type: Any) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=db_type, help="embedded store directory")
+    where.add_argument("--dsn", type=_dsn, help="PostgreSQL store: postgresql://user@host/db")
+    p.add_argument("--schema", default="reflective_memory", help="PostgreSQL schema")
+
+
+def _open(db: str | None, dsn: str | None, schema: str) -> Endpoint:
+    from reflective_memory.portable.endpoints import open_endpoint
+
+    if dsn is not None:
+        return open_endpoint(dsn=dsn, schema=schema)
+    return open_endpoint(db)
+
+
+def _counts(counter: Any) -> str:
+    kinds = {"session": "sessions", "turn": "turns", "memory": "memories", "value": "values"}
+    kinds["state"] = "learned states"
+    return ", ".join(f"{counter[k]} {name}" for k, name in kinds.items() if counter.get(k))
+
+
+def _export(args: argparse.Namespace) -> int:
+    from reflective_memory.portable.files import export_memory
+
+    ep = _open(args.db, args.dsn, args.schema)
+    try:
+        users = None if args.user is None else [args.user]
+        report = export_memory(ep, args.output, users=users, vectors=not args.no_vectors)
+    finally:
+        ep.store.close()
+    models = ", ".join(f"{n} by {m}" for m, n in report.models.items()) or "none"
+    _out(
+        f"exported {len(report.users)} users ({_counts(report.counts) or 'nothing'}) to "
+        f"{args.output}; embeddings carried: {models}"
+    )
+    return 0
+
+
+def _embedder(kind: str) -> Any:
+    if kind == "keep":
+        return None
+    from reflective_memory.embed import HashingEmbedder, default_embedder
+
+    return HashingEmbedder() if kind == "hashing" else default_embedder()
+
+
+def _print_import(report: ImportReport) -> None:
+    added, skipped = _counts(report.added) or "nothing", _counts(report.skipped)
+    vec = ", ".join(f"{n} {how}" for how, n in sorted(report.vectors.items()) if n) or "none"
+    _out(
+        f"imported {len(report.users)} users: added {added}"
+        + (f"; already there, skipped: {skipped}" if skipped else "")
+        + f"; embeddings: {vec}"
+        + (f" (the file's were made by {report.embedder})" if report.embedder else "")
+    )
+
+
+def _import(args: argparse.Namespace) -> int:
+    from reflective_memory.portable.endpoints import endpoint
+    from reflective_memory.portable.files import import_memory
+
+    ep = _open(args.db, args.dsn, args.schema)
+    try:
+        report = import_memory(endpoint(ep, embedder=_embedder(args.embedder)), args.file)
+    finally:
+        ep.store.close()
+    _print_import(report)
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from reflective_memory.portable.move import migrate
+
+    src = _open(args.source, None, args.schema)
+    try:
+        dst = _open(None, args.target, args.schema)
+        try:
+            report = migrate(src, dst)
+        finally:
+            dst.store.close()
+    finally:
+        src.store.close()
+    _print_import(report.imported)
+    for check in report.users:
+        _out("  " + check.summary())
+    if not report.shared_state_ok:
+        _out("  shared learned state: differs in the target (it kept its own)")
+    bad = [c.user_id for c in report.users if not c.ok]
+    if bad:
+        raise StoreError(f"verification failed for {len(bad)} users ({', '.join(bad[:5])})")
+    _out(f"verified {len(report.users)} users: counts and checksums match")
+    return 0
+
+
+@dataclass(frozen=True)
+class ArgTypes:
+    """The command line's argument checks (`cli.py` owns them; they fail at parse time).
+
+    Attributes:
+        store_dir: An existing store directory.
+        new_dir: A directory a command may create (or an existing store).
+        input_file: An existing file.
+        output_file: A file that can be written.
+    """
+
+    store_dir: Callable[[str], str]
+    new_dir: Callable[[str], str]
+    input_file: Callable[[str], str]
+    output_file: Callable[[str], str]
+
+
+def add_commands(sub: Any, types: ArgTypes) -> None:
+    """Define `export`, `import` and `migrate` on the `reflective-memory` sub-parsers."""
+    p = sub.add_parser(
+        "export",
+        help="write a store's users, turns, memories and learned state to a JSON Lines file",
+        description="Streams the store (one user at a time) into a versioned JSON Lines file "
+        "(reflective_memory.portable.format); FILE.gz is compressed. Embeddings travel with "
+        "their model's name unless --no-vectors.",
+    )
+    _where(p, types.store_dir)
+    p.add_argument("--user", default=None, help="only this user")
+    p.add_argument("-o", "--output", type=types.output_file, required=True, metavar="FILE")
+    p.add_argument("--no-vectors", action="store_true", help="leave embeddings out")
+    p.set_defaults(func=_export)
+
+    p = sub.add_parser(
+        "import",
+        help="read an export file into a store (what it holds already is skipped)",
+        description="Checks every line before writing it; importing the same file twice adds "
+        "nothing. Embeddings: --embedder keep (default) stores the file's as they are; "
+        "minilm or hashing reuses those that embedder made and computes the others.",
+    )
+    _where(p, types.new_dir)
+    p.add_argument("file", type=types.input_file, help="export file (.jsonl or .jsonl.gz)")
+    p.add_argument("--embedder", choices=("keep", "minilm", "hashing"), default="keep")
+    p.set_defaults(func=_import)
+
+    p = sub.add_parser(
+        "migrate",
+        help="move an embedded store onto PostgreSQL, verified per user",
+        description="Streams the store at --from into the PostgreSQL store at --to (no file in "
+        "between), then compares counts and checksums per user. Safe to run again after an "
+        "interruption: what was moved is skipped. Do not serve from the target before it ends.",
+    )
+    p.add_argument("--from", dest="source", type=types.store_dir, required=True, metavar="DIR")
+    p.add_argument("--to", dest="target", type=_dsn, required=True, metavar="DSN")
+    p.add_argument("--schema", default="reflective_memory", help="PostgreSQL schema")
+    p.set_defaults(func=_migrate)

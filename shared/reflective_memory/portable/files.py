@@ -1,0 +1,164 @@
+"""`export_memory` and `import_memory`: the export format to and from files or text streams."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, cast
+
+from reflective_memory.errors import InvalidFileError
+from reflective_memory.portable.endpoints import endpoint
+from reflective_memory.portable.export import ExportReport, iter_records, write_records
+from reflective_memory.portable.importer import Importer, ImportReport
+
+if TYPE_CHECKING:
+    from reflective_memory.embed import Embedder
+    from reflective_memory.storage.state import StateStore
+
+__all__ = ["export_memory", "import_memory", "read_lines", "MAX_LINE_BYTES"]
+
+#: Longest line an import reads (a memory with its vector is a few KiB; 64 MiB is a guard).
+MAX_LINE_BYTES = 64 * 2**20
+
+
+def _open_write(path: Path, *, gz: bool) -> IO[str]:
+    if gz:
+        return gzip.open(path, "wt", encoding="utf-8", newline="\n")
+    return path.open("w", encoding="utf-8", newline="\n")
+
+
+def export_memory(
+    source: Any,
+    fp: str | Path | IO[str],
+    *,
+    users: Sequence[str] | None = None,
+    vectors: bool = True,
+    state: StateStore | None = None,
+) -> ExportReport:
+    """Write a store's users, sessions, turns, memories and learned state as JSON Lines.
+
+    Streams one user at a time (memory is bounded by the largest user, not the store). A file
+    path is written under a temporary name and renamed when complete, so a failed export
+    leaves no partial file; a `.gz` path is gzip-compressed.
+
+    Args:
+        source: A `ReflectiveMemory` or a `MemoryStore` (`reflective_memory.portable.endpoints`).
+        fp: A file path, or a text stream to write to.
+        users: Only these users (default: all).
+        vectors: Carry each memory's embedding (an import then need not embed again).
+        state: Learned state to carry (default: the memory's or the store's own).
+
+    Returns:
+        What was written.
+
+    Raises:
+        UnknownUserError: A user in `users` has nothing stored.
+
+    Example:
+        >>> import io
+        >>> from reflective_memory import HashingEmbedder, ReflectiveMemory
+        >>> with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        ...     _ = mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")
+        ...     out = io.StringIO()
+        ...     export_memory(mem, out).counts
+        {'session': 1, 'turn': 1}
+    """
+    ep = endpoint(source, state=state)
+    report = ExportReport()
+    records = iter_records(ep, users=users, vectors=vectors, report=report)
+    if not isinstance(fp, (str, Path)):
+        write_records(records, fp)
+        return report
+    path = Path(fp)
+    part = path.with_name(path.name + ".part")
+    try:
+        with _open_write(part, gz=path.suffix == ".gz") as out:
+            write_records(records, out)
+            out.flush()
+            if path.suffix != ".gz":
+                os.fsync(out.fileno())
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+    return report
+
+
+def read_lines(fp: str | Path | IO[bytes], *, name: str | None = None) -> Iterator[Any]:
+    """The parsed JSON of each line of an export file (a path or a binary stream).
+
+    Raises:
+        InvalidFileError: A line is not UTF-8, not JSON, or longer than `MAX_LINE_BYTES`;
+            the error names the line.
+    """
+    if isinstance(fp, (str, Path)):
+        path = Path(fp)
+        if not path.is_file():
+            raise InvalidFileError(path, "", "no such file")
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as fh:
+            yield from _parse(cast(IO[bytes], fh), str(path))
+        return
+    yield from _parse(fp, name or "<stream>")
+
+
+def _parse(fh: IO[bytes], name: str) -> Iterator[Any]:
+    n = 0
+    while True:
+        try:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+        except (OSError, EOFError) as exc:  # a damaged .gz
+            raise InvalidFileError(name, f"line {n + 1}", f"cannot be read ({exc})") from None
+        if not raw:
+            return
+        n += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise InvalidFileError(name, f"line {n}", f"is longer than {MAX_LINE_BYTES:,} bytes")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidFileError(name, f"line {n}", f"is not UTF-8 (byte {exc.start})") from None
+        if not text.strip():
+            raise InvalidFileError(name, f"line {n}", "is empty")
+        try:
+            yield json.loads(text)
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise InvalidFileError(name, f"line {n}", f"is not JSON: {problem}") from None
+
+
+def import_memory(
+    target: Any,
+    fp: str | Path | IO[bytes],
+    *,
+    embedder: Embedder | None = None,
+    reembed: bool = True,
+    state: StateStore | None = None,
+) -> ImportReport:
+    """Import an export file into a store; what the store already holds is skipped.
+
+    Each line is checked before anything of it is written (a malformed line raises
+    `InvalidFileError` naming it; the lines before it stay imported, and a run on the fixed
+    file finishes the job). Embeddings: a memory's vector from the file is reused when the
+    importing embedder made it (same name and size), and computed again from its key
+    otherwise; without an embedder (a bare store, `reembed=False`) vectors are stored as the
+    file has them, under the model that made them. `ImportReport.vectors` says which.
+
+    Args:
+        target: A `ReflectiveMemory` (its embedder is the importing one) or a `MemoryStore`.
+        fp: The file (a path; `.gz` is read compressed) or a binary stream.
+        embedder: The importing embedder (default: the memory's; none for a bare store).
+        reembed: Embed again when another embedder made a vector (else keep it).
+        state: Where learned state goes (default: the memory's or the store's own).
+
+    Returns:
+        Counts of what was added and skipped, by kind.
+
+    Raises:
+        InvalidFileError: The file is not an export, is malformed (naming the line) or cut.
+    """
+    ep = endpoint(target, state=state, embedder=embedder)
+    name = str(fp) if isinstance(fp, (str, Path)) else "<stream>"
+    return Importer(ep, path=name, reembed=reembed).run(read_lines(fp))

@@ -1,0 +1,385 @@
+"""Import: the lines of an export written into a store, checked line by line, idempotently.
+
+Every line is checked before anything of it is written; a malformed line raises
+`InvalidFileError` naming the line, and lines before it stay imported. What the target already
+holds is skipped (a turn by session and turn id, a memory by id, a value or learned state equal
+to the file's), so importing a file twice adds nothing and an import stopped half-way (killed,
+say) finishes when run again. Learned state the target already holds under the same owner and
+name is kept, never overwritten.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.errors import InvalidInputError
+from reflective_memory.jsonfile import FileShape
+from reflective_memory.portable.endpoints import Endpoint
+from reflective_memory.portable.export import SESSION_VALUE_KEYS, SHARED_OWNERS
+from reflective_memory.portable.format import (
+    COUNTED,
+    Digest,
+    check_header,
+    check_record,
+    decode_vector,
+    parse_time,
+)
+from reflective_memory.storage.base import MemoryDraft, RestoresTimes
+
+__all__ = ["Importer", "ImportReport"]
+
+logger = logging.getLogger(__name__)
+
+_TURN_BATCH = 500
+_MEMORY_BATCH = 256
+
+
+@dataclass
+class ImportReport:
+    """What an import wrote and skipped.
+
+    Attributes:
+        users: Users met in the file, in order.
+        added: Lines written, by kind (`turn`, `memory`, `value`, `state`; `session` counts
+            sessions whose state or times were set).
+        skipped: Lines whose record the target already held, by kind.
+        vectors: Memories written by how their embedding was obtained: `reused` (made by the
+            importing embedder, or kept as the file had it when no embedder was given) or
+            `recomputed` (embedded again by the importing embedder).
+        checksums: Each user's checksum as the file states it (`user_end`).
+        embedder: The embedder that wrote the file's vectors, as its header names it.
+    """
+
+    users: list[str] = field(default_factory=list)
+    added: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    vectors: Counter[str] = field(default_factory=Counter)
+    checksums: dict[str, str] = field(default_factory=dict)
+    embedder: str | None = None
+
+
+class Importer:
+    """Writes checked export lines into one target (see the module docs).
+
+    Args:
+        target: Where to write.
+        path: The file's name, for error messages.
+        reembed: Embed keys again with `target.embedder` when another embedder (or none)
+            made the file's vector; when False, or without an embedder, vectors are stored as
+            the file has them, under the model that made them (an index built with another
+            embedder re-embeds them when it is built).
+    """
+
+    def __init__(self, target: Endpoint, *, path: str | Path = "<records>", reembed: bool = True):
+        self.target, self.store = target, target.store
+        self.shape = FileShape(Path(path))
+        self.embedder = target.embedder if reembed else None
+        self.report = ImportReport()
+        self._user: str | None = None
+        self._digest = Digest()
+        self._sessions: list[dict[str, Any]] = []
+        self._turns: list[dict[str, Any]] = []
+        self._memories: list[dict[str, Any]] = []
+        self._have_turns: set[tuple[str, str]] = set()
+        self._extras: dict[str, dict[str, dict[str, Any]]] = {}
+        self._value_keys: set[str] = set()  # the values a user's sessions may carry
+        self._ended = False
+        self._lines = 0
+        self._handlers = {
+            "session": self._session,
+            "turn": self._turn,
+            "memory": self._memory,
+            "value": self._value,
+            "state": self._state,
+        }
+
+    # -- driving ----------------------------------------------------------------------------
+    def run(self, records: Iterable[Any]) -> ImportReport:
+        """Import parsed lines (the header first); return the report.
+
+        Raises:
+            InvalidFileError: A line is malformed, out of place, or the file ends early.
+            InvalidInputError: The file carries no vectors and the target has no embedder.
+        """
+        it = iter(records)
+        header = next(it, None)
+        if header is None:
+            raise self.shape.fail("", "is empty (no header line)")
+        header = check_header(self.shape.path, header)
+        self._lines = 1
+        if header["embedder"] is not None:
+            self.report.embedder = header["embedder"]["name"]
+        if not header["vectors"] and self.target.embedder is None:
+            raise InvalidInputError(
+                "the file carries no embeddings; import it with an embedder to compute them"
+            )
+        for record in it:
+            self._lines += 1
+            self.feed(check_record(self.shape, f"line {self._lines}", record))
+        if not self._ended:
+            raise self.shape.fail(
+                f"line {self._lines}", "the file ends before its 'end' line (truncated?)"
+            )
+        logger.info(
+            "imported %d users: added %s, skipped %s; vectors %s (the file's by %s)",
+            len(self.report.users),
+            dict(self.report.added),
+            dict(self.report.skipped),
+            dict(self.report.vectors),
+            self.report.embedder,
+        )
+        return self.report
+
+    def _fail(self, problem: str) -> Exception:
+        return self.shape.fail(f"line {self._lines}", problem)
+
+    def feed(self, record: dict[str, Any]) -> None:
+        """Write one checked line (`check_record`) into the target."""
+        kind = record["kind"]
+        if self._ended:
+            raise self._fail("a line after the 'end' line")
+        if kind == "user":
+            if self._user is not None:
+                raise self._fail(f"user {self._user!r} has no 'user_end' line before this one")
+            self._start(record["user_id"])
+        elif kind == "end":
+            if self._user is not None:
+                raise self._fail(f"user {self._user!r} has no 'user_end' line")
+            if record["users"] != len(self.report.users):
+                raise self._fail(
+                    f"the file says {record['users']} users but holds {len(self.report.users)}"
+                )
+            self._ended = True
+        elif kind == "state" and self._user is None:
+            if record["owner"] not in SHARED_OWNERS:
+                raise self._fail(f"state of owner {record['owner']!r} outside its user's lines")
+            self._state(record)
+        elif self._user is None:
+            raise self._fail(f"a {kind} line outside a user's lines")
+        elif kind == "user_end":
+            self._finish(record)
+        else:
+            self._digest.add(record)
+            self._handlers[kind](record)
+
+    # -- per user ---------------------------------------------------------------------------
+    def _start(self, user_id: str) -> None:
+        if user_id in self.report.users:
+            raise self._fail(f"user {user_id!r} appears twice")
+        self._user, self._digest = user_id, Digest()
+        self.report.users.append(user_id)
+        self._have_turns = {(t.session_id, t.turn_id) for t in self.store.turns(user_id)}
+        self._extras = {}
+        self._value_keys = set()
+
+    def _session(self, record: dict[str, Any]) -> None:
+        self._sessions.append(record)
+        user = self._user
+        assert user is not None
+        self._value_keys.update(key_of(user, record["session_id"]) for key_of in SESSION_VALUE_KEYS)
+
+    def _turn(self, record: dict[str, Any]) -> None:
+        self._turns.append(record)
+        if len(self._turns) >= _TURN_BATCH:
+            self._flush_turns()
+
+    def _memory(self, record: dict[str, Any]) -> None:
+        if self._turns:  # a user's turns go in before the memories built from them
+            self._flush_turns()
+        self._memories.append(record)
+        if len(self._memories) >= _MEMORY_BATCH:
+            self._flush_memories()
+
+    def _value(self, record: dict[str, Any]) -> None:
+        user, key = self._user, record["key"]
+        if key not in self._value_keys:
+            raise self._fail(f"value key {key[:80]!r} is not one of user {user!r}'s sessions")
+        if self.store.get_value(record["key"]) == record["value"]:
+            self.report.skipped["value"] += 1
+            return
+        self.store.set_value(record["key"], record["value"])
+        self.report.added["value"] += 1
+
+    def _state(self, record: dict[str, Any]) -> None:
+        owner, name = record["owner"], record["name"]
+        if self._user is not None and owner != self._user:
+            raise self._fail(f"state of owner {owner!r} inside the lines of user {self._user!r}")
+        state = self.target.state
+        if state is None:
+            logger.warning("the target keeps no learned state: %s/%s not imported", owner, name)
+            self.report.skipped["state"] += 1
+            return
+        data = base64.b64decode(record["data"])
+        got = state.get(owner, name)
+        if got is not None:
+            if got[1] != data:
+                logger.warning("kept the target's own learned state %s/%s", owner, name)
+            self.report.skipped["state"] += 1
+            return
+        state.update(owner, name, lambda _v, old: data if old is None else old)
+        self.report.added["state"] += 1
+
+    def _finish(self, record: dict[str, Any]) -> None:
+        user = self._user
+        if record["user_id"] != user:
+            raise self._fail(f"'user_end' of {record['user_id']!r} closes the lines of {user!r}")
+        counts = {k: self._digest.counts.get(k, 0) for k in COUNTED}
+        if record["counts"] != counts or record["checksum"] != self._digest.hexdigest():
+            raise self._fail(
+                f"the lines of user {user!r} do not match their count or checksum "
+                f"(file says {record['counts']}, read {counts}): the file was cut or edited"
+            )
+        self._flush_turns()
+        self._flush_memories()
+        self._apply_sessions()
+        self.report.checksums[user] = record["checksum"]  # type: ignore[index]
+        self._user = None
+
+    # -- writing ----------------------------------------------------------------------------
+    def _flush_turns(self) -> None:
+        user, batch, self._turns = self._user, self._turns, []
+        assert user is not None
+        new = []
+        for r in batch:
+            key = (r["session_id"], r["turn_id"])
+            if key in self._have_turns:
+                self.report.skipped["turn"] += 1
+                continue
+            self._have_turns.add(key)
+            new.append(
+                {
+                    "user_id": user,
+                    "session_id": r["session_id"],
+                    "turn_id": r["turn_id"],
+                    "role": r["role"],
+                    "text": r["text"],
+                    "timestamp": parse_time(r.get("timestamp")),
+                }
+            )
+        if new:
+            self.store.add_turns(new)
+            self.report.added["turn"] += len(new)
+        extras: dict[str, dict[str, dict[str, Any]]] = {}
+        for r in batch:
+            extra = r.get("extra")
+            if extra is None:
+                continue
+            s = r["session_id"]
+            if s not in self._extras:
+                self._extras[s] = self.store.turn_extra(user, s)
+            if self._extras[s].get(r["turn_id"]) != extra:
+                extras.setdefault(s, {})[r["turn_id"]] = extra
+                self._extras[s][r["turn_id"]] = extra
+        for s, by_turn in extras.items():
+            self.store.set_turn_extra(user, s, by_turn)
+
+    def _vectors(self, new: list[dict[str, Any]]) -> list[tuple[np.ndarray, str]]:
+        """The embedding and model of each new memory: the file's, or re-embedded."""
+        emb = self.embedder
+        out: list[tuple[np.ndarray, str] | None] = []
+        again: list[int] = []
+        for i, r in enumerate(new):
+            vec = None if r.get("vector") is None else decode_vector(r["vector"])
+            if vec is not None and (
+                emb is None or (r["model"] == emb.name and len(vec) == int(emb.dim))
+            ):
+                out.append((vec, r["model"]))
+                self.report.vectors["reused"] += 1
+            else:
+                out.append(None)
+                again.append(i)
+        if again:
+            assert emb is not None  # checked at the header: no vectors needs an embedder
+            mat = np.asarray(emb.encode([new[i]["key"] for i in again]), dtype=np.float32)
+            for i, vec in zip(again, mat, strict=True):
+                out[i] = (vec, emb.name)
+            self.report.vectors["recomputed"] += len(again)
+            logger.info("re-embedded %d memory keys with %s", len(again), emb.name)
+        return [v for v in out if v is not None]
+
+    def _flush_memories(self) -> None:
+        user, batch, self._memories = self._user, self._memories, []
+        assert user is not None
+        if not batch:
+            return
+        have = {m.id: m for m in self.store.memories(user, [r["id"] for r in batch])}
+        new = [r for r in batch if r["id"] not in have]
+        if len(new) < len(batch):
+            self.report.skipped["memory"] += len(batch) - len(new)
+        by_model: dict[str, tuple[list[MemoryDraft], list[np.ndarray]]] = {}
+        for r, (vec, model) in zip(new, self._vectors(new), strict=True):
+            drafts, vecs = by_model.setdefault(model, ([], []))
+            drafts.append(_draft(r))
+            vecs.append(vec)
+        for model, (drafts, vecs) in by_model.items():
+            dims = {len(v) for v in vecs}
+            for dim in sorted(dims):  # one matrix per vector size
+                pick = [i for i, v in enumerate(vecs) if len(v) == dim]
+                self.store.upsert_memories(
+                    user, [drafts[i] for i in pick], np.stack([vecs[i] for i in pick]), model
+                )
+        if new:
+            self.report.added["memory"] += len(new)
+        if isinstance(self.store, RestoresTimes):
+            times = {}
+            for r in batch:
+                want = (parse_time(r["created_at"]), parse_time(r["updated_at"]))
+                old = have.get(r["id"])
+                if old is None or (old.created_at, old.updated_at) != want:
+                    times[r["id"]] = want
+            if times:
+                self.store.restore_times(user, {}, times)  # type: ignore[arg-type]
+
+    def _apply_sessions(self) -> None:
+        user, records = self._user, list(self._sessions)
+        self._sessions.clear()  # the handler appends to this list
+        assert user is not None
+        times: dict[str, tuple[datetime, datetime | None]] = {}
+        have = {info.session_id: info for info in self.store.sessions(user)}
+        for r in records:
+            s = r["session_id"]
+            info = have.get(s)
+            if info is None:
+                logger.warning("session %r of user %r has no turns: not imported", s, user)
+                self.report.skipped["session"] += 1
+                continue
+            changed = False
+            if r["status"] == "ended" and info.status != "ended":
+                self.store.replace_session_memories(
+                    user, s, (), [], np.zeros((0, 1), np.float32), ""
+                )
+                changed = True
+            elif r["status"] == "open" and info.status != "open":
+                logger.warning("session %r of user %r is ended in the target: kept so", s, user)
+            want = (parse_time(r["created_at"]), parse_time(r.get("ended_at")))
+            if isinstance(self.store, RestoresTimes) and (
+                changed or (info.created_at, info.ended_at) != want
+            ):
+                times[s] = want  # type: ignore[assignment]
+                changed = True
+            (self.report.added if changed else self.report.skipped)["session"] += 1
+        if times:
+            self.store.restore_times(user, times, {})  # type: ignore[attr-defined]
+
+
+def _draft(r: dict[str, Any]) -> MemoryDraft:
+    return MemoryDraft(
+        session_id=r["session_id"],
+        granularity=r["granularity"],
+        text=r["text"],
+        key=r["key"],
+        turn_ids=tuple(r["turn_ids"]),
+        start_time=parse_time(r.get("start_time")),
+        end_time=parse_time(r.get("end_time")),
+        metadata=r["metadata"],
+        id=r["id"],
+    )
