@@ -1,4 +1,4 @@
-"""The `reflective-memory` command: demo, ingest, search, stats, segment, redenoise, serve, bench.
+"""The `reflective-memory` command: demo, ingest, search, stats, serve, mcp, bench and more.
 
 Every argument is checked while the command line is parsed, before any model loads or any file
 is created. Heavy modules (the engine, torch, FAISS) are imported inside the commands that need
@@ -357,6 +357,59 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from reflective_memory.serve.mcp import run
+    except ImportError as exc:
+        sys.stderr.write(
+            f"error: the MCP server needs its extra: pip install 'reflective-memory[mcp]' ({exc})\n"
+        )
+        return 2
+    return run(args)
+
+
+def _mcp_arguments(p: argparse.ArgumentParser) -> None:
+    """The `mcp` options (kept here so `--help` imports no MCP SDK)."""
+    from reflective_memory.serve.limits import MAX_BODY_BYTES  # no web framework either
+
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
+    where.add_argument("--dsn", default=None, help="PostgreSQL store: postgresql://...")
+    p.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default: the client starts this command) or streamable HTTP at /mcp",
+    )
+    p.add_argument(
+        "--user", type=_user_id, default=None, help="stdio: the one user whose memory is served"
+    )
+    p.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="USER=SECRET",
+        help="http: an access token (16+ characters) that reaches only USER (repeatable); "
+        "other local users can read command lines, so prefer --tokens-file",
+    )
+    p.add_argument(
+        "--tokens-file",
+        type=_input_file,
+        default=None,
+        metavar="FILE",
+        help="http: access tokens, one USER=SECRET per line ('#' comments)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="http: bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8766, help="http: port (default 8766)")
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=MAX_BODY_BYTES,
+        help="http: largest request body; larger ones get 413 before they are read "
+        f"(default {MAX_BODY_BYTES} = 1 MiB)",
+    )
+
+
 def _db_init(args: argparse.Namespace) -> int:
     """Create or migrate the PostgreSQL schema (and HNSW indexes for the given sizes)."""
     from reflective_memory.storage.pg_schema import SCHEMA_VERSION, ensure_vector_index
@@ -603,6 +656,16 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     )
     _serve_arguments(p)
     p.set_defaults(func=_serve)
+
+    p = sub.add_parser(
+        "mcp",
+        help="serve a user's memory as MCP tools (stdio or streamable HTTP)",
+        description="A Model Context Protocol server with the tools remember, recall, "
+        "list_sessions, end_session and forget. stdio serves the one --user; HTTP serves each "
+        "--token's user and requires 'Authorization: Bearer SECRET'. Needs the 'mcp' extra.",
+    )
+    _mcp_arguments(p)
+    p.set_defaults(func=_mcp)
 
     p = sub.add_parser("db", help="database server administration (PostgreSQL store)")
     db = p.add_subparsers(dest="db", required=True)
