@@ -401,6 +401,15 @@ def http_app(server: FastMCP, max_body_bytes: int) -> BodyLimit:
 
 
 # -- the command -------------------------------------------------------------------------------
+class _EndedStreamNoise(logging.Filter):
+    """Drops the SDK's traceback for a client's GET stream closed by the end of its session."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        closed = isinstance(exc, anyio.ClosedResourceError)
+        return not (closed and record.getMessage() == "Error in standalone SSE writer")
+
+
 def read_tokens(path: str) -> dict[str, str]:
     """`{user: token}` from a tokens file: one `USER=TOKEN` per line; `#` comments, blanks.
 
@@ -473,6 +482,7 @@ def run(args: argparse.Namespace) -> int:
             url=url,
             max_body_bytes=args.max_body_bytes,
         )
+        logging.getLogger("mcp.server.streamable_http").addFilter(_EndedStreamNoise())
         sys.stderr.write(f"reflective-memory MCP server: {url}/mcp\n")
         sys.stderr.flush()
         app = http_app(server, args.max_body_bytes)
