@@ -46,15 +46,17 @@ PIXEL = [
 
 
 # -- clients -----------------------------------------------------------------------------------
-def _stdio(db: Path, user: str = "ana") -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable, args=[CLI, "mcp", "--db", str(db), "--user", user]
-    )
+def _stdio(db: Path | str, user: str = "ana") -> StdioServerParameters:
+    """The stdio server of `user` over the store directory `db` or the PostgreSQL DSN `db`."""
+    store = ["--dsn", db] if str(db).startswith("postgresql://") else ["--db", str(db)]
+    return StdioServerParameters(command=sys.executable, args=[CLI, "mcp", *store, "--user", user])
 
 
-async def _stdio_calls(db: Path, calls: list[tuple[str, dict[str, Any]]]) -> list[CallToolResult]:
+async def _stdio_calls(
+    db: Path | str, calls: list[tuple[str, dict[str, Any]]], user: str = "ana"
+) -> list[CallToolResult]:
     """Start the stdio server, open one MCP session, make the calls in order."""
-    async with stdio_client(_stdio(db)) as (read, write):
+    async with stdio_client(_stdio(db, user)) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             return [await session.call_tool(name, args) for name, args in calls]
@@ -123,6 +125,20 @@ def test_stdio_remembers_in_one_session_and_recalls_in_another(tmp_path: Path) -
     lena = _ok(again[1])["passages"]
     assert lena[0]["session_id"] == "s2" and "Lena: I moved to Porto." in lena[0]["text"]
     assert [s["session_id"] for s in _ok(again[2])["sessions"]] == ["s2"]
+
+
+def test_stdio_on_postgresql_remembers_and_recalls_per_user(pg_dsn: str) -> None:
+    remember = {"session_id": "pg1", "turns": PIXEL, "end_session": True}
+    (done,) = asyncio.run(_stdio_calls(pg_dsn, [("remember", remember)]))
+    assert _ok(done)["memories"] > 0
+    mine, theirs = (
+        asyncio.run(_stdio_calls(pg_dsn, [("recall", {"query": "What is my dog called?"})], user))[
+            0
+        ]
+        for user in ("ana", "bob")
+    )
+    assert _ok(mine)["passages"][0]["session_id"] == "pg1"
+    assert _ok(theirs)["passages"] == []
 
 
 def test_stdio_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) -> None:

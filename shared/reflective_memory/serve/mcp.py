@@ -361,6 +361,7 @@ def build_server(
     user_of: UserOf,
     *,
     verifier: TokenUsers | None = None,
+    host: str = "127.0.0.1",
     url: str = "http://127.0.0.1:8766",
     max_body_bytes: int | None = None,
 ) -> FastMCP:
@@ -370,6 +371,8 @@ def build_server(
         memory: The memory served.
         user_of: Who a tool call acts for (the stdio user, or `token_user` over HTTP).
         verifier: Bearer-token check of the HTTP transport (None for stdio).
+        host: The HTTP bind address: on a loopback one the SDK accepts only loopback `Host`
+            and `Origin` headers (DNS rebinding protection).
         url: Where the HTTP server is reached (the issuer of its static tokens).
         max_body_bytes: The SDK's own request body limit (HTTP).
     """
@@ -380,6 +383,7 @@ def build_server(
         settings["max_request_body_size"] = max_body_bytes
     server = FastMCP(
         SERVER_NAME,
+        host=host,
         instructions=_INSTRUCTIONS,
         token_verifier=verifier,
         log_level="WARNING",
@@ -479,6 +483,7 @@ def run(args: argparse.Namespace) -> int:
             memory,
             token_user,
             verifier=TokenUsers(policy),
+            host=args.host,
             url=url,
             max_body_bytes=args.max_body_bytes,
         )
