@@ -305,21 +305,37 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _run_server(module: str, what: str, extra: str, args: argparse.Namespace) -> int:
+    """`module.run(args)`; without the extra `module` needs, one line on stderr and exit 2."""
     try:
-        from reflective_memory.serve.server import run
+        run = importlib.import_module(module).run
     except ImportError as exc:
         sys.stderr.write(
-            f"error: the web app needs its extra: pip install 'reflective-memory[serve]' ({exc})\n"
+            f"error: {what} needs its extra: pip install 'reflective-memory[{extra}]' ({exc})\n"
         )
         return 2
-    return run(args)
+    return int(run(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    return _run_server("reflective_memory.serve.server", "the web app", "serve", args)
+
+
+def _body_limit(p: argparse.ArgumentParser, what: str = "") -> None:
+    """The `--max-body-bytes` option of the HTTP servers."""
+    from reflective_memory.serve.limits import MAX_BODY_BYTES  # no web framework either
+
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=MAX_BODY_BYTES,
+        help=f"{what}largest request body accepted; larger ones get 413 before they are read "
+        f"(default {MAX_BODY_BYTES} = 1 MiB)",
+    )
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
     """The `serve` options (kept here so `--help` imports no web framework)."""
-    from reflective_memory.serve.limits import MAX_BODY_BYTES  # no web framework either
-
     p.add_argument("--db", default=None, help="store directory (default: in memory, not kept)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
@@ -348,30 +364,15 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--llm-timeout", type=float, default=60.0, help="seconds to wait for the LLM (default 60)"
     )
-    p.add_argument(
-        "--max-body-bytes",
-        type=_positive_int,
-        default=MAX_BODY_BYTES,
-        help="largest request body accepted; larger ones get 413 before they are read "
-        f"(default {MAX_BODY_BYTES} = 1 MiB)",
-    )
+    _body_limit(p)
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    try:
-        from reflective_memory.serve.mcp import run
-    except ImportError as exc:
-        sys.stderr.write(
-            f"error: the MCP server needs its extra: pip install 'reflective-memory[mcp]' ({exc})\n"
-        )
-        return 2
-    return run(args)
+    return _run_server("reflective_memory.serve.mcp", "the MCP server", "mcp", args)
 
 
 def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     """The `mcp` options (kept here so `--help` imports no MCP SDK)."""
-    from reflective_memory.serve.limits import MAX_BODY_BYTES  # no web framework either
-
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
     where.add_argument("--dsn", default=None, help="PostgreSQL store: postgresql://...")
@@ -401,13 +402,7 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="http: bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8766, help="http: port (default 8766)")
-    p.add_argument(
-        "--max-body-bytes",
-        type=_positive_int,
-        default=MAX_BODY_BYTES,
-        help="http: largest request body; larger ones get 413 before they are read "
-        f"(default {MAX_BODY_BYTES} = 1 MiB)",
-    )
+    _body_limit(p, "http: ")
 
 
 def _db_init(args: argparse.Namespace) -> int:
