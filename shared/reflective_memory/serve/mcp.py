@@ -40,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         f"the MCP server needs its extra: pip install 'reflective-memory[mcp]' ({exc})"
     ) from exc
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError, ReflectiveMemoryError
@@ -186,7 +186,7 @@ class TokenUsers:
         policy: User tokens only (no admin token): each verifies as its user.
 
     Raises:
-        ConfigError: The policy has no token, or one that reaches more than one user.
+        ConfigError: The policy has no token (an open policy would let any token in).
     """
 
     def __init__(self, policy: AccessPolicy) -> None:
@@ -195,7 +195,7 @@ class TokenUsers:
         self.policy = policy
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        """The access of `token` (its user as `subject`), or None for an unknown token."""
+        """The access of `token`, its user as `subject` (None: unknown, or not one user's)."""
         principal = self.policy.authenticate(token)
         if principal is None or principal.users is None or len(principal.users) != 1:
             return None
@@ -378,7 +378,7 @@ def build_server(
     """
     settings: dict[str, Any] = {}
     if verifier is not None:
-        settings["auth"] = AuthSettings(issuer_url=url, resource_server_url=None)
+        settings["auth"] = AuthSettings(issuer_url=AnyHttpUrl(url), resource_server_url=None)
     if max_body_bytes is not None:
         settings["max_request_body_size"] = max_body_bytes
     server = FastMCP(
