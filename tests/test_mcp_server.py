@@ -293,6 +293,8 @@ def test_http_requires_a_valid_bearer_token_and_binds_sessions_to_it(http_url: s
         http_url, listing, {**kind, "Authorization": f"Bearer {BOB}", "Mcp-Session-Id": session}
     )
     assert status == 404  # ana's MCP session is not bob's to use
+    rebound = {**kind, "Authorization": f"Bearer {ANA}", "Host": "evil.example"}
+    assert _post(http_url, body, rebound)[0] == 421  # a loopback bind takes loopback names only
 
 
 def test_http_bad_arguments_are_tool_errors(http_url: str) -> None:
