@@ -315,7 +315,11 @@ def test_http_bad_arguments_are_tool_errors(http_url: str) -> None:
 
 
 def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
-    """POST `total` bytes until the server answers; (status, body, bytes sent)."""
+    """POST `total` bytes until the server answers; (status, body, bytes sent).
+
+    With a `Content-Length`, nothing of the body is sent until the server has had 20 s to answer
+    from the header alone.
+    """
     host, port = url.split("//")[1].split("/")[0].split(":")
     sock = socket.create_connection((host, int(port)), timeout=30)
     framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total}"
@@ -324,6 +328,8 @@ def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
         f"Authorization: Bearer {ANA}\r\n{framing}\r\n\r\n".encode()
     )
     piece, sent = b"a" * 4096, 0
+    if not chunked:
+        select.select([sock], [], [], 20)
     try:
         while sent < total and not select.select([sock], [], [], 0)[0]:
             sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n" if chunked else piece)
