@@ -339,7 +339,7 @@ def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
     data = b""
     with sock:
         try:
-            while b"\r\n\r\n" not in data and (got := sock.recv(65536)):
+            while got := sock.recv(65536):  # the server closes the connection after a 413
                 data += got
         except ConnectionResetError:
             pass
