@@ -9,13 +9,17 @@ A block is preceded by an HTML comment that says how the test runs it (invisible
   must exit 0.
 
 Every python block of the README runs. The quick start also runs with the real MiniLM
-(integration). Install blocks (`pip ...`) and blocks that need a server are not run.
+(integration). Install blocks (`pip ...`) and blocks that need a server are not run. A python
+block that starts the `reflective-memory` command (the MCP server over stdio) finds this
+checkout's CLI, with the hashing embedder, first on PATH (`tests/hashing_cli.py`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,7 +64,19 @@ def _use_hashing_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def _cli_on_path(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put a `reflective-memory` that runs this checkout with the hashing embedder first on PATH."""
+    folder.mkdir()
+    shim = folder / "reflective-memory"
+    cli = ROOT / "tests" / "hashing_cli.py"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{cli}" "$@"\n')
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 def _needs(code: str) -> None:
+    if "langchain_mcp_adapters" in code:
+        pytest.importorskip("langchain_mcp_adapters")
     if "langchain" in code:
         pytest.importorskip("langchain")
         pytest.importorskip("langchain_classic")
@@ -79,12 +95,17 @@ def test_the_readme_has_runnable_blocks() -> None:
 
 
 @pytest.mark.parametrize("where,marker,code", PYTHON_BLOCKS, ids=[b[0] for b in PYTHON_BLOCKS])
-def test_python_block_runs(where, marker, code, tmp_path, monkeypatch, capsys) -> None:
+def test_python_block_runs(where, marker, code, tmp_path, monkeypatch, capfd) -> None:
+    """Each block runs; capfd, so a subprocess the block starts gets a real stderr."""
     _needs(code)
     _use_hashing_embedder(monkeypatch)
+    if '"command": "reflective-memory"' in code:
+        _cli_on_path(tmp_path / "bin", monkeypatch)
     monkeypatch.chdir(tmp_path)
     exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
+    if "MultiServerMCPClient" in code:  # the recalled passage, dated, from the stdio server
+        assert "Lisbon" in out and "session 1" in out
     if "MockLLM" in code:  # what the block's comment promises
         assert "False the answer has no citation" in out
     if "FakeListChatModel" in code:

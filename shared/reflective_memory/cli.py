@@ -1,4 +1,4 @@
-"""The `reflective-memory` command: demo, ingest, search, stats, ..., export, import, migrate.
+"""The `reflective-memory` command: demo, ingest, search, stats, serve, mcp, bench and more.
 
 The commands `export`, `import` and `migrate` are defined in `reflective_memory.portable.commands`.
 
@@ -311,21 +311,37 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _run_server(module: str, what: str, extra: str, args: argparse.Namespace) -> int:
+    """`module.run(args)`; without the extra `module` needs, one line on stderr and exit 2."""
     try:
-        from reflective_memory.serve.server import run
+        run = importlib.import_module(module).run
     except ImportError as exc:
         sys.stderr.write(
-            f"error: the web app needs its extra: pip install 'reflective-memory[serve]' ({exc})\n"
+            f"error: {what} needs its extra: pip install 'reflective-memory[{extra}]' ({exc})\n"
         )
         return 2
-    return run(args)
+    return int(run(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    return _run_server("reflective_memory.serve.server", "the web app", "serve", args)
+
+
+def _body_limit(p: argparse.ArgumentParser, what: str = "") -> None:
+    """The `--max-body-bytes` option of the HTTP servers."""
+    from reflective_memory.serve.limits import MAX_BODY_BYTES  # no web framework either
+
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=MAX_BODY_BYTES,
+        help=f"{what}largest request body accepted; larger ones get 413 before they are read "
+        f"(default {MAX_BODY_BYTES} = 1 MiB)",
+    )
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
     """The `serve` options (kept here so `--help` imports no web framework)."""
-    from reflective_memory.serve.limits import MAX_BODY_BYTES  # no web framework either
-
     p.add_argument("--db", default=None, help="store directory (default: in memory, not kept)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
@@ -354,13 +370,45 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--llm-timeout", type=float, default=60.0, help="seconds to wait for the LLM (default 60)"
     )
+    _body_limit(p)
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    return _run_server("reflective_memory.serve.mcp", "the MCP server", "mcp", args)
+
+
+def _mcp_arguments(p: argparse.ArgumentParser) -> None:
+    """The `mcp` options (kept here so `--help` imports no MCP SDK)."""
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
+    where.add_argument("--dsn", default=None, help="PostgreSQL store: postgresql://...")
     p.add_argument(
-        "--max-body-bytes",
-        type=_positive_int,
-        default=MAX_BODY_BYTES,
-        help="largest request body accepted; larger ones get 413 before they are read "
-        f"(default {MAX_BODY_BYTES} = 1 MiB)",
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default: the client starts this command) or streamable HTTP at /mcp",
     )
+    p.add_argument(
+        "--user", type=_user_id, default=None, help="stdio: the one user whose memory is served"
+    )
+    p.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="USER=SECRET",
+        help="http: an access token (16+ characters) that reaches only USER (repeatable); "
+        "other local users can read command lines, so prefer --tokens-file",
+    )
+    p.add_argument(
+        "--tokens-file",
+        type=_input_file,
+        default=None,
+        metavar="FILE",
+        help="http: access tokens, one USER=SECRET per line ('#' comments)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="http: bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8766, help="http: port (default 8766)")
+    _body_limit(p, "http: ")
 
 
 def _db_init(args: argparse.Namespace) -> int:
@@ -609,6 +657,16 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     )
     _serve_arguments(p)
     p.set_defaults(func=_serve)
+
+    p = sub.add_parser(
+        "mcp",
+        help="serve a user's memory as MCP tools (stdio or streamable HTTP)",
+        description="A Model Context Protocol server with the tools remember, recall, "
+        "list_sessions, end_session and forget. stdio serves the one --user; HTTP serves each "
+        "--token's user and requires 'Authorization: Bearer SECRET'. Needs the 'mcp' extra.",
+    )
+    _mcp_arguments(p)
+    p.set_defaults(func=_mcp)
 
     p = sub.add_parser("db", help="database server administration (PostgreSQL store)")
     db = p.add_subparsers(dest="db", required=True)

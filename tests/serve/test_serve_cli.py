@@ -35,7 +35,8 @@ def test_help_imports_no_web_framework():
     code = (
         "import sys; from reflective_memory.cli import build_parser; "
         "build_parser().format_help(); "
-        "print([m for m in ('fastapi', 'starlette', 'uvicorn', 'jinja2') if m in sys.modules])"
+        "print([m for m in ('fastapi', 'starlette', 'uvicorn', 'jinja2', 'mcp') "
+        "if m in sys.modules])"
     )
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'shared'}:{REPO}"}
     out = subprocess.run(

@@ -4,7 +4,8 @@ Needs the `serve` extra (FastAPI, uvicorn, Jinja2). Modules: `app` (the applicat
 `pages` and `api` (routes), `rendering` (templates), `inspect` (reads and verified deletes),
 `views` (JSON-ready views of memories and retrievals), `chat` (turns, retrieval, answers,
 feedback), `answer` (offline extractive and LLM answerers), `llm_spec` (`--llm module:factory`),
-`security` (tokens, CSRF, binds), `context` (per-request helpers) and `server` (the command).
+`security` (tokens, CSRF, binds), `context` (per-request helpers), `server` (the command) and
+`mcp` (`reflective-memory mcp`, the Model Context Protocol server; needs the `mcp` extra).
 
 Example:
     >>> from reflective_memory import HashingEmbedder, ReflectiveMemory

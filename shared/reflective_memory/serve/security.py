@@ -16,7 +16,8 @@ import hmac
 import ipaddress
 import os
 import secrets
-from collections.abc import Mapping
+import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from reflective_memory.errors import ConfigError
@@ -27,6 +28,8 @@ __all__ = [
     "AccessPolicy",
     "is_loopback",
     "check_bind",
+    "check_port",
+    "parse_user_tokens",
     "token_from_env",
     "LOOPBACK_HOSTS",
 ]
@@ -149,3 +152,40 @@ def token_from_env() -> str | None:
     """The admin token from the environment, if set and not empty."""
     value = os.environ.get(TOKEN_ENV, "").strip()
     return value or None
+
+
+def check_port(host: str, port: int) -> None:
+    """Check that `port` is a port number and that `host:port` is free (0 picks one when served).
+
+    Raises:
+        ConfigError: It is out of range, or something else listens there.
+    """
+    if isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+
+def parse_user_tokens(items: Iterable[str], option: str = "--user-token") -> dict[str, str]:
+    """`{user_id: token}` from `USER=TOKEN` items (as given to `option`).
+
+    Raises:
+        ConfigError: An item is not `USER=TOKEN`, or a user is given twice.
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        user, sep, token = item.partition("=")
+        if not sep or not user.strip() or not token:
+            shown = item if len(item) <= 40 else item[:37] + "..."
+            raise ConfigError(f"{option} must look like USER=TOKEN, got {shown!r}")
+        if user.strip() in out:
+            raise ConfigError(f"{option} gives user {user.strip()!r} twice")
+        out[user.strip()] = token
+    return out

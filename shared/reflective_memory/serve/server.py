@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import socket
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -26,7 +25,9 @@ from reflective_memory.serve.security import (
     LOOPBACK_HOSTS,
     AccessPolicy,
     check_bind,
+    check_port,
     is_loopback,
+    parse_user_tokens,
     token_from_env,
 )
 
@@ -47,32 +48,6 @@ class Prepared:
     host: str
     port: int
     url: str
-
-
-def _user_tokens(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        user, sep, token = item.partition("=")
-        if not sep or not user.strip() or not token:
-            raise ConfigError(f"--user-token must look like USER=TOKEN, got {item!r}")
-        if user.strip() in out:
-            raise ConfigError(f"--user-token gives user {user.strip()!r} twice")
-        out[user.strip()] = token
-    return out
-
-
-def _check_port(host: str, port: int) -> None:
-    if isinstance(port, bool) or not 0 <= port <= 65535:
-        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
-    if port == 0:
-        return
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host.strip("[]"), port))
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 def load_demo(memory: ReflectiveMemory) -> str:
@@ -99,14 +74,14 @@ def prepare(args: argparse.Namespace, *, embedder: Embedder | None = None) -> Pr
         ConfigError: A bad option; nothing has been created yet.
     """
     admin = args.token if args.token is not None else token_from_env()
-    policy = AccessPolicy(admin, _user_tokens(args.user_token))
+    policy = AccessPolicy(admin, parse_user_tokens(args.user_token))
     check_bind(args.host, policy)
     if args.k < 1 or args.k > 50:
         raise ConfigError(f"--k must be between 1 and 50, got {args.k}")
     if args.llm_timeout <= 0:
         raise ConfigError(f"--llm-timeout must be positive, got {args.llm_timeout}")
     check_body_limit(args.max_body_bytes)
-    _check_port(args.host, args.port)
+    check_port(args.host, args.port)
     llm = None if args.llm is None else load_llm(args.llm)
     memory = ReflectiveMemory(args.db, embedder=embedder)
     try:

@@ -1,0 +1,497 @@
+"""`reflective-memory mcp`: a user's long-term memory as Model Context Protocol tools.
+
+Built on the official `mcp` SDK (`FastMCP`), over stdio (a desktop client or an agent starts the
+server as a subprocess) or streamable HTTP. Five tools: `remember` (turns of a session),
+`recall` (passages under a token budget, with their dates and sessions), `list_sessions`,
+`end_session` and `forget` (a session, or everything of the user).
+
+The user is never a tool argument, so no call can name another user's id:
+
+* stdio serves the one user given at start (`--user`);
+* HTTP requires `Authorization: Bearer <token>` on every request and each token reaches one
+  user (`--token USER=SECRET`, or a tokens file). The SDK binds an MCP session to the token
+  that opened it; each tool call reads its user from the token of the request carrying it.
+
+Bad arguments are tool errors (`isError` results with the library's typed-error message), never
+a crash. Over HTTP a request body larger than `--max-body-bytes` is refused (413) before it is
+read (`reflective_memory.serve.limits.BodyLimit`). Needs the `mcp` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+
+try:
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.fastmcp import Context, FastMCP
+    from mcp.server.fastmcp.exceptions import ToolError
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        f"the MCP server needs its extra: pip install 'reflective-memory[mcp]' ({exc})"
+    ) from exc
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.errors import ConfigError, ReflectiveMemoryError
+from reflective_memory.serve.limits import BodyLimit, check_body_limit
+from reflective_memory.serve.security import (
+    AccessPolicy,
+    check_bind,
+    check_port,
+    parse_user_tokens,
+)
+from reflective_memory.types import Memory
+
+__all__ = [
+    "TurnIn",
+    "Remembered",
+    "Passage",
+    "Recalled",
+    "SessionRow",
+    "Sessions",
+    "Ended",
+    "Forgotten",
+    "MemoryTools",
+    "TokenUsers",
+    "build_server",
+    "http_app",
+    "read_tokens",
+    "run",
+    "SERVER_NAME",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The name the server gives itself in the MCP handshake.
+SERVER_NAME = "reflective-memory"
+
+_INSTRUCTIONS = (
+    "Long-term memory of the user's conversations. Call `remember` with the turns of the "
+    "current session (and end_session=true when the conversation is over), and `recall` with a "
+    "question to get dated passages of earlier sessions."
+)
+
+T = TypeVar("T")
+
+
+# -- tool inputs and outputs -------------------------------------------------------------------
+class TurnIn(BaseModel):
+    """One utterance to remember."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: str = Field(
+        description="Who spoke: 'user', 'assistant', or a speaker's name (e.g. 'Maya')"
+    )
+    text: str = Field(description="What was said")
+    timestamp: str | None = Field(
+        default=None, description="When it was said (ISO-8601, e.g. 2025-03-01T10:00:00)"
+    )
+    turn_id: str | None = Field(
+        default=None, description="Your own id for the turn; sending it again stores nothing"
+    )
+
+
+class Remembered(BaseModel):
+    """What `remember` stored."""
+
+    session_id: str = Field(description="The session the turns went to")
+    turn_ids: list[str] = Field(description="Ids of the stored turns, in order")
+    ended: bool = Field(description="Whether the session was ended (turned into memories)")
+    memories: int = Field(description="Memories built when the session was ended, else 0")
+
+
+class Passage(BaseModel):
+    """One recalled passage: consecutive turns of one session."""
+
+    session_id: str = Field(description="Session the passage comes from")
+    date: str | None = Field(description="When its first turn was said (ISO-8601), if known")
+    end_date: str | None = Field(description="When its last turn was said (ISO-8601), if known")
+    turn_ids: list[str] = Field(description="Ids of its turns")
+    relevance: float = Field(description="How well it matches the query, in [0, 1]")
+    text: str = Field(description="The turns as the reader sees them, dated")
+
+
+class Recalled(BaseModel):
+    """What `recall` found."""
+
+    query: str = Field(description="The query")
+    passages: list[Passage] = Field(description="The passages, best first")
+
+
+class SessionRow(BaseModel):
+    """One session of the user."""
+
+    session_id: str = Field(description="Session id")
+    status: str = Field(description="'open' (turns not yet memories) or 'ended'")
+    turns: int = Field(description="Number of turns")
+    first_time: str | None = Field(description="Timestamp of its first turn, if known")
+    last_time: str | None = Field(description="Timestamp of its last turn, if known")
+
+
+class Sessions(BaseModel):
+    """The user's sessions."""
+
+    sessions: list[SessionRow] = Field(description="Sessions, oldest first")
+
+
+class Ended(BaseModel):
+    """What `end_session` built."""
+
+    session_id: str = Field(description="The session ended")
+    memories: int = Field(description="Memories built from it")
+
+
+class Forgotten(BaseModel):
+    """What `forget` erased."""
+
+    scope: Literal["session", "user"] = Field(description="What was erased")
+    session_id: str | None = Field(description="The session erased (scope 'session')")
+    turns: int = Field(description="Number of turns erased")
+
+
+# -- who is calling ----------------------------------------------------------------------------
+UserOf = Callable[[Context], str]
+
+
+def token_user(ctx: Context) -> str:
+    """The user of the bearer token on the HTTP request that carries this tool call.
+
+    Raises:
+        ToolError: The request has no authenticated user (cannot happen behind the SDK's bearer
+            middleware, which answers 401 first).
+    """
+    request = ctx.request_context.request
+    user = None if request is None else request.scope.get("user")
+    if not isinstance(user, AuthenticatedUser) or not user.access_token.subject:
+        raise ToolError("this call carries no valid access token")
+    return user.access_token.subject
+
+
+class TokenUsers:
+    """The SDK's `TokenVerifier` over an `AccessPolicy` whose every token reaches one user.
+
+    Args:
+        policy: User tokens only (no admin token): each verifies as its user.
+
+    Raises:
+        ConfigError: The policy has no token (an open policy would let any token in).
+    """
+
+    def __init__(self, policy: AccessPolicy) -> None:
+        if policy.open:
+            raise ConfigError("the HTTP transport needs at least one --token USER=SECRET")
+        self.policy = policy
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The access of `token`, its user as `subject` (None: unknown, or not one user's)."""
+        principal = self.policy.authenticate(token)
+        if principal is None or principal.users is None or len(principal.users) != 1:
+            return None
+        (user,) = principal.users
+        return AccessToken(token=token, client_id=principal.name, scopes=[], subject=user)
+
+
+# -- the tools ---------------------------------------------------------------------------------
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _passage(hit_memory: Memory, relevance: float) -> Passage:
+    return Passage(
+        session_id=hit_memory.session_id,
+        date=_iso(hit_memory.start_time),
+        end_date=_iso(hit_memory.end_time),
+        turn_ids=list(hit_memory.turn_ids),
+        relevance=round(float(relevance), 4),
+        text=hit_memory.text,
+    )
+
+
+def _recall_text(found: Recalled) -> str:
+    if not found.passages:
+        return "No memories match this query."
+    blocks = [
+        f"[{i}] session {p.session_id} (turns {', '.join(p.turn_ids)})\n{p.text}"
+        for i, p in enumerate(found.passages, 1)
+    ]
+    return "\n\n".join(blocks)
+
+
+def _result(model: BaseModel, text: str | None = None) -> CallToolResult:
+    """A tool result: `text` (default: the model as JSON) plus the model as structured content."""
+    shown = model.model_dump_json(indent=1) if text is None else text
+    return CallToolResult(
+        content=[TextContent(type="text", text=shown)],
+        structuredContent=model.model_dump(mode="json"),
+    )
+
+
+@dataclass
+class MemoryTools:
+    """The tools over one `ReflectiveMemory`; each call acts for the user `user_of` gives.
+
+    The engine's methods are synchronous: each runs in a worker thread. A library error becomes
+    a tool error carrying its message.
+    """
+
+    memory: ReflectiveMemory
+    user_of: UserOf
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+        except ReflectiveMemoryError as exc:
+            raise ToolError(" ".join(str(exc).splitlines()) or type(exc).__name__) from exc
+
+    async def remember(
+        self,
+        session_id: Annotated[str, Field(description="The conversation's session id")],
+        turns: Annotated[list[TurnIn], Field(description="The turns, in order", min_length=1)],
+        ctx: Context,
+        end_session: Annotated[
+            bool, Field(description="End the session now, turning it into memories")
+        ] = False,
+    ) -> Annotated[CallToolResult, Remembered]:
+        """Remember turns of a conversation session (stored durably before this returns)."""
+        user = self.user_of(ctx)
+        rows = [
+            {"user_id": user, "session_id": session_id, **t.model_dump(exclude_none=True)}
+            for t in turns
+        ]
+        stored = await self._run(self.memory.add_turns, rows)
+        built = await self._run(self.memory.end_session, user, session_id) if end_session else []
+        done = Remembered(
+            session_id=session_id,
+            turn_ids=[t.turn_id for t in stored],
+            ended=end_session,
+            memories=len(built),
+        )
+        return _result(done)
+
+    async def recall(
+        self,
+        query: Annotated[str, Field(description="What to remember, e.g. a question")],
+        ctx: Context,
+        budget_tokens: Annotated[
+            int | None,
+            Field(description="Tokens of passages to return (default: the library's budget)"),
+        ] = None,
+        now: Annotated[
+            str | None,
+            Field(description="When the question is asked (ISO-8601), for 'last week' etc."),
+        ] = None,
+    ) -> Annotated[CallToolResult, Recalled]:
+        """Recall passages of earlier conversations relevant to a query, with their dates."""
+        user = self.user_of(ctx)
+        found = await self._run(
+            self.memory.retrieve, user, query, budget_tokens=budget_tokens, now=now
+        )
+        out = Recalled(query=query, passages=[_passage(h.memory, h.relevance) for h in found.hits])
+        return _result(out, _recall_text(out))
+
+    async def list_sessions(
+        self,
+        ctx: Context,
+        status: Annotated[
+            Literal["open", "ended"] | None, Field(description="Only sessions in this state")
+        ] = None,
+    ) -> Annotated[CallToolResult, Sessions]:
+        """List the user's sessions: open ones (not yet memories) and ended ones."""
+        user = self.user_of(ctx)
+        rows = await self._run(self.memory.store.sessions, user, status)
+        out = Sessions(
+            sessions=[
+                SessionRow(
+                    session_id=s.session_id,
+                    status=s.status,
+                    turns=s.n_turns,
+                    first_time=_iso(s.first_time),
+                    last_time=_iso(s.last_time),
+                )
+                for s in rows
+            ]
+        )
+        return _result(out)
+
+    async def end_session(
+        self, session_id: Annotated[str, Field(description="The session to end")], ctx: Context
+    ) -> Annotated[CallToolResult, Ended]:
+        """End a session: turn its turns into memories (again, if more turns arrived)."""
+        user = self.user_of(ctx)
+        built = await self._run(self.memory.end_session, user, session_id)
+        return _result(Ended(session_id=session_id, memories=len(built)))
+
+    async def forget(
+        self,
+        ctx: Context,
+        session_id: Annotated[
+            str | None, Field(description="The session to erase (or give everything=true)")
+        ] = None,
+        everything: Annotated[
+            bool, Field(description="Erase all of the user's turns and memories")
+        ] = False,
+    ) -> Annotated[CallToolResult, Forgotten]:
+        """Erase a session, or everything remembered about the user; this cannot be undone."""
+        user = self.user_of(ctx)
+        if (session_id is None) == (not everything):
+            raise ToolError("give either session_id or everything=true (not both)")
+        if session_id is not None:
+            if not await self._run(self.memory.turns, user, session_id):
+                raise ToolError(f"there is no session {session_id!r}")
+            n = await self._run(self.memory.delete_session, user, session_id)
+            return _result(Forgotten(scope="session", session_id=session_id, turns=n))
+        n = await self._run(self.memory.delete_user, user)
+        return _result(Forgotten(scope="user", session_id=None, turns=n))
+
+
+def build_server(
+    memory: ReflectiveMemory,
+    user_of: UserOf,
+    *,
+    verifier: TokenUsers | None = None,
+    host: str = "127.0.0.1",
+    url: str = "http://127.0.0.1:8766",
+    max_body_bytes: int | None = None,
+) -> FastMCP:
+    """The MCP server of `memory`'s tools.
+
+    Args:
+        memory: The memory served.
+        user_of: Who a tool call acts for (the stdio user, or `token_user` over HTTP).
+        verifier: Bearer-token check of the HTTP transport (None for stdio).
+        host: The HTTP bind address: on a loopback one the SDK accepts only loopback `Host`
+            and `Origin` headers (DNS rebinding protection).
+        url: Where the HTTP server is reached (the issuer of its static tokens).
+        max_body_bytes: The SDK's own request body limit (HTTP).
+    """
+    settings: dict[str, Any] = {}
+    if verifier is not None:
+        settings["auth"] = AuthSettings(issuer_url=AnyHttpUrl(url), resource_server_url=None)
+    if max_body_bytes is not None:
+        settings["max_request_body_size"] = max_body_bytes
+    server = FastMCP(
+        SERVER_NAME,
+        host=host,
+        instructions=_INSTRUCTIONS,
+        token_verifier=verifier,
+        log_level="WARNING",
+        **settings,
+    )
+    tools = MemoryTools(memory, user_of)
+    write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True)
+    server.add_tool(tools.remember, annotations=write)
+    server.add_tool(tools.recall, annotations=ToolAnnotations(readOnlyHint=True))
+    server.add_tool(tools.list_sessions, annotations=ToolAnnotations(readOnlyHint=True))
+    server.add_tool(tools.end_session, annotations=write)
+    server.add_tool(tools.forget, annotations=ToolAnnotations(destructiveHint=True))
+    return server
+
+
+def http_app(server: FastMCP, max_body_bytes: int) -> BodyLimit:
+    """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request body limit."""
+    return BodyLimit(server.streamable_http_app(), max_body_bytes)
+
+
+# -- the command -------------------------------------------------------------------------------
+class _EndedStreamNoise(logging.Filter):
+    """Drops the SDK's traceback for a client's GET stream closed by the end of its session."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        closed = isinstance(exc, anyio.ClosedResourceError)
+        return not (closed and record.getMessage() == "Error in standalone SSE writer")
+
+
+def read_tokens(path: str) -> dict[str, str]:
+    """`{user: token}` from a tokens file: one `USER=TOKEN` per line; `#` comments, blanks.
+
+    Raises:
+        ConfigError: The file cannot be read or a line is malformed.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [ln.strip() for ln in f]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the tokens file {path}: {exc}") from exc
+    return parse_user_tokens(
+        [ln for ln in lines if ln and not ln.startswith("#")], f"a line of {path}"
+    )
+
+
+def _policy(args: argparse.Namespace) -> AccessPolicy | None:
+    """The tokens of an HTTP server (None for stdio); checks the options of the transport."""
+    tokens = parse_user_tokens(args.token, "--token")
+    if args.tokens_file is not None:
+        from_file = read_tokens(args.tokens_file)
+        twice = sorted(set(tokens) & set(from_file))
+        if twice:
+            raise ConfigError(f"user {twice[0]!r} has a --token and a line in the tokens file")
+        tokens.update(from_file)
+    if args.transport == "stdio":
+        if args.user is None:
+            raise ConfigError("the stdio transport serves one user: give --user")
+        if tokens:
+            raise ConfigError("tokens are for --transport http; stdio serves --user only")
+        return None
+    if args.user is not None:
+        raise ConfigError("over HTTP each token names its user: use --token USER=SECRET")
+    if not tokens:
+        raise ConfigError(
+            "the HTTP transport requires access tokens: --token USER=SECRET (repeatable) or "
+            "--tokens-file FILE; clients send 'Authorization: Bearer SECRET'"
+        )
+    policy = AccessPolicy(None, tokens)
+    check_bind(args.host, policy)
+    check_body_limit(args.max_body_bytes)
+    check_port(args.host, args.port)
+    return policy
+
+
+def _open_memory(args: argparse.Namespace) -> ReflectiveMemory:
+    if args.dsn is not None:
+        return ReflectiveMemory(store=args.dsn)
+    return ReflectiveMemory(args.db)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the options, open the store and serve until the client or a signal stops it."""
+    policy = _policy(args)  # every option checked before the store is opened
+    memory = _open_memory(args)
+    try:
+        if policy is None:
+            server = build_server(memory, lambda ctx: args.user)
+            logger.info("serving %s's memory over stdio", args.user)
+            server.run("stdio")
+            return 0
+        import uvicorn
+
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        url = f"http://{shown}:{args.port}"
+        server = build_server(
+            memory,
+            token_user,
+            verifier=TokenUsers(policy),
+            host=args.host,
+            url=url,
+            max_body_bytes=args.max_body_bytes,
+        )
+        logging.getLogger("mcp.server.streamable_http").addFilter(_EndedStreamNoise())
+        sys.stderr.write(f"reflective-memory MCP server: {url}/mcp\n")
+        sys.stderr.flush()
+        app = http_app(server, args.max_body_bytes)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        return 0
+    finally:
+        memory.close()

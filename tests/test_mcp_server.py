@@ -1,0 +1,439 @@
+"""`reflective-memory mcp`: the SDK's own client against the server in a subprocess.
+
+Over stdio (the client starts the server) and over streamable HTTP on loopback (a server on a
+free port, tokens for two users): remember in one MCP session and recall in another, user
+isolation by token, bad arguments as tool errors, bearer tokens required, oversized bodies
+refused before they are read, and `langchain-mcp-adapters` loading the tools. The subprocesses
+run this checkout's CLI with the hashing embedder (`tests/hashing_cli.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
+from mcp.types import CallToolResult  # noqa: E402
+from reflective_memory.cli import main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = str(ROOT / "tests" / "hashing_cli.py")
+ANA = "ana-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef"
+LIMIT = 64 * 1024
+TOOLS = {"remember", "recall", "list_sessions", "end_session", "forget"}
+
+PIXEL = [
+    {"role": "user", "text": "My dog Pixel loves the beach.", "timestamp": "2024-03-01T10:00:00"},
+    {"role": "assistant", "text": "Pixel sounds like a happy dog!"},
+]
+
+
+# -- clients -----------------------------------------------------------------------------------
+def _stdio(db: Path | str, user: str = "ana") -> StdioServerParameters:
+    """The stdio server of `user` over the store directory `db` or the PostgreSQL DSN `db`."""
+    store = ["--dsn", db] if str(db).startswith("postgresql://") else ["--db", str(db)]
+    return StdioServerParameters(command=sys.executable, args=[CLI, "mcp", *store, "--user", user])
+
+
+async def _stdio_calls(
+    db: Path | str, calls: list[tuple[str, dict[str, Any]]], user: str = "ana"
+) -> list[CallToolResult]:
+    """Start the stdio server, open one MCP session, make the calls in order."""
+    async with stdio_client(_stdio(db, user)) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            return [await session.call_tool(name, args) for name, args in calls]
+
+
+async def _http_calls(
+    url: str, token: str | None, calls: list[tuple[str, dict[str, Any]]]
+) -> list[CallToolResult]:
+    """One MCP session over streamable HTTP with `token`; the calls in order."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    async with create_mcp_http_client(headers=headers) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return [await session.call_tool(name, args) for name, args in calls]
+
+
+def _ok(result: CallToolResult) -> dict[str, Any]:
+    assert not result.isError, result.content
+    assert result.structuredContent is not None
+    return result.structuredContent
+
+
+def _text(result: CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+# -- stdio -------------------------------------------------------------------------------------
+def test_stdio_remembers_in_one_session_and_recalls_in_another(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    first = asyncio.run(
+        _stdio_calls(
+            db,
+            [
+                ("remember", {"session_id": "s1", "turns": PIXEL, "end_session": True}),
+                (
+                    "remember",
+                    {"session_id": "s2", "turns": [{"role": "Lena", "text": "I moved to Porto."}]},
+                ),
+                ("list_sessions", {}),
+            ],
+        )
+    )
+    done = _ok(first[0])
+    assert done["turn_ids"] == ["s1:0", "s1:1"] and done["ended"] and done["memories"] > 0
+    sessions = {s["session_id"]: s for s in _ok(first[2])["sessions"]}
+    assert sessions["s1"]["status"] == "ended" and sessions["s1"]["turns"] == 2
+    assert sessions["s2"]["status"] == "open"
+
+    # a new server process and a new MCP session: the memory is in the store
+    again = asyncio.run(
+        _stdio_calls(
+            db,
+            [
+                ("recall", {"query": "What is my dog called?"}),
+                ("recall", {"query": "Where did Lena move?", "budget_tokens": 40}),
+                ("list_sessions", {"status": "open"}),
+            ],
+        )
+    )
+    found = _ok(again[0])
+    best = found["passages"][0]
+    assert best["session_id"] == "s1" and best["turn_ids"][0] == "s1:0"
+    assert best["date"] == "2024-03-01T10:00:00" and "Pixel" in best["text"]
+    assert "session s1" in _text(again[0]) and "2024-03-01" in _text(again[0])
+    lena = _ok(again[1])["passages"]
+    assert lena[0]["session_id"] == "s2" and "Lena: I moved to Porto." in lena[0]["text"]
+    assert [s["session_id"] for s in _ok(again[2])["sessions"]] == ["s2"]
+
+
+def test_stdio_on_postgresql_remembers_and_recalls_per_user(pg_dsn: str) -> None:
+    remember = {"session_id": "pg1", "turns": PIXEL, "end_session": True}
+    (done,) = asyncio.run(_stdio_calls(pg_dsn, [("remember", remember)]))
+    assert _ok(done)["memories"] > 0
+    mine, theirs = (
+        asyncio.run(_stdio_calls(pg_dsn, [("recall", {"query": "What is my dog called?"})], user))[
+            0
+        ]
+        for user in ("ana", "bob")
+    )
+    assert _ok(mine)["passages"][0]["session_id"] == "pg1"
+    assert _ok(theirs)["passages"] == []
+
+
+def test_stdio_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) -> None:
+    bad: list[tuple[str, dict[str, Any], str]] = [
+        ("recall", {"query": "  "}, "query"),
+        ("recall", {"query": "dog", "budget_tokens": 0}, "budget"),
+        ("recall", {"query": "dog", "budget_tokens": "many"}, "budget_tokens"),
+        ("recall", {"query": "dog", "now": "yesterday-ish"}, "now"),
+        ("recall", {}, "query"),
+        ("remember", {"session_id": "s1", "turns": []}, "turns"),
+        ("remember", {"session_id": "", "turns": PIXEL}, "session_id"),
+        ("remember", {"session_id": "s1", "turns": [{"role": "user"}]}, "text"),
+        ("remember", {"session_id": "s1", "turns": [{**PIXEL[0], "user_id": "bob"}]}, "user_id"),
+        ("remember", {"session_id": "s1", "turns": [{**PIXEL[0], "timestamp": "soon"}]}, "soon"),
+        ("end_session", {"session_id": "nope"}, "nope"),
+        ("forget", {}, "either session_id or everything"),
+        ("forget", {"session_id": "s1", "everything": True}, "either"),
+        ("forget", {"session_id": "nope"}, "nope"),
+        ("list_sessions", {"status": "closed"}, "status"),
+        ("no_such_tool", {}, "no_such_tool"),
+    ]
+    calls = [(name, args) for name, args, _ in bad]
+    results = asyncio.run(
+        _stdio_calls(tmp_path / "db", [*calls, ("remember", {"session_id": "s1", "turns": PIXEL})])
+    )
+    for (name, args, says), result in zip(bad, results, strict=False):
+        assert result.isError, (name, args, result)
+        assert says in _text(result), (name, args, _text(result))
+        assert "Traceback" not in _text(result)
+    assert _ok(results[-1])["turn_ids"] == ["s1:0", "s1:1"]  # nothing bad was stored
+
+
+# -- streamable HTTP ---------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A live `reflective-memory mcp --transport http` for ana and bob; its /mcp URL."""
+    tmp = tmp_path_factory.mktemp("mcp-http")
+    tokens = tmp / "tokens"
+    tokens.write_text(f"# MCP tokens\nbob={BOB}\n")
+    port = _free_port()
+    argv = [sys.executable, CLI, "mcp", "--db", str(tmp / "db"), "--transport", "http"]
+    argv += ["--port", str(port), "--token", f"ana={ANA}", "--tokens-file", str(tokens)]
+    argv += ["--max-body-bytes", str(LIMIT)]
+    log = (tmp / "server.log").open("w+")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, Path(log.name).read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+        assert "Traceback" not in Path(log.name).read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def test_http_remembers_in_one_session_and_recalls_in_another(http_url: str) -> None:
+    (done,) = asyncio.run(
+        _http_calls(
+            http_url, ANA, [("remember", {"session_id": "h1", "turns": PIXEL, "end_session": True})]
+        )
+    )
+    assert _ok(done)["ended"]
+    recalled, sessions = asyncio.run(
+        _http_calls(
+            http_url,
+            ANA,
+            [("recall", {"query": "What is my dog called?"}), ("list_sessions", {})],
+        )
+    )
+    best = _ok(recalled)["passages"][0]
+    assert best["session_id"] == "h1" and "Pixel" in best["text"]
+    assert best["date"] == "2024-03-01T10:00:00"
+    assert "h1" in [s["session_id"] for s in _ok(sessions)["sessions"]]
+
+
+def test_http_a_second_users_token_cannot_read_the_first_users_memories(http_url: str) -> None:
+    asyncio.run(
+        _http_calls(
+            http_url,
+            ANA,
+            [
+                (
+                    "remember",
+                    {
+                        "session_id": "secret",
+                        "turns": [{"role": "user", "text": "My PIN is 4711."}],
+                    },
+                )
+            ],
+        )
+    )
+    recalled, sessions, forgot, ended = asyncio.run(
+        _http_calls(
+            http_url,
+            BOB,
+            [
+                ("recall", {"query": "What is my PIN?"}),
+                ("list_sessions", {}),
+                ("forget", {"session_id": "secret"}),
+                ("end_session", {"session_id": "secret"}),
+            ],
+        )
+    )
+    assert _ok(recalled)["passages"] == [] and "4711" not in _text(recalled)
+    assert _ok(sessions)["sessions"] == []
+    assert forgot.isError and ended.isError  # bob has no such session
+    (mine,) = asyncio.run(_http_calls(http_url, ANA, [("recall", {"query": "What is my PIN?"})]))
+    assert "4711" in _ok(mine)["passages"][0]["text"]
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    import httpx
+
+    r = httpx.post(url, content=body, headers=headers, timeout=30)
+    return r.status_code, dict(r.headers), r.content
+
+
+def test_http_requires_a_valid_bearer_token_and_binds_sessions_to_it(http_url: str) -> None:
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    kind = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    body = json.dumps(hello).encode()
+    for auth in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": ANA}):
+        status, headers, _ = _post(http_url, body, {**kind, **auth})
+        assert status == 401 and headers["www-authenticate"].startswith("Bearer")
+    status, headers, _ = _post(http_url, body, {**kind, "Authorization": f"Bearer {ANA}"})
+    assert status == 200
+    session = headers["mcp-session-id"]
+    listing = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).encode()
+    status, _, _ = _post(
+        http_url, listing, {**kind, "Authorization": f"Bearer {BOB}", "Mcp-Session-Id": session}
+    )
+    assert status == 404  # ana's MCP session is not bob's to use
+    rebound = {**kind, "Authorization": f"Bearer {ANA}", "Host": "evil.example"}
+    assert _post(http_url, body, rebound)[0] == 421  # a loopback bind takes loopback names only
+
+
+def test_http_bad_arguments_are_tool_errors(http_url: str) -> None:
+    results = asyncio.run(
+        _http_calls(
+            http_url,
+            ANA,
+            [
+                ("recall", {"query": "dog", "budget_tokens": -5}),
+                ("remember", {"session_id": "x", "turns": "not a list"}),
+                ("recall", {"query": "dog"}),
+            ],
+        )
+    )
+    assert results[0].isError and "budget" in _text(results[0])
+    assert results[1].isError and "turns" in _text(results[1])
+    assert not results[2].isError
+
+
+def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
+    """POST `total` bytes until the server answers; (status, body, bytes sent).
+
+    With a `Content-Length`, nothing of the body is sent until the server has had 20 s to answer
+    from the header alone.
+    """
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total}"
+    sock.sendall(
+        f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {ANA}\r\n{framing}\r\n\r\n".encode()
+    )
+    piece, sent = b"a" * 4096, 0
+    if not chunked:
+        select.select([sock], [], [], 20)
+    try:
+        while sent < total and not select.select([sock], [], [], 0)[0]:
+            sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n" if chunked else piece)
+            sent += len(piece)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    data = b""
+    with sock:
+        try:
+            while got := sock.recv(65536):  # the server closes the connection after a 413
+                data += got
+        except ConnectionResetError:
+            pass
+    return int(data.split()[1]), data, sent
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_http_refuses_an_oversized_body_before_reading_it(http_url: str, chunked: bool) -> None:
+    status, data, sent = _raw_post(http_url, 64 * LIMIT, chunked=chunked)
+    assert status == 413 and b"too large" in data
+    assert sent < 64 * LIMIT  # the server answered before the body was sent
+    if not chunked:
+        assert sent == 0  # from the declared size alone
+
+
+# -- options -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--transport", "http"], "requires access tokens"),
+        (["--transport", "http", "--host", "0.0.0.0"], "requires access tokens"),
+        (["--transport", "http", "--user", "ana", "--token", f"bob={BOB}"], "each token names"),
+        (["--transport", "http", "--token", "ana=short"], "at least 16"),
+        (["--transport", "http", "--token", ANA], "USER=TOKEN"),
+        (["--transport", "http", "--token", f"a={ANA}", "--token", f"b={ANA}"], "twice"),
+        (["--transport", "http", "--token", f"a={ANA}", "--port", "70000"], "--port"),
+        ([], "give --user"),
+        (["--user", "ana", "--token", f"ana={ANA}"], "stdio serves --user only"),
+    ],
+)
+def test_bad_options_fail_before_the_store_is_created(tmp_path, capsys, argv, message) -> None:
+    db = tmp_path / "db"
+    assert main(["mcp", "--db", str(db), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not db.exists()
+
+
+def test_the_store_is_given_once(tmp_path, capsys) -> None:
+    argv = ["mcp", "--db", str(tmp_path), "--dsn", "postgresql://x/y", "--user", "ana"]
+    assert main(argv) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert main(["mcp", "--user", "ana"]) == 2
+
+
+def test_a_malformed_tokens_file_is_named(tmp_path, capsys) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# comment\nana\n")
+    argv = ["mcp", "--db", str(tmp_path / "db"), "--transport", "http"]
+    assert main([*argv, "--tokens-file", str(tokens)]) == 2
+    assert f"a line of {tokens} must look like USER=TOKEN" in capsys.readouterr().err
+
+
+# -- LangChain ---------------------------------------------------------------------------------
+def test_langchain_mcp_adapters_load_the_tools_and_recall(http_url: str, tmp_path: Path) -> None:
+    pytest.importorskip("langchain_mcp_adapters")
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    asyncio.run(
+        _http_calls(
+            http_url,
+            ANA,
+            [
+                (
+                    "remember",
+                    {"session_id": "lc", "turns": [{"role": "user", "text": "I play the cello."}]},
+                )
+            ],
+        )
+    )
+    client = MultiServerMCPClient(
+        {
+            "memory": {
+                "transport": "streamable_http",
+                "url": http_url,
+                "headers": {"Authorization": f"Bearer {ANA}"},
+            },
+            "local": {
+                "transport": "stdio",
+                "command": sys.executable,
+                "args": _stdio(tmp_path).args,
+            },
+        }
+    )
+
+    async def use() -> tuple[set[str], set[str], Any]:
+        remote = {t.name: t for t in await client.get_tools(server_name="memory")}
+        local = {t.name for t in await client.get_tools(server_name="local")}
+        return (
+            set(remote),
+            local,
+            await remote["recall"].ainvoke({"query": "Which instrument do I play?"}),
+        )
+
+    remote, local, answer = asyncio.run(use())
+    assert remote == TOOLS and local == TOOLS
+    shown = answer if isinstance(answer, str) else json.dumps(answer, default=str)
+    assert "cello" in shown
