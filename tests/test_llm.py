@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reflective_memory import InvalidInputError, LLMClient, LLMError, Usage, as_llm, count_tokens
 
 
@@ -69,3 +72,13 @@ def test_count_tokens_rule() -> None:
     assert count_tokens("") == 0
     assert count_tokens("I moved to Berlin, last year.") == 8
     assert count_tokens("don't") == 3
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(alphabet=st.characters(max_codepoint=127), max_size=80)
+    | st.text(alphabet=st.sampled_from(list("ab _.,!é\u00a0\u2028\x1c\t中")), max_size=30)
+)
+def test_count_tokens_equals_the_regex_rule(text: str) -> None:
+    """The ASCII shortcut counts exactly what `\\w+|[^\\w\\s]` finds, for every character."""
+    assert count_tokens(text) == len(re.findall(r"\w+|[^\w\s]", text))

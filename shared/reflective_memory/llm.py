@@ -30,6 +30,10 @@ __all__ = ["LLM", "LLMClient", "LLMConfig", "as_llm", "count_tokens"]
 logger = logging.getLogger(__name__)
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+#: ASCII characters `_TOKEN_RE` counts one by one (neither word characters nor spaces).
+_PUNCT = bytes(c for c in range(128) if not (chr(c).isalnum() or chr(c) in "_" or chr(c).isspace()))
+_SPACES = bytes(c for c in range(128) if chr(c).isspace())
+_BLANKS = bytes.maketrans(_PUNCT + _SPACES, b" " * (len(_PUNCT) + len(_SPACES)))
 
 
 def count_tokens(text: str) -> int:
@@ -48,6 +52,9 @@ def count_tokens(text: str) -> int:
         >>> count_tokens("I moved to Berlin, last year.")
         8
     """
+    if text.isascii():  # the same count without the regex: punctuation and spaces to blanks
+        raw = text.encode("ascii")
+        return len(raw.translate(_BLANKS).split()) + len(raw) - len(raw.translate(None, _PUNCT))
     return len(_TOKEN_RE.findall(text))
 
 
