@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +39,7 @@ from reflective_memory.rmm.features import sign_vector
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.sealed import seal, unseal
+from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.state import SetsAside, StateStore
 
 __all__ = ["Rerankers", "PRIOR_OWNER", "RERANKER_STATE", "ADAPTER_STATE"]
@@ -92,7 +92,7 @@ class Rerankers:
         self.dim = dim
         self.state = state
         self.legacy = legacy
-        self.lock = threading.RLock()
+        self.lock = TaskLock(reentrant=True)  # held across state I/O: see `TaskLock`
         self._rerankers: OrderedDict[str, Reranker] = OrderedDict()
         self._adapters: OrderedDict[str, UserAdapter] = OrderedDict()
         self._versions: dict[tuple[str, str], int] = {}

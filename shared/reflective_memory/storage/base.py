@@ -36,6 +36,7 @@ __all__ = [
     "SessionBuildLock",
     "ServerSearch",
     "StateHolder",
+    "NativeAsync",
     "MemoryDraft",
     "SessionInfo",
     "session_fence",
@@ -276,6 +277,21 @@ class StateHolder(Protocol):
     @property
     def state(self) -> StateStore:
         """The store's `StateStore`."""
+        ...
+
+
+@runtime_checkable
+class NativeAsync(Protocol):
+    """A store whose I/O can be awaited on an event loop (`ReflectiveMemory`'s `a*` methods).
+
+    `async_io()` returns an object with `async run(fn, *args, **kwargs)` that runs synchronous
+    engine code with the store's queries awaited on the running loop
+    (`reflective_memory.storage.pg_async.AsyncPgRoute`), and `async aclose()`; or None when
+    this store has none (e.g. it was given a caller's sync pool).
+    """
+
+    def async_io(self) -> Any | None:
+        """The store's async connection route, or None."""
         ...
 
 

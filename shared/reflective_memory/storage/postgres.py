@@ -1,12 +1,14 @@
 """The server store: PostgreSQL + pgvector holds everything, for many processes and hosts.
 
 `PostgresStore` implements `reflective_memory.storage.base.MemoryStore` over a psycopg 3
-connection pool, with three optional capabilities of the store contract:
+connection pool, with four optional capabilities of the store contract:
 
 - `ServerSearch`: searches run on the server (`server_index`; the collaborator `search`, a
   `reflective_memory.storage.pg_search.PgSearch`, owns embeddings and search);
 - `StateHolder`: learned state (reranker weights) shared by all processes, in `state`, a
   `reflective_memory.storage.pg_state.DatabaseStateStore`;
+- `NativeAsync`: the engine's `a*` methods await its queries on the event loop through
+  psycopg's async pool (`async_io`, a `reflective_memory.storage.pg_async.AsyncPgRoute`);
 - `SessionBuildLock`: building a session's memories is serialised across processes with an
   advisory lock (`session_build`).
 
@@ -33,6 +35,7 @@ import numpy as np
 
 from reflective_memory.errors import InvalidInputError, SessionChangedError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.pg_async import AsyncPgRoute
 from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
 from reflective_memory.storage.pg_schema import migrate
 from reflective_memory.storage.pg_search import PgSearch, to_vector
@@ -144,6 +147,10 @@ class PostgresStore:
     def close(self) -> None:
         """Close the pool if this store opened it (idempotent)."""
         self.db.close()
+
+    def async_io(self) -> AsyncPgRoute | None:
+        """See `NativeAsync`: the async pool route (None when given a caller's pool)."""
+        return self.db.async_route
 
     def _bump(self, conn: Any, user_id: str) -> None:
         conn.execute(
