@@ -35,7 +35,6 @@ raises `InvalidInputError`; `refresh_ttl` is ignored.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -522,8 +521,8 @@ class ReflectiveStore(BaseStore):
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Async twin of `batch` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.batch, list(ops))
+        """Async twin of `batch` (see `ReflectiveMemory.arun`)."""
+        return await self.memory.arun(self.batch, list(ops))
 
     def __repr__(self) -> str:
         who = repr(self.user_id) if self.user_id is not None else f"ns[{self.user_position}]"
