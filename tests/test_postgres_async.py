@@ -159,3 +159,52 @@ def test_task_lock_lets_other_bridged_calls_run() -> None:
 
     asyncio.run(main())
     assert order == ["a+", "a-", "b+", "b-", "c+", "c-"]
+
+
+def test_adapters_async_methods_need_no_thread_on_postgres(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from langchain_reflective import ReflectiveChatMessageHistory
+
+    async def main() -> None:
+        async with _mem(pg_dsn, pg_schema()) as mem:
+            await mem.aturns("dee")  # opens this loop's pool
+            _forbid_threads(monkeypatch)
+            history = ReflectiveChatMessageHistory(memory=mem, user_id="dee", session_id="s1")
+            await history.aadd_messages([HumanMessage("My cat is Miso."), AIMessage("Noted!")])
+            assert [m.text for m in await history.aget_messages()] == ["My cat is Miso.", "Noted!"]
+            assert len(await history.aend_session()) == 3
+            await history.aclear()
+            assert await history.aget_messages() == []
+
+    asyncio.run(main())
+
+
+def test_sqlite_twins_run_in_threads_and_equal_the_sync_calls(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def main() -> None:
+        async with ReflectiveMemory(tmp_path / "m", embedder=HashingEmbedder(64)) as mem:
+            await mem.aadd_turns(
+                [{"user_id": "eve", "session_id": "s1", "role": "user", "text": t} for t in FACTS]
+            )
+            await mem.aend_session("eve", "s1")
+            for q in QUERIES:
+                assert _hits(await mem.aretrieve("eve", q, k=3)) == _hits(
+                    mem.retrieve("eve", q, k=3)
+                )
+            hops = []
+            real = asyncio.to_thread
+
+            async def counted(fn: Any, *a: Any, **k: Any) -> Any:
+                hops.append(fn)
+                return await real(fn, *a, **k)
+
+            monkeypatch.setattr(asyncio, "to_thread", counted)
+            assert await mem.aturns("eve") == mem.turns("eve")
+            assert len(hops) == 1
+
+    asyncio.run(main())
