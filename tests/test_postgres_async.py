@@ -208,3 +208,19 @@ def test_sqlite_twins_run_in_threads_and_equal_the_sync_calls(
             assert len(hops) == 1
 
     asyncio.run(main())
+
+
+def test_bench_async_small_run(pg_dsn: str, tmp_path: Any) -> None:
+    from reflective_bench.async_pg import run_async_bench
+    from reflective_memory.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["bench", "async", "--dsn", pg_dsn, "--users", "4", "--turns", "10",
+         "--concurrency", "8", "--rounds", "2", "--embedder", "hashing",
+         "--out", str(tmp_path / "r.json")]
+    )  # fmt: skip
+    res = run_async_bench(args)
+    for mode in ("native", "threads"):
+        assert res[mode]["calls"] == 16 and res[mode]["p95_ms"] >= res[mode]["p50_ms"] > 0
+    assert res["same_hits"] is True
+    assert (tmp_path / "r.json").exists()

@@ -53,6 +53,7 @@ BENCH_MODULES = [
     "reflective_bench.soak",
     "reflective_bench.ingest",
     "reflective_bench.storage",
+    "reflective_bench.async_pg",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.
