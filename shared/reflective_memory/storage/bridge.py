@@ -23,6 +23,7 @@ import asyncio
 import contextvars
 import sys
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -36,10 +37,6 @@ from reflective_memory.errors import ConfigError
 __all__ = ["TaskLock", "await_io", "current_route", "run_bridged"]
 
 T = TypeVar("T")
-
-#: Seconds a `TaskLock` waiter inside a bridge sleeps on the loop between tries.
-_POLL_S = 0.0005
-
 
 if greenlet is not None:
 
@@ -110,7 +107,7 @@ class TaskLock:
     In threads it is a plain (optionally re-entrant) lock. Inside a bridged call several
     greenlets share the loop's thread, so a thread lock would either deadlock (the holder waits
     for I/O the blocked thread can never run) or let them all in (a re-entrant one); here a
-    waiter yields to the loop until the owner releases.
+    waiter awaits a future on its loop, which `release` (from any thread) resolves.
 
     Args:
         reentrant: The owner may acquire it again (released as many times).
@@ -118,27 +115,60 @@ class TaskLock:
 
     def __init__(self, *, reentrant: bool = False) -> None:
         self._lock = threading.Lock()
+        self._guard = threading.Lock()
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
         self._reentrant = reentrant
         self._owner: Any = None
         self._depth = 0
 
-    @staticmethod
-    def _me() -> Any:
-        bridge = _bridge()
-        return threading.get_ident() if bridge is None else bridge
-
     def acquire(self) -> None:
         """Wait until this thread or bridge owns the lock."""
-        me = self._me()
+        bridge = _bridge()
+        me = threading.get_ident() if bridge is None else bridge
         if self._reentrant and self._owner == me:
             self._depth += 1
             return
-        if isinstance(me, int):
+        if bridge is None:
             self._lock.acquire()
         else:
             while not self._lock.acquire(blocking=False):
-                await_io(asyncio.sleep(_POLL_S))
+                self._wait()
         self._owner, self._depth = me, 1
+
+    def _wait(self) -> None:
+        """Wait (inside a bridge) until a release, or return at once if it just happened."""
+        loop = asyncio.get_running_loop()
+        waiter = (loop, loop.create_future())
+        with self._guard:
+            self._waiters.append(waiter)
+        if self._lock.locked():  # else released since the failed try: no wake-up is owed
+            try:
+                await_io(waiter[1])
+                return
+            except BaseException:
+                self._wake()  # a wake-up meant for this waiter goes to the next one
+                raise
+            finally:
+                self._forget(waiter)
+        self._forget(waiter)
+
+    def _forget(self, waiter: tuple[Any, Any]) -> None:
+        with self._guard:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake(self) -> None:
+        """Resolve the oldest waiter's future (on its own loop)."""
+        while True:
+            with self._guard:
+                if not self._waiters:
+                    return
+                loop, future = self._waiters.popleft()
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+                return
+            except RuntimeError:  # its loop is closed: nobody waits there any more
+                continue
 
     def release(self) -> None:
         """Release once (the lock is free when every acquire was released)."""
@@ -146,6 +176,7 @@ class TaskLock:
         if self._depth == 0:
             self._owner = None
             self._lock.release()
+            self._wake()
 
     def __enter__(self) -> TaskLock:
         self.acquire()
@@ -153,3 +184,8 @@ class TaskLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
