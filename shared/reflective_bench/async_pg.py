@@ -12,9 +12,10 @@ that alternate batch by batch so a noisy machine loads them alike:
   executor's worker threads, on the sync pool (what every `a*` method did before).
 
 Both pools have `--pool-max` connections. Reported per mode: calls per second (calls / wall
-time of its batches), and p50 / p95 of a call's latency from its batch's start; plus whether
-both modes returned the same hits. `--embedder hashing` replaces the bundled MiniLM by
-`HashingEmbedder(384)` to show the database part alone.
+time of its batches), p50 / p95 of a call's latency from its batch's start, and how long the
+loop was kept busy (`loop_lag`: how late a 1 ms sleep running beside the batch woke up, p95 and
+max); plus whether both modes returned the same hits. `--embedder hashing` replaces the
+bundled MiniLM by `HashingEmbedder(384)` to show the database part alone.
 """
 
 from __future__ import annotations
@@ -70,8 +71,20 @@ def _load(mem: Any, args: argparse.Namespace) -> float:
     return time.perf_counter() - t0
 
 
-async def _batch(mem: Any, mode: str, jobs: list[tuple[str, str]], k: int) -> tuple[float, list]:
+async def _probe(lags: list[float], stop: asyncio.Event) -> None:
+    """Record how late a 1 ms sleep wakes up: how long the loop was kept busy (ms)."""
+    while not stop.is_set():
+        t = time.perf_counter()
+        await asyncio.sleep(0.001)
+        lags.append((time.perf_counter() - t) * 1000 - 1.0)
+
+
+async def _batch(
+    mem: Any, mode: str, jobs: list[tuple[str, str]], k: int, lags: list[float] | None = None
+) -> tuple[float, list]:
     """Start every job at once; return the wall time and (latency, hit ids) per job."""
+    stop = asyncio.Event()
+    probe = asyncio.create_task(_probe([] if lags is None else lags, stop))
     t0 = time.perf_counter()
 
     async def one(user: str, query: str) -> tuple[float, list[str]]:
@@ -82,7 +95,10 @@ async def _batch(mem: Any, mode: str, jobs: list[tuple[str, str]], k: int) -> tu
         return time.perf_counter() - t0, [h.memory.id for h in got.hits]
 
     out = await asyncio.gather(*(one(u, q) for u, q in jobs))
-    return time.perf_counter() - t0, out
+    wall = time.perf_counter() - t0
+    stop.set()
+    await probe
+    return wall, out
 
 
 async def _measure(mem: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -90,6 +106,7 @@ async def _measure(mem: Any, args: argparse.Namespace) -> dict[str, Any]:
     users = [f"u{i % args.users}" for i in range(args.concurrency)]
     wall = dict.fromkeys(_MODES, 0.0)
     lat: dict[str, list[float]] = {m: [] for m in _MODES}
+    lags: dict[str, list[float]] = {m: [] for m in _MODES}
     same = True
 
     def jobs(r: int) -> list[tuple[str, str]]:
@@ -102,7 +119,7 @@ async def _measure(mem: Any, args: argparse.Namespace) -> dict[str, Any]:
         hits = {}
         order = _MODES if r % 2 == 0 else _MODES[::-1]
         for mode in order:
-            secs, out = await _batch(mem, mode, jobs(r), args.k)
+            secs, out = await _batch(mem, mode, jobs(r), args.k, lags[mode])
             wall[mode] += secs
             lat[mode] += [t * 1000 for t, _ in out]
             hits[mode] = [ids for _, ids in out]
@@ -116,6 +133,8 @@ async def _measure(mem: Any, args: argparse.Namespace) -> dict[str, Any]:
             "p50_ms": round(float(np.percentile(a, 50)), 1),
             "p95_ms": round(float(np.percentile(a, 95)), 1),
             "calls": calls,
+            "loop_lag_p95_ms": round(float(np.percentile(lags[mode], 95)), 1),
+            "loop_lag_max_ms": round(max(lags[mode]), 1),
         }
     res["native_over_threads"] = round(
         res["native"]["calls_per_s"] / res["threads"]["calls_per_s"], 2
