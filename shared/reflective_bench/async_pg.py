@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from reflective_bench.storage import _fresh_pg as fresh_pg
 from reflective_bench.storage import synthetic_texts
 
 __all__ = ["register", "run_async_bench"]
@@ -43,13 +44,9 @@ _MODES = ("native", "threads")
 
 
 def _memory(args: argparse.Namespace) -> Any:
-    import psycopg
     from reflective_memory import HashingEmbedder, ReflectiveMemory
-    from reflective_memory.storage.postgres import PostgresStore
 
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{_SCHEMA}" CASCADE')
-    store = PostgresStore(args.dsn, schema=_SCHEMA, pool_max=args.pool_max)
+    store = fresh_pg(args.dsn, _SCHEMA, pool_max=args.pool_max)
     embedder = HashingEmbedder(384) if args.embedder == "hashing" else None
     return ReflectiveMemory(store=store, embedder=embedder)
 
