@@ -224,3 +224,28 @@ def test_bench_async_small_run(pg_dsn: str, tmp_path: Any) -> None:
         assert res[mode]["calls"] == 16 and res[mode]["p95_ms"] >= res[mode]["p50_ms"] > 0
     assert res["same_hits"] is True
     assert (tmp_path / "r.json").exists()
+
+
+def test_cancelled_calls_give_their_connections_back(pg_dsn: str) -> None:
+    from reflective_memory.errors import StoreClosedError
+
+    async def main() -> None:
+        mem = _mem(pg_dsn, pg_schema())
+        for i, t in enumerate(FACTS):
+            await mem.aadd_turn("fay", "s1", "user", t, turn_id=f"f{i}")
+        tasks = [asyncio.create_task(mem.aretrieve("fay", q, k=2)) for q in QUERIES * 4]
+        await asyncio.sleep(0.005)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        got = await asyncio.wait_for(mem.aretrieve("fay", "violin", k=1), timeout=30)
+        assert got.hits[0].memory.turn_ids == ("f2",)
+        pool = mem.store.db.async_route._pools[asyncio.get_running_loop()]
+        stats = pool.get_stats()
+        assert stats["pool_available"] == stats["pool_size"]  # none left checked out
+        await mem.aclose()
+        with pytest.raises(StoreClosedError):
+            await mem.aretrieve("fay", "violin")
+        assert not mem.store.db.async_route._pools  # no pool opened for a closed store
+
+    asyncio.run(main())

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from reflective_memory.errors import StoreUnavailableError
+from reflective_memory.errors import StoreClosedError, StoreUnavailableError
 from reflective_memory.storage.bridge import await_io, run_bridged
 
 if TYPE_CHECKING:
@@ -177,7 +177,13 @@ class AsyncPgRoute:
             yield BridgedConnection(conn)
 
     async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """Run synchronous `fn(*args, **kwargs)` with its queries awaited on this loop's pool."""
+        """Run synchronous `fn(*args, **kwargs)` with its queries awaited on this loop's pool.
+
+        Raises:
+            StoreClosedError: The database was closed (no pool is opened then).
+        """
+        if self.db.closed:
+            raise StoreClosedError("the memory store is closed")
         await self._pool()
         return await run_bridged(self, fn, *args, **kwargs)
 
