@@ -237,7 +237,7 @@ class Rerankers:
                 return obj
             got = self.state.get(owner, name) if version else None
             version, data = (0, None) if got is None else got
-            obj: Any = None
+            obj = None
             if data is not None:
                 try:
                     obj, sealed = self._decode(name, data)

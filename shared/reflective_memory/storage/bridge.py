@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 try:
-    import greenlet
+    import greenlet  # type: ignore[import-untyped,unused-ignore]
 except ImportError:  # pragma: no cover - depends on the environment
     greenlet = None  # type: ignore[assignment]
 
@@ -56,7 +56,7 @@ def _bridge() -> Any | None:
     return current if isinstance(current, _Bridge) else None
 
 
-def current_route() -> Any | None:
+def current_route() -> object | None:
     """The connection source of the bridged call running now (None outside a bridge)."""
     bridge = _bridge()
     return None if bridge is None else bridge.route

@@ -162,11 +162,10 @@ class PgDatabase:
         Inside a call run by `async_route` it is a connection of the async pool
         (`reflective_memory.storage.pg_async.BridgedConnection`) used the same way.
         """
-        pool = self.pool
-        route = current_route()
+        pool, own = self.pool, self.async_route
         try:
-            if route is not None and route is self.async_route:
-                with route.connection() as bridged:
+            if own is not None and current_route() is own:
+                with own.connection() as bridged:
                     yield bridged
                 return
             with pool.connection() as conn:
