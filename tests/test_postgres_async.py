@@ -249,3 +249,21 @@ def test_cancelled_calls_give_their_connections_back(pg_dsn: str) -> None:
         assert not mem.store.db.async_route._pools  # no pool opened for a closed store
 
     asyncio.run(main())
+
+
+def test_many_concurrent_session_builds_share_a_small_pool(pg_dsn: str) -> None:
+    from reflective_memory.storage.postgres import PostgresStore
+
+    async def main() -> None:
+        store = PostgresStore(pg_dsn, schema=pg_schema(), pool_max=4, timeout=10)
+        async with ReflectiveMemory(store=store, embedder=HashingEmbedder(64)) as mem:
+            users = [f"g{i}" for i in range(24)]
+            await asyncio.gather(
+                *(mem.aadd_turn(u, "s1", "user", f"{u} likes chess") for u in users)
+            )
+            built = await asyncio.wait_for(
+                asyncio.gather(*(mem.aend_session(u, "s1") for u in users)), timeout=60
+            )  # each build holds two connections: unbounded, 24 of them would starve the pool
+            assert [[m.user_id for m in b] for b in built] == [[u, u] for u in users]
+
+    asyncio.run(main())

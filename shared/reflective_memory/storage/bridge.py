@@ -102,7 +102,7 @@ async def run_bridged(route: Any, fn: Callable[..., T], /, *args: Any, **kwargs:
 
 
 class TaskLock:
-    """A lock for critical sections that make store calls: one owner, a thread or a bridge.
+    """A lock for critical sections that make store calls: owners are threads or bridges.
 
     In threads it is a plain (optionally re-entrant) lock. Inside a bridged call several
     greenlets share the loop's thread, so a thread lock would either deadlock (the holder waits
@@ -111,10 +111,16 @@ class TaskLock:
 
     Args:
         reentrant: The owner may acquire it again (released as many times).
+        slots: How many owners may hold it at once (a semaphore; not with `reentrant`).
+
+    Raises:
+        ConfigError: `slots` is not a positive int, or above 1 with `reentrant`.
     """
 
-    def __init__(self, *, reentrant: bool = False) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, *, reentrant: bool = False, slots: int = 1) -> None:
+        if not isinstance(slots, int) or slots < 1 or (reentrant and slots > 1):
+            raise ConfigError(f"slots must be 1 with reentrant, else >= 1; got {slots!r}")
+        self._lock = threading.Semaphore(slots)
         self._guard = threading.Lock()
         self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
         self._reentrant = reentrant
@@ -122,7 +128,7 @@ class TaskLock:
         self._depth = 0
 
     def acquire(self) -> None:
-        """Wait until this thread or bridge owns the lock."""
+        """Wait until this thread or bridge holds the lock (or one of its slots)."""
         bridge = _bridge()
         me = threading.get_ident() if bridge is None else bridge
         if self._reentrant and self._owner == me:
@@ -131,26 +137,27 @@ class TaskLock:
         if bridge is None:
             self._lock.acquire()
         else:
-            while not self._lock.acquire(blocking=False):
-                self._wait()
-        self._owner, self._depth = me, 1
+            while not self._lock.acquire(blocking=False) and not self._wait():
+                pass
+        if self._reentrant:
+            self._owner, self._depth = me, 1
 
-    def _wait(self) -> None:
-        """Wait (inside a bridge) until a release, or return at once if it just happened."""
+    def _wait(self) -> bool:
+        """Wait (inside a bridge) for a release; True when the lock was taken meanwhile."""
         loop = asyncio.get_running_loop()
         waiter = (loop, loop.create_future())
         with self._guard:
             self._waiters.append(waiter)
-        if self._lock.locked():  # else released since the failed try: no wake-up is owed
-            try:
-                await_io(waiter[1])
-                return
-            except BaseException:
-                self._wake()  # a wake-up meant for this waiter goes to the next one
-                raise
-            finally:
-                self._forget(waiter)
-        self._forget(waiter)
+        try:
+            if self._lock.acquire(blocking=False):  # released since the failed try
+                return True
+            await_io(waiter[1])
+            return False
+        except BaseException:
+            self._wake()  # a wake-up meant for this waiter goes to the next one
+            raise
+        finally:
+            self._forget(waiter)
 
     def _forget(self, waiter: tuple[Any, Any]) -> None:
         with self._guard:
@@ -171,12 +178,14 @@ class TaskLock:
                 continue
 
     def release(self) -> None:
-        """Release once (the lock is free when every acquire was released)."""
-        self._depth -= 1
-        if self._depth == 0:
+        """Release once (a re-entrant lock is free when every acquire was released)."""
+        if self._reentrant:
+            self._depth -= 1
+            if self._depth:
+                return
             self._owner = None
-            self._lock.release()
-            self._wake()
+        self._lock.release()
+        self._wake()
 
     def __enter__(self) -> TaskLock:
         self.acquire()

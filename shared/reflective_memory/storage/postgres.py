@@ -35,6 +35,7 @@ import numpy as np
 
 from reflective_memory.errors import InvalidInputError, SessionChangedError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.pg_async import AsyncPgRoute
 from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
 from reflective_memory.storage.pg_schema import migrate
@@ -122,6 +123,9 @@ class PostgresStore:
         )
         self.schema = self.db.schema
         self._s = self.db.qualified
+        # A build holds its lock's connection and takes another: at most half the pool builds at
+        # once, so concurrent builds (threads or coroutines) cannot take every connection.
+        self._builds = TaskLock(slots=max(1, pool_max // 2))
         try:
             self.search = PgSearch(
                 self.db,
@@ -276,10 +280,11 @@ class PostgresStore:
         Yields None when the caller should build, or the session's stored memories when it is
         already ended with no turn added since (another process built it while this one waited).
         The lock is a PostgreSQL session-level advisory lock on a connection held for the block;
-        it is released when the block exits, or by the server if this process dies.
+        it is released when the block exits, or by the server if this process dies. At most
+        `pool_max // 2` builds of this store run at once (each needs two connections).
         """
         key = f"session-build\x1f{self.schema}\x1f{user_id}\x1f{session_id}"
-        with self.db.connection() as conn:
+        with self._builds, self.db.connection() as conn:
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
             conn.commit()
             try:
