@@ -9,7 +9,6 @@ themselves (the middleware can register it too, with `expose_tool=True`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -267,7 +266,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         self, state: ReflectiveMemoryState, runtime: Any
     ) -> dict[str, Any] | None:
         """Async twin of `before_agent`."""
-        return await asyncio.to_thread(self.before_agent, state, runtime)
+        return await self.memory.arun(self.before_agent, state, runtime)
 
     def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         retrieval = self._retrievals.get(request.state.get(_STATE_KEY))
@@ -325,4 +324,4 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         self, state: ReflectiveMemoryState, runtime: Any
     ) -> dict[str, Any] | None:
         """Async twin of `after_agent`."""
-        return await asyncio.to_thread(self.after_agent, state, runtime)
+        return await self.memory.arun(self.after_agent, state, runtime)

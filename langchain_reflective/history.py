@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
@@ -109,7 +108,7 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
 
     async def aget_messages(self) -> list[BaseMessage]:
         """Async twin of `messages`."""
-        return await asyncio.to_thread(lambda: self.messages)
+        return await self.memory.arun(lambda: self.messages)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store messages as turns of the session, in one transaction.
@@ -145,7 +144,7 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async twin of `add_messages`."""
-        await asyncio.to_thread(self.add_messages, messages)
+        await self.memory.arun(self.add_messages, messages)
 
     def clear(self) -> None:
         """Delete the session's messages and the memories built from them."""
@@ -156,7 +155,7 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
 
     async def aclear(self) -> None:
         """Async twin of `clear`."""
-        await asyncio.to_thread(self.clear)
+        await self.memory.arun(self.clear)
 
     def end_session(self) -> list[Memory]:
         """Close the session: turn its messages into long-term memories (`[]` if empty)."""
@@ -167,4 +166,4 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
 
     async def aend_session(self) -> list[Memory]:
         """Async twin of `end_session`."""
-        return await asyncio.to_thread(self.end_session)
+        return await self.memory.arun(self.end_session)

@@ -46,7 +46,6 @@ since the epoch; `time.time` unless given, e.g. a fake clock in tests).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import hashlib
 import json
@@ -518,8 +517,8 @@ class ReflectiveStore(BaseStore):
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Async twin of `batch` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.batch, list(ops))
+        """Async twin of `batch` (see `ReflectiveMemory.arun`)."""
+        return await self.memory.arun(self.batch, list(ops))
 
     # -- TTL ----------------------------------------------------------------------------------
     def sweep_ttl(self) -> int:
@@ -533,8 +532,8 @@ class ReflectiveStore(BaseStore):
         return sum(self.memory.delete_expired(user, now) for user in users)
 
     async def asweep_ttl(self) -> int:
-        """Async twin of `sweep_ttl` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.sweep_ttl)
+        """Async twin of `sweep_ttl` (`ReflectiveMemory.arun`: native on PostgreSQL)."""
+        return await self.memory.arun(self.sweep_ttl)
 
     def start_ttl_sweeper(
         self, sweep_interval_minutes: float | None = None

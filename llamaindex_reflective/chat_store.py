@@ -21,7 +21,6 @@ session's turns and memories for good. `end_session(key)` builds memories at any
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -240,7 +239,7 @@ def _end_session(self: Any, key: str) -> list[Memory]:
 
 async def _aend_session(self: Any, key: str) -> list[Memory]:
     """Async twin of `end_session`."""
-    return await asyncio.to_thread(self.end_session, key)
+    return await self.memory.aend_session(self.user_id, key)
 
 
 def _forget(self: Any, key: str) -> int:
@@ -252,7 +251,7 @@ def _forget(self: Any, key: str) -> int:
 
 async def _aforget(self: Any, key: str) -> int:
     """Async twin of `forget`."""
-    return await asyncio.to_thread(self.forget, key)
+    return await self.memory.arun(self.forget, key)
 
 
 #: A store's conversations, read through the core.
@@ -343,15 +342,15 @@ class ReflectiveChatStore(BaseChatStore):
 
     async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
         """Async twin of `set_messages`."""
-        await asyncio.to_thread(self.set_messages, key, messages)
+        await self.memory.arun(self.set_messages, key, messages)
 
     async def aget_messages(self, key: str) -> list[ChatMessage]:
         """Async twin of `get_messages`."""
-        return await asyncio.to_thread(self.get_messages, key)
+        return await self.memory.arun(self.get_messages, key)
 
     async def async_add_message(self, key: str, message: ChatMessage) -> None:
         """Async twin of `add_message` (LlamaIndex's name for it)."""
-        await asyncio.to_thread(self.add_message, key, message)
+        await self.memory.arun(self.add_message, key, message)
 
     async def aadd_message(self, key: str, message: ChatMessage) -> None:
         """Alias of `async_add_message`."""
@@ -359,19 +358,19 @@ class ReflectiveChatStore(BaseChatStore):
 
     async def adelete_messages(self, key: str) -> list[ChatMessage] | None:
         """Async twin of `delete_messages`."""
-        return await asyncio.to_thread(self.delete_messages, key)
+        return await self.memory.arun(self.delete_messages, key)
 
     async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Async twin of `delete_message`."""
-        return await asyncio.to_thread(self.delete_message, key, idx)
+        return await self.memory.arun(self.delete_message, key, idx)
 
     async def adelete_last_message(self, key: str) -> ChatMessage | None:
         """Async twin of `delete_last_message`."""
-        return await asyncio.to_thread(self.delete_last_message, key)
+        return await self.memory.arun(self.delete_last_message, key)
 
     async def aget_keys(self) -> list[str]:
         """Async twin of `get_keys`."""
-        return await asyncio.to_thread(self.get_keys)
+        return await self.memory.arun(self.get_keys)
 
 
 class ReflectiveDBChatStore(AsyncDBChatStore):
@@ -488,48 +487,48 @@ class ReflectiveDBChatStore(AsyncDBChatStore):
         offset: int | None = None,
     ) -> list[ChatMessage]:
         """Messages of a key with the given status (`None`: both), oldest first."""
-        return await asyncio.to_thread(self._get, key, status, limit, offset)
+        return await self.memory.arun(self._get, key, status, limit, offset)
 
     async def count_messages(
         self, key: str, status: MessageStatus | None = MessageStatus.ACTIVE
     ) -> int:
         """Number of messages of a key with the given status."""
-        return len(await asyncio.to_thread(self._conv.turns, key, status))
+        return len(await self.memory.arun(self._conv.turns, key, status))
 
     async def add_message(
         self, key: str, message: ChatMessage, status: MessageStatus = MessageStatus.ACTIVE
     ) -> None:
         """Append one message (committed before this returns)."""
-        await asyncio.to_thread(self._add, key, [message], status)
+        await self.memory.arun(self._add, key, [message], status)
 
     async def add_messages(
         self, key: str, messages: list[ChatMessage], status: MessageStatus = MessageStatus.ACTIVE
     ) -> None:
         """Append messages in one transaction."""
-        await asyncio.to_thread(self._add, key, list(messages), status)
+        await self.memory.arun(self._add, key, list(messages), status)
 
     async def set_messages(
         self, key: str, messages: list[ChatMessage], status: MessageStatus = MessageStatus.ACTIVE
     ) -> None:
         """Replace the key's messages (unchanged leading active messages are kept)."""
-        await asyncio.to_thread(self._set, key, list(messages), status)
+        await self.memory.arun(self._set, key, list(messages), status)
 
     async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Delete the `idx`-th active message; return it (None if out of range)."""
-        return await asyncio.to_thread(self._delete_one, key, idx)
+        return await self.memory.arun(self._delete_one, key, idx)
 
     async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
         """Clear a key (`None`), hide its archived messages, or delete its active ones."""
-        await asyncio.to_thread(self._delete_all, key, status)
+        await self.memory.arun(self._delete_all, key, status)
 
     async def delete_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
         """Delete the oldest `n` active messages and return them."""
-        return await asyncio.to_thread(self._oldest, key, n, False)
+        return await self.memory.arun(self._oldest, key, n, False)
 
     async def archive_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
         """Archive the oldest `n` active messages and return them."""
-        return await asyncio.to_thread(self._oldest, key, n, True)
+        return await self.memory.arun(self._oldest, key, n, True)
 
     async def get_keys(self) -> list[str]:
         """The user's session ids that have turns."""
-        return await asyncio.to_thread(self._conv.keys)
+        return await self.memory.arun(self._conv.keys)

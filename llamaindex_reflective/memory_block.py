@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -162,7 +161,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
             self.memory.end_session(self.user_id, session)
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
-        await asyncio.to_thread(self.put, list(messages))
+        await self.memory.arun(self.put, list(messages))
 
     # -- get ------------------------------------------------------------------------------
     def query_for(self, messages: list[ChatMessage] | None) -> str:
@@ -214,7 +213,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         session_id = block_kwargs.get("session_id")
         sid = session_id if isinstance(session_id, str) else None
-        return await asyncio.to_thread(self.get, messages, sid)
+        return await self.memory.arun(self.get, messages, sid)
 
     # -- truncation -----------------------------------------------------------------------
     async def atruncate(self, content: str, tokens_to_truncate: int) -> str | None:

@@ -59,6 +59,7 @@ BENCH_MODULES = [
     "reflective_bench.storage",
     "reflective_bench.chat",
     "reflective_bench.portable",
+    "reflective_bench.async_pg",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from reflective_memory.config import MemoryConfig
 from reflective_memory.denoise import Denoiser, make_denoiser
@@ -32,7 +32,7 @@ from reflective_memory.rmm.topics import ProspectiveReflector
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
 from reflective_memory.sessions.writer import SessionWriter
-from reflective_memory.storage.base import MemoryStore, StateHolder, require_open
+from reflective_memory.storage.base import MemoryStore, NativeAsync, StateHolder, require_open
 from reflective_memory.storage.driver_errors import typed_errors
 from reflective_memory.storage.factory import open_store
 from reflective_memory.storage.index import IndexCache
@@ -54,6 +54,8 @@ from reflective_memory.validation import (
 __all__ = ["ReflectiveMemory"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def _has_derived_files(directory: Path) -> bool:
@@ -167,6 +169,7 @@ class ReflectiveMemory:
         )
         self.sessions.end_stale_sessions()  # embedded and server stores alike
         self.sessions.lost_turns.at_open()  # turns a killed process stored but never indexed
+        self._async_io = self.store.async_io() if isinstance(self.store, NativeAsync) else None
 
     @staticmethod
     def _directory(path: str | Path | None, store: Any | None) -> Path | None:
@@ -487,19 +490,6 @@ class ReflectiveMemory:
             shown, answer, cited, self.indexes.get, numbering=numbering
         )
 
-    async def afeedback(
-        self,
-        shown: Retrieval | RankedTexts | RerankRecord,
-        answer: str | None = None,
-        *,
-        cited: Sequence[int] | None = None,
-        numbering: Mapping[int, int | None] | None = None,
-    ) -> FeedbackResult:
-        """Async twin of `feedback`."""
-        return await asyncio.to_thread(
-            self.feedback, shown, answer, cited=cited, numbering=numbering
-        )
-
     # -- records ------------------------------------------------------------------------
     @typed_errors
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
@@ -577,16 +567,56 @@ class ReflectiveMemory:
         """Counts of a user's turns, sessions (open ones too) and memories by granularity."""
         return self.records.stats(user_id)
 
+    # -- async twins ------------------------------------------------------------------------
+    # On PostgreSQL (a `NativeAsync` store) the queries are awaited on the running loop through
+    # psycopg's async pool, with no thread; the CPU work (embedding, the pipeline) runs on the
+    # loop between them. Elsewhere (SQLite) each twin runs its sync method in a worker thread.
+    async def arun(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run synchronous code that calls this memory (e.g. an adapter's method) as a coroutine.
+
+        Natively async on a store with async I/O (`NativeAsync`, PostgreSQL given a URI), in a
+        worker thread otherwise (SQLite).
+        """
+        if self._async_io is None:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return await self._async_io.run(fn, *args, **kwargs)
+
     async def aadd_turn(
         self, user_id: str, session_id: str, role: str, text: str, **kw: Any
     ) -> Turn:
-        """Async twin of `add_turn`."""
-        return await asyncio.to_thread(self.add_turn, user_id, session_id, role, text, **kw)
+        """Async twin of `add_turn` (see `arun`)."""
+        return await self.arun(self.add_turn, user_id, session_id, role, text, **kw)
+
+    async def aadd_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
+        """Async twin of `add_turns` (see `arun`)."""
+        return await self.arun(self.add_turns, turns)
 
     async def aend_session(self, user_id: str, session_id: str) -> list[Memory]:
-        """Async twin of `end_session`."""
-        return await asyncio.to_thread(self.end_session, user_id, session_id)
+        """Async twin of `end_session` (see `arun`)."""
+        return await self.arun(self.end_session, user_id, session_id)
 
     async def aretrieve(self, user_id: str, query: str, **kw: Any) -> Retrieval:
-        """Async twin of `retrieve`."""
-        return await asyncio.to_thread(self.retrieve, user_id, query, **kw)
+        """Async twin of `retrieve` (see `arun`)."""
+        return await self.arun(self.retrieve, user_id, query, **kw)
+
+    async def aturns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
+        """Async twin of `turns` (see `arun`)."""
+        return await self.arun(self.turns, user_id, session_id)
+
+    async def afeedback(
+        self, shown: Retrieval | RankedTexts | RerankRecord, answer: str | None = None, **kw: Any
+    ) -> FeedbackResult:
+        """Async twin of `feedback` (see `arun`)."""
+        return await self.arun(self.feedback, shown, answer, **kw)
+
+    async def aclose(self) -> None:
+        """Close the running loop's async pool, then the store (see `close`)."""
+        if self._async_io is not None:
+            await self._async_io.aclose()
+        self.close()
+
+    async def __aenter__(self) -> ReflectiveMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

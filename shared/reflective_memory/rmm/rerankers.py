@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +39,7 @@ from reflective_memory.rmm.features import sign_vector
 from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.sealed import seal, unseal
+from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.state import SetsAside, StateStore
 
 __all__ = ["Rerankers", "PRIOR_OWNER", "RERANKER_STATE", "ADAPTER_STATE"]
@@ -92,7 +92,7 @@ class Rerankers:
         self.dim = dim
         self.state = state
         self.legacy = legacy
-        self.lock = threading.RLock()
+        self.lock = TaskLock(reentrant=True)  # held across state I/O: see `TaskLock`
         self._rerankers: OrderedDict[str, Reranker] = OrderedDict()
         self._adapters: OrderedDict[str, UserAdapter] = OrderedDict()
         self._versions: dict[tuple[str, str], int] = {}
@@ -218,7 +218,15 @@ class Rerankers:
     def _cached(self, owner: str, name: str) -> Any:
         """The state `(owner, name)` as an object, reloaded when its stored version moved on."""
         cache: OrderedDict[str, Any] = self._rerankers if name == RERANKER_STATE else self._adapters
+        # The usual case (cached and current) reads the version before taking the lock, so the
+        # lock is never held across that read: concurrent retrievals do not queue behind it.
+        version = self.state.version(owner, name)
         with self.lock:
+            obj = cache.get(owner)
+            fresh = version != 0 or self.legacy is None  # else a pre-0.2 file may migrate
+            if obj is not None and fresh and self._versions.get((owner, name)) == version:
+                cache.move_to_end(owner)
+                return obj
             version = self.state.version(owner, name)
             if version == 0 and self.legacy is not None:
                 self._migrate(owner, name)
@@ -229,7 +237,7 @@ class Rerankers:
                 return obj
             got = self.state.get(owner, name) if version else None
             version, data = (0, None) if got is None else got
-            obj: Any = None
+            obj = None
             if data is not None:
                 try:
                     obj, sealed = self._decode(name, data)
@@ -273,8 +281,8 @@ class Rerankers:
             return self._full(user_id)
         if scope == "shared":
             return self.prior()
+        prior, ad = self.prior(), self.adapter(user_id)
         with self.lock:
-            prior, ad = self.prior(), self.adapter(user_id)
             view = self._views.get(user_id)
             if view is None or view.prior is not prior or view.adapter is not ad:
                 view = PersonalReranker(prior, ad)  # one view per user, for identity checks

@@ -44,6 +44,7 @@ __all__ = [
     "StateHolder",
     "TurnUnitAudit",
     "RestoresTimes",
+    "NativeAsync",
     "MemoryDraft",
     "SessionInfo",
     "session_fence",
@@ -364,6 +365,21 @@ class RestoresTimes(Protocol):
         Ids the user does not have are ignored; the user's version changes when a memory's
         times do (rankings read them).
         """
+        ...
+
+
+@runtime_checkable
+class NativeAsync(Protocol):
+    """A store whose I/O can be awaited on an event loop (`ReflectiveMemory`'s `a*` methods).
+
+    `async_io()` returns an object with `async run(fn, *args, **kwargs)` that runs synchronous
+    engine code with the store's queries awaited on the running loop
+    (`reflective_memory.storage.pg_async.AsyncPgRoute`), and `async aclose()`; or None when
+    this store has none (e.g. it was given a caller's sync pool).
+    """
+
+    def async_io(self) -> Any | None:
+        """The store's async connection route, or None."""
         ...
 
 

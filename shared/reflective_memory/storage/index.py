@@ -33,6 +33,7 @@ from reflective_memory.embed import Embedder
 from reflective_memory.storage.ann import ANN_KINDS, AnnSettings
 from reflective_memory.storage.base import KeyListing, MemoryStore, ServerSearch
 from reflective_memory.storage.bm25 import LexicalIndex
+from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import seal, unseal
 
 __all__ = [
@@ -316,7 +317,7 @@ class IndexCache:
         self._cache: OrderedDict[str, UserIndex] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self._bytes = 0
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, TaskLock] = {}  # held across store calls: see `TaskLock`
         self._epochs: dict[str, int] = {}
         self._guard = threading.Lock()
 
@@ -328,9 +329,9 @@ class IndexCache:
     def __len__(self) -> int:
         return len(self._cache)
 
-    def _user_lock(self, user_id: str) -> threading.Lock:
+    def _user_lock(self, user_id: str) -> TaskLock:
         with self._guard:
-            return self._locks.setdefault(user_id, threading.Lock())
+            return self._locks.setdefault(user_id, TaskLock())
 
     def _put(self, built: UserIndex) -> None:
         with self._guard:

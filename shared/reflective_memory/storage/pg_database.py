@@ -19,6 +19,8 @@ from reflective_memory.errors import (
     StoreClosedError,
     StoreUnavailableError,
 )
+from reflective_memory.storage.bridge import current_route
+from reflective_memory.storage.pg_async import AsyncPgRoute
 from reflective_memory.storage.pg_schema import check_schema_name
 
 __all__ = ["PgDatabase", "is_postgres_dsn"]
@@ -79,6 +81,7 @@ class PgDatabase:
             if not isinstance(val, int) or isinstance(val, bool) or val < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {val!r}")
         self.timeout = float(timeout)
+        self._sizes = (min(pool_min, pool_max), pool_max)
         self.psycopg, self._psycopg_pool, self._register_vector = _import_driver()
         self._own_pool = False
         if is_postgres_dsn(dsn_or_pool):
@@ -101,6 +104,9 @@ class PgDatabase:
                 f"got {type(dsn_or_pool).__name__}"
             )
         self._pool: Any | None = pool
+        #: Native async I/O (psycopg's async pool), for a URI only: a caller's sync pool has no
+        #: async twin, so `ReflectiveMemory`'s `a*` methods then run in threads.
+        self.async_route = None if self.dsn is None else AsyncPgRoute(self, self.dsn)
 
     def open(self) -> None:
         """Connect the pool this object made (a caller's pool is used as it is).
@@ -129,17 +135,40 @@ class PgDatabase:
         """Whether `close()` was called."""
         return self._pool is None
 
+    def async_pool(self, dsn: str, configure: Any) -> Any:
+        """A new, unopened `psycopg_pool.AsyncConnectionPool` sized like the sync pool."""
+        return self._psycopg_pool.AsyncConnectionPool(
+            dsn,
+            min_size=self._sizes[0],
+            max_size=self._sizes[1],
+            timeout=self.timeout,
+            open=False,
+            configure=configure,
+            name="reflective-memory-async",
+        )
+
     def close(self) -> None:
-        """Close the pool if this object opened it (idempotent)."""
+        """Close the pool if this object opened it (idempotent); forget the async pools."""
+        if self.async_route is not None:
+            self.async_route.close()
         pool, self._pool = self._pool, None
         if pool is not None and self._own_pool:
             pool.close()
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
-        """A pooled connection without type registration (schema work, advisory locks)."""
+        """A pooled connection without type registration (schema work, advisory locks).
+
+        Inside a call run by `async_route` it is a connection of the async pool
+        (`reflective_memory.storage.pg_async.BridgedConnection`) used the same way.
+        """
+        pool, own = self.pool, self.async_route
         try:
-            with self.pool.connection() as conn:
+            if own is not None and current_route() is own:
+                with own.connection() as bridged:
+                    yield bridged
+                return
+            with pool.connection() as conn:
                 yield conn
         except self.psycopg.OperationalError as exc:
             raise StoreUnavailableError(f"PostgreSQL request failed: {exc}") from exc

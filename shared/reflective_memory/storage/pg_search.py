@@ -13,13 +13,13 @@ both as the `UserIndex` the engine's algorithms use (see `reflective_memory.stor
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from reflective_memory.errors import ConfigError
+from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import checked_keys
 from reflective_memory.storage.pg_database import PgDatabase
 from reflective_memory.storage.pg_schema import ensure_vector_index, vector_index_name
@@ -80,7 +80,7 @@ class PgSearch:
         self.ef_search = int(ef_search)
         self.max_scan_tuples = int(max_scan_tuples)
         self._s = db.qualified
-        self._lock = threading.Lock()
+        self._lock = TaskLock()  # held across a query: see `TaskLock`
         self._dims: set[int] = set()
 
     def index_snapshot(self, user_id: str) -> tuple[int, list[str], list[str]]:

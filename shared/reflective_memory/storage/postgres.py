@@ -1,12 +1,14 @@
 """The server store: PostgreSQL + pgvector holds everything, for many processes and hosts.
 
 `PostgresStore` implements `reflective_memory.storage.base.MemoryStore` over a psycopg 3
-connection pool, with three optional capabilities of the store contract:
+connection pool, with four optional capabilities of the store contract:
 
 - `ServerSearch`: searches run on the server (`server_index`; the collaborator `search`, a
   `reflective_memory.storage.pg_search.PgSearch`, owns embeddings and search);
 - `StateHolder`: learned state (reranker weights) shared by all processes, in `state`, a
   `reflective_memory.storage.pg_state.DatabaseStateStore`;
+- `NativeAsync`: the engine's `a*` methods await its queries on the event loop through
+  psycopg's async pool (`async_io`, a `reflective_memory.storage.pg_async.AsyncPgRoute`);
 - `SessionBuildLock`: building a session's memories is serialised across processes with an
   advisory lock (`session_build`).
 
@@ -33,12 +35,14 @@ import numpy as np
 
 from reflective_memory.errors import InvalidInputError, SessionChangedError, UnknownSessionError
 from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import (
     check_memory,
     check_turn,
     checked_keys,
     text_crc,
 )
+from reflective_memory.storage.pg_async import AsyncPgRoute
 from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
 from reflective_memory.storage.pg_schema import migrate
 from reflective_memory.storage.pg_search import PgSearch, to_vector
@@ -125,6 +129,9 @@ class PostgresStore:
         )
         self.schema = self.db.schema
         self._s = self.db.qualified
+        # A build holds its lock's connection and takes another: at most half the pool builds at
+        # once, so concurrent builds (threads or coroutines) cannot take every connection.
+        self._builds = TaskLock(slots=max(1, pool_max // 2))
         try:
             self.search = PgSearch(
                 self.db,
@@ -150,6 +157,10 @@ class PostgresStore:
     def close(self) -> None:
         """Close the pool if this store opened it (idempotent)."""
         self.db.close()
+
+    def async_io(self) -> AsyncPgRoute | None:
+        """See `NativeAsync`: the async pool route (None when given a caller's pool)."""
+        return self.db.async_route
 
     def _bump(self, conn: Any, user_id: str) -> None:
         conn.execute(
@@ -290,10 +301,11 @@ class PostgresStore:
         Yields None when the caller should build, or the session's stored memories when it is
         already ended with no turn added since (another process built it while this one waited).
         The lock is a PostgreSQL session-level advisory lock on a connection held for the block;
-        it is released when the block exits, or by the server if this process dies.
+        it is released when the block exits, or by the server if this process dies. At most
+        `pool_max // 2` builds of this store run at once (each needs two connections).
         """
         key = f"session-build\x1f{self.schema}\x1f{user_id}\x1f{session_id}"
-        with self.db.connection() as conn:
+        with self._builds, self.db.connection() as conn:
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
             conn.commit()
             try:

@@ -1,0 +1,269 @@
+"""Native async on PostgreSQL: the `a*` methods await psycopg's async pool, with no thread hop.
+
+Runs against the throwaway cluster of `conftest.pg_cluster` (skipped without PostgreSQL +
+pgvector locally, failed in CI where REFLECTIVE_REQUIRE_POSTGRES=1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pg_cluster import pg_schema
+from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory.storage.bridge import TaskLock, await_io, run_bridged
+
+FACTS = [
+    "My dog Pixel loves the beach at Cascais.",
+    "I work as a nurse at the Lisbon children's hospital.",
+    "My sister Marta plays the violin in an orchestra.",
+    "I am allergic to peanuts, so no satay for me.",
+    "We went sailing near Tokyo bay last summer.",
+    "Chess on Sundays with my brother is a tradition.",
+]
+QUERIES = ["what is my dog called", "where do I work", "who plays the violin", "what allergy"]
+
+
+def _mem(dsn: str, schema: str, **kw: Any) -> ReflectiveMemory:
+    from reflective_memory.storage.postgres import PostgresStore
+
+    return ReflectiveMemory(
+        store=PostgresStore(dsn, schema=schema, pool_max=6),
+        embedder=HashingEmbedder(64),
+        config=MemoryConfig(units={"granularities": ("turn", "session")}).replace(**kw),
+    )
+
+
+def _hits(retrieval: Any) -> list[tuple[str, tuple[str, ...], str]]:
+    return [(h.memory.id, h.memory.turn_ids, h.memory.text) for h in retrieval.hits]
+
+
+def _forbid_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every way to hop to a thread fail during the test."""
+
+    def no_thread(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("a thread hop during native async I/O")
+
+    monkeypatch.setattr(asyncio, "to_thread", no_thread)
+    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", no_thread)
+
+
+def test_async_twins_equal_the_sync_calls(pg_dsn: str) -> None:
+    schema = pg_schema()
+
+    async def main() -> None:
+        async with _mem(pg_dsn, schema) as mem:
+            sync = _mem(pg_dsn, schema)
+            try:
+                turns = [
+                    {"user_id": "ana", "session_id": "s1", "role": "user", "text": t}
+                    for t in FACTS[:3]
+                ]
+                stored = await mem.aadd_turns(turns)
+                one = await mem.aadd_turn("ana", "s1", "user", FACTS[3], turn_id="t-4")
+                assert [t.turn_id for t in stored] == ["s1:0", "s1:1", "s1:2"]
+                assert one.turn_id == "t-4"
+                assert await mem.aturns("ana") == sync.turns("ana")
+                for q in QUERIES:  # open session: turn units only
+                    assert _hits(await mem.aretrieve("ana", q, k=3)) == _hits(
+                        sync.retrieve("ana", q, k=3)
+                    )
+                built = await mem.aend_session("ana", "s1")
+                assert {m.granularity for m in built} == {"turn", "session"}
+                assert [m.id for m in built] == [m.id for m in sync.memories("ana")]
+                for q in QUERIES:
+                    for kw in ({"k": 2}, {"budget_tokens": 60}, {"mode": "lexical", "k": 3}):
+                        a = await mem.aretrieve("ana", q, **kw)
+                        assert _hits(a) == _hits(sync.retrieve("ana", q, **kw)), (q, kw)
+                assert await mem.aturns("nobody") == []
+            finally:
+                sync.close()
+
+    asyncio.run(main())
+
+
+def test_no_thread_hop_on_postgres(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = pg_schema()
+    with _mem(pg_dsn, schema) as mem:
+        for i, t in enumerate(FACTS):
+            mem.add_turn("ben", "s1", "user", t, turn_id=f"b{i}")
+        expected = _hits(mem.retrieve("ben", "who plays the violin", k=3))
+
+    async def main() -> None:
+        async with _mem(pg_dsn, schema) as amem:
+            await amem.aturns("ben")  # opens this loop's pool (connecting is not the point)
+            _forbid_threads(monkeypatch)
+            assert _hits(await amem.aretrieve("ben", "who plays the violin", k=3)) == expected
+            await amem.aadd_turn("ben", "s2", "user", "I moved to Berlin.")
+            assert len(await amem.aend_session("ben", "s2")) == 2
+            got = await amem.aretrieve("ben", "where did I move", k=1)
+            assert got.hits[0].memory.session_id == "s2"
+
+    asyncio.run(main())
+
+
+def test_concurrent_calls_on_one_loop_stay_isolated(pg_dsn: str) -> None:
+    schema = pg_schema()
+    users = [f"u{i}" for i in range(8)]
+
+    async def writer(mem: ReflectiveMemory, user: str) -> None:
+        for j, fact in enumerate(FACTS):
+            await mem.aadd_turn(user, "s1", "user", f"{fact} ({user} #{j})")
+
+    async def reader(mem: ReflectiveMemory, user: str, q: str) -> list[Any]:
+        return _hits(await mem.aretrieve(user, q, k=4))
+
+    async def main() -> dict[tuple[str, str], list[Any]]:
+        async with _mem(pg_dsn, schema) as mem:
+            await asyncio.gather(*(writer(mem, u) for u in users))
+            jobs = [(u, q) for u in users for q in QUERIES] * 2
+            got = await asyncio.gather(*(reader(mem, u, q) for u, q in jobs))
+            for (u, _q), hits in zip(jobs, got, strict=True):
+                assert hits and all(f"({u} #" in text for _i, _t, text in hits)
+            return dict(zip(jobs, got, strict=False))
+
+    got = asyncio.run(main())
+    with _mem(pg_dsn, schema) as mem:
+        for u in users:
+            turns = mem.turns(u)
+            assert [t.turn_id for t in turns] == [f"s1:{j}" for j in range(len(FACTS))]
+            for q in QUERIES:
+                assert got[(u, q)] == _hits(mem.retrieve(u, q, k=4))
+
+
+def test_a_second_event_loop_gets_its_own_pool(pg_dsn: str) -> None:
+    schema = pg_schema()
+    mem = _mem(pg_dsn, schema)
+    try:
+        asyncio.run(mem.aadd_turn("cy", "s1", "user", FACTS[0]))
+        got = asyncio.run(mem.aretrieve("cy", "dog", k=1))  # the first loop is gone
+        assert got.hits[0].memory.turn_ids == ("s1:0",)
+    finally:
+        mem.close()
+
+
+def test_task_lock_lets_other_bridged_calls_run() -> None:
+    lock, order = TaskLock(), []
+
+    def critical(name: str) -> None:
+        with lock:
+            order.append(f"{name}+")
+            await_io(asyncio.sleep(0.01))  # I/O while holding the lock
+            order.append(f"{name}-")
+
+    async def main() -> None:
+        await asyncio.wait_for(
+            asyncio.gather(*(run_bridged(None, critical, n) for n in "abc")), timeout=5
+        )
+
+    asyncio.run(main())
+    assert order == ["a+", "a-", "b+", "b-", "c+", "c-"]
+
+
+def test_adapters_async_methods_need_no_thread_on_postgres(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from langchain_reflective import ReflectiveChatMessageHistory
+
+    async def main() -> None:
+        async with _mem(pg_dsn, pg_schema()) as mem:
+            await mem.aturns("dee")  # opens this loop's pool
+            _forbid_threads(monkeypatch)
+            history = ReflectiveChatMessageHistory(memory=mem, user_id="dee", session_id="s1")
+            await history.aadd_messages([HumanMessage("My cat is Miso."), AIMessage("Noted!")])
+            assert [m.text for m in await history.aget_messages()] == ["My cat is Miso.", "Noted!"]
+            assert len(await history.aend_session()) == 3
+            await history.aclear()
+            assert await history.aget_messages() == []
+
+    asyncio.run(main())
+
+
+def test_sqlite_twins_run_in_threads_and_equal_the_sync_calls(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def main() -> None:
+        async with ReflectiveMemory(tmp_path / "m", embedder=HashingEmbedder(64)) as mem:
+            await mem.aadd_turns(
+                [{"user_id": "eve", "session_id": "s1", "role": "user", "text": t} for t in FACTS]
+            )
+            await mem.aend_session("eve", "s1")
+            for q in QUERIES:
+                assert _hits(await mem.aretrieve("eve", q, k=3)) == _hits(
+                    mem.retrieve("eve", q, k=3)
+                )
+            hops = []
+            real = asyncio.to_thread
+
+            async def counted(fn: Any, *a: Any, **k: Any) -> Any:
+                hops.append(fn)
+                return await real(fn, *a, **k)
+
+            monkeypatch.setattr(asyncio, "to_thread", counted)
+            assert await mem.aturns("eve") == mem.turns("eve")
+            assert len(hops) == 1
+
+    asyncio.run(main())
+
+
+def test_bench_async_small_run(pg_dsn: str, tmp_path: Any) -> None:
+    from reflective_bench.async_pg import run_async_bench
+    from reflective_memory.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["bench", "async", "--dsn", pg_dsn, "--users", "4", "--turns", "10",
+         "--concurrency", "8", "--rounds", "2", "--embedder", "hashing",
+         "--out", str(tmp_path / "r.json")]
+    )  # fmt: skip
+    res = run_async_bench(args)
+    for mode in ("native", "threads"):
+        assert res[mode]["calls"] == 16 and res[mode]["p95_ms"] >= res[mode]["p50_ms"] > 0
+    assert res["same_hits"] is True
+    assert (tmp_path / "r.json").exists()
+
+
+def test_cancelled_calls_give_their_connections_back(pg_dsn: str) -> None:
+    from reflective_memory.errors import StoreClosedError
+
+    async def main() -> None:
+        mem = _mem(pg_dsn, pg_schema())
+        for i, t in enumerate(FACTS):
+            await mem.aadd_turn("fay", "s1", "user", t, turn_id=f"f{i}")
+        tasks = [asyncio.create_task(mem.aretrieve("fay", q, k=2)) for q in QUERIES * 4]
+        await asyncio.sleep(0.005)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        got = await asyncio.wait_for(mem.aretrieve("fay", "violin", k=1), timeout=30)
+        assert got.hits[0].memory.turn_ids == ("f2",)
+        pool = mem.store.db.async_route._pools[asyncio.get_running_loop()]
+        stats = pool.get_stats()
+        assert stats["pool_available"] == stats["pool_size"]  # none left checked out
+        await mem.aclose()
+        with pytest.raises(StoreClosedError):
+            await mem.aretrieve("fay", "violin")
+        assert not mem.store.db.async_route._pools  # no pool opened for a closed store
+
+    asyncio.run(main())
+
+
+def test_many_concurrent_session_builds_share_a_small_pool(pg_dsn: str) -> None:
+    from reflective_memory.storage.postgres import PostgresStore
+
+    async def main() -> None:
+        store = PostgresStore(pg_dsn, schema=pg_schema(), pool_max=4, timeout=10)
+        async with ReflectiveMemory(store=store, embedder=HashingEmbedder(64)) as mem:
+            users = [f"g{i}" for i in range(24)]
+            await asyncio.gather(
+                *(mem.aadd_turn(u, "s1", "user", f"{u} likes chess") for u in users)
+            )
+            built = await asyncio.wait_for(
+                asyncio.gather(*(mem.aend_session(u, "s1") for u in users)), timeout=60
+            )  # each build holds two connections: unbounded, 24 of them would starve the pool
+            assert [[m.user_id for m in b] for b in built] == [[u, u] for u in users]
+
+    asyncio.run(main())
