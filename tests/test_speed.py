@@ -1,0 +1,134 @@
+"""Issue 31's behaviours (no timings): batches embed once, sessions end without embedding again,
+and the CLI loads no torch where it needs none."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from reflective_memory import HashingEmbedder, ReflectiveMemory
+from reflective_memory.minilm import NumpyMiniLM
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT / "shared"
+HEAVY = ("torch", "transformers", "sentence_transformers")
+
+
+class CountingEmbedder(HashingEmbedder):
+    """A hashing embedder that records the texts of every `encode` call."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts: str | list[str]) -> np.ndarray:
+        self.calls.append([texts] if isinstance(texts, str) else list(texts))
+        return super().encode(texts)
+
+
+def _turns(user: str, session: str, n: int) -> list[dict[str, str]]:
+    topics = ["my dog Pixel", "the move to Berlin", "a pottery class", "my sister's wedding"]
+    return [
+        {
+            "user_id": user,
+            "session_id": session,
+            "role": "user" if i % 2 == 0 else "assistant",
+            "text": f"Turn {i} about {topics[(i // 6) % len(topics)]}, said in session {session}.",
+        }
+        for i in range(n)
+    ]
+
+
+def test_add_turns_embeds_a_batch_in_one_call_and_end_session_embeds_nothing() -> None:
+    emb = CountingEmbedder()
+    with ReflectiveMemory(None, embedder=emb) as mem:
+        mem.add_turns(_turns("ana", "s1", 40))
+        assert len(emb.calls) == 1 and len(emb.calls[0]) == 40
+        mems = mem.end_session("ana", "s1")
+        assert {m.granularity for m in mems} == {"turn", "segment"}
+        assert len(emb.calls) == 1  # the segmenter and the segment keys reuse the turn vectors
+
+
+def test_per_message_add_turn_embeds_one_text_and_end_session_none() -> None:
+    emb = CountingEmbedder()
+    with ReflectiveMemory(None, embedder=emb) as mem:
+        for t in _turns("ana", "s1", 12):
+            mem.add_turn(t["user_id"], t["session_id"], t["role"], t["text"])
+        assert [len(c) for c in emb.calls] == [1] * 12
+        mem.end_session("ana", "s1")
+        assert len(emb.calls) == 12
+
+
+def test_llamaindex_chat_store_batch_embeds_once() -> None:
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.llms import ChatMessage
+
+    from llamaindex_reflective import ReflectiveChatStore
+
+    emb = CountingEmbedder()
+    with ReflectiveMemory(None, embedder=emb) as mem:
+        store = ReflectiveChatStore(memory=mem, user_id="ana")
+        msgs = [ChatMessage(role="user", content=t["text"]) for t in _turns("ana", "k", 10)]
+        store.set_messages("k", msgs)
+        assert [len(c) for c in emb.calls] == [10]
+
+
+def test_numpy_minilm_gives_the_sentence_transformers_vectors() -> None:
+    from reflective_memory.embed import SentenceTransformerEmbedder
+
+    texts = ["What does Emi like to cook?", "x", "Ich bin nach Berlin gezogen. " * 60, ""]
+    ours = NumpyMiniLM()
+    ref = SentenceTransformerEmbedder(cache_size=0).encode(texts)
+    got = ours.encode(texts)
+    assert got.shape == ref.shape and got.dtype == np.float32
+    assert np.all(np.sum(got * ref, axis=1) > 0.9999)
+    assert ours.name == SentenceTransformerEmbedder().name and ours.dim == 384
+    assert np.allclose(ours.encode(texts[0]), got[0], atol=1e-6)
+
+
+def _run_cli(code: str) -> dict:
+    path = os.pathsep.join(filter(None, [str(SHARED), str(ROOT), os.environ.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_search_and_stats_load_no_torch(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    with ReflectiveMemory(db, embedder=NumpyMiniLM()) as mem:  # the default model's vectors
+        mem.add_turns(_turns("ana", "s1", 8))
+        mem.end_session("ana", "s1")
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from reflective_memory.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    rc = [main(['search', '--db', {str(db)!r}, '--user', 'ana', 'Berlin move']),\n"
+        f"          main(['stats', '--db', {str(db)!r}])]\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "print(json.dumps({'rc': rc, 'heavy': heavy, 'out': out.getvalue()}))\n"
+    )
+    res = _run_cli(code)
+    assert res["rc"] == [0, 0]
+    assert res["heavy"] == []
+    assert "relevance=" in res["out"] and "Berlin" in res["out"]
+
+
+def test_importing_the_engine_loads_no_torch() -> None:
+    code = (
+        "import json, sys\n"
+        "import reflective_memory.engine\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    assert _run_cli(code) == []
