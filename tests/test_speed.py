@@ -132,3 +132,29 @@ def test_importing_the_engine_loads_no_torch() -> None:
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
     )
     assert _run_cli(code) == []
+
+
+def test_after_a_new_turn_bm25_tokenizes_only_the_new_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import reflective_memory.storage.index as index_mod
+
+    seen: list[str] = []
+    real = index_mod.lexical_tokens
+
+    def counting(text: str) -> list[str]:
+        seen.append(text)
+        return real(text)
+
+    monkeypatch.setattr(index_mod, "lexical_tokens", counting)
+    with ReflectiveMemory(None, embedder=HashingEmbedder(64)) as mem:
+        mem.add_turns(_turns("ana", "s1", 30))
+        mem.end_session("ana", "s1")
+        mem.retrieve("ana", "pottery class", k=3)
+        assert len(seen) >= 30
+        seen.clear()
+        mem.add_turn("ana", "s2", "user", "I adopted a kitten called Miso yesterday.")
+        hits = mem.retrieve("ana", "kitten Miso", k=3).hits
+        keys = [t for t in seen if t != "kitten Miso"]  # the query is tokenized too
+        assert keys == ["user: I adopted a kitten called Miso yesterday."]
+        assert "Miso" in hits[0].memory.text

@@ -171,16 +171,27 @@ class LexicalIndex:
 
     Args:
         keys: One text per memory, in index order.
+        known: Tokens of keys already tokenized (by an earlier version of the user's index);
+            only the other keys are tokenized.
+
+    Attributes:
+        tokens: Tokens of every key, by key text (hand it to the next version's index).
     """
 
-    def __init__(self, keys: list[str]) -> None:
+    def __init__(self, keys: list[str], known: dict[str, list[str]] | None = None) -> None:
         import bm25s
 
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # it sets DEBUG on import
 
         self.size = len(keys)
         self._bm25: Any | None = None
-        corpus = [lexical_tokens(k) or ["\u2205"] for k in keys]
+        seen = {} if known is None else known
+        self.tokens: dict[str, list[str]] = {}
+        for k in keys:
+            if k not in self.tokens:
+                got = seen.get(k)
+                self.tokens[k] = (lexical_tokens(k) or ["\u2205"]) if got is None else got
+        corpus = [self.tokens[k] for k in keys]
         if corpus:
             self._bm25 = bm25s.BM25()
             self._bm25.index(corpus, show_progress=False)
@@ -225,6 +236,8 @@ class UserIndex:
         lexical: The lexical index (built on first use).
         keys: Key text per position.
         extras: Room for components' derived per-user state tied to this version.
+        known_tokens: Key tokens of the user's index at an earlier version, which the BM25
+            index reuses (dropped once it is built).
     """
 
     user_id: str
@@ -234,13 +247,20 @@ class UserIndex:
     keys: list[str]
     _lexical: LexicalIndex | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    known_tokens: dict[str, list[str]] | None = field(default=None, repr=False)
 
     @property
     def lexical(self) -> LexicalIndex:
         """BM25 index over the keys (built lazily, once per version)."""
         if self._lexical is None:
-            self._lexical = LexicalIndex(self.keys)
+            self._lexical = LexicalIndex(self.keys, self.known_tokens)
+            self.known_tokens = None
         return self._lexical
+
+    def key_tokens(self) -> dict[str, list[str]] | None:
+        """Tokens of the keys, when this process tokenized them (for the next version)."""
+        lex = self._lexical
+        return lex.tokens if isinstance(lex, LexicalIndex) else self.known_tokens
 
     def overlap(self, query: str, positions: Sequence[int]) -> np.ndarray | None:
         """`LexicalIndex.overlap` when this process holds a built BM25 index, else None.
@@ -383,7 +403,11 @@ class IndexCache:
             else:
                 with self._guard:
                     epoch = self._epochs.get(user_id, 0)
+                    stale = self._cache.get(user_id)
                 built = self._load(user_id, version) or self._build(user_id, version, epoch)
+                if stale is not None and built.known_tokens is None:
+                    # after a write (a turn added), BM25 tokenizes only the new keys
+                    built.known_tokens = stale.key_tokens()
             if version != 0:
                 self._put(built)
             logger.debug(
