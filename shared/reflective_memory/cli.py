@@ -52,6 +52,7 @@ BENCH_MODULES = [
     "reflective_bench.latency",
     "reflective_bench.soak",
     "reflective_bench.ingest",
+    "reflective_bench.add_turn",
     "reflective_bench.storage",
 ]
 
