@@ -1,22 +1,13 @@
 """Issue 31's behaviours (no timings): batches embed once, sessions end without embedding again,
-and the CLI loads no torch where it needs none."""
+the NumPy MiniLM gives the model's vectors, and a new turn re-tokenizes one key (the CLI's
+imports are checked in `test_cli_first_hour.py`)."""
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from reflective_memory import HashingEmbedder, ReflectiveMemory
 from reflective_memory.minilm import NumpyMiniLM
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT / "shared"
-HEAVY = ("torch", "transformers", "sentence_transformers")
 
 
 class CountingEmbedder(HashingEmbedder):
@@ -89,49 +80,6 @@ def test_numpy_minilm_gives_the_sentence_transformers_vectors() -> None:
     assert np.all(np.sum(got * ref, axis=1) > 0.9999)
     assert ours.name == SentenceTransformerEmbedder().name and ours.dim == 384
     assert np.allclose(ours.encode(texts[0]), got[0], atol=1e-6)
-
-
-def _run_cli(code: str) -> dict:
-    path = os.pathsep.join(filter(None, [str(SHARED), str(ROOT), os.environ.get("PYTHONPATH")]))
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": path},
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def test_search_and_stats_load_no_torch(tmp_path: Path) -> None:
-    db = tmp_path / "db"
-    with ReflectiveMemory(db, embedder=NumpyMiniLM()) as mem:  # the default model's vectors
-        mem.add_turns(_turns("ana", "s1", 8))
-        mem.end_session("ana", "s1")
-    code = (
-        "import contextlib, io, json, sys\n"
-        "from reflective_memory.cli import main\n"
-        "out = io.StringIO()\n"
-        "with contextlib.redirect_stdout(out):\n"
-        f"    rc = [main(['search', '--db', {str(db)!r}, '--user', 'ana', 'Berlin move']),\n"
-        f"          main(['stats', '--db', {str(db)!r}])]\n"
-        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
-        "print(json.dumps({'rc': rc, 'heavy': heavy, 'out': out.getvalue()}))\n"
-    )
-    res = _run_cli(code)
-    assert res["rc"] == [0, 0]
-    assert res["heavy"] == []
-    assert "relevance=" in res["out"] and "Berlin" in res["out"]
-
-
-def test_importing_the_engine_loads_no_torch() -> None:
-    code = (
-        "import json, sys\n"
-        "import reflective_memory.engine\n"
-        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
-    )
-    assert _run_cli(code) == []
 
 
 def test_after_a_new_turn_bm25_tokenizes_only_the_new_key(

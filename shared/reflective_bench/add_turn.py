@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from reflective_memory.errors import InvalidInputError
 
 __all__ = ["RandomEmbedder", "build_history", "time_add_turn", "register"]
 
@@ -125,6 +126,8 @@ def time_add_turn(
 def _run(args: argparse.Namespace) -> int:
     from reflective_memory.embed import SentenceTransformerEmbedder
 
+    if min(args.history) < 50 or args.calls < 1:
+        raise InvalidInputError("--history needs at least 50 turns and --calls at least 1")
     embedder = SentenceTransformerEmbedder()
     reference = SentenceTransformerEmbedder(cache_size=0)
     reference.encode("warm up the model")
@@ -143,16 +146,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _history(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}") from None
-    if n < 50:
-        raise argparse.ArgumentTypeError(f"must be at least 50, got {value!r}")
-    return n
-
-
 def register(bench: Any) -> None:
     """Add `bench add-turn` to the CLI's bench sub-parsers."""
     p = bench.add_parser(
@@ -161,8 +154,10 @@ def register(bench: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--history", type=_history, nargs="+", default=[10000, 100000])
+    p.add_argument(
+        "--history", type=int, nargs="+", default=[10000, 100000], help="turns (>= 50 each)"
+    )
     p.add_argument("--dir", required=True, help="where the history stores are built and kept")
-    p.add_argument("--calls", type=_history, default=50, help="timed add_turn calls (>= 50)")
+    p.add_argument("--calls", type=int, default=50, help="timed add_turn calls (>= 1)")
     p.add_argument("--profile", action="store_true", help="print a cProfile of add_turn")
     p.set_defaults(func=_run)
