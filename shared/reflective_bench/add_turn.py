@@ -94,11 +94,11 @@ def time_add_turn(
     """Interleave single-text embeddings and `add_turn` calls; return their p50 / p95 in ms."""
     from reflective_memory.engine import ReflectiveMemory
 
-    rng = np.random.default_rng(7)
     add, one = [], []
     prof = cProfile.Profile() if profile else None
     with ReflectiveMemory(path, embedder=embedder) as mem:
         history = mem.stats(user)["turns"]
+        rng = np.random.default_rng(history + 7)  # texts no earlier run embedded
         for i in range(calls + 5):  # the first five warm up
             t0 = time.perf_counter()
             reference.encode(_text(rng, -i))
@@ -128,14 +128,14 @@ def _run(args: argparse.Namespace) -> int:
 
     if min(args.history) < 50 or args.calls < 1:
         raise InvalidInputError("--history needs at least 50 turns and --calls at least 1")
-    embedder = SentenceTransformerEmbedder()
     reference = SentenceTransformerEmbedder(cache_size=0)
     reference.encode("warm up the model")
     for n in args.history:
         path = Path(args.dir) / f"history-{n}"
         t0 = time.perf_counter()
-        build_history(path, n, embedder.name)
+        build_history(path, n, reference.name)
         logger.info("history of %d turns ready in %.0f s", n, time.perf_counter() - t0)
+        embedder = SentenceTransformerEmbedder()  # its own cache of recent texts: none seen
         r = time_add_turn(path, embedder, reference, args.calls, args.profile)
         a, e = r["add_turn_ms"], r["single_embed_ms"]
         print(  # noqa: T201
