@@ -70,7 +70,8 @@ class NumpyMiniLM:
         self.path = path
         self.max_chars = max_chars
         self.threads = threads
-        self.name = f"st:{DEFAULT_MODEL}"
+        # named as `SentenceTransformerEmbedder` names the same files
+        self.name = f"st:{DEFAULT_MODEL if path is None else path}"
         self._lock = threading.Lock()
         self._model: dict[str, Any] | None = None
 
