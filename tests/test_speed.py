@@ -106,3 +106,34 @@ def test_after_a_new_turn_bm25_tokenizes_only_the_new_key(
         keys = [t for t in seen if t != "kitten Miso"]  # the query is tokenized too
         assert keys == ["user: I adopted a kitten called Miso yesterday."]
         assert "Miso" in hits[0].memory.text
+
+
+def test_a_new_turn_is_appended_to_the_trained_index_not_retrained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import reflective_memory.storage.index as index_mod
+    from reflective_memory.config import MemoryConfig
+
+    builds: list[int] = []
+    real = index_mod.build_dense_index
+
+    def counting(vectors: np.ndarray, ann: object = None) -> object:
+        builds.append(len(vectors))
+        return real(vectors, ann)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(index_mod, "build_dense_index", counting)
+    cfg = MemoryConfig(index={"ann_threshold": 20, "ann_kind": "ivf"})
+    with ReflectiveMemory(None, embedder=HashingEmbedder(64), config=cfg) as mem:
+        mem.add_turns(_turns("ana", "s1", 60))
+        mem.end_session("ana", "s1")
+        before = mem.indexes.get("ana")
+        assert before.dense.kind == "ivf" and len(builds) == 1
+        mem.add_turn("ana", "s2", "user", "I adopted a kitten called Miso yesterday.")
+        after = mem.indexes.get("ana")
+        assert len(builds) == 1  # appended to a copy of the trained index
+        assert after.dense.kind == "ivf" and after.dense.ntotal == before.dense.ntotal + 1
+        assert before.dense.ntotal == len(before.ids)  # the previous version is untouched
+        assert "Miso" in mem.retrieve("ana", "kitten Miso", k=3).hits[0].memory.text
+        mem.delete_session("ana", "s2")
+        mem.indexes.get("ana")
+        assert len(builds) == 2  # a deletion rebuilds
