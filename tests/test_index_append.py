@@ -44,9 +44,18 @@ def _chat(mem: ReflectiveMemory, n: int, session: str = "s0") -> None:
         mem.add_turn("u", session, role, text)
 
 
-@pytest.fixture
-def mem(tmp_path: Path):
-    with ReflectiveMemory(tmp_path / "m", embedder=HashingEmbedder(64), config=CONFIG) as m:
+@pytest.fixture(params=["sqlite", "postgres"])
+def mem(request: pytest.FixtureRequest, tmp_path: Path):
+    """A memory on disk, or on the real PostgreSQL server (a fresh schema)."""
+    if request.param == "sqlite":
+        with ReflectiveMemory(tmp_path / "m", embedder=HashingEmbedder(64), config=CONFIG) as m:
+            yield m
+        return
+    from pg_cluster import pg_schema
+    from reflective_memory.storage.postgres import PostgresStore
+
+    store = PostgresStore(request.getfixturevalue("pg_dsn"), schema=pg_schema(), pool_max=4)
+    with ReflectiveMemory(store=store, embedder=HashingEmbedder(64), config=CONFIG) as m:
         yield m
 
 

@@ -257,6 +257,24 @@ class UserIndex:
         return 2 * vec + 2 * text + lexical + 4096
 
 
+def _only_appended(before: UserIndex, after: UserIndex) -> bool:
+    """Whether `after` holds `before`'s memories unchanged, in place, and new ones after them.
+
+    Read from the row marks both snapshots carry (`extras["row_marks"]`).
+    """
+    old, new = before.extras.get("row_marks"), after.extras.get("row_marks")
+    n = len(before.ids)
+    return (
+        old is not None
+        and new is not None
+        and before.version < after.version
+        and len(after.ids) > n
+        and new[:n] == old
+        and after.ids[:n] == before.ids
+        and after.keys[:n] == before.keys
+    )
+
+
 def _text_bytes(ids: Sequence[str], keys: Sequence[str]) -> int:
     """Approximate memory of ids and keys."""
     return sum(len(k) for k in keys) + sum(len(i) + 56 for i in ids)
@@ -396,6 +414,8 @@ class IndexCache:
             t0 = time.perf_counter()
             if self._server is not None:  # searched on the database server: nothing to keep
                 built = self._server.server_index(user_id, self.embedder)
+                if before is not None and _only_appended(before, built):
+                    built.carry_from(before)  # what the pipeline derived from the turns
             else:
                 with self._guard:
                     epoch = self._epochs.get(user_id, 0)

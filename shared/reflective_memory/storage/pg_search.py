@@ -83,20 +83,27 @@ class PgSearch:
         self._lock = TaskLock()  # held across a query: see `TaskLock`
         self._dims: set[int] = set()
 
-    def index_snapshot(self, user_id: str) -> tuple[int, list[str], list[str]]:
-        """`(version, ids, keys)` of a user's memories, read in one consistent snapshot."""
+    def index_snapshot(self, user_id: str) -> tuple[int, list[str], list[str], list[int]]:
+        """`(version, ids, keys, marks)` of a user's memories, read in one consistent snapshot.
+
+        A memory's mark (`seq`) comes from a sequence and is drawn again whenever its row is
+        written (an upsert, a new key, restored times), so equal ids with equal marks are
+        unchanged memories.
+        """
         with self.db.transaction(repeatable_read=True) as conn:
             row = conn.execute(
                 f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
             ).fetchone()
             rows = conn.execute(
-                f"SELECT id, key, key_crc FROM {self._s}.memories WHERE user_id=%s ORDER BY seq",
+                f"SELECT id, key, key_crc, seq FROM {self._s}.memories WHERE user_id=%s "
+                "ORDER BY seq",
                 (user_id,),
             ).fetchall()
         return (
             (0 if row is None else int(row[0])),
             [r[0] for r in rows],
-            checked_keys(user_id, rows),
+            checked_keys(user_id, [r[:3] for r in rows]),
+            [int(r[3]) for r in rows],
         )
 
     def stale_embeddings(self, user_id: str, model: str, dim: int) -> tuple[list[str], list[str]]:

@@ -560,7 +560,8 @@ class PostgresStore:
             with conn.cursor() as cur:
                 cur.executemany(
                     f"UPDATE {self._s}.memories SET key=%s, key_crc=%s, lex=%s, embedding=NULL,"
-                    " embed_dim=NULL, embed_model=NULL WHERE user_id=%s AND id=%s",
+                    f" embed_dim=NULL, embed_model=NULL, seq=nextval('{self._s}.memories_seq')"
+                    " WHERE user_id=%s AND id=%s",
                     [(k, text_crc(k), _lex(k), user_id, i) for i, k in zip(ids, keys, strict=True)],
                 )
             self._bump(conn, user_id)
@@ -654,7 +655,8 @@ class PostgresStore:
                 [(c, e, user_id, sid) for sid, (c, e) in sessions.items()],
             )
             cur.executemany(
-                f"UPDATE {s}.memories SET created_at=%s, updated_at=%s WHERE user_id=%s AND id=%s",
+                f"UPDATE {s}.memories SET created_at=%s, updated_at=%s,"
+                f" seq=nextval('{s}.memories_seq') WHERE user_id=%s AND id=%s",
                 [(c, u, user_id, mid) for mid, (c, u) in memories.items()],
             )
             if memories:

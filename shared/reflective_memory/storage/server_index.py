@@ -185,9 +185,11 @@ def build_server_index(server: PgSearch, user_id: str, embedder: Any) -> UserInd
         for s in range(0, len(ids), 4096):
             emb = embedder.encode(keys[s : s + 4096])
             server.set_embeddings(user_id, ids[s : s + 4096], emb, model)
-    version, ids, keys = server.index_snapshot(user_id)
+    version, ids, keys, marks = server.index_snapshot(user_id)
     threshold = server.hnsw_threshold
     approximate = threshold is not None and len(ids) > threshold
     dense = ServerDenseIndex(server, user_id, ids, dim, model, approximate=approximate)
     lexical = ServerLexicalIndex(server, user_id, ids)
-    return UserIndex(user_id, version, ids, dense, keys, _lexical=lexical)  # type: ignore[arg-type]
+    built = UserIndex(user_id, version, ids, dense, keys, _lexical=lexical)  # type: ignore[arg-type]
+    built.extras["row_marks"] = marks
+    return built
