@@ -147,3 +147,21 @@ def test_bench_retrieval_dsn_does_not_go_with_units(tmp_path):
     )  # fmt: skip
     with pytest.raises(ConfigError, match="--units"):
         _run(args)
+
+
+def test_bench_chat_times_retrieval_after_a_write_on_both_backends(tmp_path, pg_dsn) -> None:
+    import json
+
+    from reflective_bench.chat import format_chat_table, run_chat_bench
+
+    from tests.test_formats import LOCOMO
+
+    f = tmp_path / "locomo.json"
+    f.write_text(json.dumps(LOCOMO))
+    for dsn in (None, pg_dsn):
+        rows = run_chat_bench(
+            str(f), [30], HashingEmbedder(64), questions=3, progress=False, dsn=dsn
+        )
+        assert [r["system"] for r in rows] == ["default · retrieve()", "plain turn dense top-5"]
+        assert all(r["size"] == 30 and r["after_write"][0] > 0 for r in rows)
+        assert "| 30 | default · retrieve() |" in format_chat_table(rows)

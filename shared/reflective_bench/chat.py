@@ -29,7 +29,7 @@ from reflective_memory.embed import Embedder
 from reflective_memory.io import load_conversations
 from tqdm import tqdm
 
-from reflective_bench.retrieval import add_embedder_arguments, make_embedder
+from reflective_bench.retrieval import _pg_stores, add_embedder_arguments, make_embedder
 
 __all__ = ["run_chat_bench", "format_chat_table", "register"]
 
@@ -65,6 +65,7 @@ def run_chat_bench(
     *,
     questions: int = 100,
     progress: bool = True,
+    dsn: str | None = None,
 ) -> list[dict[str, Any]]:
     """Time steady and after-write retrievals at each history size (see the module doc).
 
@@ -74,6 +75,8 @@ def run_chat_bench(
         embedder: Embedder of every memory (cached vectors for stored texts).
         questions: Questions timed per size (cycled when the file has fewer).
         progress: Show progress bars.
+        dsn: Run on this PostgreSQL server (a fresh schema per memory, dropped after) instead
+            of an embedded store in a temporary directory.
 
     Returns:
         One row per (size, system) with p50/p95 ms of each step.
@@ -93,23 +96,30 @@ def run_chat_bench(
             ("plain turn dense top-5", _PLAIN, {"k": 5, "mode": "dense"}),
         ):
             with tempfile.TemporaryDirectory() as tmp:
-                mem = ReflectiveMemory(tmp, embedder=embedder, config=MemoryConfig(**overrides))
-                with mem:
-                    _fill(mem, turns, size, per=20)
-                    mem.retrieve("u", "warm up", **kw)
-                    steady, add, after = [], [], []
-                    for q in tqdm(asked, desc=f"chat {size} {name}", disable=not progress):
-                        t0 = time.perf_counter()
-                        mem.retrieve("u", q, **kw)
-                        t1 = time.perf_counter()
-                        turn = next(incoming)
-                        mem.add_turn("u", "live", turn["role"], turn["text"])
-                        t2 = time.perf_counter()
-                        mem.retrieve("u", q, **kw)
-                        t3 = time.perf_counter()
-                        steady.append(t1 - t0)
-                        add.append(t2 - t1)
-                        after.append(t3 - t2)
+                store, drop = _pg_stores(dsn)() if dsn else (None, None)
+                config = MemoryConfig(**overrides)
+                where = None if store is not None else tmp
+                try:
+                    mem = ReflectiveMemory(where, store=store, embedder=embedder, config=config)
+                    with mem:
+                        _fill(mem, turns, size, per=20)
+                        mem.retrieve("u", "warm up", **kw)
+                        steady, add, after = [], [], []
+                        for q in tqdm(asked, desc=f"chat {size} {name}", disable=not progress):
+                            t0 = time.perf_counter()
+                            mem.retrieve("u", q, **kw)
+                            t1 = time.perf_counter()
+                            turn = next(incoming)
+                            mem.add_turn("u", "live", turn["role"], turn["text"])
+                            t2 = time.perf_counter()
+                            mem.retrieve("u", q, **kw)
+                            t3 = time.perf_counter()
+                            steady.append(t1 - t0)
+                            add.append(t2 - t1)
+                            after.append(t3 - t2)
+                finally:
+                    if drop is not None:
+                        drop()
             rows.append(
                 {
                     "size": size,
@@ -141,7 +151,7 @@ def format_chat_table(rows: Sequence[dict[str, Any]]) -> str:
 def _run(args: argparse.Namespace) -> int:
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     embedder = make_embedder(args.embedder, args.cache)
-    rows = run_chat_bench(args.data, sizes, embedder, questions=args.questions)
+    rows = run_chat_bench(args.data, sizes, embedder, questions=args.questions, dsn=args.dsn)
     print(format_chat_table(rows))  # noqa: T201 - the bench's output
     return 0
 
@@ -157,5 +167,6 @@ def register(bench: Any) -> None:
     p.add_argument("--data", required=True, help="conversation file (.json or .json.gz)")
     p.add_argument("--sizes", default="1000,10000", help="comma list of history sizes (turns)")
     p.add_argument("--questions", type=int, default=100, help="timed questions per size")
+    p.add_argument("--dsn", default=None, help="run on this PostgreSQL server (fresh schemas)")
     add_embedder_arguments(p)
     p.set_defaults(func=_run)
