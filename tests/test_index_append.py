@@ -72,6 +72,24 @@ def test_a_new_turn_extends_the_index_and_retrieves_as_a_fresh_build(mem) -> Non
     assert mem.indexes.get("u").carried is None  # a build from scratch carries nothing
 
 
+def test_bm25_built_versions_ago_is_extended_by_every_key_it_lacks(mem) -> None:
+    """Versions that search densely build no BM25; the next hybrid search extends the last one."""
+    _chat(mem, 12)
+    mem.retrieve("u", "warm up", mode="hybrid")  # BM25 of this version
+    mem.add_turn("u", "s1", "user", "Ana: the zeppelin flew over the harbour")
+    mem.retrieve("u", "warm up", mode="dense")  # a version that builds no BM25
+    mem.add_turn("u", "s1", "user", "Ana: the lighthouse keeper waved")
+    got = [h.memory.id for h in mem.retrieve("u", "zeppelin harbour", k=3, mode="lexical").hits]
+    index = mem.indexes.get("u")
+    assert index.carried is not None and index.lexical.size == len(index.ids)
+    fresh = _fresh(mem, "u", mode="hybrid")
+    mem.indexes.invalidate("u")
+    assert got == [
+        h.memory.id for h in mem.retrieve("u", "zeppelin harbour", k=3, mode="lexical").hits
+    ]
+    assert fresh == _hits(mem, "u", mode="hybrid")
+
+
 def test_a_rewritten_key_is_not_carried(mem) -> None:
     _chat(mem, 6)
     mem.retrieve("u", "warm up")
@@ -132,10 +150,10 @@ class CarriedIndexMachine(RuleBasedStateMachine):
     def note(self, words: list[str]) -> None:
         self.mem.put_memory("u", " ".join(words))
 
-    @rule(budget=st.sampled_from([None, 120, 400]))
-    def retrieve(self, budget: int | None) -> None:
-        if self.mem.users():
-            self.mem.retrieve("u", "my sister", budget_tokens=budget, mode="hybrid")
+    @rule(budget=st.sampled_from([None, 120, 400]), mode=st.sampled_from(["dense", "hybrid"]))
+    def retrieve(self, budget: int | None, mode: str) -> None:
+        if self.mem.users():  # a dense search builds no BM25 for its version
+            self.mem.retrieve("u", "my sister", budget_tokens=budget, mode=mode)
             self.carried += self.mem.indexes.get("u").carried is not None
 
     @rule(budget=st.sampled_from([None, 300]))
@@ -167,3 +185,36 @@ def test_a_reused_row_mark_is_not_mistaken_for_an_append(mem) -> None:
     assert mem.indexes.get("u").carried is None
     assert all(mid != newest.id for mid, _, _ in got)
     assert got == _fresh(mem, "u")
+
+
+def test_readers_and_a_writer_in_threads_share_versions_safely(tmp_path: Path) -> None:
+    """Readers of an older version keep filling its caches while newer versions copy them."""
+    import threading
+
+    config = CONFIG.replace(passages={"budget_unit": "words"})
+    with ReflectiveMemory(tmp_path / "m", embedder=HashingEmbedder(64), config=config) as mem:
+        _chat(mem, 40)
+        mem.end_session("u", "s0")
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def read() -> None:
+            try:
+                while not stop.is_set():
+                    for q in QUERIES:
+                        assert mem.retrieve("u", q, budget_tokens=200).hits
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read) for _ in range(3)]
+        for t in readers:
+            t.start()
+        for i in range(25):
+            mem.add_turn(
+                "u", f"live{i % 3}", "user", f"Ana: note {i} about the lakes and my sister"
+            )
+        stop.set()
+        for t in readers:
+            t.join()
+        assert not errors, errors[0]
+        assert _hits(mem, "u", budget_tokens=200) == _fresh(mem, "u", budget_tokens=200)

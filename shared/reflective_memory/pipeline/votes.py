@@ -68,7 +68,8 @@ class UserTurns:
             before = self._carried(user_id, index, "session_turns")
             if before is not None:  # the sessions the new memories are of are read again
                 touched = self._touched(user_id, index)
-                cache = {sid: ts for sid, ts in before.items() if sid not in touched}
+                # dict() copies in one step: readers of the older version may still add to it
+                cache = {sid: ts for sid, ts in dict(before).items() if sid not in touched}
                 if preload:
                     for sid in touched:
                         turns = self.store.turns(user_id, sid)
@@ -81,7 +82,8 @@ class UserTurns:
                         cache.setdefault(t.session_id, []).append(t)
                     for turns in cache.values():
                         turns.sort(key=lambda t: t.position)
-            index.extras["session_turns"] = cache
+            # the first reader's copy wins: every stage of this version reads the same turns
+            cache = index.extras.setdefault("session_turns", cache)
         return cache
 
     @staticmethod
@@ -105,8 +107,9 @@ class UserTurns:
         got = index.extras.get("touched")
         if got is None:
             n = index.carried.appended_from if index.carried is not None else 0
-            got = index.extras["touched"] = frozenset(
-                m.session_id for m in self.units(user_id, index)[n:] if m is not None
+            got = index.extras.setdefault(
+                "touched",
+                frozenset(m.session_id for m in self.units(user_id, index)[n:] if m is not None),
             )
         return got
 
@@ -124,10 +127,10 @@ class UserTurns:
                 if index.carried.extras.get("labels") == labels:
                     touched = self._touched(user_id, index)
                     # keys: (session, position) of a line, ("header", session, dated)
-                    before = {k: v for k, v in before.items() if k[-2] not in touched}
+                    before = {k: v for k, v in dict(before).items() if k[-2] not in touched}
                 else:
                     before = None
-            got = index.extras["text_costs"] = before if before is not None else {}
+            got = index.extras.setdefault("text_costs", before if before is not None else {})
         return got
 
     def reader(self, user_id: str, index: UserIndex) -> SessionReader:
@@ -169,9 +172,13 @@ class UserTurns:
                         roles[t.role] += 1
                 said, roles = +said, +roles  # drop the counts that fell to zero
             else:
-                said = Counter(speaker_of(t) for turns in cache.values() for t in turns)
-                roles = Counter(t.role for turns in cache.values() for t in turns)
-            got = index.extras["said"] = (said, roles)
+                read = list(dict(cache).values())  # readers may add sessions meanwhile
+                said = Counter(speaker_of(t) for turns in read for t in turns)
+                roles = Counter(t.role for turns in read for t in turns)
+            if len(index) > PRELOAD_TURNS:  # recounted as sessions are read
+                got = index.extras["said"] = (said, roles)
+            else:
+                got = index.extras.setdefault("said", (said, roles))
         return got
 
     def newest(self, user_id: str, index: UserIndex) -> datetime | None:
@@ -179,7 +186,7 @@ class UserTurns:
         if "newest" not in index.extras:
             times = [
                 t.timestamp
-                for turns in self.sessions(user_id, index).values()
+                for turns in list(dict(self.sessions(user_id, index)).values())
                 for t in turns
                 if t.timestamp is not None
             ]
@@ -192,7 +199,8 @@ class UserTurns:
         """The speakers that are `Name: ` labels of chat-role turns, not roles."""
         got = index.extras.get("labels")
         if got is None:
-            roles = {t.role for turns in self.sessions(user_id, index).values() for t in turns}
+            read = dict(self.sessions(user_id, index)).values()
+            roles = {t.role for turns in read for t in turns}
             got = frozenset(self.speakers(user_id, index)) - roles
             index.extras["labels"] = got
         return got
@@ -207,7 +215,7 @@ class UserTurns:
             got = self.store.memories(user_id, new) if n else self.store.memories(user_id)
             light = {m.id: replace(m, text="", key="") for m in got}
             table = (before[:n] if n else []) + [light.get(i) for i in new]
-            index.extras["units"] = table
+            table = index.extras.setdefault("units", table)
         return table
 
     def provisional(self, user_id: str, index: UserIndex) -> frozenset[str]:
@@ -240,8 +248,8 @@ class UserTurns:
                 if m.granularity == "turn" and len(m.turn_ids) == 1
             )
             waiting = {i: key for i, key in waiting.items() if key not in covered}
-            index.extras["covered"] = (covered, waiting)
-            got = index.extras["provisional"] = frozenset(waiting)
+            covered, waiting = index.extras.setdefault("covered", (covered, waiting))
+            got = index.extras.setdefault("provisional", frozenset(waiting))
         return got
 
 
@@ -436,7 +444,7 @@ def _contentless_cache(index: UserIndex) -> dict[tuple[str, str], bool]:
     if got is None:
         carried = index.carried
         got = carried.extras.get("contentless") if carried is not None else None
-        got = index.extras["contentless"] = {} if got is None else got
+        got = index.extras.setdefault("contentless", {} if got is None else got)
     return got
 
 

@@ -14,6 +14,7 @@ Scores are the Lucene variant of BM25 (`k1` = 1.5, `b` = 0.75), as in Kamphuis e
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -75,6 +76,7 @@ class LexicalIndex:
 
     def __init__(self, keys: Sequence[str]) -> None:
         self._vocab: dict[str, int] = {}
+        self._vocab_lock = threading.Lock()  # versions extended in other threads share the vocab
         self._blocks: list[_Block] = []
         self._lengths = np.zeros(0, np.float64)
         self._extend(keys)
@@ -92,6 +94,7 @@ class LexicalIndex:
         """
         out = LexicalIndex.__new__(LexicalIndex)
         out._vocab = self._vocab  # grows only; ids this index does not hold have no postings
+        out._vocab_lock = self._vocab_lock
         out._blocks = list(self._blocks)
         out._lengths = self._lengths
         out._extend(keys)
@@ -101,10 +104,9 @@ class LexicalIndex:
         if not keys:
             return
         vocab = self._vocab
-        docs = []
-        for key in keys:
-            tokens = lexical_tokens(key) or [_EMPTY]
-            docs.append([vocab.setdefault(t, len(vocab)) for t in tokens])
+        tokenized = [lexical_tokens(key) or [_EMPTY] for key in keys]
+        with self._vocab_lock:  # a token's id is the vocabulary's size when it is first seen
+            docs = [[vocab.setdefault(t, len(vocab)) for t in tokens] for tokens in tokenized]
         self._blocks.append(_Block(self.size, docs))
         self._lengths = np.concatenate(
             [self._lengths, np.fromiter((len(d) for d in docs), np.float64, len(docs))]

@@ -177,7 +177,8 @@ class Carried:
         appended_from: Positions before this one are the previous version's, unchanged.
         extras: The previous version's `UserIndex.extras` (read only: components copy what
             they take, since readers of the previous version may still use it).
-        lexical: The previous version's BM25 index, if it was built.
+        lexical: The newest earlier BM25 index built over a prefix of these keys (the previous
+            version's, or the one it carried itself when it built none).
     """
 
     appended_from: int
@@ -218,7 +219,8 @@ class UserIndex:
         if self._lexical is None:
             before = self.carried.lexical if self.carried is not None else None
             if before is not None and self.carried is not None:
-                self._lexical = before.extended(self.keys[self.carried.appended_from :])
+                # `before` may be older than the previous version: extend it by all it lacks
+                self._lexical = before.extended(self.keys[before.size :])
                 self.carried.lexical = None
             else:
                 self._lexical = LexicalIndex(self.keys)
