@@ -471,7 +471,6 @@ def main(argv: Sequence[str] | None = None, _run: Callable[..., int] = run) -> i
     """Standalone entry: `python -m reflective_bench.feedback --data ...`."""
     p = _arguments_parser()
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
     return _run(p.parse_args(argv))
 
 

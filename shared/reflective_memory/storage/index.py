@@ -2,13 +2,14 @@
 
 `DenseIndex` wraps a FAISS inner-product index over L2-normalised key embeddings (cosine): exact
 (`IndexFlatIP`) for small users, approximate (IVF or HNSW, see `AnnSettings`) above a configurable
-size, always built from the stored embeddings; `LexicalIndex` wraps a bm25s index over the keys.
-`IndexCache` keeps one `UserIndex` per user, keyed by the store's per-user version, in a
+size, always built from the stored embeddings; `LexicalIndex` (`storage/bm25.py`) is BM25 over
+the keys. `IndexCache` keeps one `UserIndex` per user, keyed by the store's per-user version, in a
 least-recently-used cache bounded by memory, and persists dense indexes under the store
 directory. A persisted index is trusted only when its sealed metadata file checks
 (`checksum.unseal`), the FAISS file matches the SHA-256 recorded there, and it matches the store
 version, the embedder (name and dimension) and its own counts; a damaged file is logged as a
-warning and, like a stale one, rebuilt from the stored embeddings.
+warning and, like a stale one, rebuilt from the stored embeddings. A version that only appended
+memories to the cached one extends it (`UserIndex.carried`).
 """
 
 from __future__ import annotations
