@@ -398,7 +398,7 @@ def test_bench_retrieval_on_postgres_matches_the_embedded_baselines(pg_dsn, tmp_
     """`bench retrieval --dsn`: every system on its own schema, dropped afterwards; the plain
     dense baseline ranks the same on both backends."""
     import psycopg
-    from reflective_bench.retrieval import _pg_stores, coverage_at_budget
+    from reflective_bench.retrieval import coverage_at_budget, pg_stores
     from reflective_bench.systems import BASELINES, DEFAULT, run_systems
     from reflective_memory.io import load_conversations
     from test_bench_feedback import _locomo_file
@@ -406,7 +406,7 @@ def test_bench_retrieval_on_postgres_matches_the_embedded_baselines(pg_dsn, tmp_
     convs = load_conversations(_locomo_file(tmp_path, users=2, questions=4))
     systems = [DEFAULT, BASELINES[0]]
     kw = {"embedder": HashingEmbedder(64), "budgets": [20, 60], "coverage_fn": coverage_at_budget}
-    on_pg = run_systems(convs, systems, stores=_pg_stores(pg_dsn), progress=False, **kw)
+    on_pg = run_systems(convs, systems, stores=pg_stores(pg_dsn), progress=False, **kw)
     local = run_systems(convs, systems, progress=False, **kw)
     dense = BASELINES[0].name
     for b in (20, 60):

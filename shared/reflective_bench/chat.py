@@ -29,7 +29,7 @@ from reflective_memory.embed import Embedder
 from reflective_memory.io import load_conversations
 from tqdm import tqdm
 
-from reflective_bench.retrieval import _pg_stores, add_embedder_arguments, make_embedder
+from reflective_bench.retrieval import add_embedder_arguments, make_embedder, pg_stores
 
 __all__ = ["run_chat_bench", "format_chat_table", "register"]
 
@@ -96,7 +96,7 @@ def run_chat_bench(
             ("plain turn dense top-5", _PLAIN, {"k": 5, "mode": "dense"}),
         ):
             with tempfile.TemporaryDirectory() as tmp:
-                store, drop = _pg_stores(dsn)() if dsn else (None, None)
+                store, drop = pg_stores(dsn)() if dsn else (None, None)
                 config = MemoryConfig(**overrides)
                 where = None if store is not None else tmp
                 try:

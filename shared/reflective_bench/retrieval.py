@@ -366,7 +366,7 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _pg_stores(dsn: str) -> Callable[[], tuple[Any, Callable[[], None]]]:
+def pg_stores(dsn: str) -> Callable[[], tuple[Any, Callable[[], None]]]:
     """Each call: a `PostgresStore` on a new, empty schema, and a clean-up that drops it."""
     import uuid
 
@@ -417,7 +417,7 @@ def _run_systems(
         budgets=budgets,
         coverage_fn=coverage_at_budget,
         denoiser=denoiser,
-        stores=None if args.dsn is None else _pg_stores(args.dsn),
+        stores=None if args.dsn is None else pg_stores(args.dsn),
         topk=args.topk,
         session_recall_fn=session_recall,
     )

@@ -65,7 +65,7 @@ class UserTurns:
         cache: dict[str, list[Turn]] | None = index.extras.get("session_turns")
         if cache is None:
             preload = len(index) <= PRELOAD_TURNS
-            before = self._carried(user_id, index, "session_turns")
+            before = self._carried(index, "session_turns")
             if before is not None:  # the sessions the new memories are of are read again
                 touched = self._touched(user_id, index)
                 # dict() copies in one step: readers of the older version may still add to it
@@ -87,7 +87,7 @@ class UserTurns:
         return cache
 
     @staticmethod
-    def _carried(user_id: str, index: UserIndex, name: str) -> Any:
+    def _carried(index: UserIndex, name: str) -> Any:
         """`name` of the previous index version when this one only appended to it, else None.
 
         The whole-history preload is carried only between versions on the same side of
@@ -121,7 +121,7 @@ class UserTurns:
         """
         got = index.extras.get("text_costs")
         if got is None:
-            before = self._carried(user_id, index, "text_costs")
+            before = self._carried(index, "text_costs")
             labels = self.labels(user_id, index)
             if before is not None and index.carried is not None:
                 if index.carried.extras.get("labels") == labels:
@@ -159,8 +159,8 @@ class UserTurns:
         cache = self.sessions(user_id, index)
         got = index.extras.get("said")
         if got is None or len(index) > PRELOAD_TURNS:
-            before = self._carried(user_id, index, "said")
-            old = self._carried(user_id, index, "session_turns")
+            before = self._carried(index, "said")
+            old = self._carried(index, "session_turns")
             if before is not None and old is not None and len(index) <= PRELOAD_TURNS:
                 said, roles = Counter(before[0]), Counter(before[1])
                 for sid in self._touched(user_id, index):
@@ -209,7 +209,7 @@ class UserTurns:
         """Each index position's memory without its text (cached per index version)."""
         table = index.extras.get("units")
         if table is None:
-            before = self._carried(user_id, index, "units")
+            before = self._carried(index, "units")
             n = index.carried.appended_from if before is not None and index.carried else 0
             new = index.ids[n:]
             got = self.store.memories(user_id, new) if n else self.store.memories(user_id)
@@ -228,7 +228,7 @@ class UserTurns:
         got = index.extras.get("provisional")
         if got is None:
             table = self.units(user_id, index)
-            before = self._carried(user_id, index, "covered")
+            before = self._carried(index, "covered")
             if before is not None and index.carried is not None:
                 n = index.carried.appended_from
                 covered, waiting = set(before[0]), dict(before[1])  # copies: theirs stay

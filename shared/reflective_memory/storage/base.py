@@ -317,6 +317,10 @@ class KeyListing(Protocol):
         """
         ...
 
+    def row_mark(self, user_id: str, memory_id: str) -> int | None:
+        """The row mark of one memory (None when the user has no such memory)."""
+        ...
+
 
 @runtime_checkable
 class StateHolder(Protocol):

@@ -486,10 +486,10 @@ class IndexCache:
                 vectors[i] = np.frombuffer(blob, dtype=np.float32)
         self._embed_missing(user_id, ids, keys, vectors, missing)
         built = UserIndex(user_id, version, ids, build_dense_index(vectors, self.ann), keys)
-        if isinstance(self.store, KeyListing):  # what a later append is checked against
-            got_ids, got_keys, marks, _ = self.store.memory_keys(user_id)
-            if got_ids == ids and got_keys == keys:
-                built.extras["last_mark"] = marks[-1] if marks else 0
+        if isinstance(self.store, KeyListing) and ids:  # what a later append is checked against
+            mark = self.store.row_mark(user_id, ids[-1])
+            if self.store.version(user_id) == version:  # nothing written since the read
+                built.extras["last_mark"] = mark
         self._save(built, epoch)
         return built
 

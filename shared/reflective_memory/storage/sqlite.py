@@ -573,6 +573,15 @@ class SQLiteStore:
         return [r[0] for r in rows], keys, [r[2] for r in rows], int(total)
 
     @_guarded
+    def row_mark(self, user_id: str, memory_id: str) -> int | None:
+        """See `KeyListing.row_mark` (the rowid)."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT rowid FROM memories WHERE id=? AND +user_id=?", (memory_id, user_id)
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    @_guarded
     def vectors(self, user_id: str, ids: Sequence[str], model: str) -> dict[str, np.ndarray]:
         """Stored embeddings of some memories of a user made by `model` (others left out)."""
         out: dict[str, np.ndarray] = {}
