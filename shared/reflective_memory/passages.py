@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from reflective_memory.settings import check_bool, check_choice, check_int, check_number
+from reflective_memory.speakers import speaker_of
 from reflective_memory.text import format_date, lexical_tokens
 from reflective_memory.types import Hit, Memory, Turn
 
@@ -41,9 +42,7 @@ __all__ = [
     "apply_speaker_focus",
     "apply_time_frame",
     "without_present_cue",
-    "speaker_of",
     "addressed_role",
-    "CHAT_ROLES",
     "TurnVotes",
     "collect_votes",
     "pack_passages",
@@ -364,11 +363,6 @@ def apply_time_frame(
     return raised
 
 
-#: Roles a chat app stores turns under; a `Name: ` at the start of such a turn names its speaker.
-CHAT_ROLES = frozenset({"user", "assistant", "human", "ai"})
-_LABEL = re.compile(r"([A-Z][\w'.-]*(?: [A-Z][\w'.-]*){0,2}): ")
-
-
 _TO_ASSISTANT = re.compile(
     r"\byou (?:say|said|tell|told|gave|give|wrote|write|mention|recommend|suggest|provide|list|"
     r"name|share|explain|describe)(?:e?d)?\b"
@@ -395,26 +389,6 @@ def addressed_role(query: str) -> str | None:
     if _FIRST_PERSON.search(query):
         return "user"
     return None
-
-
-def speaker_of(turn: Turn) -> str:
-    """Who said a turn: its role, or the `Name: ` its text opens with under a chat role.
-
-    Apps that keep `user` / `assistant` roles often write the person into the text
-    (`Emi: see you at 8`); the name is the speaker a question can name.
-
-    Example:
-        >>> from reflective_memory.types import Turn
-        >>> speaker_of(Turn("u", "s", "user", "Emi: see you at 8", "s:0", 0))
-        'Emi'
-        >>> speaker_of(Turn("u", "s", "Kate", "Note: bring cake", "s:1", 1))
-        'Kate'
-    """
-    if turn.role.strip().casefold() in CHAT_ROLES:
-        m = _LABEL.match(turn.text)
-        if m is not None:
-            return m.group(1)
-    return turn.role
 
 
 def apply_speaker_focus(

@@ -53,7 +53,8 @@ class UnitConfig:
             add topical context.
         speaker_keys: Keys of units built from turns start each line with the speaker
             (`Kate: ...`), so keyword search finds what a named person said; dense vectors are
-            made from the utterances alone (so vectors of raw turns are reused).
+            made from the utterances alone, without the `Name: ` label a chat-role turn opens
+            with (`speakers.utterance`). Off: keys and vectors are of the texts as given.
         date_prefix: Start each memory's text with its session date when known.
         segment_vectors: Vector of a multi-turn unit with a raw key: `mean` (the normalised
             mean of its turns' vectors, nothing embedded again) or `embed` (embed the key).

@@ -23,11 +23,11 @@ from reflective_memory.passages import (
     collect_votes,
     named_speaker,
     present_tense,
-    speaker_of,
     without_name,
     without_present_cue,
 )
 from reflective_memory.pipeline.state import RetrievalState
+from reflective_memory.speakers import speaker_of
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.text import contentless
@@ -141,7 +141,7 @@ class UserTurns:
         """Who speaks in the user's turns (of the sessions read so far above `PRELOAD_TURNS`).
 
         A speaker is a turn's role, or the `Name: ` a chat-role turn opens with
-        (`passages.speaker_of`) when at least `MIN_LABELLED` turns open with that name (so a
+        (`speakers.speaker_of`) when at least `MIN_LABELLED` turns open with that name (so a
         lone "Note: ..." is no speaker).
         """
         speakers = index.extras.get("speakers")

@@ -20,6 +20,7 @@ from reflective_memory.llm import LLMClient
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.sessions.recovery import LostTurns
+from reflective_memory.speakers import utterance
 from reflective_memory.storage.base import (
     MemoryDraft,
     MemoryStore,
@@ -359,7 +360,7 @@ class SessionWriter:
         by_user: dict[str, list[MemoryDraft]] = {}
         texts: dict[str, list[str]] = {}
         for t in stored:
-            texts.setdefault(t.user_id, []).append(t.text)
+            texts.setdefault(t.user_id, []).append(self._dense_text(t))
             info = self.store.session(t.user_id, t.session_id) if t.position else None
             first = info.first_time if info is not None else t.timestamp
             draft = unit_draft(
@@ -427,7 +428,7 @@ class SessionWriter:
             else:
                 missing.append(i)
         if missing:
-            out[missing] = self.embed_keys([turns[i].text for i in missing])
+            out[missing] = self.embed_keys([self._dense_text(turns[i]) for i in missing])
         return out
 
     def _unit_vectors(
@@ -506,6 +507,14 @@ class SessionWriter:
         check_id("user_id", user_id)
         check_id("session_id", session_id)
         return self.store.get_value(f"rmm.reflection/{user_id}/{session_id}")
+
+    def _dense_text(self, turn: Turn) -> str:
+        """The text a turn's dense vector is made from.
+
+        With `units.speaker_keys`, the utterance alone: a chat-role turn's `Name: ` label goes
+        to the keyword key only.
+        """
+        return utterance(turn) if self.config.units.speaker_keys else turn.text
 
     def embed_keys(self, keys: list[str]) -> np.ndarray:
         """Vectors of key texts, cut to `units.embed_max_chars`, in large batches."""
