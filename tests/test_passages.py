@@ -613,3 +613,36 @@ def test_labelled_speakers_read_without_the_role_in_passages() -> None:
         assert "Paola: Great, which studio did you pick?" in lines
         assert "user: Remember: the class starts at 10." in lines
         assert not any(ln.startswith(("user: Emi", "assistant: Paola")) for ln in lines)
+
+
+def test_lowercase_labels_name_speakers_and_stay_out_of_dense_vectors() -> None:
+    """`elise: ...` names a speaker as `Elise: ...` does; vectors are of the words said."""
+    from reflective_memory.speakers import speaker_of, utterance
+    from reflective_memory.types import Turn
+
+    turn = Turn("u", "s", "assistant", "elise: I bought a blue kettle today.", "s:0", 0)
+    assert speaker_of(turn) == "elise"
+    assert utterance(turn) == "I bought a blue kettle today."
+    named = replace(turn, role="elise")  # a speaker stored as the role keeps its text
+    assert speaker_of(named) == "elise" and utterance(named) == named.text
+    chat = [
+        ("user", "kate: I adopted a parrot called Kiwi."),
+        ("assistant", "elise: I bought a blue kettle today."),
+        ("user", "kate: Kiwi already says hello."),
+        ("assistant", "elise: My kettle whistles like a parrot."),
+        ("user", "kate: Kiwi would love that kettle."),
+        ("assistant", "elise: I will bring the kettle over."),
+    ]
+    for speaker_keys in (True, False):
+        emb = CountingEmbedder()
+        cfg = _cfg(units={"speaker_keys": speaker_keys})
+        with ReflectiveMemory(embedder=emb, config=cfg) as mem:
+            for i, (role, text) in enumerate(chat):
+                mem.add_turn("u", "s1", role, text, timestamp=f"2026-02-0{1 + i}")
+            mem.end_session("u", "s1")
+            said = [t.split(": ", 1)[1] for _, t in chat]
+            assert emb.texts[: len(chat)] == (said if speaker_keys else [t for _, t in chat])
+            if speaker_keys:  # the question names elise: her turns come first
+                r = mem.retrieve("u", "What did Elise buy?", k=2)
+                assert r.diagnostics["speaker"] == "elise"
+                assert all("elise: " in h.memory.text for h in r.hits)
