@@ -470,6 +470,13 @@ def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
     assert addressed_role("What did you suggest for my trip to Lisbon?") == "assistant"
     assert addressed_role("Where did I say my sister lives?") == "user"
     assert addressed_role("When is the Lisbon trip?") is None
+    # a request is answered from the user's own words; a question back to an earlier chat
+    # may be answered by either side; what the assistant made or wrote is the assistant's
+    assert addressed_role("Can you suggest a book I would like?") == "user"
+    assert addressed_role("Could you recommend a show for me to watch tonight?") == "user"
+    assert addressed_role("Can you remind me which trail I should take?") is None
+    assert addressed_role("In our previous chat, what name did we pick?") is None
+    assert addressed_role("What was the move you made after Kg2?") == "assistant"
     chat = [
         ("user", "Can you recommend a restaurant in Lisbon?"),
         ("assistant", "Try Taberna da Rua das Flores, near Chiado."),

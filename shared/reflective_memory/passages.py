@@ -363,10 +363,18 @@ def apply_time_frame(
     return raised
 
 
-_TO_ASSISTANT = re.compile(
-    r"\byou (?:say|said|tell|told|gave|give|wrote|write|mention|recommend|suggest|provide|list|"
-    r"name|share|explain|describe)(?:e?d)?\b"
+_TO_ASSISTANT = re.compile(  # what the assistant said before, not a request ("can you suggest")
+    r"\b(?:you|you've|you have|you had) (?:said|told|gave|given|wrote|written|mentioned|"
+    r"recommended|suggested|provided|listed|named|shared|explained|described|made|created|"
+    r"proposed|came up with)\b"
+    r"|\bdid you (?:say|tell|give|write|mention|recommend|suggest|provide|list|name|share|"
+    r"explain|describe)\b"
     r"|\byour (?:suggestion|recommendation|advice|answer|list)",
+    re.IGNORECASE,
+)
+_BACK_TO_CHAT = re.compile(  # both sides spoke: "remind me", "our last chat", "we decided"
+    r"\bremind me\b|\bour (?:previous|last|earlier|other) (?:chat|conversation|discussion|talk)"
+    r"|\bwe (?:talked|discussed|decided|agreed|chatted)\b",
     re.IGNORECASE,
 )
 _FIRST_PERSON = re.compile(r"\b(?:I|my|me|mine|myself|I'm|I've|I'd)\b")
@@ -376,16 +384,23 @@ def addressed_role(query: str) -> str | None:
     """Whose words a question about a two-role chat asks for, from its person.
 
     "What did you recommend for ...?" asks for the assistant's turns; "Where do I work?" for
-    the user's. Neither cue (or a question naming a person) gives None.
+    the user's. A request ("Can you suggest a show for me?") is answered from what the user
+    said they like, so it is the user's. A question back to an earlier chat ("remind me",
+    "our previous conversation", "we decided") may be answered by either side: None, as
+    for a question with neither cue.
 
     Example:
         >>> addressed_role("Which hotel did you recommend?"), addressed_role("Where do I work?")
         ('assistant', 'user')
+        >>> addressed_role("Can you suggest something I could cook tonight?")
+        'user'
         >>> addressed_role("When is the concert?") is None
         True
     """
     if _TO_ASSISTANT.search(query):
         return "assistant"
+    if _BACK_TO_CHAT.search(query):
+        return None
     if _FIRST_PERSON.search(query):
         return "user"
     return None
