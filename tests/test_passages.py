@@ -653,3 +653,26 @@ def test_lowercase_labels_name_speakers_and_stay_out_of_dense_vectors() -> None:
                 r = mem.retrieve("u", "What did Elise buy?", k=2)
                 assert r.diagnostics["speaker"] == "elise"
                 assert all("elise: " in h.memory.text for h in r.hits)
+
+
+def test_a_stated_change_competes_for_the_present_even_when_it_matches_less() -> None:
+    """ "I'm moving to Neukölln" competes with "I live in Alfama" for "where do I live now"."""
+    from reflective_memory.passages import TurnVotes, apply_recency, states_a_change
+
+    sessions = {
+        "old": _turns("old", ["I live in Alfama in Lisbon."], "2025-01-12"),
+        "mid": _turns("mid", ["The bakery near me sells great rye bread."], "2025-04-01"),
+        "new": _turns("new", ["Big news: I'm moving to Neukölln on August 1."], "2025-07-06"),
+    }
+    assert states_a_change(sessions["new"][0].text)
+    assert not any(states_a_change(t.text) for t in sessions["old"] + sessions["mid"])
+    start = {("old", 0): 1.0, ("mid", 0): 0.6, ("new", 0): 0.5}
+    for changes in (False, True):
+        votes = TurnVotes()
+        for key, v in start.items():
+            votes.add(key, v, None)
+        # the move is far below the 10% margin of the best: only as a stated change it competes
+        assert apply_recency(votes, sessions.__getitem__, 0.25, 10, 0.1, changes=changes) is changes
+        assert votes.turn[("new", 0)] == pytest.approx(0.5 * 1.25 if changes else 0.5)
+        assert votes.turn[("old", 0)] == 1.0  # the oldest competitor keeps its vote
+        assert votes.turn[("mid", 0)] == 0.6  # a newer turn below the margin is never lifted

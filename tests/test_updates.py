@@ -103,12 +103,6 @@ def test_the_demo_knows_where_maya_lives_now_within_300_tokens():
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 28, open: the move (s5-t7) ranks 7th; widening the recency pool, or adding "
-    "statements of a change to it, reaches it but costs points at 250 words on LongMemEval "
-    "(BENCHMARKS.md)",
-)
 def test_the_demo_knows_where_maya_lives_now_in_five_turns():
     with _demo() as mem:
         top5 = [h.memory.turn_ids[0] for h in mem.retrieve("maya", "Where do I live now?", k=5)]

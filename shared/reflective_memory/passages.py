@@ -40,7 +40,9 @@ __all__ = [
     "named_speaker",
     "without_name",
     "apply_speaker_focus",
+    "apply_recency",
     "apply_time_frame",
+    "states_a_change",
     "without_present_cue",
     "addressed_role",
     "TurnVotes",
@@ -301,13 +303,16 @@ def apply_recency(
     weight: float,
     top: int = 10,
     margin: float = 1.0,
+    changes: bool = True,
 ) -> bool:
     """Scale the votes of the best turns by `1 + weight * r`, newest first.
 
     The turns that compete are the `top` best whose vote is at least `(1 - margin)` times the
-    best vote. `r` is 0 for the oldest of them and 1 for the newest, so the newest of the
-    memories that answer wins; weaker turns are left alone (a recent but unrelated turn is not
-    pulled up).
+    best vote, and (with `changes`) those of the `top` that state a change
+    (`states_a_change`: "I'm moving to Neukölln" competes with an older "I live in Alfama"
+    even when it matches the question's words less). `r` is 0 for the oldest of them and 1 for
+    the newest, so the newest of the memories that answer wins; weaker turns are left alone (a
+    recent but unrelated turn is not pulled up).
 
     Returns:
         Whether any vote changed (False when fewer than two distinct times are known).
@@ -315,7 +320,12 @@ def apply_recency(
     pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
     if pool:
         floor = (1.0 - margin) * votes.turn[pool[0]]
-        pool = [key for key in pool if votes.turn[key] >= floor]
+        pool = [
+            key
+            for key in pool
+            if votes.turn[key] >= floor
+            or (changes and states_a_change(session_turns(key[0])[key[1]].text))
+        ]
     times: dict[tuple[str, int], float] = {}
     for key in pool:
         e = _epoch(turn_time(session_turns(key[0]), key[1]))
@@ -327,6 +337,26 @@ def apply_recency(
     for key, e in times.items():
         votes.turn[key] *= 1.0 + weight * (e - lo) / (hi - lo)
     return True
+
+
+_CHANGE = re.compile(
+    r"\b(?:moved|moving|relocat\w*|new (?:job|flat|apartment|house|home|address|role|position|"
+    r"name|number|car|partner|place)|no longer|not any ?more|switched|changed|quit|left my|"
+    r"I'm now|from now on|instead)\b",
+    re.IGNORECASE,
+)
+
+
+def states_a_change(text: str) -> bool:
+    """Whether a turn says something changed: a move, a new job or name, "no longer", ...
+
+    Example:
+        >>> states_a_change("I found a flat! I'm moving to Neukölln on August 1.")
+        True
+        >>> states_a_change("I live in Alfama in Lisbon.")
+        False
+    """
+    return _CHANGE.search(text) is not None
 
 
 def turn_time(turns: Sequence[Turn], position: int) -> datetime | None:
