@@ -200,7 +200,11 @@ def test_deleted_turns_are_gone_from_passages_at_once() -> None:
         ("Do I still have the dog?", True),
         ("What do I do these days?", True),
         ("Where did I live in 2020?", False),
-        ("What breed is my dog?", False),
+        ("What breed is my dog?", True),  # the user's state in the simple present
+        ("Where do I live?", True),
+        ("Where did I live before the move?", False),
+        ("Where do I initially keep my old sneakers?", False),
+        ("What breed was my first dog?", False),
     ],
 )
 def test_present_tense_cues(query: str, expected: bool) -> None:
@@ -676,3 +680,23 @@ def test_a_stated_change_competes_for_the_present_even_when_it_matches_less() ->
         assert votes.turn[("new", 0)] == pytest.approx(0.5 * 1.25 if changes else 0.5)
         assert votes.turn[("old", 0)] == 1.0  # the oldest competitor keeps its vote
         assert votes.turn[("mid", 0)] == 0.6  # a newer turn below the margin is never lifted
+
+
+def test_recency_orders_sessions_not_turns_within_one() -> None:
+    """A later turn of the same conversation is no update: recency compares session times."""
+    from reflective_memory.passages import TurnVotes, apply_recency
+
+    sessions = {
+        "old": _turns("old", ["I live in Alfama."], "2025-01-12"),
+        "new": _turns("new", ["I moved to Berlin.", "Berlin is grey in winter."], "2025-05-18"),
+    }
+    votes = TurnVotes()
+    for key, v in {("new", 0): 1.0, ("new", 1): 0.97}.items():
+        votes.add(key, v, None)
+    assert apply_recency(votes, sessions.__getitem__, 0.25, 10, 0.1) is False  # one session
+    assert votes.turn == {("new", 0): 1.0, ("new", 1): 0.97}
+    votes.add(("old", 0), 0.99, None)
+    assert apply_recency(votes, sessions.__getitem__, 0.25, 10, 0.1) is True
+    assert votes.turn[("new", 0)] == pytest.approx(1.25)
+    assert votes.turn[("new", 1)] == pytest.approx(0.97 * 1.25)  # its order within the session kept
+    assert votes.turn[("old", 0)] == 0.99

@@ -105,5 +105,6 @@ def test_the_demo_knows_where_maya_lives_now_within_300_tokens():
 @pytest.mark.integration
 def test_the_demo_knows_where_maya_lives_now_in_five_turns():
     with _demo() as mem:
-        top5 = [h.memory.turn_ids[0] for h in mem.retrieve("maya", "Where do I live now?", k=5)]
-        assert "s5-t7" in top5  # "I'm moving to Neukölln on August 1"
+        for question in ("Where do I live now?", "Where do I live?"):
+            top5 = [h.memory.turn_ids[0] for h in mem.retrieve("maya", question, k=5)]
+            assert "s5-t7" in top5, question  # "I'm moving to Neukölln on August 1"

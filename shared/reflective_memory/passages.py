@@ -63,6 +63,19 @@ _PRESENT = re.compile(
 )
 
 
+_STATE_NOW = re.compile(  # the user's state, in the simple present: "where do I live?"
+    r"\b(?:do I|am I|is my|are my|what's my|who's my|where's my)\b",
+    re.IGNORECASE,
+)
+
+
+_PAST = re.compile(
+    r"\b(?:initially|originally|at first|first|used to|before|previously|earlier|ago|last|"
+    r"back then|once)\b",
+    re.IGNORECASE,
+)
+
+
 def present_tense(query: str) -> bool:
     """Whether a question asks about the present state of things.
 
@@ -70,13 +83,19 @@ def present_tense(query: str) -> bool:
         query: The question.
 
     Returns:
-        True when it holds a cue such as "now", "currently", "these days", "still", "latest".
+        True when it holds a cue such as "now", "currently", "these days", "still", "latest",
+        or asks about the user's state in the simple present ("where do I live?", "what is
+        my job?" read as "is my") without a cue of the past ("initially", "before", "ago").
 
     Example:
         >>> present_tense("Where do I live now?"), present_tense("Where did I live in 2020?")
         (True, False)
+        >>> present_tense("Where do I live?"), present_tense("Where do I initially keep it?")
+        (True, False)
     """
-    return bool(_PRESENT.search(query))
+    if _PRESENT.search(query):
+        return True
+    return bool(_STATE_NOW.search(query)) and not _PAST.search(query)
 
 
 def without_present_cue(query: str) -> str:
@@ -311,8 +330,9 @@ def apply_recency(
     best vote, and (with `changes`) those of the `top` that state a change
     (`states_a_change`: "I'm moving to Neukölln" competes with an older "I live in Alfama"
     even when it matches the question's words less). `r` is 0 for the oldest of them and 1 for
-    the newest, so the newest of the memories that answer wins; weaker turns are left alone (a
-    recent but unrelated turn is not pulled up).
+    the newest by their session's time (a later turn of the same conversation is no update,
+    so turns of one session keep their order), so the newest of the memories that answer wins;
+    weaker turns are left alone (a recent but unrelated turn is not pulled up).
 
     Returns:
         Whether any vote changed (False when fewer than two distinct times are known).
@@ -328,7 +348,7 @@ def apply_recency(
         ]
     times: dict[tuple[str, int], float] = {}
     for key in pool:
-        e = _epoch(turn_time(session_turns(key[0]), key[1]))
+        e = _epoch(turn_time(session_turns(key[0]), 0))  # its session's time
         if e is not None:
             times[key] = e
     if weight <= 0 or len(set(times.values())) < 2:
