@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory, count_tokens
 from reflective_memory.passages import GAP_MARK, present_tense
+from reflective_memory.text import lexical_tokens
 
 PETS = [
     "My dog Pixel is a three year old border collie.",
@@ -343,6 +344,54 @@ def test_length_aware_packing_keeps_a_clear_long_winner_and_the_budget_share() -
         _votes(order), sessions, 40, length_exponent=0.5, length_free=2.0, length_keep_share=0.5
     )
     assert {"s:1", "s:2"} <= got and "s:0" not in got
+
+
+STAT_BLOCK = "\n".join(
+    ["The Sunken Library, a one-shot for four players."]
+    + [f"Room {i}: damp shelves, broken lamps and fallen stone everywhere." for i in range(20)]
+    + ["Enemies: giant crabs (3) guard the reading room."]
+    + [f"Corridor {i}: water to the knees and cold air." for i in range(20)]
+)
+
+
+def test_a_best_turn_too_long_for_the_budget_is_read_as_an_excerpt() -> None:
+    from reflective_memory.passages import pack_passages
+
+    short = ["I packed snacks for the game night.", "We play every Friday at Mia's place."]
+    sessions = {"a": _turns("a", [STAT_BLOCK], "2026-03-01"), "b": _turns("b", short, "2026-03-02")}
+    order = [("a", 0), ("b", 0), ("b", 1)]
+    words = lambda t: len(t.split())  # noqa: E731
+    plain, used = _pack(_votes(order), sessions, 60)
+    assert "a:0" not in plain and used <= 60  # no question terms given: dropped
+    hits, used, _ = pack_passages(
+        "u", _votes(order), sessions.__getitem__, words, k=None, budget=60,
+        query_terms=lexical_tokens("How many giant crabs are there?"),
+    )  # fmt: skip
+    got = {t for h in hits for t in h.memory.turn_ids}
+    assert {"a:0", "b:0"} <= got and used <= 60  # the next best turn keeps its room
+    cut = next(h.memory for h in hits if "a:0" in h.memory.turn_ids)
+    assert "giant crabs (3)" in cut.text and GAP_MARK in cut.text
+    assert cut.metadata["excerpts"] == [0]
+    assert "Room 0:" not in cut.text and len(cut.text.split()) < len(STAT_BLOCK.split())
+    # a turn that fits is never cut, and only the best-voted turn is ever cut
+    hits, _, _ = pack_passages(
+        "u", _votes([("b", 0), ("a", 0)]), sessions.__getitem__, words, k=None, budget=60,
+        query_terms=lexical_tokens("How many giant crabs are there?"),
+    )  # fmt: skip
+    assert all("excerpts" not in h.memory.metadata for h in hits)
+    assert {t for h in hits for t in h.memory.turn_ids} == {"b:0"}
+
+
+def test_retrieve_reads_the_part_of_a_long_answer_that_holds_the_question() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg()) as mem:
+        mem.add_turn("u", "dnd", "user", "Write a one-shot for my group.", timestamp="2026-03-01")
+        mem.add_turn("u", "dnd", "assistant", STAT_BLOCK, timestamp="2026-03-01T10:01:00")
+        _add(mem, "u", "pets", PETS, "2026-03-02")
+        r = mem.retrieve("u", "How many giant crabs guard the reading room?", budget_tokens=120)
+        text = "\n".join(h.memory.text for h in r.hits)
+        assert "giant crabs (3)" in text
+        assert sum(count_tokens(h.memory.text) for h in r.hits) <= 120
+        assert count_tokens(STAT_BLOCK) > 120
 
 
 def test_recency_only_reorders_turns_about_as_relevant_as_the_best() -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from reflective_memory.excerpts import excerpt
 from reflective_memory.settings import check_bool, check_choice, check_int, check_number
 from reflective_memory.speakers import speaker_of
 from reflective_memory.text import format_date, lexical_tokens
@@ -492,17 +493,18 @@ def apply_speaker_focus(
     return scaled
 
 
-def turn_line(turn: Turn, labels: Collection[str] = ()) -> str:
+def turn_line(turn: Turn, labels: Collection[str] = (), text: str | None = None) -> str:
     """How a turn reads inside a passage.
 
     `role: text`, or the text alone when it opens with a speaker's `Name: ` label (one of
-    `labels`).
+    `labels`). `text` stands in for the turn's text (an excerpt of it).
     """
+    body = turn.text if text is None else text
     if labels:
         who = speaker_of(turn)
         if who != turn.role and who in labels:
-            return turn.text
-    return f"{turn.role}: {turn.text}"
+            return body
+    return f"{turn.role}: {body}"
 
 
 def _header(turns: Sequence[Turn], on: bool = True) -> str:
@@ -523,6 +525,7 @@ def _render(
     positions: Sequence[int],
     header_on: bool = True,
     labels: Collection[str] = (),
+    cut: dict[int, str] | None = None,
 ) -> str:
     lines = []
     header = _header(turns, header_on)
@@ -532,7 +535,7 @@ def _render(
     for p in positions:
         if prev is not None and p != prev + 1:
             lines.append(GAP_MARK)
-        lines.append(turn_line(turns[p], labels))
+        lines.append(turn_line(turns[p], labels, (cut or {}).get(p)))
         prev = p
     return "\n".join(lines)
 
@@ -544,6 +547,7 @@ def _passage(
     positions: Sequence[int],
     votes: TurnVotes,
     header_on: bool = True,
+    cut: dict[int, str] | None = None,
 ) -> Memory:
     span = [turns[p] for p in positions]
     times = [t.timestamp for t in span if t.timestamp is not None]
@@ -554,7 +558,14 @@ def _passage(
                 sources.append(src)
     turn_ids = tuple(t.turn_id for t in span)
     created = turns[0].timestamp or datetime.fromtimestamp(0, timezone.utc)
-    text = _render(turns, positions, header_on, votes.labels)
+    text = _render(turns, positions, header_on, votes.labels, cut)
+    metadata: dict[str, Any] = {
+        "positions": list(positions),
+        "sources": sources,
+        "turn_votes": [round(votes.turn.get((sid, p), 0.0), 6) for p in positions],
+    }
+    if cut:
+        metadata["excerpts"] = sorted(cut)
     return Memory(
         id=_passage_id(user_id, sid, turn_ids),
         user_id=user_id,
@@ -567,11 +578,7 @@ def _passage(
         updated_at=created,
         start_time=times[0] if times else None,
         end_time=times[-1] if times else None,
-        metadata={
-            "positions": list(positions),
-            "sources": sources,
-            "turn_votes": [round(votes.turn.get((sid, p), 0.0), 6) for p in positions],
-        },
+        metadata=metadata,
     )
 
 
@@ -663,6 +670,7 @@ def pack_passages(
     length_free: float = 1.0,
     length_keep_share: float = 0.0,
     cost_cache: dict[Any, Any] | None = None,
+    query_terms: Collection[str] | None = None,
 ) -> tuple[list[Hit], int, bool]:
     """Take turns (and turnless memories) in vote order and group them into passages.
 
@@ -689,6 +697,9 @@ def pack_passages(
         length_keep_share: See `PassageConfig.length_keep_share`.
         cost_cache: Token counts of turn lines and headers, kept by the caller while the turns
             do not change (they repeat from query to query).
+        query_terms: The question's `lexical_tokens`; with a budget, the best-voted turn, when
+            it is too long to fit, is read as an excerpt (`reflective_memory.excerpts`) of
+            the part that holds the question's words rather than dropped.
 
     Returns:
         Hits (passages and turnless memories, best first), tokens used, and whether the cut was
@@ -698,11 +709,32 @@ def pack_passages(
     items = _offer_order(
         votes, costs.of, budget, length_exponent, length_keep, length_free, length_keep_share
     )
-    pick = _Selection(votes, costs, k, budget, gap=count(GAP_MARK))
+    pick = _Selection(votes, costs, k, budget, gap=count(GAP_MARK), terms=query_terms)
+    if budget is not None and query_terms is not None and items:
+        pick.reserve = _next_fit(items, costs, budget)
     for vote, seen, key in items:
         if not pick.take(vote, seen, key):
             break
     return pick.hits(user_id, session_turns, date_header), pick.used, pick.filled
+
+
+def _next_fit(items: list[tuple[float, int, Any]], costs: _Costs, budget: int) -> int:
+    """What the best item that fits the budget whole costs, when the first one does not fit.
+
+    An excerpt of the first item leaves that much room, so it never pushes out the turn that
+    would have been read in its place.
+    """
+
+    def whole(key: Any) -> int:
+        return costs.of(key) if isinstance(key, str) else costs.of(key) + costs.header(key[0])
+
+    if whole(items[0][2]) <= budget:
+        return 0
+    for _, _, key in items[1:50]:
+        c = whole(key)
+        if c <= budget:
+            return c
+    return 0
 
 
 def _offer_order(
@@ -744,10 +776,20 @@ class _Selection:
     """
 
     def __init__(
-        self, votes: TurnVotes, costs: _Costs, k: int | None, budget: int | None, gap: int
+        self,
+        votes: TurnVotes,
+        costs: _Costs,
+        k: int | None,
+        budget: int | None,
+        gap: int,
+        terms: Collection[str] | None = None,
     ) -> None:
         self.votes, self.costs, self.k, self.budget, self.gap = votes, costs, k, budget, gap
+        self.terms = terms
         self.by_session = budget is not None
+        self.offered = 0
+        self.reserve = 0
+        self.cut: dict[str, dict[int, str]] = {}
         self.chosen: dict[str, set[int]] = {}
         self.best: dict[tuple[str, int], tuple[float, int]] = {}
         self.loose: list[tuple[float, int, Memory]] = []
@@ -769,6 +811,8 @@ class _Selection:
         if budget is not None and budget - self.used < 10:
             self.filled = True
             return False
+        first = self.offered == 0
+        self.offered += 1
         if isinstance(key, str):
             full = self._full(True)
             if full is not False:
@@ -785,12 +829,35 @@ class _Selection:
         if full is not False:
             return not full
         if budget is not None and self.used + cost > budget:
+            if first and self.terms is not None:
+                cost = self._excerpt(sid, p, budget)
+                if cost is not None:
+                    self._add(vote, seen, sid, p, cost, delta)
             return True
+        self._add(vote, seen, sid, p, cost, delta)
+        return True
+
+    def _add(self, vote: float, seen: int, sid: str, p: int, cost: int, delta: int) -> None:
         self.used += cost
         self.passages += delta
         self.chosen.setdefault(sid, set()).add(p)
         self.best.setdefault((sid, p), (vote, seen))
-        return True
+
+    def _excerpt(self, sid: str, p: int, budget: int) -> int | None:
+        """Cut the best-voted turn to what fits (it opens the first passage); its cost or None."""
+        assert self.terms is not None
+        turn = self.costs.session_turns(sid)[p]
+        count, labels = self.costs.count, self.votes.labels
+        room = budget - self.used - self.reserve - self.costs.header(sid)
+        room -= count(turn_line(turn, labels, ""))
+        text = excerpt(turn.text, self.terms, room, count) if room >= 10 else None
+        if text is None:
+            return None
+        cost = count(turn_line(turn, labels, text)) + self.costs.header(sid)
+        if self.used + cost > budget:
+            return None
+        self.cut.setdefault(sid, {})[p] = text
+        return cost
 
     def hits(
         self, user_id: str, session_turns: Callable[[str], Sequence[Turn]], date_header: bool
@@ -805,7 +872,8 @@ class _Selection:
             groups = [sorted(have)] if self.by_session else [[q] for q in sorted(have)]
             for positions in groups:
                 best = max((self.best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
-                mem = _passage(user_id, sid, turns, positions, self.votes, date_header)
+                cut = {q: t for q, t in self.cut.get(sid, {}).items() if q in positions}
+                mem = _passage(user_id, sid, turns, positions, self.votes, date_header, cut)
                 entries.append((best[0], best[1], mem))
         entries += self.loose
         entries.sort(key=lambda e: (-e[0], e[1]))

@@ -10,6 +10,7 @@ from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.pipeline.votes import UserTurns
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
+from reflective_memory.text import lexical_tokens
 from reflective_memory.types import Hit
 from reflective_memory.units import turn_unit_id
 
@@ -80,6 +81,7 @@ class PassagePacking:
             length_free=cfg.length_free,
             length_keep_share=cfg.length_keep_share,
             cost_cache=self.turns.costs(req.user_id, state.index),
+            query_terms=lexical_tokens(state.search_query),
         )
         hits = [_with_unit_scores(h, state.unit_scores) for h in hits]
         if req.budget is None:  # one turn per hit: hand back the turn's stored unit
