@@ -354,32 +354,58 @@ STAT_BLOCK = "\n".join(
 )
 
 
-def test_a_best_turn_too_long_for_the_budget_is_read_as_an_excerpt() -> None:
+def _pack_cut(order, sessions, budget, query, length):
     from reflective_memory.passages import pack_passages
 
+    hits, used, _ = pack_passages(
+        "u", _votes(order), sessions.__getitem__, lambda t: len(t.split()), k=None,
+        budget=budget, query_terms=lexical_tokens(query), excerpt_length=length,
+    )  # fmt: skip
+    return hits, used
+
+
+def test_a_best_turn_too_long_for_the_budget_is_read_as_an_excerpt() -> None:
     short = ["I packed snacks for the game night.", "We play every Friday at Mia's place."]
     sessions = {"a": _turns("a", [STAT_BLOCK], "2026-03-01"), "b": _turns("b", short, "2026-03-02")}
     order = [("a", 0), ("b", 0), ("b", 1)]
-    words = lambda t: len(t.split())  # noqa: E731
     plain, used = _pack(_votes(order), sessions, 60)
-    assert "a:0" not in plain and used <= 60  # no question terms given: dropped
-    hits, used, _ = pack_passages(
-        "u", _votes(order), sessions.__getitem__, words, k=None, budget=60,
-        query_terms=lexical_tokens("How many giant crabs are there?"),
-    )  # fmt: skip
+    assert "a:0" not in plain and used <= 60  # whole turns only: dropped
+    hits, used = _pack_cut(order, sessions, 60, "How many giant crabs are there?", 20)
     got = {t for h in hits for t in h.memory.turn_ids}
     assert {"a:0", "b:0"} <= got and used <= 60  # the next best turn keeps its room
     cut = next(h.memory for h in hits if "a:0" in h.memory.turn_ids)
     assert "giant crabs (3)" in cut.text and GAP_MARK in cut.text
     assert cut.metadata["excerpts"] == [0]
-    assert "Room 0:" not in cut.text and len(cut.text.split()) < len(STAT_BLOCK.split())
-    # a turn that fits is never cut, and only the best-voted turn is ever cut
-    hits, _, _ = pack_passages(
-        "u", _votes([("b", 0), ("a", 0)]), sessions.__getitem__, words, k=None, budget=60,
-        query_terms=lexical_tokens("How many giant crabs are there?"),
-    )  # fmt: skip
-    assert all("excerpts" not in h.memory.metadata for h in hits)
-    assert {t for h in hits for t in h.memory.turn_ids} == {"b:0"}
+    assert "Room 0:" not in cut.text
+    # the best turn's excerpt takes the room left, not just `excerpt_length`
+    assert 20 < len(cut.text.split()) < len(STAT_BLOCK.split())
+    hits, _ = _pack_cut(order, sessions, 60, "How many giant crabs are there?", 0)
+    assert {t for h in hits for t in h.memory.turn_ids} == plain  # 0: whole turns only
+
+
+def test_long_turns_are_read_as_excerpts_of_the_set_length() -> None:
+    notes = [
+        "Day 1 of the trip: the train was late, the hotel was fine. " * 4
+        + f"We paid {40 + 10 * i} euros a night for the room. "
+        + "Then we walked along the river and ate late. " * 4
+        for i in range(4)
+    ]
+    sessions = {f"s{i}": _turns(f"s{i}", [n], f"2026-03-0{i + 1}") for i, n in enumerate(notes)}
+    order = [(f"s{i}", 0) for i in range(4)]
+    whole, _ = _pack(_votes(order), sessions, 160)
+    assert len(whole) == 1  # a note costs ~100 words: one fits
+    hits, used = _pack_cut(order, sessions, 160, "How much did we pay a night for the room?", 35)
+    assert {t for h in hits for t in h.memory.turn_ids} == {"s0:0", "s1:0", "s2:0"}
+    assert used <= 160
+    for i, h in enumerate(sorted(hits, key=lambda h: h.memory.session_id)):
+        assert f"We paid {40 + 10 * i} euros a night" in h.memory.text
+        # the best turn fits whole and is read whole; the others are cut to 35 words
+        assert h.memory.metadata.get("excerpts") == (None if i == 0 else [0])
+        assert i == 0 or len(h.memory.text.split()) <= 35 + 4
+    # a turn no longer than `excerpt_length` is read whole
+    short = {"s": _turns("s", ["We paid 40 euros a night for the room."], "2026-03-01")}
+    hits, _ = _pack_cut([("s", 0)], short, 160, "room price", 35)
+    assert "excerpts" not in hits[0].memory.metadata
 
 
 def test_retrieve_reads_the_part_of_a_long_answer_that_holds_the_question() -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.excerpts import excerpt
+from reflective_memory.excerpts import Pieces, excerpt
 from reflective_memory.settings import check_bool, check_choice, check_int, check_number
 from reflective_memory.speakers import speaker_of
 from reflective_memory.text import format_date, lexical_tokens
@@ -196,6 +196,12 @@ class PassageConfig:
         length_keep_share: See `length_exponent`.
         budget_unit: What `budget_tokens` counts: `tokens` (`reflective_memory.llm.count_tokens`)
             or `words` (whitespace words, the retrieval bench's unit).
+        excerpt_length: With a budget, a turn longer than this (in `budget_unit`s) is read as
+            an excerpt of this length: the run of its sentences that holds most of the
+            question's words (`reflective_memory.excerpts`). The best-voted turn is read whole
+            when it fits, else as an excerpt of the room the budget leaves beside the next
+            turn that fits. 0 reads whole turns only. At 50: LongMemEval dev100 +4.1 points at
+            250 words; REALTALK unchanged (BENCHMARKS.md, issue 27).
     """
 
     enabled: bool = True
@@ -210,12 +216,14 @@ class PassageConfig:
     length_free: float = 2.0
     length_keep_share: float = 0.25
     budget_unit: str = "tokens"
+    excerpt_length: int = 50
 
     def __post_init__(self) -> None:
         check_bool("passages.enabled", self.enabled)
         for name in ("context_weight", "recency_weight", "time_weight", "length_exponent"):
             check_number(f"passages.{name}", getattr(self, name), 0)
         check_int("passages.context_full_budget", self.context_full_budget, 0)
+        check_int("passages.excerpt_length", self.excerpt_length, 0)
         for name in ("length_keep_share", "speaker_focus", "person_focus"):
             check_number(f"passages.{name}", getattr(self, name), 0, 1)
         for name in ("recency_margin", "length_free"):
@@ -646,6 +654,14 @@ class _Costs:
             n = self.cache[key] = self.count(turn_line(turn, self.votes.labels))
         return int(n)
 
+    def pieces(self, key: tuple[str, int]) -> Pieces:
+        """A turn's text cut into pieces for excerpts, counted once."""
+        slot = ("pieces", *key)
+        got = self.cache.get(slot)
+        if got is None:
+            got = self.cache[slot] = Pieces.of(self.session_turns(key[0])[key[1]].text, self.count)
+        return got
+
     def header(self, sid: str) -> int:
         """Cost of the date header that opens a passage of session `sid`."""
         slot = ("header", sid, self.date_header)
@@ -671,6 +687,7 @@ def pack_passages(
     length_keep_share: float = 0.0,
     cost_cache: dict[Any, Any] | None = None,
     query_terms: Collection[str] | None = None,
+    excerpt_length: int = 0,
 ) -> tuple[list[Hit], int, bool]:
     """Take turns (and turnless memories) in vote order and group them into passages.
 
@@ -697,41 +714,62 @@ def pack_passages(
         length_keep_share: See `PassageConfig.length_keep_share`.
         cost_cache: Token counts of turn lines and headers, kept by the caller while the turns
             do not change (they repeat from query to query).
-        query_terms: The question's `lexical_tokens`; with a budget, the best-voted turn, when
-            it is too long to fit, is read as an excerpt (`reflective_memory.excerpts`) of
-            the part that holds the question's words rather than dropped.
+        query_terms: The question's `lexical_tokens`, for excerpts.
+        excerpt_length: See `PassageConfig.excerpt_length` (with a budget and `query_terms`
+            only; 0: whole turns only).
 
     Returns:
         Hits (passages and turnless memories, best first), tokens used, and whether the cut was
         reached (False: candidates ran out first).
     """
     costs = _Costs(votes, session_turns, count, date_header, cost_cache)
+    cut = excerpt_length if budget is not None and query_terms is not None else 0
+    cost_of = costs.of
+    if cut:
+
+        def cost_of(key: Any) -> int:  # what a turn costs once cut to an excerpt
+            return costs.of(key) if isinstance(key, str) else min(cut, costs.of(key))
+
     items = _offer_order(
-        votes, costs.of, budget, length_exponent, length_keep, length_free, length_keep_share
+        votes, cost_of, budget, length_exponent, length_keep, length_free, length_keep_share
     )
-    pick = _Selection(votes, costs, k, budget, gap=count(GAP_MARK), terms=query_terms)
-    if budget is not None and query_terms is not None and items:
-        pick.reserve = _next_fit(items, costs, budget)
+    pick = _Selection(votes, costs, k, budget, gap=count(GAP_MARK))
+    if cut and items:
+        pick.excerpts = _Excerpts(query_terms or (), cut, _next_fit(items, costs, cost_of, budget))
     for vote, seen, key in items:
         if not pick.take(vote, seen, key):
             break
     return pick.hits(user_id, session_turns, date_header), pick.used, pick.filled
 
 
-def _next_fit(items: list[tuple[float, int, Any]], costs: _Costs, budget: int) -> int:
-    """What the best item that fits the budget whole costs, when the first one does not fit.
+@dataclass(frozen=True)
+class _Excerpts:
+    """How `_Selection` cuts long turns: the question's words, the length, the room to leave."""
+
+    terms: Collection[str]
+    length: int
+    reserve: int
+
+
+def _next_fit(
+    items: list[tuple[float, int, Any]],
+    costs: _Costs,
+    cost_of: Callable[[Any], int],
+    budget: int | None,
+) -> int:
+    """What the best item that fits costs (as an excerpt when long), if the first one does not.
 
     An excerpt of the first item leaves that much room, so it never pushes out the turn that
     would have been read in its place.
     """
 
-    def whole(key: Any) -> int:
-        return costs.of(key) if isinstance(key, str) else costs.of(key) + costs.header(key[0])
+    def cost(key: Any, of: Callable[[Any], int]) -> int:
+        return of(key) if isinstance(key, str) else of(key) + costs.header(key[0])
 
-    if whole(items[0][2]) <= budget:
+    if budget is None or cost(items[0][2], costs.of) <= budget:
         return 0
     for _, _, key in items[1:50]:
-        c = whole(key)
+        c = cost(key, cost_of)
         if c <= budget:
             return c
     return 0
@@ -782,13 +820,11 @@ class _Selection:
         k: int | None,
         budget: int | None,
         gap: int,
-        terms: Collection[str] | None = None,
     ) -> None:
         self.votes, self.costs, self.k, self.budget, self.gap = votes, costs, k, budget, gap
-        self.terms = terms
         self.by_session = budget is not None
+        self.excerpts: _Excerpts | None = None
         self.offered = 0
-        self.reserve = 0
         self.cut: dict[str, dict[int, str]] = {}
         self.chosen: dict[str, set[int]] = {}
         self.best: dict[tuple[str, int], tuple[float, int]] = {}
@@ -824,17 +860,27 @@ class _Selection:
                 self.loose.append((vote, seen, self.votes.loose_memories[key]))
             return True
         sid, p = key
-        cost, opens, delta = self._turn_cost(sid, p)
+        line = self.costs.of(key)
+        cost, opens, delta = self._turn_cost(sid, p, line)
         full = self._full(opens)
         if full is not False:
             return not full
-        if budget is not None and self.used + cost > budget:
-            if first and self.terms is not None:
-                cost = self._excerpt(sid, p, budget)
-                if cost is not None:
-                    self._add(vote, seen, sid, p, cost, delta)
+        cut = self.excerpts
+        if budget is None or cut is None or (line <= cut.length and self.used + cost <= budget):
+            if budget is None or self.used + cost <= budget:
+                self._add(vote, seen, sid, p, cost, delta)
             return True
-        self._add(vote, seen, sid, p, cost, delta)
+        if first:  # the clearest match: whole if it fits, else cut to the room left
+            if self.used + cost <= budget:
+                self._add(vote, seen, sid, p, cost, delta)
+                return True
+            room = budget - self.used - cut.reserve - (cost - line)
+        else:
+            room = min(cut.length, budget - self.used - (cost - line))
+        got = self._excerpt(sid, p, room, cut.terms)
+        if got is not None and self.used + cost - line + got[1] <= budget:
+            self.cut.setdefault(sid, {})[p] = got[0]
+            self._add(vote, seen, sid, p, cost - line + got[1], delta)
         return True
 
     def _add(self, vote: float, seen: int, sid: str, p: int, cost: int, delta: int) -> None:
@@ -843,21 +889,17 @@ class _Selection:
         self.chosen.setdefault(sid, set()).add(p)
         self.best.setdefault((sid, p), (vote, seen))
 
-    def _excerpt(self, sid: str, p: int, budget: int) -> int | None:
-        """Cut the best-voted turn to what fits (it opens the first passage); its cost or None."""
-        assert self.terms is not None
-        turn = self.costs.session_turns(sid)[p]
-        count, labels = self.costs.count, self.votes.labels
-        room = budget - self.used - self.reserve - self.costs.header(sid)
-        room -= count(turn_line(turn, labels, ""))
-        text = excerpt(turn.text, self.terms, room, count) if room >= 10 else None
-        if text is None:
-            return None
-        cost = count(turn_line(turn, labels, text)) + self.costs.header(sid)
-        if self.used + cost > budget:
-            return None
-        self.cut.setdefault(sid, {})[p] = text
-        return cost
+    def _excerpt(
+        self, sid: str, p: int, room: int, terms: Collection[str]
+    ) -> tuple[str, int] | None:
+        """An excerpt of a turn whose line costs at most about `room` tokens, and that cost.
+
+        None when fewer than 10 tokens would be left for the text.
+        """
+        turn, count = self.costs.session_turns(sid)[p], self.costs.count
+        room -= count(turn_line(turn, self.votes.labels, ""))
+        text = excerpt(self.costs.pieces((sid, p)), terms, room, count) if room >= 10 else None
+        return None if text is None else (text, count(turn_line(turn, self.votes.labels, text)))
 
     def hits(
         self, user_id: str, session_turns: Callable[[str], Sequence[Turn]], date_header: bool
@@ -879,9 +921,11 @@ class _Selection:
         entries.sort(key=lambda e: (-e[0], e[1]))
         return [Hit(mem, float(v), i, {"vote": v}) for i, (v, _, mem) in enumerate(entries)]
 
-    def _turn_cost(self, sid: str, p: int) -> tuple[int, bool, int]:
-        """A turn's cost in context, whether it opens a passage, and the passages it adds."""
-        cost = self.costs.of((sid, p))
+    def _turn_cost(self, sid: str, p: int, cost: int) -> tuple[int, bool, int]:
+        """A turn's cost in context, whether it opens a passage, and the passages it adds.
+
+        `cost` is what the turn's line costs (its excerpt's, when cut).
+        """
         if not self.by_session:
             return cost + self.costs.header(sid), True, 1
         have = self.chosen.get(sid, set())

@@ -12,6 +12,7 @@ from reflective_memory.errors import InvalidInputError
 __all__ = [
     "parse_timestamp",
     "lexical_tokens",
+    "stem",
     "format_date",
     "time_key",
     "STOPWORDS",
@@ -110,7 +111,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 @lru_cache(maxsize=1 << 16)
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     """Strip one common English suffix (memoised: chat vocabularies are small)."""
     for suffix in ("ingly", "edly", "ing", "ies", "ed", "es", "ly", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
@@ -125,7 +126,7 @@ def lexical_tokens(text: str) -> list[str]:
         >>> lexical_tokens("I moved to Berlin and I'm loving it")
         ['mov', 'berlin', 'lov']
     """
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    return [stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
 
 
 #: Words of acknowledgements, greetings and small talk (with `STOPWORDS`): a turn made only of

@@ -82,6 +82,7 @@ class PassagePacking:
             length_keep_share=cfg.length_keep_share,
             cost_cache=self.turns.costs(req.user_id, state.index),
             query_terms=lexical_tokens(state.search_query),
+            excerpt_length=cfg.excerpt_length,
         )
         hits = [_with_unit_scores(h, state.unit_scores) for h in hits]
         if req.budget is None:  # one turn per hit: hand back the turn's stored unit
