@@ -197,6 +197,11 @@ ABLATIONS = (
         {"passages": {"person_focus": 0.0}},
         what="I/my questions do not favour the user's turns, nor 'you said' the assistant's",
     ),
+    System(
+        "- excerpts",
+        {"passages": {"excerpt_length": 0}},
+        what="whole turns only: a long turn is read whole or not at all",
+    ),
 )
 
 

@@ -15,7 +15,7 @@ import math
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from reflective_memory.text import STOPWORDS, stem
@@ -25,6 +25,7 @@ __all__ = ["CUT_MARK", "Pieces", "excerpt"]
 #: Put where an excerpt cuts the turn's text.
 CUT_MARK = "…"
 
+_WORD_CHAR = re.compile(r"[^\W_]")  # what `lexical_tokens` reads as part of a word
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 #: Lines longer than this (in words) are cut at sentence ends, and sentences into runs of it.
 _PIECE_WORDS = 40
@@ -37,12 +38,23 @@ class Pieces:
     Attributes:
         text: The text.
         spans: Character spans of the pieces, in order.
-        costs: Each piece's cost by the token counter it was made with.
+        count: The token counter the pieces' costs are counted with.
     """
 
     text: str
     spans: tuple[tuple[int, int], ...]
-    costs: tuple[int, ...]
+    count: Callable[[str], int]
+    _costs: list[int | None] = field(default_factory=list, repr=False, compare=False)
+
+    def cost(self, k: int) -> int:
+        """What piece `k` costs (counted when first asked: most pieces never are)."""
+        if not self._costs:
+            self._costs.extend([None] * len(self.spans))
+        got = self._costs[k]
+        if got is None:
+            a, b = self.spans[k]
+            got = self._costs[k] = self.count(self.text[a:b])
+        return got
 
     @cached_property
     def lower(self) -> str:
@@ -54,24 +66,27 @@ class Pieces:
     def of(cls, text: str, count: Callable[[str], int]) -> Pieces:
         """Cut `text` into pieces and count each with `count`."""
         spans: list[tuple[int, int]] = []
-        for line in re.finditer(r"[^\n]+", text):
-            parts = [(line.start(), line.end())]
-            if len(line[0].split()) > _PIECE_WORDS:
-                ends = (line.start() + m.end() for m in _SENTENCE_END.finditer(line[0]))
-                at = [line.start(), *ends]
-                parts = list(zip(at, [*at[1:], line.end()], strict=True))
-            for a, b in parts:
-                seg = text[a:b]
-                if len(seg.split()) <= _PIECE_WORDS:  # the common case: no word runs needed
-                    a, b = a + len(seg) - len(seg.lstrip()), b - len(seg) + len(seg.rstrip())
-                    if a < b:
-                        spans.append((a, b))
+        at = 0
+        for line in text.split("\n"):
+            a, at = at, at + len(line) + 1
+            body = line.strip()
+            if not body:
+                continue
+            a += len(line) - len(line.lstrip())
+            if body.count(" ") < _PIECE_WORDS:  # the common case: fewer words than a piece
+                spans.append((a, a + len(body)))
+                continue
+            cuts = [a, *(a + m.end() for m in _SENTENCE_END.finditer(body))]
+            for x, y in zip(cuts, [*cuts[1:], a + len(body)], strict=True):
+                sentence = text[x:y].rstrip()
+                if sentence.count(" ") < _PIECE_WORDS:
+                    spans.append((x, x + len(sentence)))
                     continue
-                words = list(re.finditer(r"\S+", seg))
+                words = list(re.finditer(r"\S+", sentence))
                 for i in range(0, len(words), _PIECE_WORDS):
                     run = words[i : i + _PIECE_WORDS]
-                    spans.append((a + run[0].start(), a + run[-1].end()))
-        return cls(text, tuple(spans), tuple(count(text[a:b]) for a, b in spans))
+                    spans.append((x + run[0].start(), x + run[-1].end()))
+        return cls(text, tuple(spans), count)
 
     def terms(self, query_terms: Collection[str]) -> list[set[str]]:
         """Which of the question's terms each piece holds (as `lexical_tokens` would find).
@@ -83,10 +98,11 @@ class Pieces:
             return found
         wanted = frozenset(query_terms)
         starts = [a for a, _ in self.spans]
-        for m in _matcher(wanted).finditer(self.lower):
+        low = self.lower
+        for m in _matcher(wanted).finditer(low):
             word = m[0]
-            if word in STOPWORDS:
-                continue
+            if (m.start() and _WORD_CHAR.match(low, m.start() - 1)) or word in STOPWORDS:
+                continue  # inside a longer word, or a stopword
             term = stem(word)
             if term not in wanted:
                 continue
@@ -101,7 +117,7 @@ def _matcher(terms: frozenset[str]) -> re.Pattern[str]:
     """Words that may stem to one of `terms`: a term, or `y` to `ies`, plus any ending."""
     forms = set(terms) | {t[:-1] + "ies" for t in terms if t.endswith("y")}
     alts = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
-    return re.compile(rf"(?<![^\W_])(?:{alts})[^\W_]*")
+    return re.compile(rf"(?:{alts})[^\W_]*")  # a word's start is checked at each match
 
 
 def excerpt(
@@ -131,7 +147,7 @@ def excerpt(
         >>> excerpt(text, lexical_tokens("How many mummies?"), 9, words)
         '… * Mummies (4)\n* Skeletons (6)'
     """
-    spans, costs = pieces.spans, pieces.costs
+    spans, cost = pieces.spans, pieces.cost
     if not spans:
         return None
     terms = pieces.terms(query_terms)
@@ -141,31 +157,35 @@ def excerpt(
             df[t] = df.get(t, 0) + 1
     weight = {t: math.log(1.0 + len(spans) / n) for t, n in df.items()}
     mark = count(CUT_MARK)
-    # (score, -cost, i, j, cost): the tightest run wins a tie; without a word of the question
-    # in reach, the opening
+    # (score, -cost, i, j, cost): the tightest run wins a tie, so a run starts and ends with a
+    # piece that holds a word of the question
     best: tuple[float, int, int, int, int] | None = None
-    for i in range(len(spans) if df else 1):
+    for i in (k for k, ts in enumerate(terms) if ts):
         seen: set[str] = set()
         score, spent = 0.0, 2 * mark
         for j in range(i, len(spans)):
-            spent += costs[j]
+            spent += cost(j)
             if spent > allowance:
                 break
+            if not terms[j]:
+                continue
             new = terms[j] - seen
             seen |= new
             score += sum(weight[t] for t in new)
-            key = (score, -spent if score > 0 else 0)
-            if best is None or key > best[:2]:
-                best = (*key, i, j, spent)
-    if best is None:
-        return None
+            if best is None or (score, -spent) > best[:2]:
+                best = (score, -spent, i, j, spent)
+    if best is None:  # no word of the question within reach: the first piece that fits
+        i = next((k for k in range(len(spans)) if cost(k) + 2 * mark <= allowance), None)
+        if i is None:
+            return None
+        best = (0.0, 0, i, i, cost(i) + 2 * mark)
     _, _, i, j, spent = best
-    while j + 1 < len(spans) and spent + costs[j + 1] <= allowance:  # what follows the match
+    while j + 1 < len(spans) and spent + cost(j + 1) <= allowance:  # what follows the match
         j += 1
-        spent += costs[j]
-    while i > 0 and spent + costs[i - 1] <= allowance:  # then what leads to it
+        spent += cost(j)
+    while i > 0 and spent + cost(i - 1) <= allowance:  # then what leads to it
         i -= 1
-        spent += costs[i]
+        spent += cost(i)
     while j >= i:  # the counts of pieces need not add up: check the whole, shorten if needed
         a, b = spans[i][0], spans[j][1]
         head = f"{CUT_MARK} " if pieces.text[:a].strip() else ""
