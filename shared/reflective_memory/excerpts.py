@@ -16,7 +16,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 from reflective_memory.text import STOPWORDS, stem
 
@@ -26,6 +26,7 @@ __all__ = ["CUT_MARK", "Pieces", "excerpt"]
 CUT_MARK = "…"
 
 _WORD_CHAR = re.compile(r"[^\W_]")  # what `lexical_tokens` reads as part of a word
+_WORD = re.compile(r"[^\W_]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 #: Lines longer than this (in words) are cut at sentence ends, and sentences into runs of it.
 _PIECE_WORDS = 40
@@ -91,33 +92,25 @@ class Pieces:
     def terms(self, query_terms: Collection[str]) -> list[set[str]]:
         """Which of the question's terms each piece holds (as `lexical_tokens` would find).
 
-        One pass of a pattern of the terms over the text: only its matches are stemmed.
+        Each term (and `y` as `ies`) is searched as a string in the lower-cased text; only the
+        words it starts are stemmed and checked.
         """
         found: list[set[str]] = [set() for _ in self.spans]
-        if not query_terms:
-            return found
         wanted = frozenset(query_terms)
         starts = [a for a, _ in self.spans]
         low = self.lower
-        for m in _matcher(wanted).finditer(low):
-            word = m[0]
-            if (m.start() and _WORD_CHAR.match(low, m.start() - 1)) or word in STOPWORDS:
-                continue  # inside a longer word, or a stopword
-            term = stem(word)
-            if term not in wanted:
-                continue
-            i = bisect_right(starts, m.start()) - 1
-            if i >= 0 and m.start() < self.spans[i][1]:
-                found[i].add(term)
+        for form in wanted | {t[:-1] + "ies" for t in wanted if t.endswith("y")}:
+            at = low.find(form)
+            while at >= 0:
+                if not (at and _WORD_CHAR.match(low, at - 1)):  # the start of a word
+                    word = _WORD.match(low, at)[0]  # type: ignore[index]
+                    term = stem(word)
+                    if term in wanted and word not in STOPWORDS:
+                        i = bisect_right(starts, at) - 1
+                        if i >= 0 and at < self.spans[i][1]:
+                            found[i].add(term)
+                at = low.find(form, at + 1)
         return found
-
-
-@lru_cache(maxsize=256)
-def _matcher(terms: frozenset[str]) -> re.Pattern[str]:
-    """Words that may stem to one of `terms`: a term, or `y` to `ies`, plus any ending."""
-    forms = set(terms) | {t[:-1] + "ies" for t in terms if t.endswith("y")}
-    alts = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
-    return re.compile(rf"(?:{alts})[^\W_]*")  # a word's start is checked at each match
 
 
 def excerpt(
