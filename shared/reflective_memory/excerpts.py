@@ -74,13 +74,13 @@ class Pieces:
             if not body:
                 continue
             a += len(line) - len(line.lstrip())
-            if body.count(" ") < _PIECE_WORDS:  # the common case: fewer words than a piece
+            if len(body.split()) <= _PIECE_WORDS:  # the common case: a line is one piece
                 spans.append((a, a + len(body)))
                 continue
             cuts = [a, *(a + m.end() for m in _SENTENCE_END.finditer(body))]
             for x, y in zip(cuts, [*cuts[1:], a + len(body)], strict=True):
                 sentence = text[x:y].rstrip()
-                if sentence.count(" ") < _PIECE_WORDS:
+                if len(sentence.split()) <= _PIECE_WORDS:
                     spans.append((x, x + len(sentence)))
                     continue
                 words = list(re.finditer(r"\S+", sentence))
@@ -167,8 +167,10 @@ def excerpt(
             score += sum(weight[t] for t in new)
             if best is None or (score, -spent) > best[:2]:
                 best = (score, -spent, i, j, spent)
-    if best is None:  # no word of the question within reach: the first piece that fits
-        i = next((k for k in range(len(spans)) if cost(k) + 2 * mark <= allowance), None)
+    if best is None:  # no word of the question in the text: its opening; words only in
+        # pieces too long for the allowance: the first piece that fits
+        starts = range(len(spans)) if df else range(1)
+        i = next((k for k in starts if cost(k) + 2 * mark <= allowance), None)
         if i is None:
             return None
         best = (0.0, 0, i, i, cost(i) + 2 * mark)

@@ -200,8 +200,8 @@ class PassageConfig:
             an excerpt of this length: the run of its sentences that holds most of the
             question's words (`reflective_memory.excerpts`). The best-voted turn is read whole
             when it fits, else as an excerpt of the room the budget leaves beside the next
-            turn that fits. 0 reads whole turns only. At 50: LongMemEval dev100 +4.1 points at
-            250 words; REALTALK unchanged (BENCHMARKS.md, issue 27).
+            turn that fits. 0 reads whole turns only. At 50: +6.3 points at 250 words on
+            LongMemEval dev100, +6.8 on REALTALK (BENCHMARKS.md, issue 27).
     """
 
     enabled: bool = True
