@@ -181,11 +181,10 @@ def excerpt(
     while i > 0 and spent + cost(i - 1) <= allowance:  # then what leads to it
         i -= 1
         spent += cost(i)
+    head = f"{CUT_MARK} " if i > 0 else ""  # the pieces hold every word of the text
     while j >= i:  # the counts of pieces need not add up: check the whole, shorten if needed
-        a, b = spans[i][0], spans[j][1]
-        head = f"{CUT_MARK} " if pieces.text[:a].strip() else ""
-        tail = f" {CUT_MARK}" if pieces.text[b:].strip() else ""
-        out = head + pieces.text[a:b] + tail
+        tail = f" {CUT_MARK}" if j < len(spans) - 1 else ""
+        out = head + pieces.text[spans[i][0] : spans[j][1]] + tail
         if count(out) <= allowance:
             return out
         j -= 1

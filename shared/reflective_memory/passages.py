@@ -897,9 +897,10 @@ class _Selection:
         None when fewer than 10 tokens would be left for the text.
         """
         turn, count = self.costs.session_turns(sid)[p], self.costs.count
-        room -= count(turn_line(turn, self.votes.labels, ""))
+        label = count(turn_line(turn, self.votes.labels, ""))  # "role: ", or none
+        room -= label
         text = excerpt(self.costs.pieces((sid, p)), terms, room, count) if room >= 10 else None
-        return None if text is None else (text, count(turn_line(turn, self.votes.labels, text)))
+        return None if text is None else (text, label + count(text))
 
     def hits(
         self, user_id: str, session_turns: Callable[[str], Sequence[Turn]], date_header: bool
