@@ -105,3 +105,16 @@ def test_the_terms_found_in_each_piece_are_its_lexical_tokens(words_: list, quer
     terms = set(lexical_tokens(" ".join(query)))
     expected = [set(lexical_tokens(text[a:b])) & terms for a, b in pieces.spans]
     assert pieces.terms(terms) == expected
+
+
+def test_without_a_word_of_the_question_an_opening_too_long_gives_nothing() -> None:
+    text = " ".join(["A long opening sentence about nothing in particular."] * 3) + "\nShort."
+    assert cut(text, "zebra", 10) is None  # the opening is 24 words: nothing rather than a middle
+    # with the question's words only in pieces too long, the first piece that fits
+    assert cut(text, "opening sentence", 10) == "… Short."
+
+
+def test_cut_marks_follow_the_pieces_and_whitespace_lines_are_not_text() -> None:
+    text = "\n  First line here.  \n\n   \nSecond line with crabs.\n\t\n"
+    assert cut(text, "crabs", 6) == "… Second line with crabs."
+    assert cut(text, "crabs", 40) == "First line here.  \n\n   \nSecond line with crabs."

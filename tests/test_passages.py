@@ -416,7 +416,9 @@ def test_retrieve_reads_the_part_of_a_long_answer_that_holds_the_question() -> N
         r = mem.retrieve("u", "How many giant crabs guard the reading room?", budget_tokens=120)
         text = "\n".join(h.memory.text for h in r.hits)
         assert "giant crabs (3)" in text
-        assert sum(count_tokens(h.memory.text) for h in r.hits) <= 120
+        used = sum(count_tokens(h.memory.text) for h in r.hits)
+        assert used <= 120 and r.diagnostics["passages"]["tokens_used"] == used  # exact count
+        assert any(h.memory.metadata.get("excerpts") for h in r.hits)
         assert count_tokens(STAT_BLOCK) > 120
 
 

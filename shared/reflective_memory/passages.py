@@ -655,7 +655,7 @@ class _Costs:
         return int(n)
 
     def pieces(self, key: tuple[str, int]) -> Pieces:
-        """A turn's text cut into pieces for excerpts, counted once."""
+        """A turn's text cut into pieces for excerpts (once per index version)."""
         slot = ("pieces", *key)
         got = self.cache.get(slot)
         if got is None:
@@ -865,15 +865,14 @@ class _Selection:
         full = self._full(opens)
         if full is not False:
             return not full
+        fits = budget is None or self.used + cost <= budget
         cut = self.excerpts
-        if budget is None or cut is None or (line <= cut.length and self.used + cost <= budget):
-            if budget is None or self.used + cost <= budget:
+        # whole: without excerpts, or when it fits and is short or the clearest match
+        if budget is None or cut is None or (fits and (first or line <= cut.length)):
+            if fits:
                 self._add(vote, seen, sid, p, cost, delta)
             return True
-        if first:  # the clearest match: whole if it fits, else cut to the room left
-            if self.used + cost <= budget:
-                self._add(vote, seen, sid, p, cost, delta)
-                return True
+        if first:  # the clearest match, too long for the budget: cut to the room left
             room = budget - self.used - cut.reserve - (cost - line)
         else:
             room = min(cut.length, budget - self.used - (cost - line))

@@ -81,7 +81,7 @@ class PassagePacking:
             length_free=cfg.length_free,
             length_keep_share=cfg.length_keep_share,
             cost_cache=self.turns.costs(req.user_id, state.index),
-            query_terms=lexical_tokens(state.search_query),
+            query_terms=lexical_tokens(state.search_query) if req.budget is not None else None,
             excerpt_length=cfg.excerpt_length,
         )
         hits = [_with_unit_scores(h, state.unit_scores) for h in hits]
