@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory, count_tokens
 from reflective_memory.passages import GAP_MARK, present_tense
 from reflective_memory.text import lexical_tokens
@@ -406,6 +408,68 @@ def test_long_turns_are_read_as_excerpts_of_the_set_length() -> None:
     short = {"s": _turns("s", ["We paid 40 euros a night for the room."], "2026-03-01")}
     hits, _ = _pack_cut([("s", 0)], short, 160, "room price", 35)
     assert "excerpts" not in hits[0].memory.metadata
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from("ab .,\n\t-é"), min_size=0, max_size=30),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 60),
+    st.sampled_from(["words", "tokens"]),
+)
+def test_a_capped_cost_is_the_cost_up_to_the_cap(parts: list[str], cap: int, unit: str) -> None:
+    from reflective_memory.passages import _Costs
+
+    text = " ".join(parts) or "x"
+    base = count_tokens if unit == "tokens" else (lambda t: len(t.split()))
+    counted: list[int] = []
+
+    def count(t: str) -> int:
+        counted.append(len(t))
+        return base(t)
+
+    sessions = {"s": _turns("s", [text], "2026-03-01")}
+    capped = _Costs(_votes([("s", 0)]), sessions.__getitem__, count, True, {})
+    got = [capped.capped(("s", 0), c) for c in (cap, cap + 7, cap)]
+    exact = base(f"user: {text}")
+    assert got == [min(c, exact) for c in (cap, cap + 7, cap)]
+    if exact > 8 * (cap + 8):  # a long line is told from its opening, never counted whole
+        assert max(counted) < len(f"user: {text}")
+
+
+def test_a_long_line_is_not_counted_whole_to_be_cut() -> None:
+    notes = [
+        f"We paid {40 + i} euros a night. " + "The river walk was long and lovely. " * 60
+        for i in range(6)
+    ]
+    sessions = {f"s{i}": _turns(f"s{i}", [n], f"2026-03-0{i + 1}") for i, n in enumerate(notes)}
+    counted: list[int] = []
+
+    def count(t: str) -> int:
+        counted.append(len(t))
+        return len(t.split())
+
+    from reflective_memory.passages import pack_passages
+
+    order = [(f"s{i}", 0) for i in range(6)]
+    hits, used, _ = pack_passages(
+        "u",
+        _votes(order),
+        sessions.__getitem__,
+        count,
+        k=None,
+        budget=200,
+        query_terms=lexical_tokens("What did we pay a night?"),
+        excerpt_length=35,
+        length_exponent=0.5,
+    )
+    assert used <= 200 and len(hits) == 2  # the clearest match cut to the room it leaves
+    assert all("euros a night" in h.memory.text for h in hits)
+    # only the clearest match is counted whole (is it read whole?); the rest are cut at sight
+    assert sum(n >= len(notes[0]) for n in counted) == 1
 
 
 def test_retrieve_reads_the_part_of_a_long_answer_that_holds_the_question() -> None:

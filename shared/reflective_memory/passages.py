@@ -56,6 +56,9 @@ __all__ = [
 PASSAGE_GRANULARITY = "passage"
 #: Line put between two non-adjacent runs of turns inside one passage.
 GAP_MARK = "…"
+#: Characters per token of the opening `_Costs.capped` counts first (English words average
+#: under six with their space, so the opening usually decides).
+_OPENING_CHARS = 8
 
 _PRESENT = re.compile(
     r"\b(now|currently|current|these days|nowadays|still|at the moment|at present|presently|"
@@ -654,6 +657,30 @@ class _Costs:
             n = self.cache[key] = self.count(turn_line(turn, self.votes.labels))
         return int(n)
 
+    def capped(self, key: Any, cap: int) -> int:
+        """`min(cap, of(key))`, counting no more of a long turn's line than it takes to tell.
+
+        A line whose opening already counts more than `cap` costs more than `cap` (a counter
+        never counts a text's prefix above the text), so the rest of it is not counted.
+        """
+        if isinstance(key, str):
+            return min(cap, self.of(key))
+        n = self.cache.get(key)
+        if n is not None:
+            return min(cap, int(n))
+        slot = ("over", *key)  # what the line's opening counted: the line costs at least that
+        over = self.cache.get(slot)
+        if over is not None and over > cap:
+            return cap
+        line = turn_line(self.session_turns(key[0])[key[1]], self.votes.labels)
+        head = line[: _OPENING_CHARS * (cap + 1)]
+        if len(head) < len(line):
+            over = self.cache[slot] = self.count(head)
+            if over > cap:
+                return cap
+        n = self.cache[key] = self.count(line)
+        return min(cap, n)
+
     def pieces(self, key: tuple[str, int]) -> Pieces:
         """A turn's text cut into pieces for excerpts (once per index version)."""
         slot = ("pieces", *key)
@@ -728,7 +755,7 @@ def pack_passages(
     if cut:
 
         def cost_of(key: Any) -> int:  # what a turn costs once cut to an excerpt
-            return costs.of(key) if isinstance(key, str) else min(cut, costs.of(key))
+            return costs.of(key) if isinstance(key, str) else costs.capped(key, cut)
 
     items = _offer_order(
         votes, cost_of, budget, length_exponent, length_keep, length_free, length_keep_share
@@ -860,13 +887,18 @@ class _Selection:
                 self.loose.append((vote, seen, self.votes.loose_memories[key]))
             return True
         sid, p = key
-        line = self.costs.of(key)
+        cut = self.excerpts
+        # a long turn is cut unless it is the clearest match: how long need not be counted
+        line = (
+            self.costs.capped(key, cut.length + 1)
+            if budget is not None and cut is not None and not first
+            else self.costs.of(key)
+        )
         cost, opens, delta = self._turn_cost(sid, p, line)
         full = self._full(opens)
         if full is not False:
             return not full
         fits = budget is None or self.used + cost <= budget
-        cut = self.excerpts
         # whole: without excerpts, or when it fits and is short or the clearest match
         if budget is None or cut is None or (fits and (first or line <= cut.length)):
             if fits:

@@ -213,7 +213,11 @@ def _question(c: Candidates) -> np.ndarray:
     """Share of the key's lines that are questions (a question rarely holds the answer)."""
     out = []
     for key in c.keys:
-        lines = [ln.strip() for ln in str(key).splitlines() if ln.strip()]
+        key = str(key)
+        if "?" not in key:  # most keys: no line is a question (and no need to split them)
+            out.append(0.0)
+            continue
+        lines = [ln for ln in (ln.strip() for ln in key.splitlines()) if ln]
         out.append(sum(ln.endswith("?") for ln in lines) / len(lines) if lines else 0.0)
     return np.array(out, dtype=np.float32)
 

@@ -159,10 +159,9 @@ class LexicalIndex:
         Reads the postings instead of tokenizing the keys again.
         """
         tokens = sorted(set(lexical_tokens(query)))
-        out = np.zeros(len(positions), np.float32)
         if not self.size or not tokens or not len(positions):
-            return out
-        pos = np.asarray(positions, dtype=np.int64)
+            return np.zeros(len(positions), np.float32)
+        found = np.zeros(self.size, np.float32)
         for term in self._term_ids(tokens):
-            out += np.isin(pos, self._postings(term)[0])
-        return out / len(tokens)
+            found[self._postings(term)[0]] += 1  # a term's postings name each key once
+        return found[np.asarray(positions, dtype=np.int64)] / len(tokens)
