@@ -671,7 +671,14 @@ def test_a_lone_label_is_not_a_speaker_and_quoted_turns_keep_their_vote() -> Non
     assert apply_speaker_focus(votes, sessions.__getitem__, "user", 0.5, roles) == 1
     assert votes.turn[("s", 0)] == before[("s", 0)]  # not "Remember"'s turn
     votes = _votes([("s", 0), ("s", 1)])
-    assert apply_speaker_focus(votes, sessions.__getitem__, "user", 0.5, roles, {("s", 1)}) == 0
+    asked: list[str] = []
+
+    def quoted(turn) -> bool:
+        asked.append(turn.turn_id)
+        return turn.turn_id == "s:1"
+
+    assert apply_speaker_focus(votes, sessions.__getitem__, "user", 0.5, roles, quoted) == 0
+    assert asked == ["s:1"]  # only the other speaker's turns are asked
     # end to end: a first-person question finds the user's "Remember: ..." turn, and the
     # assistant's "I ..." turn is found by its own words
     chat = [

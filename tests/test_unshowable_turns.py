@@ -8,6 +8,8 @@ answers. A call without `k` or a budget fills the default token budget with pass
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
 from reflective_memory.text import contentless
 
@@ -33,6 +35,23 @@ def mem():
         for sid in ("s1", "s2"):
             m.end_session("ana", sid)
         yield m  # s3 stays open
+
+
+_SMALL = ["ok", "thanks", "got", "it", "noted", "hi", "sure", "great", "i", "the", "okay"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([*_SMALL, "Porto", "İstanbul", "ΣΟΦΟΣ", "x" * 30]), max_size=16),
+    st.sampled_from([" ", ", ", "!\n", "   ", "\t" * 40]),
+)
+def test_contentless_reads_long_turns_from_their_opening_alike(words, sep) -> None:
+    from reflective_memory.text import _SMALL_TALK, _SMALL_TALK_MAX_WORDS, _WORD, STOPWORDS
+
+    text = sep.join(words)
+    ws = [m.group() for m in _WORD.finditer(text.lower())]
+    quiet = len(ws) <= _SMALL_TALK_MAX_WORDS and all(w in STOPWORDS or w in _SMALL_TALK for w in ws)
+    assert contentless(text) == quiet
 
 
 def _texts(retrieval) -> list[str]:

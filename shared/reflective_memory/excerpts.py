@@ -25,11 +25,11 @@ __all__ = ["CUT_MARK", "Pieces", "excerpt"]
 #: Put where an excerpt cuts the turn's text.
 CUT_MARK = "…"
 
-_WORD_CHAR = re.compile(r"[^\W_]")  # what `lexical_tokens` reads as part of a word
-_WORD = re.compile(r"[^\W_]+")
+_WORD = re.compile(r"[^\W_]+")  # what `lexical_tokens` reads as a word: `str.isalnum` characters
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 #: Lines longer than this (in words) are cut at sentence ends, and sentences into runs of it.
 _PIECE_WORDS = 40
+_SHORT = 2 * _PIECE_WORDS  # characters: a text this short cannot hold more words than that
 
 
 @dataclass(frozen=True)
@@ -74,13 +74,13 @@ class Pieces:
             if not body:
                 continue
             a += len(line) - len(line.lstrip())
-            if len(body.split()) <= _PIECE_WORDS:  # the common case: a line is one piece
+            if len(body) <= _SHORT or len(body.split()) <= _PIECE_WORDS:  # a line is one piece
                 spans.append((a, a + len(body)))
                 continue
             cuts = [a, *(a + m.end() for m in _SENTENCE_END.finditer(body))]
             for x, y in zip(cuts, [*cuts[1:], a + len(body)], strict=True):
                 sentence = text[x:y].rstrip()
-                if len(sentence.split()) <= _PIECE_WORDS:
+                if len(sentence) <= _SHORT or len(sentence.split()) <= _PIECE_WORDS:
                     spans.append((x, x + len(sentence)))
                     continue
                 words = list(re.finditer(r"\S+", sentence))
@@ -102,7 +102,7 @@ class Pieces:
         for form in wanted | {t[:-1] + "ies" for t in wanted if t.endswith("y")}:
             at = low.find(form)
             while at >= 0:
-                if not (at and _WORD_CHAR.match(low, at - 1)):  # the start of a word
+                if not (at and low[at - 1].isalnum()):  # the start of a word (as `_WORD` reads)
                     word = _WORD.match(low, at)[0]  # type: ignore[index]
                     term = stem(word)
                     if term in wanted and word not in STOPWORDS:

@@ -474,15 +474,15 @@ def apply_speaker_focus(
     speaker: str,
     focus: float,
     speakers: Collection[str] | None = None,
-    keep: Collection[tuple[str, int]] = (),
+    keep: Callable[[Turn], bool] | None = None,
 ) -> int:
     """Scale the votes of turns not spoken by `speaker` by `1 - focus`.
 
     A question about one person ("What does Kate do on weekends?") is answered by what that
     person said; the other side's turns still count, less. With `speakers`, a turn's
     `Name: ` label counts only when it is one of them (a user's "Remember: ..." was said by
-    the user, not by "Remember"); pass the roles alone to compare by role. Turns in `keep`
-    are never scaled.
+    the user, not by "Remember"); pass the roles alone to compare by role. A turn for which
+    `keep` is true is never scaled (asked only of the other speakers' turns).
 
     Returns:
         How many turn votes were scaled down.
@@ -492,13 +492,11 @@ def apply_speaker_focus(
     want = speaker.strip().casefold()
     scaled = 0
     for key in votes.turn:
-        if key in keep:
-            continue
         turn = session_turns(key[0])[key[1]]
         who = speaker_of(turn)
         if speakers is not None and who not in speakers:
             who = turn.role
-        if who.strip().casefold() != want:
+        if who.strip().casefold() != want and not (keep is not None and keep(turn)):
             votes.turn[key] *= 1.0 - focus
             scaled += 1
     return scaled

@@ -138,6 +138,7 @@ _SMALL_TALK = frozenset(
     sure tell telling thx ty understood welcome wow yep yup""".split()
 )
 _SMALL_TALK_MAX_WORDS = 12
+_SMALL_TALK_CHARS = 240  # holds more than 12 small-talk words (they are short)
 
 
 def contentless(text: str) -> bool:
@@ -150,8 +151,21 @@ def contentless(text: str) -> bool:
         >>> contentless("Noted, I'll remember that!"), contentless("I adopted a cat.")
         (True, False)
     """
-    for n, m in enumerate(_WORD.finditer(text.lower()), 1):  # stops at the first content word
+    head = text[:_SMALL_TALK_CHARS]  # a long turn is decided in its opening
+    got = _small_talk(head.lower(), complete=len(head) == len(text))
+    return _small_talk(text.lower(), complete=True) if got is None else got
+
+
+def _small_talk(low: str, complete: bool) -> bool | None:
+    """Whether lower-cased `low` is small talk only; None when an opening cannot tell.
+
+    An opening (`complete=False`) cannot tell when it ends before a content word or the
+    13th word, or when its last word may be cut.
+    """
+    for n, m in enumerate(_WORD.finditer(low), 1):  # stops at the first content word
+        if not complete and m.end() == len(low):
+            return None
         w = m.group()
         if n > _SMALL_TALK_MAX_WORDS or (w not in STOPWORDS and w not in _SMALL_TALK):
             return False
-    return True
+    return True if complete else None

@@ -365,11 +365,7 @@ class Votes:
         _drop_unshowable(votes, session_turns, req.exclude, req.budget is not None, state.index)
         votes.labels = self.turns.labels(req.user_id, state.index)
         if state.speaker is not None:
-            keep = (
-                _quoting(votes, session_turns, req.query)
-                if state.speakers == ("user", "assistant")
-                else set()
-            )
+            keep = _quotes(req.query) if state.speakers == ("user", "assistant") else None
             apply_speaker_focus(
                 votes, session_turns, state.speaker, state.focus, state.speakers, keep
             )
@@ -448,17 +444,15 @@ def _contentless_cache(index: UserIndex) -> dict[tuple[str, str], bool]:
     return got
 
 
-def _quoting(
-    votes: TurnVotes, session_turns: Callable[[str], Sequence[Turn]], query: str
-) -> set[tuple[str, int]]:
-    """The voted turns that hold `query` word for word (for queries of 20+ characters)."""
+def _quotes(query: str) -> Callable[[Turn], bool] | None:
+    """Whether a turn holds `query` word for word (None for queries under 20 characters)."""
     want = " ".join(query.casefold().split())
     if len(want) < 20:
-        return set()
+        return None
     longest = max(want.split(), key=len)  # in any quoting turn, with its spacing as is
-    out = set()
-    for key in votes.turn:
-        text = session_turns(key[0])[key[1]].text.casefold()
-        if longest in text and want in " ".join(text.split()):
-            out.add(key)
-    return out
+
+    def holds(turn: Turn) -> bool:
+        text = turn.text.casefold()
+        return longest in text and want in " ".join(text.split())
+
+    return holds
