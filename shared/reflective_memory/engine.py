@@ -147,6 +147,8 @@ class ReflectiveMemory:
             batch_size=cfg.units.embed_batch_size,
             ann=cfg.index.ann(),
             max_bytes=cfg.index.cache_bytes,
+            # bound late: the writer, made below, makes vectors as it writes them
+            vectors=lambda user_id, ids, keys: self.sessions.stored_vectors(user_id, ids, keys),
         )
         reflector = None  # RMM prospective reflection needs an LLM and the option
         if self.llm is not None and cfg.topics.enabled:

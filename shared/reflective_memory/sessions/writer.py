@@ -432,9 +432,12 @@ class SessionWriter:
         return out
 
     def _unit_vectors(
-        self, drafts: Sequence[MemoryDraft], turns: Sequence[Turn], turn_vecs: np.ndarray | None
+        self,
+        drafts: Sequence[MemoryDraft | Memory],
+        turns: Sequence[Turn],
+        turn_vecs: np.ndarray | None,
     ) -> np.ndarray:
-        """Vectors of a session's unit keys.
+        """Vectors of a session's unit keys (of drafts, or of stored memories).
 
         Raw turn keys reuse their turn's vector; multi-turn units with raw keys get the
         normalised mean of their turns' vectors when `segment_vectors="mean"`; other keys
@@ -577,11 +580,48 @@ class SessionWriter:
         if not drafts:
             return 0
         self.denoise_keys(user_id, drafts, strict=True)
-        vectors = self.embed_keys([d.key for d in drafts])
+        by_session: dict[str, list[int]] = {}
+        for i, d in enumerate(drafts):
+            by_session.setdefault(d.session_id, []).append(i)
+        vectors = np.zeros((len(drafts), self.embedder.dim), np.float32)
+        for session_id, idx in by_session.items():
+            vectors[idx] = self._session_vectors(user_id, session_id, [drafts[i] for i in idx])
         self.store.upsert_memories(user_id, drafts, vectors, self.embedder.name)
         self.indexes.invalidate(user_id)
         logger.info("re-keyed %d memories of user %s with %s", len(drafts), user_id, current)
         return len(drafts)
+
+    def stored_vectors(self, user_id: str, ids: list[str], keys: list[str]) -> np.ndarray:
+        """Vectors for stored memories, made as writing makes them (`storage.base.MemoryVectors`).
+
+        The index build asks for the memories it finds without an embedding of the current
+        embedder (one failed when the turn was added, or the embedder changed): a turn's is
+        made from what was said (without a chat-role turn's `Name: ` label), a unit with a
+        raw key the mean of its turns' (`units.segment_vectors`); any other key (denoised,
+        written by an app, of a memory whose turns are gone) is embedded as it is.
+        """
+        found = {m.id: m for m in self.store.memories(user_id, ids)}
+        out = np.zeros((len(ids), self.embedder.dim), np.float32)
+        by_session: dict[str, list[int]] = {}
+        rest: list[int] = []
+        for i, mid in enumerate(ids):
+            mem = found.get(mid)
+            if mem is not None and mem.turn_ids and mem.key == keys[i]:
+                by_session.setdefault(mem.session_id, []).append(i)
+            else:
+                rest.append(i)
+        for session_id, idx in by_session.items():
+            out[idx] = self._session_vectors(user_id, session_id, [found[ids[i]] for i in idx])
+        if rest:
+            out[rest] = self.embed_keys([keys[i] for i in rest])
+        return out
+
+    def _session_vectors(
+        self, user_id: str, session_id: str, units: Sequence[MemoryDraft | Memory]
+    ) -> np.ndarray:
+        """Vectors of units of one session, from its stored turns (see `_unit_vectors`)."""
+        turns = self.store.turns(user_id, session_id)
+        return self._unit_vectors(units, turns, self._turn_vectors(user_id, session_id, turns))
 
     def _rekey_drafts(self, user_id: str, only_stale: bool, current: str) -> list[MemoryDraft]:
         """Drafts of the user's turn, session and segment units to re-key (see `redenoise`).

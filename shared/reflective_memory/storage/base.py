@@ -20,7 +20,7 @@ The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`, the serv
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MemoryStore",
+    "MemoryVectors",
     "SessionBuildLock",
     "ServerSearch",
     "KeyListing",
@@ -51,6 +52,10 @@ __all__ = [
     "missing_members",
     "require_open",
 ]
+
+#: Makes vectors for stored memories that have none of the current embedder, as writing makes
+#: them: `(user_id, ids, keys) -> (len(ids), dim)` float32 (`SessionWriter.stored_vectors`).
+MemoryVectors = Callable[[str, list[str], list[str]], np.ndarray]
 
 
 def session_fence(turns: Sequence[Turn]) -> tuple[int, int]:
@@ -288,10 +293,13 @@ class SessionBuildLock(Protocol):
 class ServerSearch(Protocol):
     """A store that searches on its server: indexes are snapshots, nothing is built locally."""
 
-    def server_index(self, user_id: str, embedder: Embedder) -> UserIndex:
+    def server_index(
+        self, user_id: str, embedder: Embedder, vectors: MemoryVectors | None = None
+    ) -> UserIndex:
         """A `UserIndex` of the user's current memories whose searches run on the server.
 
-        Memories without an embedding of `embedder` are embedded and stored first.
+        Memories without an embedding of `embedder` are embedded and stored first: by
+        `vectors` when given, else from their keys.
         """
         ...
 

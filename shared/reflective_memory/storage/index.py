@@ -32,7 +32,7 @@ import numpy as np
 
 from reflective_memory.embed import Embedder
 from reflective_memory.storage.ann import ANN_KINDS, AnnSettings
-from reflective_memory.storage.base import KeyListing, MemoryStore, ServerSearch
+from reflective_memory.storage.base import KeyListing, MemoryStore, MemoryVectors, ServerSearch
 from reflective_memory.storage.bm25 import LexicalIndex
 from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import seal, unseal
@@ -316,6 +316,8 @@ class IndexCache:
         ann: When users switch to approximate search (`None`: always exact).
         max_bytes: Memory the cached indexes may hold (`UserIndex.nbytes`); least recently used
             users are dropped beyond it (the most recent one always stays). `None`: unbounded.
+        vectors: Makes the vectors of memories without an embedding of `embedder` (a failed
+            embed, another model) as writing makes them; `None`: their keys are embedded.
     """
 
     def __init__(
@@ -326,8 +328,10 @@ class IndexCache:
         batch_size: int = 64,
         ann: AnnSettings | None = None,
         max_bytes: int | None = None,
+        vectors: MemoryVectors | None = None,
     ) -> None:
         self.store = store
+        self.vectors = vectors
         #: The store when it searches on its server (`ServerSearch`): indexes are its snapshots.
         self._server: ServerSearch | None = store if isinstance(store, ServerSearch) else None
         self.embedder = embedder
@@ -416,7 +420,7 @@ class IndexCache:
                 before = self._cache.get(user_id)  # an older version, if any
             t0 = time.perf_counter()
             if self._server is not None:  # searched on the database server: nothing to keep
-                built = self._server.server_index(user_id, self.embedder)
+                built = self._server.server_index(user_id, self.embedder, self.vectors)
                 if before is not None and _only_appended(before, built):
                     built.carry_from(before)  # what the pipeline derived from the turns
             else:
@@ -565,9 +569,14 @@ class IndexCache:
         logger.info("embedding %d memories of user %s", len(missing), user_id)
         for s in range(0, len(missing), 4096):
             chunk = missing[s : s + 4096]
-            emb = self.embedder.encode([keys[i] for i in chunk])
+            got, texts = [ids[i] for i in chunk], [keys[i] for i in chunk]
+            emb = (
+                self.embedder.encode(texts)
+                if self.vectors is None
+                else self.vectors(user_id, got, texts)
+            )
             vectors[chunk] = emb
-            self.store.set_embeddings(user_id, [ids[i] for i in chunk], emb, self.embedder.name)
+            self.store.set_embeddings(user_id, got, emb, self.embedder.name)
 
     def _current(self, user_id: str, version: int, epoch: int) -> bool:
         with self._guard:

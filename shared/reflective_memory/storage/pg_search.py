@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reflective_memory.errors import ConfigError
+from reflective_memory.storage.base import MemoryVectors
 from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import checked_keys
 from reflective_memory.storage.pg_database import PgDatabase
@@ -228,8 +229,10 @@ class PgSearch:
             ).fetchall()
         return [r[0] for r in rows], np.asarray([float(r[1]) for r in rows], np.float32)
 
-    def server_index(self, user_id: str, embedder: Any) -> UserIndex:
+    def server_index(
+        self, user_id: str, embedder: Any, vectors: MemoryVectors | None = None
+    ) -> UserIndex:
         """A `UserIndex` whose searches run on this server (see `storage.server_index`)."""
         from reflective_memory.storage.server_index import build_server_index
 
-        return build_server_index(self, user_id, embedder)
+        return build_server_index(self, user_id, embedder, vectors)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reflective_memory.errors import InvalidInputError, SessionChangedError, UnknownSessionError
-from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.base import MemoryDraft, MemoryVectors, SessionInfo
 from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import (
     check_memory,
@@ -550,9 +550,11 @@ class PostgresStore:
         """See `MemoryStore.set_embeddings` (written by `search`)."""
         self.search.set_embeddings(user_id, ids, emb, model)
 
-    def server_index(self, user_id: str, embedder: Any) -> UserIndex:
+    def server_index(
+        self, user_id: str, embedder: Any, vectors: MemoryVectors | None = None
+    ) -> UserIndex:
         """See `ServerSearch.server_index`: a `UserIndex` searched on the server by `search`."""
-        return self.search.server_index(user_id, embedder)
+        return self.search.server_index(user_id, embedder, vectors)
 
     def set_keys(self, user_id: str, ids: Sequence[str], keys: Sequence[str]) -> None:
         """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""

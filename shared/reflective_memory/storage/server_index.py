@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reflective_memory.storage.base import MemoryVectors
 from reflective_memory.storage.index import UserIndex
 
 if TYPE_CHECKING:
@@ -172,19 +173,23 @@ class ServerLexicalIndex:
         )
 
 
-def build_server_index(server: PgSearch, user_id: str, embedder: Any) -> UserIndex:
+def build_server_index(
+    server: PgSearch, user_id: str, embedder: Any, vectors: MemoryVectors | None = None
+) -> UserIndex:
     """Snapshot a user's memories on the server and wrap them as a `UserIndex`.
 
     Memories without an embedding of `embedder` (new keys, another model) are embedded and
-    written back first, so every memory is searchable.
+    written back first, so every memory is searchable: by `vectors` when given, else from
+    their keys.
     """
     dim, model = int(embedder.dim), str(embedder.name)
     ids, keys = server.stale_embeddings(user_id, model, dim)
     if ids:
         logger.info("embedding %d memories of user %s", len(ids), user_id)
         for s in range(0, len(ids), 4096):
-            emb = embedder.encode(keys[s : s + 4096])
-            server.set_embeddings(user_id, ids[s : s + 4096], emb, model)
+            chunk, texts = ids[s : s + 4096], keys[s : s + 4096]
+            emb = embedder.encode(texts) if vectors is None else vectors(user_id, chunk, texts)
+            server.set_embeddings(user_id, chunk, emb, model)
     version, ids, keys, marks = server.index_snapshot(user_id)
     threshold = server.hnsw_threshold
     approximate = threshold is not None and len(ids) > threshold
