@@ -294,12 +294,17 @@ class ServerSearch(Protocol):
     """A store that searches on its server: indexes are snapshots, nothing is built locally."""
 
     def server_index(
-        self, user_id: str, embedder: Embedder, vectors: MemoryVectors | None = None
+        self,
+        user_id: str,
+        embedder: Embedder,
+        vectors: MemoryVectors | None = None,
+        before: UserIndex | None = None,
     ) -> UserIndex:
         """A `UserIndex` of the user's current memories whose searches run on the server.
 
         Memories without an embedding of `embedder` are embedded and stored first: by
-        `vectors` when given, else from their keys.
+        `vectors` when given, else from their keys. `before`, the user's previous index,
+        lets a snapshot read only what was written since.
         """
         ...
 

@@ -420,7 +420,7 @@ class IndexCache:
                 before = self._cache.get(user_id)  # an older version, if any
             t0 = time.perf_counter()
             if self._server is not None:  # searched on the database server: nothing to keep
-                built = self._server.server_index(user_id, self.embedder, self.vectors)
+                built = self._server.server_index(user_id, self.embedder, self.vectors, before)
                 if before is not None and _only_appended(before, built):
                     built.carry_from(before)  # what the pipeline derived from the turns
             else:

@@ -84,27 +84,50 @@ class PgSearch:
         self._lock = TaskLock()  # held across a query: see `TaskLock`
         self._dims: set[int] = set()
 
-    def index_snapshot(self, user_id: str) -> tuple[int, list[str], list[str], list[int]]:
-        """`(version, ids, keys, marks)` of a user's memories, read in one consistent snapshot.
+    def index_snapshot(
+        self, user_id: str, after: tuple[str, int, int, int] | None = None
+    ) -> tuple[int, list[str], list[str], list[int], bool]:
+        """`(version, ids, keys, marks, appended)` of a user's memories, in one consistent snapshot.
 
         A memory's mark (`seq`) comes from a sequence and is drawn again whenever its row is
         written (an upsert, a new key, restored times), so equal ids with equal marks are
         unchanged memories.
+
+        With `after`, `(id, mark, count, mark_sum)` of an earlier snapshot (its newest memory
+        and its mark, how many memories it held and the sum of their marks): when the memories
+        marked up to `mark` are still those (the same count and sum, that memory among them),
+        only the ones marked above it are read and `appended` is True: the earlier snapshot's
+        lists followed by these are the current ones. Otherwise every memory is read. (A
+        deletion or a rewrite changes the count; a deletion together with a row committed late
+        under a lower mark changes the sum.)
         """
         with self.db.transaction(repeatable_read=True) as conn:
             row = conn.execute(
                 f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
             ).fetchone()
+            version = 0 if row is None else int(row[0])
+            appended, since = False, None
+            if after is not None:
+                last, mark, count, total = after
+                held = conn.execute(
+                    f"SELECT count(*), coalesce(sum(seq), 0), coalesce(bool_or(id = %s AND"
+                    f" seq = %s), false) FROM {self._s}.memories WHERE user_id=%s AND seq <= %s",
+                    (last, mark, user_id, mark),
+                ).fetchone()
+                appended = (int(held[0]), int(held[1]), bool(held[2])) == (count, total, True)
+                since = mark if appended else None
             rows = conn.execute(
-                f"SELECT id, key, key_crc, seq FROM {self._s}.memories WHERE user_id=%s "
-                "ORDER BY seq",
-                (user_id,),
+                f"SELECT id, key, key_crc, seq FROM {self._s}.memories WHERE user_id=%s"
+                + ("" if since is None else " AND seq > %s")
+                + " ORDER BY seq",
+                (user_id,) if since is None else (user_id, since),
             ).fetchall()
         return (
-            (0 if row is None else int(row[0])),
+            version,
             [r[0] for r in rows],
             checked_keys(user_id, [r[:3] for r in rows]),
             [int(r[3]) for r in rows],
+            appended,
         )
 
     def stale_embeddings(self, user_id: str, model: str, dim: int) -> tuple[list[str], list[str]]:
@@ -230,9 +253,13 @@ class PgSearch:
         return [r[0] for r in rows], np.asarray([float(r[1]) for r in rows], np.float32)
 
     def server_index(
-        self, user_id: str, embedder: Any, vectors: MemoryVectors | None = None
+        self,
+        user_id: str,
+        embedder: Any,
+        vectors: MemoryVectors | None = None,
+        before: UserIndex | None = None,
     ) -> UserIndex:
         """A `UserIndex` whose searches run on this server (see `storage.server_index`)."""
         from reflective_memory.storage.server_index import build_server_index
 
-        return build_server_index(self, user_id, embedder, vectors)
+        return build_server_index(self, user_id, embedder, vectors, before)

@@ -551,10 +551,14 @@ class PostgresStore:
         self.search.set_embeddings(user_id, ids, emb, model)
 
     def server_index(
-        self, user_id: str, embedder: Any, vectors: MemoryVectors | None = None
+        self,
+        user_id: str,
+        embedder: Any,
+        vectors: MemoryVectors | None = None,
+        before: UserIndex | None = None,
     ) -> UserIndex:
         """See `ServerSearch.server_index`: a `UserIndex` searched on the server by `search`."""
-        return self.search.server_index(user_id, embedder, vectors)
+        return self.search.server_index(user_id, embedder, vectors, before)
 
     def set_keys(self, user_id: str, ids: Sequence[str], keys: Sequence[str]) -> None:
         """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""

@@ -174,13 +174,18 @@ class ServerLexicalIndex:
 
 
 def build_server_index(
-    server: PgSearch, user_id: str, embedder: Any, vectors: MemoryVectors | None = None
+    server: PgSearch,
+    user_id: str,
+    embedder: Any,
+    vectors: MemoryVectors | None = None,
+    before: UserIndex | None = None,
 ) -> UserIndex:
     """Snapshot a user's memories on the server and wrap them as a `UserIndex`.
 
     Memories without an embedding of `embedder` (new keys, another model) are embedded and
     written back first, so every memory is searchable: by `vectors` when given, else from
-    their keys.
+    their keys. With `before`, an earlier snapshot of the user, only the memories written
+    since are read when `before`'s are unchanged (`PgSearch.index_snapshot`).
     """
     dim, model = int(embedder.dim), str(embedder.name)
     ids, keys = server.stale_embeddings(user_id, model, dim)
@@ -190,11 +195,21 @@ def build_server_index(
             chunk, texts = ids[s : s + 4096], keys[s : s + 4096]
             emb = embedder.encode(texts) if vectors is None else vectors(user_id, chunk, texts)
             server.set_embeddings(user_id, chunk, emb, model)
-    version, ids, keys, marks = server.index_snapshot(user_id)
+    old = before.extras.get("row_marks") if before is not None else None
+    total = before.extras.get("mark_sum") if before is not None else None
+    after = None
+    if before is not None and old and len(old) == len(before.ids) and total is not None:
+        after = (before.ids[-1], old[-1], len(old), total)
+    version, ids, keys, marks, appended = server.index_snapshot(user_id, after)
+    mark_sum = sum(marks)
+    if appended and before is not None and old is not None and total is not None:
+        ids, keys, marks = before.ids + ids, before.keys + keys, old + marks
+        mark_sum += total
     threshold = server.hnsw_threshold
     approximate = threshold is not None and len(ids) > threshold
     dense = ServerDenseIndex(server, user_id, ids, dim, model, approximate=approximate)
     lexical = ServerLexicalIndex(server, user_id, ids)
     built = UserIndex(user_id, version, ids, dense, keys, _lexical=lexical)  # type: ignore[arg-type]
     built.extras["row_marks"] = marks
+    built.extras["mark_sum"] = mark_sum
     return built
