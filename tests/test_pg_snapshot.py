@@ -34,9 +34,9 @@ def _spy(mem: ReflectiveMemory) -> list[bool]:
     took: list[bool] = []
     real = search.index_snapshot
 
-    def snapshot(user_id, after=None):
-        got = real(user_id, after)
-        took.append(got[4])
+    def snapshot(user_id, model, dim, after=None):
+        got = real(user_id, model, dim, after)
+        took.append(got.appended)
         return got
 
     search.index_snapshot = snapshot
@@ -45,9 +45,9 @@ def _spy(mem: ReflectiveMemory) -> list[bool]:
 
 def _full(mem: ReflectiveMemory, user: str) -> tuple[list[str], list[str]]:
     search = mem.store.search
-    _, ids, keys, _, appended = type(search).index_snapshot(search, user)  # not the spy
-    assert not appended
-    return ids, keys
+    got = type(search).index_snapshot(search, user, "any", 1)  # not the spy
+    assert not got.appended
+    return got.ids, got.keys
 
 
 def test_a_question_after_a_write_reads_only_the_new_memories(pg_dsn) -> None:
@@ -92,15 +92,34 @@ def test_an_earlier_snapshot_that_no_longer_holds_is_not_extended(pg_dsn) -> Non
     with _mem(pg_dsn) as mem:
         for text in TURNS:
             mem.add_turn("ana", "s1", "user", text)
-        search = mem.store.search
-        _, ids, _, marks, _ = search.index_snapshot("ana")
+        search, model, dim = mem.store.search, mem.embedder.name, mem.embedder.dim
+        full = search.index_snapshot("ana", model, dim)
+        ids, marks = full.ids, full.marks
+        assert not full.appended and not full.stale
         last, mark, n, total = ids[-2], marks[-2], len(ids) - 1, sum(marks[:-1])
-        got = search.index_snapshot("ana", (last, mark, n, total))
-        assert got[4] and got[1] == ids[-1:] and got[3] == marks[-1:]
+        got = search.index_snapshot("ana", model, dim, (last, mark, n, total))
+        assert got.appended and got.ids == ids[-1:] and got.marks == marks[-1:]
         for after in [
             (last, mark, n, total + 1),  # another row under the mark in place of a deleted one
             (last, mark, n + 1, total),  # a row deleted
             (ids[0], mark, n, total),  # the newest row of the earlier snapshot is gone
         ]:
-            _, again, _, _, appended = search.index_snapshot("ana", after)
-            assert not appended and again == ids
+            again = search.index_snapshot("ana", model, dim, after)
+            assert not again.appended and again.ids == ids
+        assert search.index_snapshot("ana", "another", dim).stale == list(range(len(ids)))
+
+
+def test_a_turn_whose_embedding_failed_is_embedded_by_the_next_snapshot(pg_dsn) -> None:
+    with _mem(pg_dsn) as mem:
+        took = _spy(mem)
+        for text in TURNS[:3]:
+            mem.add_turn("ana", "s1", "user", text)
+        mem.retrieve("ana", "dog", k=1)
+        encode = mem.embedder.encode
+        mem.embedder.encode = lambda texts: (_ for _ in ()).throw(RuntimeError("down"))
+        mem.add_turn("ana", "s1", "user", TURNS[3])  # stored with no vector of the model
+        mem.embedder.encode = encode
+        hits = mem.retrieve("ana", "night shifts at the hospital", k=1, mode="dense").hits
+        assert took[-1] is True and hits[0].memory.text.endswith(TURNS[3])
+        _, _, _, models = mem.store.embeddings("ana")
+        assert set(models) == {mem.embedder.name}

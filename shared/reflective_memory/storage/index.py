@@ -255,7 +255,7 @@ class UserIndex:
         vec = int(self.dense.vectors.nbytes)
         text = self.extras.get("text_bytes")
         if text is None:
-            text = self.extras["text_bytes"] = _text_bytes(self.ids, self.keys)
+            text = self.extras["text_bytes"] = text_bytes_of(self.ids, self.keys)
         lexical = 0 if self._lexical is None else 3 * text
         return 2 * vec + 2 * text + lexical + 4096
 
@@ -278,7 +278,7 @@ def _only_appended(before: UserIndex, after: UserIndex) -> bool:
     )
 
 
-def _text_bytes(ids: Sequence[str], keys: Sequence[str]) -> int:
+def text_bytes_of(ids: Sequence[str], keys: Sequence[str]) -> int:
     """Approximate memory of ids and keys."""
     return sum(len(k) for k in keys) + sum(len(i) + 56 for i in ids)
 
@@ -544,7 +544,7 @@ class IndexCache:
         built = UserIndex(user_id, version, ids, dense, keys)
         built.extras["last_mark"] = marks[-1]
         if "text_bytes" in before.extras:
-            built.extras["text_bytes"] = before.extras["text_bytes"] + _text_bytes(
+            built.extras["text_bytes"] = before.extras["text_bytes"] + text_bytes_of(
                 new_ids, new_keys
             )
         built.carry_from(before)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from reflective_memory.text import lexical_tokens
 if TYPE_CHECKING:
     from reflective_memory.storage.index import UserIndex
 
-__all__ = ["PgSearch", "to_vector", "tsquery_text"]
+__all__ = ["PgSearch", "Snapshot", "to_vector", "tsquery_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,27 @@ def tsquery_text(tokens: Sequence[str]) -> str:
     """An OR query of quoted lexemes for `to_tsquery('simple', ...)`."""
     quoted = ["'" + t.replace("\\", "").replace("'", "''") + "'" for t in dict.fromkeys(tokens)]
     return " | ".join(q for q in quoted if q != "''")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A user's memories as `PgSearch.index_snapshot` read them.
+
+    Attributes:
+        version: The user's version the rows belong to.
+        ids: Memory ids, in mark order.
+        keys: Their keys.
+        marks: Their marks (`seq`).
+        stale: Positions (in `ids`) of the memories without an embedding of the model asked.
+        appended: Only the memories marked above the earlier snapshot's newest were read.
+    """
+
+    version: int
+    ids: list[str]
+    keys: list[str]
+    marks: list[int]
+    stale: list[int]
+    appended: bool
 
 
 class PgSearch:
@@ -85,9 +107,9 @@ class PgSearch:
         self._dims: set[int] = set()
 
     def index_snapshot(
-        self, user_id: str, after: tuple[str, int, int, int] | None = None
-    ) -> tuple[int, list[str], list[str], list[int], bool]:
-        """`(version, ids, keys, marks, appended)` of a user's memories, in one consistent snapshot.
+        self, user_id: str, model: str, dim: int, after: tuple[str, int, int, int] | None = None
+    ) -> Snapshot:
+        """A user's memories (ids, keys, marks), read in one consistent snapshot.
 
         A memory's mark (`seq`) comes from a sequence and is drawn again whenever its row is
         written (an upsert, a new key, restored times), so equal ids with equal marks are
@@ -96,51 +118,40 @@ class PgSearch:
         With `after`, `(id, mark, count, mark_sum)` of an earlier snapshot (its newest memory
         and its mark, how many memories it held and the sum of their marks): when the memories
         marked up to `mark` are still those (the same count and sum, that memory among them),
-        only the ones marked above it are read and `appended` is True: the earlier snapshot's
+        only the ones marked above it are read (`Snapshot.appended`): the earlier snapshot's
         lists followed by these are the current ones. Otherwise every memory is read. (A
         deletion or a rewrite changes the count; a deletion together with a row committed late
-        under a lower mark changes the sum.)
+        under a lower mark changes the sum.) The rows read that have no embedding of `model`
+        and size `dim` are listed in `Snapshot.stale`: the earlier snapshot listed its own.
         """
         with self.db.transaction(repeatable_read=True) as conn:
             row = conn.execute(
                 f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
             ).fetchone()
-            version = 0 if row is None else int(row[0])
-            appended, since = False, None
+            appended = False
             if after is not None:
                 last, mark, count, total = after
-                held = conn.execute(
-                    f"SELECT count(*), coalesce(sum(seq), 0), coalesce(bool_or(id = %s AND"
-                    f" seq = %s), false) FROM {self._s}.memories WHERE user_id=%s AND seq <= %s",
-                    (last, mark, user_id, mark),
+                held = conn.execute(  # the count and sum from the (user_id, seq) index alone
+                    f"SELECT count(*), coalesce(sum(seq), 0), (SELECT seq FROM {self._s}.memories"
+                    f" WHERE user_id=%s AND id=%s) FROM {self._s}.memories"
+                    " WHERE user_id=%s AND seq <= %s",
+                    (user_id, last, user_id, mark),
                 ).fetchone()
-                appended = (int(held[0]), int(held[1]), bool(held[2])) == (count, total, True)
-                since = mark if appended else None
+                appended = (int(held[0]), int(held[1]), held[2]) == (count, total, mark)
             rows = conn.execute(
-                f"SELECT id, key, key_crc, seq FROM {self._s}.memories WHERE user_id=%s"
-                + ("" if since is None else " AND seq > %s")
-                + " ORDER BY seq",
-                (user_id,) if since is None else (user_id, since),
+                f"SELECT id, key, key_crc, seq, (embedding IS NULL OR embed_model IS DISTINCT"
+                f" FROM %s OR embed_dim IS DISTINCT FROM %s) FROM {self._s}.memories"
+                " WHERE user_id=%s" + (" AND seq > %s" if appended else "") + " ORDER BY seq",
+                (model, dim, user_id, *((after[1],) if appended and after else ())),
             ).fetchall()
-        return (
-            version,
+        return Snapshot(
+            0 if row is None else int(row[0]),
             [r[0] for r in rows],
             checked_keys(user_id, [r[:3] for r in rows]),
             [int(r[3]) for r in rows],
+            [i for i, r in enumerate(rows) if r[4]],
             appended,
         )
-
-    def stale_embeddings(self, user_id: str, model: str, dim: int) -> tuple[list[str], list[str]]:
-        """Ids and keys of a user's memories with no embedding of `model` and size `dim`."""
-        with self.db.transaction() as conn:
-            rows = conn.execute(
-                f"SELECT id, key, key_crc FROM {self._s}.memories WHERE user_id=%s"
-                " AND (embedding IS NULL OR embed_model IS DISTINCT FROM %s"
-                " OR embed_dim IS DISTINCT FROM %s)"
-                " ORDER BY seq",
-                (user_id, model, dim),
-            ).fetchall()
-        return [r[0] for r in rows], checked_keys(user_id, rows)
 
     def ensure_vector_index(self, dim: int) -> None:
         """Make sure the HNSW index for `dim`-sized embeddings exists (once per process)."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reflective_memory.storage.base import MemoryVectors
-from reflective_memory.storage.index import UserIndex
+from reflective_memory.storage.index import UserIndex, text_bytes_of
 
 if TYPE_CHECKING:
     from reflective_memory.storage.pg_search import PgSearch
@@ -188,28 +188,34 @@ def build_server_index(
     since are read when `before`'s are unchanged (`PgSearch.index_snapshot`).
     """
     dim, model = int(embedder.dim), str(embedder.name)
-    ids, keys = server.stale_embeddings(user_id, model, dim)
-    if ids:
-        logger.info("embedding %d memories of user %s", len(ids), user_id)
-        for s in range(0, len(ids), 4096):
-            chunk, texts = ids[s : s + 4096], keys[s : s + 4096]
-            emb = embedder.encode(texts) if vectors is None else vectors(user_id, chunk, texts)
-            server.set_embeddings(user_id, chunk, emb, model)
     old = before.extras.get("row_marks") if before is not None else None
     total = before.extras.get("mark_sum") if before is not None else None
     after = None
     if before is not None and old and len(old) == len(before.ids) and total is not None:
         after = (before.ids[-1], old[-1], len(old), total)
-    version, ids, keys, marks, appended = server.index_snapshot(user_id, after)
-    mark_sum = sum(marks)
-    if appended and before is not None and old is not None and total is not None:
+    snap = server.index_snapshot(user_id, model, dim, after)
+    if snap.stale:
+        logger.info("embedding %d memories of user %s", len(snap.stale), user_id)
+        for s in range(0, len(snap.stale), 4096):
+            chunk = [snap.ids[i] for i in snap.stale[s : s + 4096]]
+            texts = [snap.keys[i] for i in snap.stale[s : s + 4096]]
+            emb = embedder.encode(texts) if vectors is None else vectors(user_id, chunk, texts)
+            server.set_embeddings(user_id, chunk, emb, model)
+    ids, keys, marks, mark_sum = snap.ids, snap.keys, snap.marks, sum(snap.marks)
+    text_bytes = None
+    if snap.appended and before is not None and old is not None and total is not None:
+        text_bytes = before.extras.get("text_bytes")
+        if text_bytes is not None:
+            text_bytes += text_bytes_of(ids, keys)
         ids, keys, marks = before.ids + ids, before.keys + keys, old + marks
         mark_sum += total
     threshold = server.hnsw_threshold
     approximate = threshold is not None and len(ids) > threshold
     dense = ServerDenseIndex(server, user_id, ids, dim, model, approximate=approximate)
     lexical = ServerLexicalIndex(server, user_id, ids)
-    built = UserIndex(user_id, version, ids, dense, keys, _lexical=lexical)  # type: ignore[arg-type]
+    built = UserIndex(user_id, snap.version, ids, dense, keys, _lexical=lexical)  # type: ignore[arg-type]
     built.extras["row_marks"] = marks
     built.extras["mark_sum"] = mark_sum
+    if text_bytes is not None:  # what the cache charges for ids and keys, carried
+        built.extras["text_bytes"] = text_bytes
     return built
