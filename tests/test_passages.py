@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory, count_tokens
-from reflective_memory.passages import GAP_MARK, present_tense
+from reflective_memory.cues import present_tense
+from reflective_memory.passages import GAP_MARK
 from reflective_memory.text import lexical_tokens
 
 PETS = [
@@ -305,7 +306,7 @@ LONG_ANSWER = " ".join(["Here is a long general explanation about travel insuran
 
 
 def _votes(order: list[tuple[str, int]]):
-    from reflective_memory.passages import TurnVotes
+    from reflective_memory.turn_votes import TurnVotes
 
     votes = TurnVotes()
     for rank, key in enumerate(order):
@@ -487,7 +488,7 @@ def test_retrieve_reads_the_part_of_a_long_answer_that_holds_the_question() -> N
 
 
 def test_recency_only_reorders_turns_about_as_relevant_as_the_best() -> None:
-    from reflective_memory.passages import apply_recency
+    from reflective_memory.turn_votes import apply_recency
 
     sessions = {
         "old": _turns("old", ["I live in Lisbon."], "2025-01-10"),
@@ -542,13 +543,13 @@ def test_passage_settings_are_validated(bad: dict) -> None:
     ],
 )
 def test_named_speaker(query: str, expected: str | None) -> None:
-    from reflective_memory.passages import named_speaker
+    from reflective_memory.cues import named_speaker
 
     assert named_speaker(query, ["Kate", "Sam"]) == expected
 
 
 def test_without_name_keeps_what_the_question_asks() -> None:
-    from reflective_memory.passages import without_name
+    from reflective_memory.cues import without_name
 
     assert without_name("What are Kate's hobbies?", "Kate") == "What are hobbies?"
     assert without_name("Is Kate’s dog big?", "kate") == "Is dog big?"
@@ -610,7 +611,7 @@ def test_speaker_focus_reads_names_written_into_user_assistant_turns() -> None:
 
 def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
     """In a user/assistant chat "I/my" asks for the user's words, "you said" the assistant's."""
-    from reflective_memory.passages import addressed_role
+    from reflective_memory.cues import addressed_role
 
     assert addressed_role("What did you suggest for my trip to Lisbon?") == "assistant"
     assert addressed_role("Where did I say my sister lives?") == "user"
@@ -645,7 +646,7 @@ def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
 
 
 def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
-    from reflective_memory.passages import apply_speaker_focus
+    from reflective_memory.turn_votes import apply_speaker_focus
 
     sessions = {"s": _turns("s", ["I love badminton.", "Kate loves badminton!"], "2026-01-01")}
     sessions["s"][1] = replace(sessions["s"][1], role="Sam")
@@ -660,7 +661,7 @@ def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
 
 def test_a_lone_label_is_not_a_speaker_and_quoted_turns_keep_their_vote() -> None:
     """ "Remember: ..." from the user is the user's turn; a query quoting a turn finds it."""
-    from reflective_memory.passages import apply_speaker_focus
+    from reflective_memory.turn_votes import apply_speaker_focus
 
     texts = ["Remember: my sister Lea lives in Porto.", "Saved: my sister Lea lives in Porto."]
     sessions = {"s": _turns("s", texts, "2026-01-01")}
@@ -809,7 +810,7 @@ def test_lowercase_labels_name_speakers_and_stay_out_of_dense_vectors() -> None:
 
 def test_a_stated_change_competes_for_the_present_even_when_it_matches_less() -> None:
     """ "I'm moving to Neukölln" competes with "I live in Alfama" for "where do I live now"."""
-    from reflective_memory.passages import TurnVotes, apply_recency, states_a_change
+    from reflective_memory.turn_votes import TurnVotes, apply_recency, states_a_change
 
     sessions = {
         "old": _turns("old", ["I live in Alfama in Lisbon."], "2025-01-12"),
@@ -832,7 +833,7 @@ def test_a_stated_change_competes_for_the_present_even_when_it_matches_less() ->
 
 def test_recency_orders_sessions_not_turns_within_one() -> None:
     """A later turn of the same conversation is no update: recency compares session times."""
-    from reflective_memory.passages import TurnVotes, apply_recency
+    from reflective_memory.turn_votes import TurnVotes, apply_recency
 
     sessions = {
         "old": _turns("old", ["I live in Alfama."], "2025-01-12"),

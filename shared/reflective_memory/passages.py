@@ -1,27 +1,19 @@
-"""Small-to-big retrieval: ranked memory units become passages of whole turns for the reader.
+"""Passages of whole turns for the reader: voted turns packed into a budget, grouped by session.
 
-The index holds fine-grained keys (one per turn) beside coarser ones (segments, sessions, topics,
-notes). A ranking over all of them is resolved to *turns*: every ranked unit votes for the turns
-it was built from with a reciprocal-rank weight (`weight / (rrf_k + rank + 1)`, the same rule as
-the fusion of the rankers), so a turn found by its own key and inside a well-ranked segment rises
-above a turn found once.
-
-For a question about the present ("where do I live now?") the votes of newer turns are scaled up,
-so the newest evidence wins when older memories say otherwise (`present_tense`).
-
-Turns are then taken in vote order while they fit the token budget and grouped per session into
-`passage` memories: one date header per session, the session's chosen turns in their original
-order, `…` where turns are skipped. No turn appears twice, and the budget counts every token the
-reader gets, headers and role labels included. Units that carry no turns (memories written with
-`put_memory`) compete as they are.
+Turns (`reflective_memory.turn_votes`) are taken in vote order while they fit the token budget
+and grouped per session into `passage` memories: one date header per session, the session's
+chosen turns in their original order, `…` where turns are skipped. No turn appears twice, and the
+budget counts every token the reader gets, headers and role labels included. Long turns are read
+as excerpts (`reflective_memory.excerpts`); with a budget, long items are offered later unless
+they out-vote what they would crowd out (`PassageConfig.length_exponent`). Units that carry no
+turns (memories written with `put_memory`) compete as they are.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,24 +22,14 @@ import numpy as np
 from reflective_memory.excerpts import Pieces, excerpt
 from reflective_memory.settings import check_bool, check_choice, check_int, check_number
 from reflective_memory.speakers import speaker_of
-from reflective_memory.text import format_date, lexical_tokens
+from reflective_memory.text import format_date
+from reflective_memory.turn_votes import TurnVotes
 from reflective_memory.types import Hit, Memory, Turn
 
 __all__ = [
     "PASSAGE_GRANULARITY",
+    "GAP_MARK",
     "PassageConfig",
-    "RECENCY_POOL",
-    "present_tense",
-    "named_speaker",
-    "without_name",
-    "apply_speaker_focus",
-    "apply_recency",
-    "apply_time_frame",
-    "states_a_change",
-    "without_present_cue",
-    "addressed_role",
-    "TurnVotes",
-    "collect_votes",
     "pack_passages",
     "turn_line",
 ]
@@ -59,105 +41,6 @@ GAP_MARK = "…"
 #: Characters per token of the opening `_Costs.capped` counts first (English words average
 #: under six with their space, so the opening usually decides).
 _OPENING_CHARS = 8
-
-_PRESENT = re.compile(
-    r"\b(now|currently|current|these days|nowadays|still|at the moment|at present|presently|"
-    r"anymore|any more|latest|most recent|most recently|right now)\b",
-    re.IGNORECASE,
-)
-
-
-_STATE_NOW = re.compile(  # the user's state, in the simple present: "where do I live?"
-    r"\b(?:do I|am I|is my|are my|what's my|who's my|where's my)\b",
-    re.IGNORECASE,
-)
-
-
-_PAST = re.compile(
-    r"\b(?:initially|originally|at first|first|used to|before|previously|earlier|ago|last|"
-    r"back then|once)\b",
-    re.IGNORECASE,
-)
-
-
-def present_tense(query: str) -> bool:
-    """Whether a question asks about the present state of things.
-
-    Args:
-        query: The question.
-
-    Returns:
-        True when it holds a cue such as "now", "currently", "these days", "still", "latest",
-        or asks about the user's state in the simple present ("where do I live?", "what is
-        my job?" read as "is my") without a cue of the past ("initially", "before", "ago").
-
-    Example:
-        >>> present_tense("Where do I live now?"), present_tense("Where did I live in 2020?")
-        (True, False)
-        >>> present_tense("Where do I live?"), present_tense("Where do I initially keep it?")
-        (True, False)
-    """
-    if _PRESENT.search(query):
-        return True
-    return bool(_STATE_NOW.search(query)) and not _PAST.search(query)
-
-
-def without_present_cue(query: str) -> str:
-    """The question without its present-tense cues, which say *when*, not *what*.
-
-    Searched as words, "these days" matches every turn about days; the cue is used by the
-    recency boost instead. A question made only of cues is returned as it is.
-
-    Example:
-        >>> without_present_cue("Remind me, where am I living these days?")
-        'Remind me, where am I living?'
-    """
-    out = " ".join(_PRESENT.sub(" ", query).split())
-    out = re.sub(r"\s+([?.!,;:])", r"\1", out)
-    out = re.sub(r"[,;:]+(?=[?.!]|$)", "", out)
-    return out if re.search(r"\w", out) else query
-
-
-def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
-    """The one speaker a question names, if it names exactly one.
-
-    Args:
-        query: The question.
-        speakers: The roles of the user's turns (speaker names in a chat between people).
-
-    Returns:
-        The speaker named as a whole word (any case, possessives too), or None when the
-        question names none or several.
-
-    Example:
-        >>> named_speaker("What hobbies does Nebraas have?", ["Nicolas", "Nebraas"])
-        'Nebraas'
-        >>> named_speaker("Did Nicolas meet Nebraas's roommate?", ["Nicolas", "Nebraas"]) is None
-        True
-    """
-    found = [
-        s
-        for s in speakers
-        if s.strip() and re.search(rf"(?<!\w){re.escape(s.strip())}(?!\w)", query, re.IGNORECASE)
-    ]
-    return found[0] if len(found) == 1 else None
-
-
-def without_name(query: str, name: str) -> str:
-    """The question with a name (and its possessive) taken out, for the rankers.
-
-    Falls back to the question as it is when nothing with content would be left.
-
-    Example:
-        >>> without_name("What are Nebraas's hobbies?", "Nebraas")
-        'What are hobbies?'
-        >>> without_name("Nebraas?", "Nebraas")
-        'Nebraas?'
-    """
-    pattern = rf"(?<!\w){re.escape(name.strip())}(?:['\u2019]s?)?(?!\w)"
-    text = " ".join(re.sub(pattern, " ", query, flags=re.IGNORECASE).split())
-    text = re.sub(r"\s+([?.!,;:])", r"\1", text)
-    return text if lexical_tokens(text) else query
 
 
 @dataclass(frozen=True)
@@ -232,274 +115,6 @@ class PassageConfig:
         for name in ("recency_margin", "length_free"):
             check_number(f"passages.{name}", getattr(self, name), 0, open_low=True)
         check_choice("passages.budget_unit", self.budget_unit, ("tokens", "words"))
-
-
-#: Turns that compete on time for a present-tense question.
-RECENCY_POOL = 10
-
-
-@dataclass
-class TurnVotes:
-    """Votes per turn (keyed by `(session_id, position)`) and per turnless memory.
-
-    `labels` are the `Name: ` labels that name speakers in chat-role turns (`speaker_of`):
-    such a turn reads as its text alone in a passage, without the role before the name.
-    """
-
-    turn: dict[tuple[str, int], float] = field(default_factory=dict)
-    loose: dict[str, float] = field(default_factory=dict)
-    loose_memories: dict[str, Memory] = field(default_factory=dict)
-    sources: dict[tuple[str, int], list[str]] = field(default_factory=dict)
-    first_seen: dict[Any, int] = field(default_factory=dict)
-    labels: frozenset[str] = frozenset()
-
-    def add(self, key: tuple[str, int], vote: float, source: str | None) -> None:
-        """Add a vote for a turn (and remember which memory gave it)."""
-        self.turn[key] = self.turn.get(key, 0.0) + vote
-        self.first_seen.setdefault(key, len(self.first_seen))
-        if source is not None:
-            srcs = self.sources.setdefault(key, [])
-            if source not in srcs:
-                srcs.append(source)
-
-
-def _positions(mem: Memory, session_turns: Sequence[Turn]) -> list[int]:
-    """Positions (indices into `session_turns`) of a memory's source turns."""
-    pos = mem.metadata.get("positions")
-    if isinstance(pos, (list, tuple)) and len(pos) == 2 and len(mem.turn_ids) == pos[1] - pos[0]:
-        a, b = int(pos[0]), int(pos[1])
-        if 0 <= a < b <= len(session_turns) and all(
-            session_turns[a + i].turn_id == tid for i, tid in enumerate(mem.turn_ids)
-        ):
-            return list(range(a, b))
-    by_id = {t.turn_id: i for i, t in enumerate(session_turns)}
-    return [by_id[tid] for tid in mem.turn_ids if tid in by_id]
-
-
-def collect_votes(
-    ranked: Sequence[Memory],
-    session_turns: Callable[[str], Sequence[Turn]],
-    *,
-    rrf_k: int,
-    context_weight: float,
-    provisional: Collection[str] = frozenset(),
-) -> TurnVotes:
-    """Turn a ranking of memory units into votes for turns.
-
-    A turn no coarse unit covers yet (its session is still open) would get a context vote
-    once its session ends and is cut into segments; until then its own `turn` unit, when
-    its id is in `provisional`, also votes for it as a coarse unit ranked like itself
-    (`1 + context_weight` in all), so it ranks as it will once its session ends.
-
-    Args:
-        ranked: Memory units in rank order.
-        session_turns: The turns of a session, in order (cached by the caller).
-        rrf_k: Reciprocal-rank constant of the votes (the fusion's).
-        context_weight: Vote of a coarse unit for each of its turns (a turn's own key: 1).
-        provisional: Ids of `turn` units whose turn no coarse unit covers yet.
-
-    Returns:
-        The votes.
-    """
-    votes = TurnVotes()
-    for rank, mem in enumerate(ranked):
-        base = 1.0 / (rrf_k + rank + 1)
-        turns = session_turns(mem.session_id) if mem.turn_ids else ()
-        pos = _positions(mem, turns) if turns else []
-        if not pos:
-            if not mem.turn_ids:  # a memory written directly: it competes as it is
-                votes.loose[mem.id] = votes.loose.get(mem.id, 0.0) + base
-                votes.loose_memories[mem.id] = mem
-                votes.first_seen.setdefault(mem.id, len(votes.first_seen))
-            continue
-        weight = 1.0 if mem.granularity == "turn" else context_weight
-        if mem.id in provisional:
-            weight += context_weight
-        for p in pos:
-            votes.add((mem.session_id, p), weight * base, mem.id)
-    return votes
-
-
-def _epoch(ts: datetime | None) -> float | None:
-    if ts is None:
-        return None
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=timezone.utc)
-    return ts.timestamp()
-
-
-def apply_recency(
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    weight: float,
-    top: int = 10,
-    margin: float = 1.0,
-    changes: bool = True,
-) -> bool:
-    """Scale the votes of the best turns by `1 + weight * r`, newest first.
-
-    The turns that compete are the `top` best whose vote is at least `(1 - margin)` times the
-    best vote, and (with `changes`) those of the `top` that state a change
-    (`states_a_change`: "I'm moving to Neukölln" competes with an older "I live in Alfama"
-    even when it matches the question's words less). `r` is 0 for the oldest of them and 1 for
-    the newest by their session's time (a later turn of the same conversation is no update,
-    so turns of one session keep their order), so the newest of the memories that answer wins;
-    weaker turns are left alone (a recent but unrelated turn is not pulled up).
-
-    Returns:
-        Whether any vote changed (False when fewer than two distinct times are known).
-    """
-    pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
-    if pool:
-        floor = (1.0 - margin) * votes.turn[pool[0]]
-        pool = [
-            key
-            for key in pool
-            if votes.turn[key] >= floor
-            or (changes and states_a_change(session_turns(key[0])[key[1]].text))
-        ]
-    times: dict[tuple[str, int], float] = {}
-    for key in pool:
-        e = _epoch(turn_time(session_turns(key[0]), 0))  # its session's time
-        if e is not None:
-            times[key] = e
-    if weight <= 0 or len(set(times.values())) < 2:
-        return False
-    lo, hi = min(times.values()), max(times.values())
-    for key, e in times.items():
-        votes.turn[key] *= 1.0 + weight * (e - lo) / (hi - lo)
-    return True
-
-
-_CHANGE = re.compile(
-    r"\b(?:moved|moving|relocat\w*|new (?:job|flat|apartment|house|home|address|role|position|"
-    r"name|number|car|partner|place)|no longer|not any ?more|switched|changed|quit|left my|"
-    r"I'm now|from now on|instead)\b",
-    re.IGNORECASE,
-)
-
-
-def states_a_change(text: str) -> bool:
-    """Whether a turn says something changed: a move, a new job or name, "no longer", ...
-
-    Example:
-        >>> states_a_change("I found a flat! I'm moving to Neukölln on August 1.")
-        True
-        >>> states_a_change("I live in Alfama in Lisbon.")
-        False
-    """
-    return _CHANGE.search(text) is not None
-
-
-def turn_time(turns: Sequence[Turn], position: int) -> datetime | None:
-    """When a turn was said: its timestamp, else its session's first known time."""
-    ts = turns[position].timestamp
-    if ts is None:
-        ts = next((x.timestamp for x in turns if x.timestamp is not None), None)
-    return ts
-
-
-def apply_time_frame(
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    start: datetime,
-    end: datetime,
-    weight: float,
-) -> int:
-    """Multiply the votes of the turns said in `[start, end)` by `1 + weight`.
-
-    Naive times are taken as UTC.
-
-    Returns:
-        How many turn votes were raised.
-    """
-    if weight <= 0:
-        return 0
-    lo, hi = _epoch(start), _epoch(end)
-    raised = 0
-    for key in votes.turn:
-        e = _epoch(turn_time(session_turns(key[0]), key[1]))
-        if e is not None and lo is not None and hi is not None and lo <= e < hi:
-            votes.turn[key] *= 1.0 + weight
-            raised += 1
-    return raised
-
-
-_TO_ASSISTANT = re.compile(  # what the assistant said before, not a request ("can you suggest")
-    r"\b(?:you|you've|you have|you had) (?:said|told|gave|given|wrote|written|mentioned|"
-    r"recommended|suggested|provided|listed|named|shared|explained|described|made|created|"
-    r"proposed|came up with)\b"
-    r"|\bdid you (?:say|tell|give|write|mention|recommend|suggest|provide|list|name|share|"
-    r"explain|describe)\b"
-    r"|\byour (?:suggestion|recommendation|advice|answer|list)",
-    re.IGNORECASE,
-)
-_BACK_TO_CHAT = re.compile(  # both sides spoke: "remind me", "our last chat", "we decided"
-    r"\bremind me\b|\bour (?:previous|last|earlier|other) (?:chat|conversation|discussion|talk)"
-    r"|\bwe (?:talked|discussed|decided|agreed|chatted)\b",
-    re.IGNORECASE,
-)
-_FIRST_PERSON = re.compile(r"\b(?:I|my|me|mine|myself|I'm|I've|I'd)\b")
-
-
-def addressed_role(query: str) -> str | None:
-    """Whose words a question about a two-role chat asks for, from its person.
-
-    "What did you recommend for ...?" asks for the assistant's turns; "Where do I work?" for
-    the user's. A request ("Can you suggest a show for me?") is answered from what the user
-    said they like, so it is the user's. A question back to an earlier chat ("remind me",
-    "our previous conversation", "we decided") may be answered by either side: None, as
-    for a question with neither cue.
-
-    Example:
-        >>> addressed_role("Which hotel did you recommend?"), addressed_role("Where do I work?")
-        ('assistant', 'user')
-        >>> addressed_role("Can you suggest something I could cook tonight?")
-        'user'
-        >>> addressed_role("When is the concert?") is None
-        True
-    """
-    if _TO_ASSISTANT.search(query):
-        return "assistant"
-    if _BACK_TO_CHAT.search(query):
-        return None
-    if _FIRST_PERSON.search(query):
-        return "user"
-    return None
-
-
-def apply_speaker_focus(
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    speaker: str,
-    focus: float,
-    speakers: Collection[str] | None = None,
-    keep: Callable[[Turn], bool] | None = None,
-) -> int:
-    """Scale the votes of turns not spoken by `speaker` by `1 - focus`.
-
-    A question about one person ("What does Kate do on weekends?") is answered by what that
-    person said; the other side's turns still count, less. With `speakers`, a turn's
-    `Name: ` label counts only when it is one of them (a user's "Remember: ..." was said by
-    the user, not by "Remember"); pass the roles alone to compare by role. A turn for which
-    `keep` is true is never scaled (asked only of the other speakers' turns).
-
-    Returns:
-        How many turn votes were scaled down.
-    """
-    if focus <= 0:
-        return 0
-    want = speaker.strip().casefold()
-    scaled = 0
-    for key in votes.turn:
-        turn = session_turns(key[0])[key[1]]
-        who = speaker_of(turn)
-        if speakers is not None and who not in speakers:
-            who = turn.role
-        if who.strip().casefold() != want and not (keep is not None and keep(turn)):
-            votes.turn[key] *= 1.0 - focus
-            scaled += 1
-    return scaled
 
 
 def turn_line(turn: Turn, labels: Collection[str] = (), text: str | None = None) -> str:

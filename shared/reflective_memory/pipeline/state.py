@@ -11,9 +11,9 @@ import numpy as np
 from reflective_memory.recall import RecallConfig
 
 if TYPE_CHECKING:
-    from reflective_memory.passages import TurnVotes
     from reflective_memory.storage.index import UserIndex
     from reflective_memory.timeframe import TimeFrame
+    from reflective_memory.turn_votes import TurnVotes
     from reflective_memory.types import Hit, RerankRecord
 
 __all__ = ["RetrievalRequest", "RetrievalState"]

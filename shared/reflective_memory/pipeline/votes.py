@@ -1,7 +1,8 @@
 """Small-to-big stages: speaker focus on the question, and ranked units become turn votes.
 
-The algorithms (votes, speaker focus, recency) are `reflective_memory.passages`; these stages
-feed them the user's turns, read once per index version.
+The algorithms are `reflective_memory.cues` (what the question asks) and
+`reflective_memory.turn_votes` (votes, speaker focus, recency, time frames); these stages feed
+them the user's turns, read once per index version.
 """
 
 from __future__ import annotations
@@ -12,26 +13,28 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from reflective_memory.passages import (
-    RECENCY_POOL,
-    PassageConfig,
-    TurnVotes,
+from reflective_memory.cues import (
     addressed_role,
-    apply_recency,
-    apply_speaker_focus,
-    apply_time_frame,
-    collect_votes,
     named_speaker,
     present_tense,
     without_name,
     without_present_cue,
 )
+from reflective_memory.passages import PassageConfig
 from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.speakers import speaker_of
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.text import contentless
 from reflective_memory.timeframe import time_frame
+from reflective_memory.turn_votes import (
+    RECENCY_POOL,
+    TurnVotes,
+    apply_recency,
+    apply_speaker_focus,
+    apply_time_frame,
+    collect_votes,
+)
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "Votes"]

@@ -1,0 +1,255 @@
+"""Votes for turns: ranked memory units become votes for the turns they were built from.
+
+Every ranked unit votes for its turns with a reciprocal-rank weight (`weight / (rrf_k + rank +
+1)`, the fusion's rule), so a turn found by its own key and inside a well-ranked segment rises
+above a turn found once (`collect_votes`). The votes are then adjusted by what the question asks
+(`reflective_memory.cues`): the newest evidence for a question about the present
+(`apply_recency`), turns inside a question's time frame (`apply_time_frame`), the asked-about
+speaker's turns (`apply_speaker_focus`). `reflective_memory.passages` packs the voted turns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from reflective_memory.speakers import speaker_of
+from reflective_memory.types import Memory, Turn
+
+__all__ = [
+    "RECENCY_POOL",
+    "TurnVotes",
+    "collect_votes",
+    "apply_recency",
+    "apply_time_frame",
+    "apply_speaker_focus",
+    "states_a_change",
+    "turn_time",
+]
+
+#: Turns that compete on time for a present-tense question.
+RECENCY_POOL = 10
+
+
+@dataclass
+class TurnVotes:
+    """Votes per turn (keyed by `(session_id, position)`) and per turnless memory.
+
+    `labels` are the `Name: ` labels that name speakers in chat-role turns (`speaker_of`):
+    such a turn reads as its text alone in a passage, without the role before the name.
+    """
+
+    turn: dict[tuple[str, int], float] = field(default_factory=dict)
+    loose: dict[str, float] = field(default_factory=dict)
+    loose_memories: dict[str, Memory] = field(default_factory=dict)
+    sources: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    first_seen: dict[Any, int] = field(default_factory=dict)
+    labels: frozenset[str] = frozenset()
+
+    def add(self, key: tuple[str, int], vote: float, source: str | None) -> None:
+        """Add a vote for a turn (and remember which memory gave it)."""
+        self.turn[key] = self.turn.get(key, 0.0) + vote
+        self.first_seen.setdefault(key, len(self.first_seen))
+        if source is not None:
+            srcs = self.sources.setdefault(key, [])
+            if source not in srcs:
+                srcs.append(source)
+
+
+def _positions(mem: Memory, session_turns: Sequence[Turn]) -> list[int]:
+    """Positions (indices into `session_turns`) of a memory's source turns."""
+    pos = mem.metadata.get("positions")
+    if isinstance(pos, (list, tuple)) and len(pos) == 2 and len(mem.turn_ids) == pos[1] - pos[0]:
+        a, b = int(pos[0]), int(pos[1])
+        if 0 <= a < b <= len(session_turns) and all(
+            session_turns[a + i].turn_id == tid for i, tid in enumerate(mem.turn_ids)
+        ):
+            return list(range(a, b))
+    by_id = {t.turn_id: i for i, t in enumerate(session_turns)}
+    return [by_id[tid] for tid in mem.turn_ids if tid in by_id]
+
+
+def collect_votes(
+    ranked: Sequence[Memory],
+    session_turns: Callable[[str], Sequence[Turn]],
+    *,
+    rrf_k: int,
+    context_weight: float,
+    provisional: Collection[str] = frozenset(),
+) -> TurnVotes:
+    """Turn a ranking of memory units into votes for turns.
+
+    A turn no coarse unit covers yet (its session is still open) would get a context vote
+    once its session ends and is cut into segments; until then its own `turn` unit, when
+    its id is in `provisional`, also votes for it as a coarse unit ranked like itself
+    (`1 + context_weight` in all), so it ranks as it will once its session ends.
+
+    Args:
+        ranked: Memory units in rank order.
+        session_turns: The turns of a session, in order (cached by the caller).
+        rrf_k: Reciprocal-rank constant of the votes (the fusion's).
+        context_weight: Vote of a coarse unit for each of its turns (a turn's own key: 1).
+        provisional: Ids of `turn` units whose turn no coarse unit covers yet.
+
+    Returns:
+        The votes.
+    """
+    votes = TurnVotes()
+    for rank, mem in enumerate(ranked):
+        base = 1.0 / (rrf_k + rank + 1)
+        turns = session_turns(mem.session_id) if mem.turn_ids else ()
+        pos = _positions(mem, turns) if turns else []
+        if not pos:
+            if not mem.turn_ids:  # a memory written directly: it competes as it is
+                votes.loose[mem.id] = votes.loose.get(mem.id, 0.0) + base
+                votes.loose_memories[mem.id] = mem
+                votes.first_seen.setdefault(mem.id, len(votes.first_seen))
+            continue
+        weight = 1.0 if mem.granularity == "turn" else context_weight
+        if mem.id in provisional:
+            weight += context_weight
+        for p in pos:
+            votes.add((mem.session_id, p), weight * base, mem.id)
+    return votes
+
+
+def _epoch(ts: datetime | None) -> float | None:
+    if ts is None:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return ts.timestamp()
+
+
+def apply_recency(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    weight: float,
+    top: int = 10,
+    margin: float = 1.0,
+    changes: bool = True,
+) -> bool:
+    """Scale the votes of the best turns by `1 + weight * r`, newest first.
+
+    The turns that compete are the `top` best whose vote is at least `(1 - margin)` times the
+    best vote, and (with `changes`) those of the `top` that state a change
+    (`states_a_change`: "I'm moving to Neukölln" competes with an older "I live in Alfama"
+    even when it matches the question's words less). `r` is 0 for the oldest of them and 1 for
+    the newest by their session's time (a later turn of the same conversation is no update,
+    so turns of one session keep their order), so the newest of the memories that answer wins;
+    weaker turns are left alone (a recent but unrelated turn is not pulled up).
+
+    Returns:
+        Whether any vote changed (False when fewer than two distinct times are known).
+    """
+    pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
+    if pool:
+        floor = (1.0 - margin) * votes.turn[pool[0]]
+        pool = [
+            key
+            for key in pool
+            if votes.turn[key] >= floor
+            or (changes and states_a_change(session_turns(key[0])[key[1]].text))
+        ]
+    times: dict[tuple[str, int], float] = {}
+    for key in pool:
+        e = _epoch(turn_time(session_turns(key[0]), 0))  # its session's time
+        if e is not None:
+            times[key] = e
+    if weight <= 0 or len(set(times.values())) < 2:
+        return False
+    lo, hi = min(times.values()), max(times.values())
+    for key, e in times.items():
+        votes.turn[key] *= 1.0 + weight * (e - lo) / (hi - lo)
+    return True
+
+
+_CHANGE = re.compile(
+    r"\b(?:moved|moving|relocat\w*|new (?:job|flat|apartment|house|home|address|role|position|"
+    r"name|number|car|partner|place)|no longer|not any ?more|switched|changed|quit|left my|"
+    r"I'm now|from now on|instead)\b",
+    re.IGNORECASE,
+)
+
+
+def states_a_change(text: str) -> bool:
+    """Whether a turn says something changed: a move, a new job or name, "no longer", ...
+
+    Example:
+        >>> states_a_change("I found a flat! I'm moving to Neukölln on August 1.")
+        True
+        >>> states_a_change("I live in Alfama in Lisbon.")
+        False
+    """
+    return _CHANGE.search(text) is not None
+
+
+def turn_time(turns: Sequence[Turn], position: int) -> datetime | None:
+    """When a turn was said: its timestamp, else its session's first known time."""
+    ts = turns[position].timestamp
+    if ts is None:
+        ts = next((x.timestamp for x in turns if x.timestamp is not None), None)
+    return ts
+
+
+def apply_time_frame(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    start: datetime,
+    end: datetime,
+    weight: float,
+) -> int:
+    """Multiply the votes of the turns said in `[start, end)` by `1 + weight`.
+
+    Naive times are taken as UTC.
+
+    Returns:
+        How many turn votes were raised.
+    """
+    if weight <= 0:
+        return 0
+    lo, hi = _epoch(start), _epoch(end)
+    raised = 0
+    for key in votes.turn:
+        e = _epoch(turn_time(session_turns(key[0]), key[1]))
+        if e is not None and lo is not None and hi is not None and lo <= e < hi:
+            votes.turn[key] *= 1.0 + weight
+            raised += 1
+    return raised
+
+
+def apply_speaker_focus(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    speaker: str,
+    focus: float,
+    speakers: Collection[str] | None = None,
+    keep: Callable[[Turn], bool] | None = None,
+) -> int:
+    """Scale the votes of turns not spoken by `speaker` by `1 - focus`.
+
+    A question about one person ("What does Kate do on weekends?") is answered by what that
+    person said; the other side's turns still count, less. With `speakers`, a turn's
+    `Name: ` label counts only when it is one of them (a user's "Remember: ..." was said by
+    the user, not by "Remember"); pass the roles alone to compare by role. A turn for which
+    `keep` is true is never scaled (asked only of the other speakers' turns).
+
+    Returns:
+        How many turn votes were scaled down.
+    """
+    if focus <= 0:
+        return 0
+    want = speaker.strip().casefold()
+    scaled = 0
+    for key in votes.turn:
+        turn = session_turns(key[0])[key[1]]
+        who = speaker_of(turn)
+        if speakers is not None and who not in speakers:
+            who = turn.role
+        if who.strip().casefold() != want and not (keep is not None and keep(turn)):
+            votes.turn[key] *= 1.0 - focus
+            scaled += 1
+    return scaled
