@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from reflective_memory.errors import InvalidInputError
-from reflective_memory.storage.base import MemoryStore, StateHolder
+from reflective_memory.storage.base import MemoryStore, MemoryVectors, StateHolder
 from reflective_memory.storage.state import StateStore
 
 if TYPE_CHECKING:
     from reflective_memory.embed import Embedder
     from reflective_memory.rmm.feedback import RerankStage
+    from reflective_memory.sessions.writer import SessionWriter
 
 __all__ = ["Endpoint", "endpoint", "open_endpoint", "STORE_FILE", "STATE_DIR"]
 
@@ -29,6 +30,7 @@ class _Engine(Protocol):
     store: MemoryStore
     embedder: Embedder
     rerank_stage: RerankStage
+    sessions: SessionWriter
 
 
 @dataclass(frozen=True)
@@ -39,11 +41,14 @@ class Endpoint:
         store: The store of record.
         state: Its learned state, or None when there is none to read or write.
         embedder: The embedder the store's memories are searched with, if known.
+        vectors: Makes vectors of stored memories as the memory's writing makes them (a
+            `ReflectiveMemory`'s, with its own embedder); None: keys are embedded.
     """
 
     store: MemoryStore
     state: StateStore | None = None
     embedder: Embedder | None = None
+    vectors: MemoryVectors | None = None
 
 
 def endpoint(
@@ -63,7 +68,12 @@ def endpoint(
     elif isinstance(target, MemoryStore):
         found = Endpoint(target, target.state if isinstance(target, StateHolder) else None)
     elif isinstance(target, _Engine):
-        found = Endpoint(target.store, target.rerank_stage.rerankers.state, target.embedder)
+        found = Endpoint(
+            target.store,
+            target.rerank_stage.rerankers.state,
+            target.embedder,
+            target.sessions.stored_vectors,
+        )
     else:
         raise InvalidInputError(
             f"expected a ReflectiveMemory or a MemoryStore, got {type(target).__name__}"
@@ -72,6 +82,7 @@ def endpoint(
         found.store,
         found.state if state is None else state,
         found.embedder if embedder is None else embedder,
+        found.vectors if embedder is None or embedder is found.embedder else None,
     )
 
 

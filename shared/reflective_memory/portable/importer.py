@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 _TURN_BATCH = 500
 _MEMORY_BATCH = 256
+#: The model a memory is stored under until the target's writing has made its vector.
+_LATER = "pending"
 
 
 @dataclass
@@ -73,16 +75,18 @@ class Importer:
     Args:
         target: Where to write.
         path: The file's name, for error messages.
-        reembed: Embed keys again with `target.embedder` when another embedder (or none)
-            made the file's vector; when False, or without an embedder, vectors are stored as
-            the file has them, under the model that made them (an index built with another
-            embedder re-embeds them when it is built).
+        reembed: Embed again with `target.embedder` when another embedder (or none) made the
+            file's vector: as the target memory's writing makes them when the target is a
+            `ReflectiveMemory` (`Endpoint.vectors`), else from the keys. When False, or without
+            an embedder, vectors are stored as the file has them, under the model that made
+            them (an index built with another embedder makes them again when it is built).
     """
 
     def __init__(self, target: Endpoint, *, path: str | Path = "<records>", reembed: bool = True):
         self.target, self.store = target, target.store
         self.shape = FileShape(Path(path))
         self.embedder = target.embedder if reembed else None
+        self.vectors = target.vectors if reembed else None
         self.report = ImportReport()
         self._user: str | None = None
         self._digest = Digest()
@@ -297,7 +301,11 @@ class Importer:
             else:
                 out.append(None)
                 again.append(i)
-        if again:
+        if again and self.vectors is not None:  # made once the memories are stored
+            assert emb is not None
+            for i in again:
+                out[i] = (np.zeros(emb.dim, np.float32), _LATER)
+        elif again:
             assert emb is not None  # checked at the header: no vectors needs an embedder
             mat = np.asarray(emb.encode([new[i]["key"] for i in again]), dtype=np.float32)
             for i, vec in zip(again, mat, strict=True):
@@ -305,6 +313,20 @@ class Importer:
             self.report.vectors["recomputed"] += len(again)
             logger.info("re-embedded %d memory keys with %s", len(again), emb.name)
         return [v for v in out if v is not None]
+
+    def _vectors_later(self, user: str, stored: list[MemoryDraft]) -> None:
+        """Make the vectors of memories stored under `_LATER` as the target's writing makes them.
+
+        Until then they carry no vector of the target's embedder, so an index build would
+        make them too (as the same writing does) if this is cut short.
+        """
+        if not stored or self.vectors is None or self.embedder is None:
+            return
+        ids, keys = [d.id or "" for d in stored], [d.key for d in stored]
+        vecs = np.asarray(self.vectors(user, ids, keys), dtype=np.float32)
+        self.store.set_embeddings(user, ids, vecs, self.embedder.name)
+        self.report.vectors["recomputed"] += len(ids)
+        logger.info("made %d memory vectors with %s", len(ids), self.embedder.name)
 
     def _flush_memories(self) -> None:
         user, batch, self._memories = self._user, self._memories, []
@@ -327,6 +349,7 @@ class Importer:
                 self.store.upsert_memories(
                     user, [drafts[i] for i in pick], np.stack([vecs[i] for i in pick]), model
                 )
+        self._vectors_later(user, by_model.get(_LATER, ([], []))[0])
         if new:
             self.report.added["memory"] += len(new)
         if isinstance(self.store, RestoresTimes):
