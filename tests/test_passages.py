@@ -659,6 +659,36 @@ def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
     assert apply_speaker_focus(votes, sessions.__getitem__, "Kate", 0.0) == 0
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["user", "assistant", "Kate", "human"]),
+            st.sampled_from(["", "Emi: ", "user: ", "assistant: ", "Kate: ", "kate: ", "Note: "]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from([None, ("user", "assistant"), ("Kate", "Emi"), ("Emi", "user")]),
+    st.sampled_from(["user", "Emi", "kate", "assistant"]),
+)
+def test_speaker_focus_reads_labels_only_where_they_can_count(turns, speakers, speaker) -> None:
+    from reflective_memory.speakers import speaker_of
+    from reflective_memory.turn_votes import apply_speaker_focus
+
+    texts = [f"{label}we met at the lake" for _, label in turns]
+    sessions = {"s": _turns("s", texts, "2026-01-01")}
+    sessions["s"] = [replace(t, role=r) for t, (r, _) in zip(sessions["s"], turns, strict=True)]
+    votes = _votes([("s", i) for i in range(len(turns))])
+    before = dict(votes.turn)
+    apply_speaker_focus(votes, sessions.__getitem__, speaker, 0.5, speakers)
+    for i, t in enumerate(sessions["s"]):  # the rule, read from every turn's label
+        who = speaker_of(t)
+        who = t.role if speakers is not None and who not in speakers else who
+        same = who.strip().casefold() == speaker.casefold()
+        assert votes.turn[("s", i)] == before[("s", i)] * (1.0 if same else 0.5)
+
+
 def test_a_lone_label_is_not_a_speaker_and_quoted_turns_keep_their_vote() -> None:
     """ "Remember: ..." from the user is the user's turn; a query quoting a turn finds it."""
     from reflective_memory.turn_votes import apply_speaker_focus

@@ -243,12 +243,18 @@ def apply_speaker_focus(
     if focus <= 0:
         return 0
     want = speaker.strip().casefold()
+    # with `speakers`, a label counts only when it is one of them: a turn opening with none
+    # of their labels is its role's, and its label need not be read
+    opens = None if speakers is None else tuple(f"{s}: " for s in speakers)
     scaled = 0
     for key in votes.turn:
         turn = session_turns(key[0])[key[1]]
-        who = speaker_of(turn)
-        if speakers is not None and who not in speakers:
+        if opens is not None and not turn.text.startswith(opens):
             who = turn.role
+        else:
+            who = speaker_of(turn)
+            if speakers is not None and who not in speakers:
+                who = turn.role
         if who.strip().casefold() != want and not (keep is not None and keep(turn)):
             votes.turn[key] *= 1.0 - focus
             scaled += 1

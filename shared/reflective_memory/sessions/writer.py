@@ -606,7 +606,7 @@ class SessionWriter:
         rest: list[int] = []
         for i, mid in enumerate(ids):
             mem = found.get(mid)
-            if mem is not None and mem.turn_ids and mem.key == keys[i]:
+            if mem is not None and mem.turn_ids and mem.session_id and mem.key == keys[i]:
                 by_session.setdefault(mem.session_id, []).append(i)
             else:
                 rest.append(i)
