@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError, UnknownSessionError
-from reflective_memory.rmm.citations import format_memories as quote_memories
-from reflective_memory.rmm.citations import register_instructions, strip_citations
+from reflective_memory.memory_block import CITATION_INSTRUCTION, memory_block
+from reflective_memory.rmm.citations import strip_citations
 from reflective_memory.types import Hit, Memory, Retrieval
 from reflective_memory.validation import role_or
 
@@ -35,15 +35,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Told to the model above the numbered memories. The indices are the positions shown.
-CITATION_INSTRUCTION = (
-    "Below are numbered memories from earlier conversations with this user. Use them only if "
-    "they help. After each statement that relies on a memory, cite it by its number in square "
-    "brackets, e.g. [0] or [0, 2]. If no memory helped, end your answer with [NO_CITE]."
-)
-
-register_instructions(CITATION_INSTRUCTION)
 
 #: LangChain message `type` -> role stored in the core.
 ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
@@ -81,19 +72,7 @@ def new_session_id() -> str:
 def format_memories(
     memories: Sequence[Hit | Memory], instruction: str | None = CITATION_INSTRUCTION
 ) -> str:
-    """Number memories for citation, `[0]` first, under an optional instruction.
-
-    The memories are formatted by `reflective_memory.rmm.citations.format_memories`, which quotes
-    each one so
-    that its content cannot forge a citation; parse answers with
-    `reflective_memory.rmm.citations.parse_citations` (as `ReflectiveMemory.feedback` does).
-
-    Args:
-        memories: Hits or memories in the order they are shown.
-        instruction: Text placed above the list (`None`: no header).
-
-    Returns:
-        The formatted block, or an empty string when there are no memories.
+    """Number memories for citation, `[0]` first (`reflective_memory.memory_block`).
 
     Example:
         >>> from reflective_memory.types import Memory
@@ -104,10 +83,7 @@ def format_memories(
         >>> "[0]" in block and "user: I like tea" in block
         True
     """
-    if not memories:
-        return ""
-    body = quote_memories(list(memories))
-    return body if instruction is None else f"{instruction}\n\n{body}"
+    return memory_block(memories, instruction)
 
 
 def send_feedback(memory: Any, retrieval: Retrieval | None, answer: str) -> Any | None:

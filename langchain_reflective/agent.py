@@ -25,7 +25,9 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel, Field
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.memory_block import shown_memories
 from reflective_memory.types import Memory, Retrieval
+from reflective_memory.validation import message_time
 from typing_extensions import NotRequired
 
 from ._common import (
@@ -36,7 +38,6 @@ from ._common import (
     send_feedback,
     speaker_role,
     stored_text,
-    utc_now,
 )
 
 __all__ = [
@@ -158,8 +159,9 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         user_id: The user the agent talks to.
         session_id: The current session (`None`: a random id).
         k: Turns injected per run (None: passages filling the budget).
-        budget_tokens: Token budget for the injected memories (core token rule; None with `k`
-            None: the core's `search.default_budget_tokens`, 500).
+        budget_tokens: Token budget of the injected block, its citation instruction and
+            numbering included (core token rule; None with `k` None: the core's
+            `search.default_budget_tokens`, 500).
         citation_instruction: Text above the numbered memories (`None`: none).
         idle_timeout_seconds: Idle time after which the session ends at the next run.
         inject: Put the memories into the system message.
@@ -242,13 +244,15 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         if question is None or not question.strip():
             return {_STATE_KEY: None}
         sid = self._tracker.current()
-        retrieval = self.memory.retrieve(
+        retrieval = shown_memories(
+            self.memory,
             self.user_id,
             question,
             k=self.k,
             budget_tokens=self.budget_tokens,
+            instruction=self.citation_instruction,
             exclude_turns=self._shown(state["messages"], sid),
-        )
+        )[0]
         self._last = retrieval
         return {_STATE_KEY: self._retrievals.put(retrieval)}
 
@@ -303,13 +307,19 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         retrieval = self._retrievals.get(state.get(_STATE_KEY))
         if self.record and asked is not None:
             sid = self._tracker.current()
-            now = utc_now()
-            said = [(speaker_role(asked.name, "user"), question)]
+            said = [(speaker_role(asked.name, "user"), question, asked)]
             if answered is not None:
-                said.append((speaker_role(answered.name, "assistant"), stored_text(answer, True)))
+                role = speaker_role(answered.name, "assistant")
+                said.append((role, stored_text(answer, True), answered))
             turns = [
-                {"user_id": self.user_id, "session_id": sid, "role": r, "text": t, "timestamp": now}
-                for r, t in said
+                {
+                    "user_id": self.user_id,
+                    "session_id": sid,
+                    "role": r,
+                    "text": t,
+                    "timestamp": message_time(m.additional_kwargs),
+                }
+                for r, t, m in said
                 if t is not None and t.strip()
             ]
             if turns:

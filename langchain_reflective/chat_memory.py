@@ -10,15 +10,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import ConfigDict, Field, PrivateAttr
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError, UnknownSessionError
+from reflective_memory.memory_block import shown_memories
 from reflective_memory.types import Memory, Retrieval
 
 from ._common import (
     CITATION_INSTRUCTION,
     SessionTracker,
-    format_memories,
     send_feedback,
     stored_text,
-    utc_now,
 )
 
 __all__ = ["ReflectiveChatMemory"]
@@ -157,17 +156,18 @@ class ReflectiveChatMemory(BaseMemory):
         if self.recent_turns:
             recent = self.memory.turns(self.user_id, sid)[-self.recent_turns :]
         retrieval: Retrieval | None = None
+        block = ""
         if query.strip():  # the recent turns are shown below: they are not memories
-            retrieval = self.memory.retrieve(
+            retrieval, block = shown_memories(
+                self.memory,
                 self.user_id,
                 query,
                 k=self.k,
                 budget_tokens=self.budget_tokens,
+                instruction=self.citation_instruction,
                 exclude_turns=[t.turn_id for t in recent],
             )
         self._last = retrieval
-        hits = [] if retrieval is None else retrieval.hits
-        block = format_memories(hits, self.citation_instruction)
         if self.return_messages:
             messages: list[BaseMessage] = [SystemMessage(content=block)] if block else []
             for t in recent:
@@ -186,9 +186,8 @@ class ReflectiveChatMemory(BaseMemory):
         question = self._input(inputs)
         answer = self._output(outputs)
         sid = self._sync_session()
-        now = utc_now()
-        turns = [
-            {"user_id": self.user_id, "session_id": sid, "role": r, "text": t, "timestamp": now}
+        turns = [  # stamped by the core with the time they are stored
+            {"user_id": self.user_id, "session_id": sid, "role": r, "text": t}
             for r, t in (("user", question), ("assistant", stored_text(answer, True)))
             if t.strip()
         ]

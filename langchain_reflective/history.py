@@ -16,8 +16,9 @@ from langchain_core.messages import (
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import UnknownSessionError
 from reflective_memory.types import Memory, Turn
+from reflective_memory.validation import message_time
 
-from ._common import ROLE_OF_TYPE, speaker_role, stored_text, utc_now
+from ._common import ROLE_OF_TYPE, speaker_role, stored_text
 
 __all__ = ["ReflectiveChatMessageHistory", "message_to_role", "turn_to_message"]
 
@@ -116,7 +117,6 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
         A message's `name` (when a valid speaker label) is its stored role; an AI message's
         citation marks (`[0]`, `[NO_CITE]`) are not stored.
         """
-        now = utc_now()
         turns, types = [], []
         for m in messages:
             text = stored_text(str(m.text), m.type == "ai")
@@ -130,7 +130,7 @@ class ReflectiveChatMessageHistory(BaseChatMessageHistory):
                     "session_id": self.session_id,
                     "role": role,
                     "text": text,
-                    "timestamp": now,
+                    "timestamp": message_time(m.additional_kwargs),
                 }
             )
             named = m.type in ("human", "ai") and role != ROLE_OF_TYPE[m.type]

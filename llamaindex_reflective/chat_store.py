@@ -40,12 +40,14 @@ from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
 from reflective_memory.rmm.citations import strip_citations  # noqa: E402
 from reflective_memory.types import Memory, Turn  # noqa: E402
+from reflective_memory.validation import message_time as time_of  # noqa: E402
 from reflective_memory.validation import role_or  # noqa: E402
 
 __all__ = [
     "ReflectiveChatStore",
     "ReflectiveDBChatStore",
     "message_text",
+    "message_time",
     "speaker_role",
     "without_marks",
 ]
@@ -68,6 +70,15 @@ def message_text(message: ChatMessage) -> str:
     if kinds:
         return f"[{', '.join(kinds)}]"
     return "[empty message]"
+
+
+def message_time(message: ChatMessage) -> Any:
+    """The message's own time (`additional_kwargs["timestamp"]`), else None.
+
+    A datetime, Unix seconds or a date string, as `ReflectiveMemory.add_turn` takes; the core
+    stamps a message without one with the time it is stored (`validation.message_time`).
+    """
+    return time_of(message.additional_kwargs)
 
 
 def _needs_extra(message: ChatMessage) -> bool:
@@ -175,7 +186,7 @@ class _Conversations:
                     "session_id": key,
                     "role": speaker_role(m),
                     "text": message_text(m),
-                    "timestamp": m.additional_kwargs.get("timestamp"),
+                    "timestamp": message_time(m),
                 }
                 for m in messages
             ]
@@ -187,6 +198,20 @@ class _Conversations:
         }
         self.memory.store.set_turn_extra(self.user_id, key, extras)
         return stored
+
+    def archived_run(self, key: str, messages: Sequence[ChatMessage]) -> bool:
+        """Whether `messages` are the key's latest archived turns (as `Memory` flushes them).
+
+        `Memory` archives its oldest messages in the chat store, then hands the same messages
+        to its memory blocks: when the chat store is one of ours, they are stored already.
+        """
+        if not messages or not self.exists(key):
+            return False
+        archived = self.turns(key, MessageStatus.ARCHIVED)
+        if len(archived) < len(messages):
+            return False
+        said = [(speaker_role(m), message_text(without_marks(m))) for m in messages]
+        return said == [(t.role, t.text) for t in archived[-len(messages) :]]
 
     def delete(self, key: str, turns: Sequence[Turn]) -> list[ChatMessage]:
         if not turns:

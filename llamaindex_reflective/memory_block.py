@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from ._compat import require_llama_index
@@ -26,39 +27,34 @@ from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
 from reflective_memory import FeedbackResult  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
 from reflective_memory.llm import count_tokens  # noqa: E402
-from reflective_memory.rmm.citations import echoes_instructions, register_instructions  # noqa: E402
+from reflective_memory.memory_block import (  # noqa: E402
+    CITATION_INSTRUCTION,
+    memory_block,
+    shown_memories,
+)
+from reflective_memory.rmm.citations import echoes_instructions  # noqa: E402
 from reflective_memory.types import Hit, Retrieval  # noqa: E402
 
-from .chat_store import _role, message_text, speaker_role, without_marks  # noqa: E402
+from .chat_store import (  # noqa: E402
+    _Conversations,
+    _role,
+    message_text,
+    message_time,
+    speaker_role,
+    without_marks,
+)
 
 __all__ = ["ReflectiveMemoryBlock", "format_hits", "CITATION_INSTRUCTION"]
 
 logger = logging.getLogger(__name__)
 
-#: Said once above the memories (the block's text is inserted into the system message).
-CITATION_INSTRUCTION = (
-    "Memories from earlier conversations with this user, numbered. When an answer uses one, "
-    "cite its number like [0] or [0, 2]; write [NO_CITE] when none of them helped."
-)
-
-register_instructions(CITATION_INSTRUCTION)
-
-_ENTRY_SEPARATOR = "\n\n"
-
-
-def _entry(i: int, hit: Hit) -> str:
-    body = hit.memory.text.replace("\n", "\n    ")
-    return f"[{i}] {body}"
+#: Where each numbered memory of a block starts (memory text is quoted, so never there).
+_ENTRY_START = re.compile(r"^\[\d+\] ", re.MULTILINE)
 
 
 def format_hits(hits: list[Hit], instruction: str | None = CITATION_INSTRUCTION) -> str:
-    """Number memories for citation: `[i] <memory text>`, best first ("" when no hits)."""
-    if not hits:
-        return ""
-    parts = [_entry(i, h) for i, h in enumerate(hits)]
-    if instruction:
-        parts.insert(0, instruction)
-    return _ENTRY_SEPARATOR.join(parts)
+    """Number memories for citation, `[0]` first (`reflective_memory.memory_block`)."""
+    return memory_block(hits, instruction)
 
 
 class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
@@ -71,8 +67,9 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         name: Block name (unique within a `Memory`).
         priority: `Memory` truncation priority (0 = never truncate; higher numbers are cut later).
         top_k: Turns retrieved per `get` (None: passages filling the budget).
-        budget_tokens: Token budget of the memories per `get` (None with `top_k` None: the
-            core's `search.default_budget_tokens`, 500).
+        budget_tokens: Token budget of the block per `get`, its citation instruction and
+            numbering included (None with `top_k` None: the core's
+            `search.default_budget_tokens`, 500).
         query_messages: How many of the latest messages form the query.
         build_on_put: Rebuild the session's memories after each flush (else only when the
             session is ended).
@@ -86,8 +83,9 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         >>> asyncio.run(block.aput([ChatMessage(role="user", content="My dog is Pixel.")]))
         >>> print(asyncio.run(block.aget([ChatMessage(role="user", content="dog name?")])))
         ... # doctest: +ELLIPSIS
-        Memories from earlier conversations ...
-        [0] user: My dog is Pixel.
+        Below are numbered memories ...
+        [0] [...]
+            user: My dog is Pixel.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -141,22 +139,28 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         )
 
     def put(self, messages: list[ChatMessage]) -> None:
-        """Store messages as turns and (by default) rebuild their session's memories."""
+        """Store messages as turns and (by default) rebuild their session's memories.
+
+        Messages a `ReflectiveDBChatStore` of the same memory and user has just archived (the
+        ones `Memory` flushes to its blocks) are stored already and are not stored again.
+        """
         kept = [without_marks(m) for m in messages if _role(m) != MessageRole.SYSTEM.value]
         if not kept:
             return
         session = self._session(kept)
-        self.memory.add_turns(
-            [
-                {
-                    "user_id": self.user_id,
-                    "session_id": session,
-                    "role": speaker_role(m),
-                    "text": message_text(m),
-                }
-                for m in kept
-            ]
-        )
+        if not _Conversations(self.memory, self.user_id).archived_run(session, kept):
+            self.memory.add_turns(
+                [
+                    {
+                        "user_id": self.user_id,
+                        "session_id": session,
+                        "role": speaker_role(m),
+                        "text": message_text(m),
+                        "timestamp": message_time(m),
+                    }
+                    for m in kept
+                ]
+            )
         if self.build_on_put:
             self.memory.end_session(self.user_id, session)
 
@@ -199,16 +203,17 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         if not query:
             self._last, self._last_hits = None, []
             return ""
-        retrieval = self.memory.retrieve(
+        retrieval, block = shown_memories(
+            self.memory,
             self.user_id,
             query,
             k=self.top_k,
             budget_tokens=self.budget_tokens,
-            exclude_turns=self.shown_turns(messages, session_id),
+            instruction=self.instruction,
+            exclude_turns=sorted(self.shown_turns(messages, session_id)),
         )
-        hits = list(retrieval.hits)
-        self._last, self._last_hits = retrieval, hits
-        return format_hits(hits, self.instruction)
+        self._last, self._last_hits = retrieval, list(retrieval.hits)
+        return block
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         session_id = block_kwargs.get("session_id")
@@ -224,15 +229,18 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         """
         if not content or tokens_to_truncate <= 0:
             return content or None
-        parts = content.split(_ENTRY_SEPARATOR)
-        head = parts[:1] if self.instruction and parts[0] == self.instruction else []
-        entries = parts[len(head) :]
+        starts = [m.start() for m in _ENTRY_START.finditer(content)]
+        if not starts:
+            return None
+        head, entries = content[: starts[0]], []
+        for a, b in zip(starts, [*starts[1:], len(content)], strict=True):
+            entries.append(content[a:b])
         removed = 0
         while entries and removed < tokens_to_truncate:
             removed += count_tokens(entries.pop())
         if not entries:
             return None
-        return _ENTRY_SEPARATOR.join(head + entries)
+        return (head + "".join(entries)).rstrip("\n")
 
     # -- feedback -------------------------------------------------------------------------
     def feedback(self, answer: str) -> FeedbackResult:

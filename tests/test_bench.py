@@ -64,11 +64,12 @@ def test_bench_runs_end_to_end_on_a_small_conversation() -> None:
         [conv],
         embedder=HashingEmbedder(64),
         units=("turn", "session"),
-        budgets=(10, 100),
+        budgets=(10, 16, 100),
         progress=False,
     )
     s = res.summary()
-    assert s["coverage"]["turn/hybrid/10"] == 1.0
+    # every unit starts with its date (turns without one are stamped when stored): 5 words
+    assert s["coverage"]["turn/hybrid/16"] == 1.0
     assert s["coverage"]["session/dense/100"] == 1.0
     assert s["coverage"]["session/dense/10"] == 0.0  # the session unit is longer than 10 words
     assert s["session_recall"]["turn/dense/any@5"] == 1.0

@@ -42,6 +42,7 @@ def test_ingest_then_search_json(tmp_path, capsys) -> None:
             },
             {
                 "session_id": "s2",
+                "date": "2024-01-03T10:00:00",  # the older: see issue 40 on present tense
                 "turns": [{"role": "user", "text": "My brother lives in Toronto.", "turn_id": "c"}],
             },
         ],

@@ -116,8 +116,9 @@ def _next_write(where: str, schema: str) -> None:
         assert [t.turn_id for t in mem.turns("bea", "s1")] == [f"m-{i}" for i in range(6)]
         n_memories = mem.stats("bea")["memories"]
         again = mem.add_turn("bea", "s1", "user", SECRET, turn_id="m-5")
-        assert again.turn_id == "m-5" and mem.stats("bea")["memories"] == n_memories == 8
-        assert len(mem.turns("bea")) == 8
+        assert again.turn_id == "m-5" and mem.stats("bea")["memories"] == n_memories
+        assert len(mem.turns("bea")) == 8 and _turn_units(mem, "bea") == 8
+        assert mem.open_sessions("bea") == ["s2"]  # s1 ended when s2 began; a resend reopens none
 
 
 def test_sqlite_lost_turn_is_indexed_on_the_next_open(tmp_path) -> None:

@@ -179,7 +179,10 @@ def test_turn_cap_ends_the_session(embedder) -> None:
 
 
 def test_idle_timeout_ends_older_sessions(embedder) -> None:
-    cfg = MemoryConfig(units={"granularities": ("turn",)}, sessions={"idle_seconds": 3600})
+    cfg = MemoryConfig(  # the idle rule alone (a new session would end the others at once)
+        units={"granularities": ("turn",)},
+        sessions={"idle_seconds": 3600, "end_on_new_session": False},
+    )
     t0 = datetime(2024, 1, 1, 9, 0)
     with ReflectiveMemory(embedder=embedder, config=cfg) as m:
         m.add_turn("u", "morning", "user", "Pixel ate my sandwich", timestamp=t0)

@@ -124,7 +124,9 @@ def test_lexical_search_runs_on_the_server(pg_dsn) -> None:
         mem.end_session("u", "s")
         mem.end_session("v", "s")
         r = mem.retrieve("u", "kiwi parrot", k=5, mode="lexical")
-        assert [h.memory.text for h in r] == ["user: I adopted a parrot named Kiwi in Lisbon."]
+        assert [h.memory.text.split("\n")[-1] for h in r] == [  # after its date line
+            "user: I adopted a parrot named Kiwi in Lisbon."
+        ]
         assert r.hits[0].scores["lexical"] > 0
         assert len(mem.retrieve("u", "zebra", k=5, mode="lexical")) == 0
 
@@ -434,7 +436,9 @@ def test_open_session_turns_rank_fairly_on_postgres(pg_dsn) -> None:
 
 def test_reopening_ends_idle_sessions_as_the_embedded_store_does(pg_dsn) -> None:
     schema = pg_schema()
-    with _mem(pg_dsn, schema) as mem:
+    # written with no rule ending sessions, so both are open when the store is opened again
+    rules = {"idle_seconds": None, "end_on_new_session": False}
+    with _mem(pg_dsn, schema, sessions=rules) as mem:
         mem.add_turn("u", "old", "user", "We booked the cabin in Tromsø.", timestamp="2024-01-05")
         mem.add_turn("u", "new", "user", "Just now: the ferry is late.")
         assert sorted(mem.open_sessions("u")) == ["new", "old"]

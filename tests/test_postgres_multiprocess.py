@@ -35,7 +35,9 @@ COMMON = textwrap.dedent(
     USERS = ["u0", "u1", "u2", "u3"]
     mem = ReflectiveMemory(
         store=PostgresStore(dsn, schema=schema, pool_max=4), embedder=HashingEmbedder(64),
-        config=MemoryConfig(granularities=("turn",), max_session_turns=6),
+        config=MemoryConfig(
+            granularities=("turn",), max_session_turns=6, sessions={"end_on_new_session": False}
+        ),
     )
     open(os.path.join(work, name + ".ready"), "w").close()
     while not os.path.exists(os.path.join(work, "go")):

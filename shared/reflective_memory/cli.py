@@ -61,6 +61,7 @@ BENCH_MODULES = [
     "reflective_bench.chat",
     "reflective_bench.portable",
     "reflective_bench.async_pg",
+    "reflective_bench.surfaces",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.

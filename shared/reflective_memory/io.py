@@ -34,7 +34,6 @@ sample; `dia_id` is kept as the turn id and each speaker's name is the role.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -405,8 +404,8 @@ class IngestReport:
 
     Attributes:
         added: Turns stored.
-        skipped: Turns already stored (same user, session, role, text and timestamp, or the
-            same turn id), not added again.
+        skipped: Turns already stored (same user, session, role, text and timestamp — or no
+            timestamp in the file — or the same turn id), not added again.
     """
 
     added: dict[str, int] = field(default_factory=dict)
@@ -418,28 +417,38 @@ class IngestReport:
         return list(dict.fromkeys([*self.added, *self.skipped]))
 
 
-def _same(role: Any, text: Any, timestamp: Any) -> tuple[Any, Any, str | None]:
-    """What makes two turns the same turn: role, text and time (compared as ISO text)."""
+def _when(timestamp: Any) -> str | None:
+    """A turn's time as ISO text (None without one), so equal times compare equal."""
     when = parse_timestamp(timestamp)
-    return role, text, None if when is None else when.isoformat()
+    return None if when is None else when.isoformat()
 
 
 def _new_turns(mem: ReflectiveMemory, uid: str, session: SessionData) -> list[dict[str, Any]]:
-    """The session's turns not stored yet (one read of the stored session; O(turns))."""
+    """The session's turns not stored yet (one read of the stored session; O(turns)).
+
+    A file turn is stored already when the session holds its id, or a turn of the same role,
+    text and time; a file turn without a time (stamped when it was first stored) matches on
+    role and text. Each stored turn matches one file turn, so a turn said twice counts twice.
+    """
     stored = mem.turns(uid, session.session_id)
     if not stored:
         return list(session.turns)
     ids = {t.turn_id for t in stored}
-    seen = Counter(_same(t.role, t.text, t.timestamp) for t in stored)
+    unmatched: dict[tuple[Any, Any], list[str | None]] = {}
+    for t in stored:
+        unmatched.setdefault((t.role, t.text), []).append(_when(t.timestamp))
     new = []
     for t in session.turns:
-        key = _same(t.get("role"), t.get("text"), t.get("timestamp"))
         if t.get("turn_id") in ids:
             continue
-        if seen[key] > 0:
-            seen[key] -= 1
-            continue
-        new.append(t)
+        times = unmatched.get((t.get("role"), t.get("text")), [])
+        when = _when(t.get("timestamp"))
+        if when is None and times:
+            times.pop()
+        elif when is not None and when in times:
+            times.remove(when)
+        else:
+            new.append(t)
     return new
 
 
@@ -454,7 +463,9 @@ def ingest_conversations(
 
     Turns already stored are skipped, so ingesting a file twice adds nothing: a turn whose id
     the session holds, or (without an id) one with the same role, text and timestamp as a
-    stored turn of the session (counted, so a turn said twice is stored twice).
+    stored turn of the session, or the same role and text when the file gives no time
+    (counted, so a turn said twice is stored twice). Turns without a time are stamped with
+    the time they are stored.
 
     Args:
         mem: Target memory.

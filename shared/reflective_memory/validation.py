@@ -30,6 +30,8 @@ __all__ = [
     "check_role",
     "check_encodable",
     "role_or",
+    "message_time",
+    "MESSAGE_TIME_KEY",
     "MAX_ID_CHARS",
     "MAX_ROLE_CHARS",
 ]
@@ -205,6 +207,26 @@ def role_or(name: Any, fallback: str) -> str:
         except InvalidInputError:
             pass
     return fallback
+
+
+#: Where a framework message carries its own time: LangChain `additional_kwargs`, LlamaIndex
+#: `additional_kwargs` (a datetime, Unix seconds or a date string).
+MESSAGE_TIME_KEY = "timestamp"
+
+
+def message_time(kwargs: Any) -> Any:
+    """A framework message's own time from its extra fields, else None.
+
+    Every surface reads a message's time the same way; a turn stored without one is stamped by
+    the core with the time it was received.
+
+    Example:
+        >>> message_time({"timestamp": "2025-03-01T09:30:00"}), message_time({}), message_time(None)
+        ('2025-03-01T09:30:00', None, None)
+    """
+    if not isinstance(kwargs, Mapping):
+        return None
+    return kwargs.get(MESSAGE_TIME_KEY)
 
 
 def check_positive(name: str, value: Any) -> int | None:

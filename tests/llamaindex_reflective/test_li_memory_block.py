@@ -4,6 +4,7 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory_blocks import StaticMemoryBlock
+from llama_index.core.storage.chat_store.base_db import MessageStatus
 from reflective_memory import (
     FeedbackResult,
     HashingEmbedder,
@@ -11,6 +12,7 @@ from reflective_memory import (
     MemoryConfig,
     ReflectiveMemory,
 )
+from reflective_memory.llm import count_tokens
 
 from llamaindex_reflective import ReflectiveMemoryBlock
 from llamaindex_reflective.memory_block import CITATION_INSTRUCTION, format_hits
@@ -47,9 +49,15 @@ def test_get_formats_for_citation_and_isolates_users(mem):
 
 def test_budget_tokens_respected(mem):
     _seed(mem)
-    block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=None, budget_tokens=12)
-    asyncio.run(block.aget([U("dog beach nurse ramen")]))
+    # the budget holds the whole block: the instruction, the numbering and the memories
+    room = count_tokens(CITATION_INSTRUCTION) + 40
+    block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=None, budget_tokens=room)
+    text = asyncio.run(block.aget([U("dog beach nurse ramen")]))
     assert 1 <= len(block.last_retrieval.hits) < 3
+    assert count_tokens(text) <= room
+    assert text == format_hits(block.last_retrieval.hits)  # the hits kept are the ones shown
+    tiny = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=None, budget_tokens=12)
+    assert asyncio.run(tiny.aget([U("dog beach nurse ramen")])) == ""  # not even the instruction
     default = ReflectiveMemoryBlock(memory=mem, user_id="ana")  # the core's default budget
     asyncio.run(default.aget([U("dog beach nurse ramen")]))
     got = default.last_retrieval
@@ -85,11 +93,11 @@ def test_truncation_drops_lowest_ranked(mem):
 
 def test_inside_memory_flush_and_recall(mem):
     block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=3, priority=1)
-    memory = Memory.from_defaults(
+    memory = Memory.from_defaults(  # 40 tokens of chat, 120 for the block (instruction, dates)
         session_id="conv",
-        token_limit=80,
+        token_limit=160,
         token_flush_size=30,
-        chat_history_token_ratio=0.5,
+        chat_history_token_ratio=0.25,
         memory_blocks=[block],
     )
     memory.put(U("My sister Marta lives in Porto and teaches chemistry."))
@@ -98,6 +106,8 @@ def test_inside_memory_flush_and_recall(mem):
         memory.put(U(f"filler message {i} about nothing much at all really"))
     stored = [t.text for t in mem.turns("ana", "conv")]
     assert stored and stored[0].startswith("My sister Marta")
+    archived = memory.get_all(status=MessageStatus.ARCHIVED)  # the default SQL chat store's
+    assert len(stored) == len(archived) == len(set(stored))  # what was flushed, stored once
     msgs = asyncio.run(memory.aget(input="Where does my sister live?"))
     system = msgs[0]
     assert system.role.value == "system" and "Marta" in system.content and "[0]" in system.content

@@ -38,6 +38,8 @@ __all__ = [
     "DEFAULT_ATTRIBUTION_THRESHOLD",
     "build_answer_prompt",
     "format_memories",
+    "memory_text",
+    "neutralise_citations",
     "parse_citations",
     "strip_citations",
     "split_sentences",
@@ -125,10 +127,19 @@ class Citations:
     text: str
 
 
+def neutralise_citations(text: str) -> str:
+    """Citation-shaped brackets in memory text shown with parentheses, so none is a citation.
+
+    Example:
+        >>> neutralise_citations("see [2] and [NO_CITE], born [2024-05-01 (Wed)]")
+        'see (2) and (NO_CITE), born [2024-05-01 (Wed)]'
+    """
+    return _INNER_CITE_RE.sub(lambda m: f"({m.group(1)})", text)
+
+
 def _quote(text: str) -> str:
     """Quote memory content: every line prefixed, citation-shaped brackets neutralised."""
-    safe = _INNER_CITE_RE.sub(lambda m: f"({m.group(1)})", text)
-    lines = safe.splitlines() or [""]
+    lines = neutralise_citations(text).splitlines() or [""]
     return "\n".join(f"| {line}" for line in lines)
 
 
@@ -149,18 +160,24 @@ def format_memories(memories: Sequence[Memory | Hit | str]) -> str:
     """
     blocks = []
     for i, item in enumerate(memories):
-        if isinstance(item, Hit):
-            text = item.memory.text
-        elif isinstance(item, Memory):
-            text = item.text
-        elif isinstance(item, str):
-            text = item
-        else:
-            raise InvalidInputError(
-                f"memories must be Memory, Hit or str items, got {type(item).__name__}"
-            )
+        text = memory_text(item)
         blocks.append(f"=== Memory [{i}] ===\n{_quote(text)}\n=== end of memory [{i}] ===")
     return "\n".join(blocks) if blocks else "(no memories)"
+
+
+def memory_text(item: Memory | Hit | str) -> str:
+    """The raw text a memory, a hit or a plain text shows to a model.
+
+    Raises:
+        InvalidInputError: `item` is of another type.
+    """
+    if isinstance(item, Hit):
+        return item.memory.text
+    if isinstance(item, Memory):
+        return item.text
+    if isinstance(item, str):
+        return item
+    raise InvalidInputError(f"memories must be Memory, Hit or str items, got {type(item).__name__}")
 
 
 def build_answer_prompt(

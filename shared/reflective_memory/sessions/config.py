@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reflective_memory.settings import check_int, check_number
+from reflective_memory.settings import check_bool, check_int, check_number
 
 __all__ = ["SessionConfig"]
 
@@ -23,14 +23,19 @@ class SessionConfig:
             timestamps) are ended when that user adds a turn to another session, and opening a
             store directory ends open sessions idle longer than this by the clock (`None`:
             never).
+        end_on_new_session: A user's first turn in a new session ends that user's other open
+            sessions (the conversation moved on), on every surface alike. Turns added later to
+            an ended session reopen it; its memories are rebuilt when it ends again.
         max_text_chars: Longest accepted turn text (longer raises `InvalidInputError`).
     """
 
     max_turns: int | None = 500
     idle_seconds: float | None = 1800.0
+    end_on_new_session: bool = True
     max_text_chars: int = 2_000_000
 
     def __post_init__(self) -> None:
         check_int("sessions.max_turns", self.max_turns, optional=True)
         check_number("sessions.idle_seconds", self.idle_seconds, 0, open_low=True, optional=True)
         check_int("sessions.max_text_chars", self.max_text_chars)
+        check_bool("sessions.end_on_new_session", self.end_on_new_session)

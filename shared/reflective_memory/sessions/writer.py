@@ -55,8 +55,14 @@ _BUILD_ATTEMPTS = 3
 __all__ = ["SessionWriter"]
 
 
-def _comparable(a: datetime, b: datetime) -> bool:
-    return (a.tzinfo is None) == (b.tzinfo is None)
+def _utc(value: datetime) -> datetime:
+    """A time as timezone-aware (a naive time is read as UTC)."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def received_time() -> datetime:
+    """The time a turn without its own time is stamped with: now, in UTC."""
+    return datetime.now(timezone.utc)
 
 
 def _age_seconds(then: datetime | None) -> float | None:
@@ -64,9 +70,7 @@ def _age_seconds(then: datetime | None) -> float | None:
     if then is None:
         return None
     now = datetime.now(timezone.utc)
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=timezone.utc)
-    return (now - then).total_seconds()
+    return (now - _utc(then)).total_seconds()
 
 
 class SessionWriter:
@@ -138,7 +142,7 @@ class SessionWriter:
             "session_id": session_id,
             "role": role,
             "text": text,
-            "timestamp": parse_timestamp(timestamp),
+            "timestamp": received_time() if timestamp is None else parse_timestamp(timestamp),
             "turn_id": turn_id,
         }
 
@@ -166,17 +170,23 @@ class SessionWriter:
                     t.get("turn_id"),
                 )
             )
+        fresh = self._new_sessions(records)
         try:
             stored = self.store.add_turns(records)
         except InvalidInputError:
             resent = self._resent(records)
             if not resent:
                 raise
-            return self._add_after_resend(records, resent)
+            return self._add_after_resend(records, resent, fresh)
         self._index_turns(stored)
         self.lost_turns.once(t.user_id for t in stored)
-        self._auto_end(stored)
+        self._auto_end(stored, fresh)
         return stored
+
+    def _new_sessions(self, records: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
+        """The `(user_id, session_id)` pairs of a batch that the store does not hold yet."""
+        keys = {(r["user_id"], r["session_id"]) for r in records}
+        return {key for key in keys if self.store.session(*key) is None}
 
     def _resent(self, records: Sequence[dict[str, Any]]) -> dict[int, Turn]:
         """Records that re-send a stored turn (same ids, role and text), by their position.
@@ -198,7 +208,10 @@ class SessionWriter:
         return out
 
     def _add_after_resend(
-        self, records: Sequence[dict[str, Any]], resent: dict[int, Turn]
+        self,
+        records: Sequence[dict[str, Any]],
+        resent: dict[int, Turn],
+        fresh: set[tuple[str, str]],
     ) -> list[Turn]:
         """Store the new records of a batch that re-sends stored turns; index what is missing.
 
@@ -217,37 +230,46 @@ class SessionWriter:
             )
         ]
         self._index_turns(new + unindexed)
-        self._auto_end(new)
+        self._auto_end(new, fresh)
         return out
 
-    def _auto_end(self, stored: Sequence[Turn]) -> None:
-        """End sessions that hit the turn cap or went idle (never fails the write)."""
-        cfg = self.config
-        if cfg.sessions.max_turns is None and cfg.sessions.idle_seconds is None:
-            return
+    def _auto_end(self, stored: Sequence[Turn], fresh: set[tuple[str, str]]) -> None:
+        """End the sessions the rules of `SessionConfig` end (never fails the write).
+
+        A session that hit the turn cap ends; a user's other open sessions end when this write
+        opened a new session of theirs (the conversation moved on) or when their last turn is
+        older than the idle time at this write's turn.
+        """
+        cfg = self.config.sessions
         done: set[tuple[str, str]] = set()
+        written = {(t.user_id, t.session_id) for t in stored}
         for turn in stored:
             key = (turn.user_id, turn.session_id)
             try:
-                if cfg.sessions.max_turns is not None and key not in done:
+                if cfg.max_turns is not None and key not in done:
                     info = self.store.session(*key)
-                    if info is not None and info.n_turns >= cfg.sessions.max_turns:
+                    if info is not None and info.n_turns >= cfg.max_turns:
                         self.end_session(*key)
                         done.add(key)
-                if cfg.sessions.idle_seconds is not None and turn.timestamp is not None:
-                    for info in self.store.sessions(turn.user_id, status="open"):
-                        other = (info.user_id, info.session_id)
-                        last = info.last_time
-                        if other == key or other in done or last is None:
-                            continue
-                        if not _comparable(last, turn.timestamp):
-                            continue
-                        idle = (turn.timestamp - last).total_seconds()
-                        if idle > cfg.sessions.idle_seconds:
-                            self.end_session(*other)
-                            done.add(other)
+                moved_on = cfg.end_on_new_session and key in fresh
+                if not moved_on and cfg.idle_seconds is None:
+                    continue
+                for info in self.store.sessions(turn.user_id, status="open"):
+                    other = (info.user_id, info.session_id)
+                    if other in written or other in done:
+                        continue
+                    if moved_on or self._idle(info.last_time, turn.timestamp):
+                        self.end_session(*other)
+                        done.add(other)
             except Exception:  # the turns are committed; memory building can be retried
                 logger.exception("automatic end of session failed for %s", key)
+
+    def _idle(self, last: datetime | None, now: datetime | None) -> bool:
+        """Whether a session last active at `last` is idle at `now` (`idle_seconds`)."""
+        idle = self.config.sessions.idle_seconds
+        if idle is None or last is None or now is None:
+            return False
+        return (_utc(now) - _utc(last)).total_seconds() > idle
 
     def end_session(self, user_id: str, session_id: str) -> list[Memory]:
         """Turn a session's turns into memories and index them.
