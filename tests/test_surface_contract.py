@@ -140,6 +140,8 @@ def test_llamaindex_memory_stores_one_turn_per_message() -> None:
         for ex in long.exchanges:
             for m in (ex.user, ex.assistant):
                 chat.put(ChatMessage(role=m.role, content=m.text))
-        assert len(memory.turns(CONVERSATION.user_id)) == 120
+        stored = len(memory.turns(CONVERSATION.user_id))
+        assert stored == 120, f"120 messages put, {stored} turns in the core"
         assert chat.get_all(MessageStatus.ARCHIVED), "the Memory never flushed to its blocks"
-        assert len(chat.get_all()) == 120
+        shown = len(chat.get_all())
+        assert shown == 120, f"120 messages put, Memory.get_all() returns {shown}"

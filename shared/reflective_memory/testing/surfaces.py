@@ -612,24 +612,21 @@ class SurfaceContract:
 
 #: The date header a passage starts with (`reflective_memory.text.format_date`).
 _DATE_HEADER = re.compile(r"\d{4}-\d{2}-\d{2} \([A-Z][a-z]{2}\) \d{2}:\d{2}")
-_CITATION = re.compile(r"\[(\d+)\]")
+#: A numbered memory: `[i]` opening a line, after marks or the word "memory" (`=== Memory [0]`),
+#: never an instruction's example (`cite it like [0]`) or a memory's closing line.
+_ENTRY = re.compile(r"^\W*(?:memory\s*)?\[(\d+)\]", re.M | re.I)
 
 
 def _numbers(text: str) -> list[int]:
-    """Citation numbers in order of first appearance."""
-    return list(dict.fromkeys(int(m.group(1)) for m in _CITATION.finditer(text)))
+    """The numbers of the memories in a block, in the order they are shown."""
+    return [int(m.group(1)) for m in _ENTRY.finditer(text)]
 
 
 def _entries(text: str) -> list[str]:
     """The numbered memories of a block (the whole block when nothing is numbered)."""
-    starts = []
-    for n in _numbers(text):
-        m = re.search(rf"\[{n}\]", text)
-        assert m is not None
-        starts.append(m.start())
+    starts = [m.start() for m in _ENTRY.finditer(text)]
     if not starts:
         return [text] if text.strip() else []
-    starts.sort()
     return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
 
 
