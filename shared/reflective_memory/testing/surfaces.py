@@ -39,14 +39,16 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import pytest
 
-from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.llm import count_tokens
 from reflective_memory.rmm.citations import format_memories
 from reflective_memory.types import Memory, Turn
+
+if TYPE_CHECKING:
+    from reflective_memory.engine import ReflectiveMemory
 
 __all__ = [
     "Message",
