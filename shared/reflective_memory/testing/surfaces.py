@@ -1,0 +1,703 @@
+"""The surface contract: one scripted conversation, driven through every way into the memory.
+
+Every surface (the core API, each LangChain and LlamaIndex adapter, the MCP server, the CLI) is a
+thin driver over the same session and turn bookkeeping in the core, so the same conversation
+must leave the same stored turns, end sessions by the same rules and put the same kind of
+evidence in front of the model. This module holds the conversation as plain data
+(`CONVERSATION`), the `SurfaceDriver` protocol a surface's test implements, the core API's own
+driver (`CoreDriver`, the reference), `run_surface` which drives a conversation through a
+driver and records what it left, and the checks as two pytest mixins:
+
+- `SurfaceContract`: stored turns (the same as the core's: count, order, roles, text), a time
+  on every turn, a message's own time kept, sessions ended when the session id changes, and
+  segment memories for every ended session. Needs a `surface_run` fixture (the surface's
+  `SurfaceRun`) and a `core_run` fixture (`run_surface(CoreDriver(...))`, the expected values).
+- `SurfaceEvidenceContract`: the evidence put in front of the model for `QUESTIONS` has date
+  headers, memories numbered for citation from `[0]`, the newest home first, no small talk as
+  the first memory, and fits the budget the surface was given. Needs an `evidence_run` fixture.
+  Run it with a real embedder (the hashing embedder ranks by shared words only).
+
+A new surface is added by writing one driver and two small test classes::
+
+    from reflective_memory.testing.surfaces import SurfaceContract, run_surface
+
+    class TestMySurface(SurfaceContract):
+        @pytest.fixture(scope="class")
+        def surface_run(self):
+            with MyDriver() as driver:
+                return run_surface(driver)
+
+        @pytest.fixture(scope="class")
+        def core_run(self):
+            with ReflectiveMemory(embedder=HashingEmbedder()) as memory:
+                return run_surface(CoreDriver(memory))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import pytest
+
+from reflective_memory.llm import count_tokens
+from reflective_memory.rmm.citations import format_memories
+from reflective_memory.types import Memory, Turn
+
+if TYPE_CHECKING:
+    from reflective_memory.engine import ReflectiveMemory
+
+__all__ = [
+    "Message",
+    "Exchange",
+    "ScriptSession",
+    "Conversation",
+    "CONVERSATION",
+    "USER_ID",
+    "LYON_TURN",
+    "OSLO_TURN",
+    "WHERE_DO_I_LIVE",
+    "WHAT_AM_I_ALLERGIC_TO",
+    "QUESTIONS",
+    "BUDGET_TOKENS",
+    "Evidence",
+    "CoreView",
+    "SurfaceDriver",
+    "CoreDriver",
+    "SurfaceRun",
+    "run_surface",
+    "SurfaceContract",
+    "SurfaceEvidenceContract",
+]
+
+#: The user every surface talks to.
+USER_ID = "lena"
+
+#: Budget (`reflective_memory.llm.count_tokens`) given to every surface that takes one.
+BUDGET_TOKENS = 300
+
+
+# -- the conversation, as plain data ----------------------------------------------------------
+@dataclass(frozen=True)
+class Message:
+    """One message as the application sees it.
+
+    Attributes:
+        role: `user` or `assistant`.
+        text: What was said.
+        timestamp: The message's own time, when the application knows it (a replayed or
+            imported message); `None` for a message said now, which the surface stamps with the
+            time it received it.
+    """
+
+    role: str
+    text: str
+    timestamp: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """A user message and the assistant's answer.
+
+    Attributes:
+        user: The user's message.
+        assistant: The answer.
+        small_talk: Both messages are small talk (thanks, greetings): never worth a memory slot.
+        filler: Part of the long session only to make it long; evidence runs may leave it out.
+    """
+
+    user: Message
+    assistant: Message
+    small_talk: bool = False
+    filler: bool = False
+
+
+@dataclass(frozen=True)
+class ScriptSession:
+    """One session of the conversation: its id and its exchanges, in order."""
+
+    session_id: str
+    exchanges: tuple[Exchange, ...]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One user's sessions, in order; the last one is still going on when questions are asked.
+
+    Attributes:
+        user_id: The user.
+        sessions: The sessions, oldest first.
+    """
+
+    user_id: str
+    sessions: tuple[ScriptSession, ...]
+
+    def messages(self) -> Iterator[tuple[str, Message]]:
+        """Every message with its session id, in the order it is said."""
+        for session in self.sessions:
+            for ex in session.exchanges:
+                yield session.session_id, ex.user
+                yield session.session_id, ex.assistant
+
+    def small_talk(self) -> list[str]:
+        """Texts of the small-talk messages."""
+        return [
+            m.text
+            for s in self.sessions
+            for ex in s.exchanges
+            if ex.small_talk
+            for m in (ex.user, ex.assistant)
+        ]
+
+    def shortened(self, filler: int) -> Conversation:
+        """The same conversation with at most `filler` of each session's filler exchanges.
+
+        Args:
+            filler: How many filler exchanges each session keeps (its first ones).
+        """
+
+        def keep(exchanges: tuple[Exchange, ...]) -> tuple[Exchange, ...]:
+            out, seen = [], 0
+            for ex in exchanges:
+                seen += ex.filler
+                if not ex.filler or seen <= filler:
+                    out.append(ex)
+            return tuple(out)
+
+        return replace(
+            self, sessions=tuple(replace(s, exchanges=keep(s.exchanges)) for s in self.sessions)
+        )
+
+
+def _at(start: datetime, minutes: int) -> datetime:
+    return start + timedelta(minutes=minutes)
+
+
+def _timed_session(
+    session_id: str, start: datetime, pairs: Sequence[tuple[str, str, bool]]
+) -> ScriptSession:
+    """A replayed session: every message carries its own time, one minute apart."""
+    out = []
+    for i, (user, assistant, small_talk) in enumerate(pairs):
+        out.append(
+            Exchange(
+                Message("user", user, _at(start, 2 * i)),
+                Message("assistant", assistant, _at(start, 2 * i + 1)),
+                small_talk=small_talk,
+            )
+        )
+    return ScriptSession(session_id, tuple(out))
+
+
+def _live_session(
+    session_id: str, pairs: Sequence[tuple[str, str, bool]], filler: int = 0
+) -> ScriptSession:
+    """A live session: no message carries a time (the surface stamps it)."""
+    out = [Exchange(Message("user", u), Message("assistant", a), small_talk=s) for u, a, s in pairs]
+    return ScriptSession(session_id, tuple(out[:1] + _bread_lessons(filler) + out[1:]))
+
+
+#: (what was practised, what the teacher said) for the lessons of the long session.
+_LESSONS = (
+    ("feeding the starter with rye flour", "a starter fed at the same hour every day is calmer"),
+    ("mixing flour and water for the autolyse", "forty minutes of rest makes the gluten relax"),
+    ("adding salt after the autolyse", "salt added too early slows the yeast down"),
+    ("stretch and fold sets in the bowl", "four sets half an hour apart are enough"),
+    ("reading the bulk fermentation", "the dough should grow by about half, not double"),
+    ("pre-shaping rounds on the bench", "a short bench rest makes the final shape easier"),
+    ("shaping a batard with wet hands", "a tight skin on the dough gives a taller loaf"),
+    ("shaping a boule with a bench scraper", "pulling the dough towards you builds tension"),
+    ("proofing loaves in floured baskets", "rice flour keeps the dough from sticking"),
+    ("cold retarding overnight in the fridge", "a long cold proof deepens the sour flavour"),
+    ("the poke test before baking", "dough that springs back slowly is ready to bake"),
+    ("scoring with a razor blade", "a shallow angled cut opens a nice ear"),
+    ("baking in a preheated cast iron pot", "the lid traps steam for the first twenty minutes"),
+    ("judging the crust colour", "a deep brown crust carries most of the flavour"),
+    ("cooling loaves on a wire rack", "cutting warm bread makes the crumb gummy"),
+    ("reading an open crumb", "big uneven holes mean a well fermented dough"),
+    ("whole wheat dough hydration", "whole wheat flour drinks more water than white flour"),
+    ("adding seeds and grains", "soaked seeds do not steal water from the dough"),
+    ("making a sweet brioche dough", "butter goes in slowly once the gluten is strong"),
+    ("braiding challah strands", "six strands look harder than they really are"),
+    ("baking focaccia in a tray", "dimpling with oily fingers gives the crisp top"),
+    ("rolling baguettes", "long even strokes keep the baguette the same width"),
+    ("steaming the home oven", "a tray of boiling water on the bottom rack helps"),
+    ("storing bread at home", "a linen bag keeps the crust crisp for a day or two"),
+    ("freezing sliced loaves", "slices toast straight from the freezer"),
+    ("reviving a sluggish starter", "warmer water and more frequent feeds wake it up"),
+    ("planning a baking schedule", "working backwards from the bake time avoids late nights"),
+    ("keeping a baking notebook", "writing down temperatures explains good and bad bakes"),
+    ("the final exam loaf", "the jury looks at crust, crumb, taste and shape"),
+)
+
+
+def _bread_lessons(n: int) -> list[Exchange]:
+    """`n` filler exchanges about a sourdough course (about 20 words a message)."""
+    out = []
+    for i in range(n):
+        what, tip = _LESSONS[i % len(_LESSONS)]
+        if i < len(_LESSONS):
+            user = (
+                f"Lesson {i + 1} of the course: today we practised {what}, "
+                f"and the teacher said {tip}."
+            )
+            answer = f"{what.capitalize()} takes practice; I like the advice that {tip}."
+        else:
+            user = f"After lesson {i + 1} I practised {what} at home and noticed that {tip}."
+            answer = f"Practising {what} at home is the best way to learn it."
+        out.append(Exchange(Message("user", user), Message("assistant", answer), filler=True))
+    return out
+
+
+#: The home the user had first, said in the first session.
+LYON_TURN = "I live in Lyon, in a small flat near the old town."
+#: The move, said sessions later: the answer to "Where do I live now?".
+OSLO_TURN = "I moved from Lyon to Oslo last month for a job at the university hospital."
+
+#: A question about a fact that changed: the newer statement must come first.
+WHERE_DO_I_LIVE = "Where do I live now?"
+#: A content question the small talk must never answer first.
+WHAT_AM_I_ALLERGIC_TO = "What am I allergic to?"
+#: The questions of the evidence checks, asked in order in the last (current) session.
+QUESTIONS = (WHAT_AM_I_ALLERGIC_TO, WHERE_DO_I_LIVE)
+
+#: The scripted conversation: four sessions of one user. The first is replayed with its own
+#: times; the second is long (60 exchanges, enough for LlamaIndex `Memory(token_limit=4000)` to
+#: flush to its memory blocks); the third tells of a move; the fourth is still going on. Small
+#: talk in French, English and Norwegian ends the first three.
+CONVERSATION = Conversation(
+    USER_ID,
+    (
+        _timed_session(
+            "first-chat",
+            datetime(2025, 1, 12, 9, 0, tzinfo=timezone.utc),
+            (
+                (LYON_TURN, "Hello! Lyon is a lovely city to live in.", False),
+                (
+                    "I work as a nurse, mostly night shifts on the children's ward.",
+                    "Night shifts are demanding; I hope you get enough rest between them.",
+                    False,
+                ),
+                (
+                    "I'm allergic to peanuts, so I always read the labels when I buy snacks.",
+                    "Good habit. I will keep your peanut allergy in mind when I suggest food.",
+                    False,
+                ),
+                ("Merci beaucoup !", "Avec plaisir !", True),
+            ),
+        ),
+        _live_session(
+            "bread-course",
+            (
+                (
+                    "I signed up for a sourdough baking course that meets every evening "
+                    "this month.",
+                    "How exciting! Tell me how the lessons go.",
+                    False,
+                ),
+                ("Thanks!", "You're welcome!", True),
+            ),
+            filler=58,
+        ),
+        _live_session(
+            "moving-day",
+            (
+                (OSLO_TURN, "What a big change! How are you finding Oslo so far?", False),
+                (
+                    "The winter days are short, but I love walking along the fjord after work.",
+                    "The fjord must be beautiful, even in the dark months.",
+                    False,
+                ),
+                ("Tusen takk!", "Bare hyggelig!", True),
+            ),
+        ),
+        _live_session(
+            "weekend-plans",
+            (
+                (
+                    "Could you suggest a short hike for Saturday morning?",
+                    "A loop through the forest north of the city takes about two hours.",
+                    False,
+                ),
+            ),
+        ),
+    ),
+)
+
+
+# -- drivers -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Evidence:
+    """What a surface puts in front of the model for one question.
+
+    Attributes:
+        text: The memory block the surface injects (instruction, numbering, dates and the
+            memories), as the model reads it.
+        budget: The token budget the surface was given for it (`None`: the surface takes none).
+    """
+
+    text: str
+    budget: int | None
+
+
+@runtime_checkable
+class CoreView(Protocol):
+    """Read access to the core's records (a `ReflectiveMemory` is one)."""
+
+    def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
+        """Stored turns of a user, in order."""
+        ...
+
+    def open_sessions(self, user_id: str) -> list[str]:
+        """Ids of the user's sessions not yet turned into memories."""
+        ...
+
+    def memories(self, user_id: str) -> list[Memory]:
+        """The user's memories."""
+        ...
+
+
+@runtime_checkable
+class SurfaceDriver(Protocol):
+    """Drives one surface the way its users do; `run_surface` calls it.
+
+    Attributes:
+        name: The surface, for messages.
+        carries_message_time: The surface has a place for a message's own time (LangChain
+            message metadata, LlamaIndex `additional_kwargs`, an MCP argument, a file field);
+            a surface without one stamps every message with the time it received it.
+    """
+
+    name: str
+    carries_message_time: bool
+
+    def exchange(self, session_id: str, user: Message, assistant: Message) -> None:
+        """Say one exchange of a session through the surface (its own time where it can)."""
+        ...
+
+    def switch_session(self, previous: str, new: str) -> None:
+        """Move on from `previous` to `new` the way the surface's users do.
+
+        Where the surface's documented use ends a conversation (an `end_session` call, the MCP
+        tool), do that; where it only starts a new one (a new LlamaIndex `Memory`, a new
+        history for a new id), do only that.
+        """
+        ...
+
+    def finish(self) -> None:
+        """The conversation is over for now (e.g. the CLI ingests its file here)."""
+        ...
+
+    def evidence(self, question: str) -> Evidence:
+        """Ask `question` in the current session and return what the model is shown."""
+        ...
+
+    def core(self) -> CoreView:
+        """The core records the surface wrote (valid until `close`)."""
+        ...
+
+    def close(self) -> None:
+        """Release everything the driver opened."""
+        ...
+
+
+class CoreDriver:
+    """The core API as an application uses it: `add_turn`, `end_session`, `retrieve`.
+
+    The reference of the contract: every other surface is compared with what this one stores.
+    The core keeps the time its caller gives, so this driver, like an application, passes a
+    message's own time, else the time it received the message. The evidence is
+    `reflective_memory.rmm.citations.format_memories` of the retrieved hits, the numbered
+    memory blocks of the core's answer prompt (`build_answer_prompt`).
+
+    Args:
+        memory: The core memory to write to (closed by `close`).
+        user_id: The user.
+        budget_tokens: The budget of each retrieval.
+    """
+
+    name = "core API"
+    carries_message_time = True
+
+    def __init__(
+        self, memory: ReflectiveMemory, user_id: str = USER_ID, budget_tokens: int = BUDGET_TOKENS
+    ) -> None:
+        self.memory = memory
+        self.user_id = user_id
+        self.budget_tokens = budget_tokens
+
+    def exchange(self, session_id: str, user: Message, assistant: Message) -> None:
+        """Add both messages as turns, at their own times or the time they arrived."""
+        for m in (user, assistant):
+            when = datetime.now(timezone.utc) if m.timestamp is None else m.timestamp
+            self.memory.add_turn(self.user_id, session_id, m.role, m.text, timestamp=when)
+
+    def switch_session(self, previous: str, new: str) -> None:
+        """End the previous session (the core API ends sessions explicitly)."""
+        self.memory.end_session(self.user_id, previous)
+
+    def finish(self) -> None:
+        """Nothing to do: every turn is stored as it is said."""
+
+    def evidence(self, question: str) -> Evidence:
+        """The retrieved memories, numbered as the core's answer prompt numbers them."""
+        found = self.memory.retrieve(self.user_id, question, budget_tokens=self.budget_tokens)
+        text = format_memories(found.hits) if found.hits else ""
+        return Evidence(text, self.budget_tokens)
+
+    def core(self) -> CoreView:
+        """The memory itself."""
+        return self.memory
+
+    def close(self) -> None:
+        """Close the memory."""
+        self.memory.close()
+
+    def __enter__(self) -> CoreDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- running a conversation through a surface --------------------------------------------------
+@dataclass
+class SurfaceRun:
+    """What a conversation driven through a surface left in the core, and what the model saw.
+
+    Attributes:
+        name: The surface.
+        conversation: The conversation driven.
+        carries_message_time: The surface has a place for a message's own time.
+        turns: The user's stored turns after the conversation, in order.
+        open_sessions: The user's sessions still open after the conversation.
+        segments: Number of segment memories per session id.
+        evidence: What the model was shown, per question.
+    """
+
+    name: str
+    conversation: Conversation
+    carries_message_time: bool
+    turns: list[Turn]
+    open_sessions: list[str]
+    segments: dict[str, int]
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+
+    @property
+    def current_session(self) -> str:
+        """The session still going on when the conversation stops."""
+        return self.conversation.sessions[-1].session_id
+
+    @property
+    def ended_sessions(self) -> list[str]:
+        """The sessions the conversation moved on from."""
+        return [s.session_id for s in self.conversation.sessions[:-1]]
+
+
+def run_surface(
+    driver: SurfaceDriver,
+    conversation: Conversation = CONVERSATION,
+    questions: Sequence[str] = (),
+) -> SurfaceRun:
+    """Drive `conversation` through `driver`, record what it stored, then ask `questions`.
+
+    The records are read right after the conversation, before any question (a surface may
+    record a question as a turn of the current session).
+
+    Args:
+        driver: The surface's driver (not closed here).
+        conversation: The conversation.
+        questions: Questions asked in the last session after the conversation.
+
+    Returns:
+        The `SurfaceRun`.
+    """
+    previous: str | None = None
+    for session in conversation.sessions:
+        if previous is not None:
+            driver.switch_session(previous, session.session_id)
+        for ex in session.exchanges:
+            driver.exchange(session.session_id, ex.user, ex.assistant)
+        previous = session.session_id
+    driver.finish()
+    core = driver.core()
+    user = conversation.user_id
+    segments: dict[str, int] = {}
+    for m in core.memories(user):
+        if m.granularity == "segment":
+            segments[m.session_id] = segments.get(m.session_id, 0) + 1
+    run = SurfaceRun(
+        name=driver.name,
+        conversation=conversation,
+        carries_message_time=driver.carries_message_time,
+        turns=list(core.turns(user)),
+        open_sessions=sorted(core.open_sessions(user)),
+        segments=segments,
+    )
+    for q in questions:
+        run.evidence[q] = driver.evidence(q)
+    return run
+
+
+# -- checks -------------------------------------------------------------------------------------
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def _said(turns: Sequence[Turn]) -> list[tuple[str, str, str]]:
+    return [(t.session_id, t.role, t.text) for t in turns]
+
+
+def _first_difference(got: Sequence[object], want: Sequence[object]) -> str:
+    for i, (a, b) in enumerate(zip(got, want, strict=False)):
+        if a != b:
+            return f"first difference at turn {i}: stored {a!r}, the core stored {b!r}"
+    return "one is a prefix of the other"
+
+
+class SurfaceContract:
+    """What a surface stores; subclasses provide `surface_run` and `core_run` fixtures."""
+
+    def test_stores_the_same_turns_as_the_core(
+        self, surface_run: SurfaceRun, core_run: SurfaceRun
+    ) -> None:
+        """The same conversation leaves the same turns: count, order, sessions, roles, text."""
+        got, want = _said(surface_run.turns), _said(core_run.turns)
+        assert len(got) == len(want), (
+            f"{surface_run.name} stored {len(got)} turns, the core {len(want)}; "
+            + _first_difference(got, want)
+        )
+        assert got == want, f"{surface_run.name}: {_first_difference(got, want)}"
+
+    def test_every_turn_has_a_timestamp(self, surface_run: SurfaceRun) -> None:
+        """Every stored turn carries a time: its own, else the time the surface received it."""
+        assert surface_run.turns, f"{surface_run.name} stored no turns"
+        untimed = [t for t in surface_run.turns if t.timestamp is None]
+        assert not untimed, (
+            f"{surface_run.name}: {len(untimed)} of {len(surface_run.turns)} turns have no "
+            f"timestamp, e.g. {untimed[0].turn_id} {untimed[0].text[:40]!r}"
+        )
+
+    def test_a_message_keeps_its_own_time(self, surface_run: SurfaceRun) -> None:
+        """A message that carries its own time is stored with that time (every copy of it)."""
+        if not surface_run.carries_message_time:
+            pytest.skip(f"{surface_run.name} has no place for a message's own time")
+        timed = [(sid, m) for sid, m in surface_run.conversation.messages() if m.timestamp]
+        assert timed, "the conversation has no message with its own time"
+        for sid, m in timed:
+            assert m.timestamp is not None
+            stored = [t for t in surface_run.turns if t.text == m.text and t.role == m.role]
+            assert stored, f"{surface_run.name} stored no turn for {m.text!r}"
+            for t in stored:
+                got = None if t.timestamp is None else _utc(t.timestamp)
+                assert got == _utc(m.timestamp), (
+                    f"{surface_run.name}: {m.text[:40]!r} of {sid} said at "
+                    f"{m.timestamp.isoformat()} is stored at {got and got.isoformat()}"
+                )
+
+    def test_sessions_end_when_the_session_changes(self, surface_run: SurfaceRun) -> None:
+        """No session is left open but the current one once the surface moved on."""
+        left = [s for s in surface_run.open_sessions if s != surface_run.current_session]
+        assert not left, (
+            f"{surface_run.name} left {left} open after moving on to "
+            f"{surface_run.current_session!r}"
+        )
+
+    def test_ended_sessions_have_segments(self, surface_run: SurfaceRun) -> None:
+        """Every session the surface moved on from became segment memories."""
+        missing = [s for s in surface_run.ended_sessions if not surface_run.segments.get(s)]
+        assert not missing, f"{surface_run.name}: no segment memories for sessions {missing}"
+
+
+#: The date header a passage starts with (`reflective_memory.text.format_date`).
+_DATE_HEADER = re.compile(r"\d{4}-\d{2}-\d{2} \([A-Z][a-z]{2}\) \d{2}:\d{2}")
+#: A numbered memory: `[i]` opening a line, after marks or the word "memory" (`=== Memory [0]`),
+#: never an instruction's example (`cite it like [0]`) or a memory's closing line.
+_ENTRY = re.compile(r"^\W*(?:memory\s*)?\[(\d+)\]", re.M | re.I)
+
+
+def _numbers(text: str) -> list[int]:
+    """The numbers of the memories in a block, in the order they are shown."""
+    return [int(m.group(1)) for m in _ENTRY.finditer(text)]
+
+
+def _entries(text: str) -> list[str]:
+    """The numbered memories of a block (the whole block when nothing is numbered)."""
+    starts = [m.start() for m in _ENTRY.finditer(text)]
+    if not starts:
+        return [text] if text.strip() else []
+    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+
+
+def _shown(text: str, conversation: Conversation) -> list[tuple[int, str]]:
+    """(position, text) of every message of the conversation found in `text`, in order."""
+    found = {}
+    for _, m in conversation.messages():
+        at = text.find(m.text)
+        if at >= 0:
+            found[m.text] = at
+    return sorted((at, t) for t, at in found.items())
+
+
+class SurfaceEvidenceContract:
+    """What a surface shows the model; subclasses provide an `evidence_run` fixture."""
+
+    @staticmethod
+    def _each(run: SurfaceRun) -> list[tuple[str, Evidence]]:
+        assert run.evidence, f"{run.name}: no question was asked"
+        return list(run.evidence.items())
+
+    def test_evidence_has_date_headers(self, evidence_run: SurfaceRun) -> None:
+        """Every memory shown carries its session's date."""
+        for q, ev in self._each(evidence_run):
+            entries = _entries(ev.text)
+            assert entries, f"{evidence_run.name} showed nothing for {q!r}"
+            undated = [e for e in entries if not _DATE_HEADER.search(e)]
+            assert not undated, (
+                f"{evidence_run.name}, {q!r}: {len(undated)} of {len(entries)} memories have no "
+                f"date header, e.g. {undated[0][:120]!r}"
+            )
+
+    def test_memories_are_numbered_from_zero(self, evidence_run: SurfaceRun) -> None:
+        """Memories are numbered for citation `[0]`, `[1]`, ... in the order shown."""
+        for q, ev in self._each(evidence_run):
+            numbers = _numbers(ev.text)
+            assert numbers, f"{evidence_run.name}, {q!r}: no [i] citation numbers shown"
+            assert numbers == list(range(len(numbers))), (
+                f"{evidence_run.name}, {q!r}: memories numbered {numbers[:6]}, not from [0] up"
+            )
+
+    def test_the_newest_home_comes_first(self, evidence_run: SurfaceRun) -> None:
+        """For "Where do I live now?" the move to Oslo is shown before the Lyon turn."""
+        ev = evidence_run.evidence.get(WHERE_DO_I_LIVE)
+        assert ev is not None, f"{evidence_run.name}: {WHERE_DO_I_LIVE!r} was not asked"
+        oslo, lyon = ev.text.find(OSLO_TURN), ev.text.find(LYON_TURN)
+        assert oslo >= 0, f"{evidence_run.name} did not show the move to Oslo: {ev.text[:300]!r}"
+        assert lyon < 0 or oslo < lyon, (
+            f"{evidence_run.name} shows the Lyon turn before the move to Oslo"
+        )
+
+    def test_small_talk_is_never_the_first_memory(self, evidence_run: SurfaceRun) -> None:
+        """The first message shown for a content question is not small talk."""
+        small_talk = set(evidence_run.conversation.small_talk())
+        for q, ev in self._each(evidence_run):
+            shown = _shown(ev.text, evidence_run.conversation)
+            assert shown, f"{evidence_run.name} showed no message for {q!r}"
+            first = shown[0][1]
+            assert first not in small_talk, (
+                f"{evidence_run.name}, {q!r}: the first memory shown is small talk {first!r}"
+            )
+
+    def test_the_memory_block_fits_its_budget(self, evidence_run: SurfaceRun) -> None:
+        """The injected block, counted by `count_tokens`, is within the surface's budget."""
+        for q, ev in self._each(evidence_run):
+            if ev.budget is None:
+                pytest.skip(f"{evidence_run.name} takes no budget")
+            used = count_tokens(ev.text)
+            assert used <= ev.budget, (
+                f"{evidence_run.name}, {q!r}: the memory block is {used} tokens, "
+                f"the budget {ev.budget}"
+            )
