@@ -63,7 +63,6 @@ from langchain_reflective import (
     ReflectiveChatMessageHistory,
     ReflectiveMemoryMiddleware,
     ReflectiveStore,
-    render_value,
 )
 from llamaindex_reflective import ReflectiveDBChatStore, ReflectiveMemoryBlock
 
@@ -329,36 +328,35 @@ class HistoryDriver(_InProcess):
         raise NotImplementedError("a chat message history takes no question")
 
 
-class StoreDriver(_InProcess):
-    """`ReflectiveStore` as a LangGraph app keeps a conversation in a store.
+class StoreDriver(MiddlewareDriver):
+    """The README's LangGraph agent: `create_agent(..., middleware=[...], store=ReflectiveStore)`.
 
-    Each message is an item `{"role", "content"[, "timestamp"]}` under the namespace
-    `(user, "chat", session_id)`, keyed by its position; `content` is indexed. The evidence is
-    what `store.search((user,), query=...)` returns, rendered with `render_value` in order.
+    The store holds what the agent's tools put there (items, not turns); the conversation is
+    recorded by the middleware. A new session is a new agent whose middleware names the next
+    session id, with no explicit end: the core ends the previous session when the new one
+    begins (`sessions.end_on_new_session`).
     """
 
     name = "LangGraph store"
 
-    def __init__(self, memory: ReflectiveMemory) -> None:
-        super().__init__(memory)
-        self.store = ReflectiveStore(memory=memory, index={"fields": ["content"]})
-        self._count: dict[str, int] = {}
-
-    def exchange(self, session_id: str, user: Message, assistant: Message) -> None:
-        """Put both messages as items of the session's namespace."""
-        for m in (user, assistant):
-            n = self._count.get(session_id, 0)
-            self._count[session_id] = n + 1
-            value = {"role": m.role, "content": m.text, **_time_kwargs(m)}
-            self.store.put((USER_ID, "chat", session_id), f"{n:04d}", value)
+    def _start(self, session_id: str) -> None:
+        self.middleware = ReflectiveMemoryMiddleware(
+            memory=self.memory,
+            user_id=USER_ID,
+            session_id=session_id,
+            budget_tokens=BUDGET_TOKENS,
+        )
+        self.agent = create_agent(
+            self.model,
+            middleware=[self.middleware],
+            checkpointer=InMemorySaver(),
+            store=ReflectiveStore(memory=self.memory),
+        )
+        self._thread = session_id
 
     def switch_session(self, previous: str, new: str) -> None:
-        """A store has no sessions: the next messages go to the next namespace."""
-
-    def evidence(self, question: str) -> Evidence:
-        """The items a search finds, rendered in order (a store takes no token budget)."""
-        items = self.store.search((USER_ID,), query=question)
-        return Evidence("\n\n".join(render_value(i.value) for i in items), None)
+        """A new agent for the next session (the middleware is told only its id)."""
+        self._start(new)
 
 
 # -- LlamaIndex ------------------------------------------------------------------------------------

@@ -4,6 +4,10 @@
   fixture yielding an empty store.
 - `StateStoreContract`: every `reflective_memory.storage.state.StateStore`; needs a
   `state_store` fixture yielding an empty state store.
+- `SurfaceContract` and `SurfaceEvidenceContract`: every way into a memory (the core API, a
+  framework adapter, a server, the CLI), driven through one scripted conversation by a
+  `SurfaceDriver`; they need `surface_run` / `evidence_run` and `core_run` fixtures
+  (`run_surface`), see `reflective_memory.testing.surfaces`.
 
 Subclass one in a `Test...` class of your test suite and define its fixture; every test of the
 contract then runs against your implementation. This package needs pytest (the `dev` extra);
@@ -20,5 +24,20 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from reflective_memory.testing.memory_store import MemoryStoreContract
 from reflective_memory.testing.state_store import StateStoreContract
+from reflective_memory.testing.surfaces import (
+    CoreDriver,
+    SurfaceContract,
+    SurfaceDriver,
+    SurfaceEvidenceContract,
+    run_surface,
+)
 
-__all__ = ["MemoryStoreContract", "StateStoreContract"]
+__all__ = [
+    "MemoryStoreContract",
+    "StateStoreContract",
+    "SurfaceContract",
+    "SurfaceEvidenceContract",
+    "SurfaceDriver",
+    "CoreDriver",
+    "run_surface",
+]

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import pytest
 
 from reflective_memory.llm import count_tokens
-from reflective_memory.rmm.citations import format_memories
+from reflective_memory.memory_block import CITATION_INSTRUCTION, shown_memories
 from reflective_memory.types import Memory, Turn
 
 if TYPE_CHECKING:
@@ -408,10 +408,10 @@ class CoreDriver:
     """The core API as an application uses it: `add_turn`, `end_session`, `retrieve`.
 
     The reference of the contract: every other surface is compared with what this one stores.
-    The core keeps the time its caller gives, so this driver, like an application, passes a
-    message's own time, else the time it received the message. The evidence is
-    `reflective_memory.rmm.citations.format_memories` of the retrieved hits, the numbered
-    memory blocks of the core's answer prompt (`build_answer_prompt`).
+    A message's own time is passed; one without is stamped by the core when it is stored. A
+    new session begins without an explicit end: the core ends the previous one
+    (`sessions.end_on_new_session`). The evidence is the block every surface shows its model
+    (`reflective_memory.memory_block.shown_memories`).
 
     Args:
         memory: The core memory to write to (closed by `close`).
@@ -430,22 +430,27 @@ class CoreDriver:
         self.budget_tokens = budget_tokens
 
     def exchange(self, session_id: str, user: Message, assistant: Message) -> None:
-        """Add both messages as turns, at their own times or the time they arrived."""
+        """Add both messages as turns, at their own times (else the core stamps them)."""
         for m in (user, assistant):
-            when = datetime.now(timezone.utc) if m.timestamp is None else m.timestamp
-            self.memory.add_turn(self.user_id, session_id, m.role, m.text, timestamp=when)
+            self.memory.add_turn(self.user_id, session_id, m.role, m.text, timestamp=m.timestamp)
 
     def switch_session(self, previous: str, new: str) -> None:
-        """End the previous session (the core API ends sessions explicitly)."""
-        self.memory.end_session(self.user_id, previous)
+        """Nothing: the next session's first turn ends the previous one."""
 
     def finish(self) -> None:
         """Nothing to do: every turn is stored as it is said."""
 
     def evidence(self, question: str) -> Evidence:
-        """The retrieved memories, numbered as the core's answer prompt numbers them."""
-        found = self.memory.retrieve(self.user_id, question, budget_tokens=self.budget_tokens)
-        text = format_memories(found.hits) if found.hits else ""
+        """The block every surface shows its model (`memory_block.shown_memories`)."""
+        _, text = shown_memories(
+            self.memory,
+            self.user_id,
+            question,
+            k=None,
+            budget_tokens=self.budget_tokens,
+            instruction=CITATION_INSTRUCTION,
+            exclude_turns=(),
+        )
         return Evidence(text, self.budget_tokens)
 
     def core(self) -> CoreView:
