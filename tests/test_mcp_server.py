@@ -126,6 +126,31 @@ def test_stdio_remembers_in_one_session_and_recalls_in_another(tmp_path: Path) -
     assert [s["session_id"] for s in _ok(again[2])["sessions"]] == ["s2"]
 
 
+def test_recall_numbers_passages_from_zero_and_says_so(tmp_path: Path) -> None:
+    """One citation numbering: [0] first, as the adapters, `format_memories` and `feedback`."""
+    lena = [{"role": "Lena", "text": "I moved to Porto with my dog Pixel."}]
+
+    async def calls() -> tuple[Any, list[CallToolResult]]:
+        async with stdio_client(_stdio(tmp_path / "db")) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                listed = await session.list_tools()
+                done = [
+                    await session.call_tool("remember", {"session_id": "s1", "turns": PIXEL}),
+                    await session.call_tool("remember", {"session_id": "s2", "turns": lena}),
+                    await session.call_tool("recall", {"query": "Pixel the dog"}),
+                ]
+                return listed, done
+
+    listed, (_, _, recalled) = asyncio.run(calls())
+    described = {t.name: t.description or "" for t in listed.tools}
+    assert "numbered from [0]" in described["recall"]
+    n = len(_ok(recalled)["passages"])
+    assert n >= 2
+    heads = [ln for ln in _text(recalled).splitlines() if " session s" in ln]
+    assert [h.split(" ", 1)[0] for h in heads] == [f"[{i}]" for i in range(n)]
+
+
 def test_stdio_on_postgresql_remembers_and_recalls_per_user(pg_dsn: str) -> None:
     remember = {"session_id": "pg1", "turns": PIXEL, "end_session": True}
     (done,) = asyncio.run(_stdio_calls(pg_dsn, [("remember", remember)]))

@@ -79,7 +79,8 @@ SERVER_NAME = "reflective-memory"
 _INSTRUCTIONS = (
     "Long-term memory of the user's conversations. Call `remember` with the turns of the "
     "current session (and end_session=true when the conversation is over), and `recall` with a "
-    "question to get dated passages of earlier sessions."
+    "question to get dated passages of earlier sessions, numbered from [0] (cite them as [0], "
+    "[1], ...)."
 )
 
 T = TypeVar("T")
@@ -224,7 +225,7 @@ def _recall_text(found: Recalled) -> str:
         return "No memories match this query."
     blocks = [
         f"[{i}] session {p.session_id} (turns {', '.join(p.turn_ids)})\n{p.text}"
-        for i, p in enumerate(found.passages, 1)
+        for i, p in enumerate(found.passages)
     ]
     return "\n\n".join(blocks)
 
@@ -293,7 +294,11 @@ class MemoryTools:
             Field(description="When the question is asked (ISO-8601), for 'last week' etc."),
         ] = None,
     ) -> Annotated[CallToolResult, Recalled]:
-        """Recall passages of earlier conversations relevant to a query, with their dates."""
+        """Recall passages of earlier conversations relevant to a query, with their dates.
+
+        The passages are numbered from [0], best first, as everywhere in this library: cite
+        passage i as [i] (e.g. [0] or [0, 2]).
+        """
         user = self.user_of(ctx)
         found = await self._run(
             self.memory.retrieve, user, query, budget_tokens=budget_tokens, now=now
