@@ -402,6 +402,31 @@ def test_bad_options_fail_before_the_store_is_created(tmp_path, capsys, argv, me
     assert not db.exists()
 
 
+def test_a_stdio_server_without_user_tells_the_client_why(tmp_path: Path) -> None:
+    """The client reads the reason (not "Connection closed"), and no store is created."""
+    from mcp.shared.exceptions import McpError
+
+    db = tmp_path / "db"
+    params = StdioServerParameters(command=sys.executable, args=[CLI, "mcp", "--db", str(db)])
+
+    async def start() -> str:
+        try:
+            async with stdio_client(params) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+        except Exception as exc:  # McpError, inside the SDK's task group
+            while not isinstance(exc, McpError) and getattr(exc, "exceptions", None):
+                exc = exc.exceptions[0]
+            assert isinstance(exc, McpError), exc
+            return str(exc)
+        return "started"
+
+    said = asyncio.run(start())
+    assert said.startswith("reflective-memory mcp cannot start: ")
+    assert "the stdio transport serves one user: give --user" in said
+    assert not db.exists()
+
+
 def test_the_store_is_given_once(tmp_path, capsys) -> None:
     argv = ["mcp", "--db", str(tmp_path), "--dsn", "postgresql://x/y", "--user", "ana"]
     assert main(argv) == 2

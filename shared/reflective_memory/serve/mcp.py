@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
@@ -35,7 +37,14 @@ try:
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.fastmcp import Context, FastMCP
     from mcp.server.fastmcp.exceptions import ToolError
-    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from mcp.types import (
+        INTERNAL_ERROR,
+        CallToolResult,
+        ErrorData,
+        JSONRPCError,
+        TextContent,
+        ToolAnnotations,
+    )
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         f"the MCP server needs its extra: pip install 'reflective-memory[mcp]' ({exc})"
@@ -67,6 +76,7 @@ __all__ = [
     "build_server",
     "http_app",
     "read_tokens",
+    "refuse_over_stdio",
     "run",
     "SERVER_NAME",
 ]
@@ -446,7 +456,10 @@ def _policy(args: argparse.Namespace) -> AccessPolicy | None:
         tokens.update(from_file)
     if args.transport == "stdio":
         if args.user is None:
-            raise ConfigError("the stdio transport serves one user: give --user")
+            raise ConfigError(
+                "the stdio transport serves one user: give --user USER (e.g. add "
+                '"--user", "me" to the server\'s args; the same id you give `ingest` and `search`)'
+            )
         if tokens:
             raise ConfigError("tokens are for --transport http; stdio serves --user only")
         return None
@@ -464,6 +477,60 @@ def _policy(args: argparse.Namespace) -> AccessPolicy | None:
     return policy
 
 
+#: How long a stdio server that cannot start waits for the client's first request to answer it.
+REFUSAL_WAIT_SECONDS = 30.0
+
+
+def _first_request_id(stream: Any) -> str | int | None:
+    """The id of the first JSON-RPC request (not a notification) read from `stream`, if any."""
+    for raw in stream:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and "method" in message and "id" in message:
+            ident = message["id"]
+            if isinstance(ident, (str, int)) and not isinstance(ident, bool):
+                return ident
+    return None
+
+
+def refuse_over_stdio(message: str, *, wait: float = REFUSAL_WAIT_SECONDS) -> bool:
+    """Tell a stdio MCP client why this server cannot start: its first request gets `message`.
+
+    A client that starts a server which exits at once sees only "Connection closed"; answering
+    its `initialize` with a JSON-RPC error puts the reason in front of the user instead (the
+    SDK's `ClientSession.initialize` raises `McpError(message)`). Nothing is done when stdin is
+    a terminal or cannot be read (a person at a shell reads stderr instead).
+
+    Args:
+        message: The reason, one line.
+        wait: Seconds to wait for the client's first request.
+
+    Returns:
+        Whether a client's request was answered.
+    """
+    stdin = sys.stdin
+    try:
+        if stdin is None or stdin.isatty() or not stdin.readable():
+            return False
+        stream = stdin.buffer
+    except (AttributeError, OSError, ValueError):
+        return False
+    found: list[str | int | None] = []
+    reader = threading.Thread(target=lambda: found.append(_first_request_id(stream)), daemon=True)
+    reader.start()
+    reader.join(wait)
+    if not found or found[0] is None:
+        return False
+    error = JSONRPCError(
+        jsonrpc="2.0", id=found[0], error=ErrorData(code=INTERNAL_ERROR, message=message)
+    )
+    sys.stdout.write(error.model_dump_json(by_alias=True, exclude_none=True) + "\n")
+    sys.stdout.flush()
+    return True
+
+
 def _open_memory(args: argparse.Namespace) -> ReflectiveMemory:
     if args.dsn is not None:
         return ReflectiveMemory(store=args.dsn)
@@ -471,9 +538,23 @@ def _open_memory(args: argparse.Namespace) -> ReflectiveMemory:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the options, open the store and serve until the client or a signal stops it."""
-    policy = _policy(args)  # every option checked before the store is opened
-    memory = _open_memory(args)
+    """Check the options, open the store and serve until the client or a signal stops it.
+
+    Over stdio a server that cannot start (a bad option, a store that does not open) also
+    answers the client's first request with the reason, so the MCP client shows it.
+
+    Raises:
+        ConfigError: A bad option, before the store is opened.
+        ReflectiveMemoryError: The store cannot be opened.
+    """
+    try:
+        policy = _policy(args)  # every option checked before the store is opened
+        memory = _open_memory(args)
+    except ReflectiveMemoryError as exc:
+        if args.transport == "stdio":
+            reason = " ".join(str(exc).splitlines()) or type(exc).__name__
+            refuse_over_stdio(f"reflective-memory mcp cannot start: {reason}")
+        raise
     try:
         if policy is None:
             server = build_server(memory, lambda ctx: args.user)
