@@ -151,6 +151,37 @@ def test_recall_numbers_passages_from_zero_and_says_so(tmp_path: Path) -> None:
     assert [h.split(" ", 1)[0] for h in heads] == [f"[{i}]" for i in range(n)]
 
 
+def test_read_only_tools_on_a_mistyped_db_create_nothing(tmp_path: Path) -> None:
+    """recall, list_sessions, end_session and forget say there is no store; remember makes it."""
+    db = tmp_path / "memroy"
+    reads: list[tuple[str, dict[str, Any]]] = [
+        ("recall", {"query": "What is my dog called?"}),
+        ("list_sessions", {}),
+        ("end_session", {"session_id": "s1"}),
+        ("forget", {"everything": True}),
+    ]
+
+    async def calls() -> tuple[list[CallToolResult], bool, list[CallToolResult]]:
+        async with stdio_client(_stdio(db)) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                before = [await session.call_tool(name, args) for name, args in reads]
+                existed = db.exists()
+                after = [
+                    await session.call_tool("remember", {"session_id": "s1", "turns": PIXEL}),
+                    await session.call_tool("list_sessions", {}),
+                ]
+                return before, existed, after
+
+    before, existed, after = asyncio.run(calls())
+    for (name, _), result in zip(reads, before, strict=True):
+        assert result.isError, name
+        assert f"there is no store at {db}" in _text(result), (name, _text(result))
+    assert not existed
+    assert _ok(after[0])["turn_ids"] == ["s1:0", "s1:1"]
+    assert [s["session_id"] for s in _ok(after[1])["sessions"]] == ["s1"]
+
+
 def test_stdio_on_postgresql_remembers_and_recalls_per_user(pg_dsn: str) -> None:
     remember = {"session_id": "pg1", "turns": PIXEL, "end_session": True}
     (done,) = asyncio.run(_stdio_calls(pg_dsn, [("remember", remember)]))
@@ -185,9 +216,12 @@ def test_stdio_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Pa
         ("no_such_tool", {}, "no_such_tool"),
     ]
     calls = [(name, args) for name, args, _ in bad]
+    first = ("remember", {"session_id": "s0", "turns": PIXEL})  # the store exists
     results = asyncio.run(
-        _stdio_calls(tmp_path / "db", [*calls, ("remember", {"session_id": "s1", "turns": PIXEL})])
-    )
+        _stdio_calls(
+            tmp_path / "db", [first, *calls, ("remember", {"session_id": "s1", "turns": PIXEL})]
+        )
+    )[1:]
     for (name, args, says), result in zip(bad, results, strict=False):
         assert result.isError, (name, args, result)
         assert says in _text(result), (name, args, _text(result))

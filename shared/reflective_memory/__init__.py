@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         LLMError,
         LLMOutputError,
         ModelLoadError,
+        NoStoreError,
         ReflectiveMemoryError,
         StoreClosedError,
         StoreCorruptedError,
@@ -98,6 +99,7 @@ _EXPORTS: dict[str, str] = {
     "LLMOutputError": "reflective_memory.errors",
     "ConfigError": "reflective_memory.errors",
     "ModelLoadError": "reflective_memory.errors",
+    "NoStoreError": "reflective_memory.errors",
 }
 
 __all__ = [
@@ -147,6 +149,7 @@ __all__ = [
     "LLMOutputError",
     "ConfigError",
     "ModelLoadError",
+    "NoStoreError",
     "__version__",
 ]
 

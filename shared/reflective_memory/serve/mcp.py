@@ -27,6 +27,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
@@ -52,7 +53,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from reflective_memory.engine import ReflectiveMemory
-from reflective_memory.errors import ConfigError, ReflectiveMemoryError
+from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
+from reflective_memory.portable.endpoints import STORE_FILE
 from reflective_memory.serve.limits import BodyLimit, check_body_limit
 from reflective_memory.serve.security import (
     AccessPolicy,
@@ -72,6 +74,7 @@ __all__ = [
     "Ended",
     "Forgotten",
     "MemoryTools",
+    "PendingStore",
     "TokenUsers",
     "build_server",
     "http_app",
@@ -249,15 +252,59 @@ def _result(model: BaseModel, text: str | None = None) -> CallToolResult:
     )
 
 
+class PendingStore:
+    """The memory of a store directory that holds no store yet: the first write creates it.
+
+    Until then the tools that only read or erase answer `NoStoreError` (a mistyped `--db` is
+    reported, never created by a `recall`).
+
+    Args:
+        directory: The store directory (`--db`).
+        opener: Opens (and creates) the store there.
+    """
+
+    def __init__(self, directory: str, opener: Callable[[], ReflectiveMemory]) -> None:
+        self.directory = directory
+        self.opener = opener
+        self._memory: ReflectiveMemory | None = None
+        self._lock = threading.Lock()
+
+    def get(self, *, create: bool) -> ReflectiveMemory:
+        """The memory, opened now if need be; `create=False` never creates the store.
+
+        Raises:
+            NoStoreError: `create` is False and the directory holds no store.
+        """
+        with self._lock:
+            if self._memory is None:
+                if not create and not (Path(self.directory) / STORE_FILE).is_file():
+                    raise NoStoreError(
+                        f"there is no store at {self.directory}: nothing has been remembered "
+                        "there yet (check the server's --db; the first `remember` creates it)"
+                    )
+                self._memory = self.opener()
+            return self._memory
+
+    def close(self) -> None:
+        """Close the memory if it was opened."""
+        with self._lock:
+            if self._memory is not None:
+                self._memory.close()
+
+
 @dataclass
 class MemoryTools:
     """The tools over one `ReflectiveMemory`; each call acts for the user `user_of` gives.
 
     The engine's methods are synchronous: each runs in a worker thread. A library error becomes
     a tool error carrying its message.
+
+    Attributes:
+        memory: The memory, or a `PendingStore` that only `remember` may create.
+        user_of: Who a call acts for.
     """
 
-    memory: ReflectiveMemory
+    memory: ReflectiveMemory | PendingStore
     user_of: UserOf
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -265,6 +312,12 @@ class MemoryTools:
             return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
         except ReflectiveMemoryError as exc:
             raise ToolError(" ".join(str(exc).splitlines()) or type(exc).__name__) from exc
+
+    async def _memory(self, *, write: bool = False) -> ReflectiveMemory:
+        """The memory; only a write (`remember`) may create a store that is not there yet."""
+        if isinstance(self.memory, ReflectiveMemory):
+            return self.memory
+        return await self._run(self.memory.get, create=write)
 
     async def remember(
         self,
@@ -277,12 +330,13 @@ class MemoryTools:
     ) -> Annotated[CallToolResult, Remembered]:
         """Remember turns of a conversation session (stored durably before this returns)."""
         user = self.user_of(ctx)
+        memory = await self._memory(write=True)
         rows = [
             {"user_id": user, "session_id": session_id, **t.model_dump(exclude_none=True)}
             for t in turns
         ]
-        stored = await self._run(self.memory.add_turns, rows)
-        built = await self._run(self.memory.end_session, user, session_id) if end_session else []
+        stored = await self._run(memory.add_turns, rows)
+        built = await self._run(memory.end_session, user, session_id) if end_session else []
         done = Remembered(
             session_id=session_id,
             turn_ids=[t.turn_id for t in stored],
@@ -310,9 +364,8 @@ class MemoryTools:
         passage i as [i] (e.g. [0] or [0, 2]).
         """
         user = self.user_of(ctx)
-        found = await self._run(
-            self.memory.retrieve, user, query, budget_tokens=budget_tokens, now=now
-        )
+        memory = await self._memory()
+        found = await self._run(memory.retrieve, user, query, budget_tokens=budget_tokens, now=now)
         out = Recalled(query=query, passages=[_passage(h.memory, h.relevance) for h in found.hits])
         return _result(out, _recall_text(out))
 
@@ -325,7 +378,8 @@ class MemoryTools:
     ) -> Annotated[CallToolResult, Sessions]:
         """List the user's sessions: open ones (not yet memories) and ended ones."""
         user = self.user_of(ctx)
-        rows = await self._run(self.memory.store.sessions, user, status)
+        memory = await self._memory()
+        rows = await self._run(memory.store.sessions, user, status)
         out = Sessions(
             sessions=[
                 SessionRow(
@@ -345,7 +399,8 @@ class MemoryTools:
     ) -> Annotated[CallToolResult, Ended]:
         """End a session: turn its turns into memories (again, if more turns arrived)."""
         user = self.user_of(ctx)
-        built = await self._run(self.memory.end_session, user, session_id)
+        memory = await self._memory()
+        built = await self._run(memory.end_session, user, session_id)
         return _result(Ended(session_id=session_id, memories=len(built)))
 
     async def forget(
@@ -362,17 +417,18 @@ class MemoryTools:
         user = self.user_of(ctx)
         if (session_id is None) == (not everything):
             raise ToolError("give either session_id or everything=true (not both)")
+        memory = await self._memory()
         if session_id is not None:
-            if not await self._run(self.memory.turns, user, session_id):
+            if not await self._run(memory.turns, user, session_id):
                 raise ToolError(f"there is no session {session_id!r}")
-            n = await self._run(self.memory.delete_session, user, session_id)
+            n = await self._run(memory.delete_session, user, session_id)
             return _result(Forgotten(scope="session", session_id=session_id, turns=n))
-        n = await self._run(self.memory.delete_user, user)
+        n = await self._run(memory.delete_user, user)
         return _result(Forgotten(scope="user", session_id=None, turns=n))
 
 
 def build_server(
-    memory: ReflectiveMemory,
+    memory: ReflectiveMemory | PendingStore,
     user_of: UserOf,
     *,
     verifier: TokenUsers | None = None,
@@ -383,7 +439,7 @@ def build_server(
     """The MCP server of `memory`'s tools.
 
     Args:
-        memory: The memory served.
+        memory: The memory served (a `PendingStore`: created by the first `remember`).
         user_of: Who a tool call acts for (the stdio user, or `token_user` over HTTP).
         verifier: Bearer-token check of the HTTP transport (None for stdio).
         host: The HTTP bind address: on a loopback one the SDK accepts only loopback `Host`
@@ -531,9 +587,13 @@ def refuse_over_stdio(message: str, *, wait: float = REFUSAL_WAIT_SECONDS) -> bo
     return True
 
 
-def _open_memory(args: argparse.Namespace) -> ReflectiveMemory:
+def _open_memory(args: argparse.Namespace) -> ReflectiveMemory | PendingStore:
+    """The memory of `--dsn` or `--db`; a `--db` that holds no store yet is not created here."""
     if args.dsn is not None:
         return ReflectiveMemory(store=args.dsn)
+    if not (Path(args.db) / STORE_FILE).is_file():
+        logger.info("no store at %s yet: the first `remember` creates it", args.db)
+        return PendingStore(args.db, functools.partial(ReflectiveMemory, args.db))
     return ReflectiveMemory(args.db)
 
 
