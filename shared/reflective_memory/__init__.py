@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from reflective_memory.segment.llm import LLMSegmenter
     from reflective_memory.types import Hit, Memory, RerankRecord, Retrieval, Turn, Usage
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Where each public name lives; imported on first access.
 _EXPORTS: dict[str, str] = {
