@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / "tests" / "hashing_cli.py")
 ANA = "ana-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef"
+CAROL = "carol-token-0123456789abcdef"
 LIMIT = 64 * 1024
 TOOLS = {"remember", "recall", "list_sessions", "end_session", "forget"}
 
@@ -51,14 +52,22 @@ def _stdio(db: Path | str, user: str = "ana") -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=[CLI, "mcp", *store, "--user", user])
 
 
+async def _stdio_listed(
+    db: Path | str, calls: list[tuple[str, dict[str, Any]]], user: str = "ana"
+) -> tuple[Any, list[CallToolResult]]:
+    """Start the stdio server, open one MCP session, list the tools, make the calls in order."""
+    async with stdio_client(_stdio(db, user)) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            listed = await session.list_tools()
+            return listed, [await session.call_tool(name, args) for name, args in calls]
+
+
 async def _stdio_calls(
     db: Path | str, calls: list[tuple[str, dict[str, Any]]], user: str = "ana"
 ) -> list[CallToolResult]:
     """Start the stdio server, open one MCP session, make the calls in order."""
-    async with stdio_client(_stdio(db, user)) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            return [await session.call_tool(name, args) for name, args in calls]
+    return (await _stdio_listed(db, calls, user))[1]
 
 
 async def _http_calls(
@@ -130,19 +139,12 @@ def test_recall_numbers_passages_from_zero_and_says_so(tmp_path: Path) -> None:
     """One citation numbering: [0] first, as the adapters, `format_memories` and `feedback`."""
     lena = [{"role": "Lena", "text": "I moved to Porto with my dog Pixel."}]
 
-    async def calls() -> tuple[Any, list[CallToolResult]]:
-        async with stdio_client(_stdio(tmp_path / "db")) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                listed = await session.list_tools()
-                done = [
-                    await session.call_tool("remember", {"session_id": "s1", "turns": PIXEL}),
-                    await session.call_tool("remember", {"session_id": "s2", "turns": lena}),
-                    await session.call_tool("recall", {"query": "Pixel the dog"}),
-                ]
-                return listed, done
-
-    listed, (_, _, recalled) = asyncio.run(calls())
+    calls = [
+        ("remember", {"session_id": "s1", "turns": PIXEL}),
+        ("remember", {"session_id": "s2", "turns": lena}),
+        ("recall", {"query": "Pixel the dog"}),
+    ]
+    listed, (_, _, recalled) = asyncio.run(_stdio_listed(tmp_path / "db", calls))
     described = {t.name: t.description or "" for t in listed.tools}
     assert "numbered from [0]" in described["recall"]
     n = len(_ok(recalled)["passages"])
@@ -158,7 +160,7 @@ def test_read_only_tools_on_a_mistyped_db_create_nothing(tmp_path: Path) -> None
         ("recall", {"query": "What is my dog called?"}),
         ("list_sessions", {}),
         ("end_session", {"session_id": "s1"}),
-        ("forget", {"everything": True}),
+        ("forget", {"everything": True, "confirm": "forget everything"}),
     ]
 
     async def calls() -> tuple[list[CallToolResult], bool, list[CallToolResult]]:
@@ -229,6 +231,59 @@ def test_stdio_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Pa
     assert _ok(results[-1])["turn_ids"] == ["s1:0", "s1:1"]  # nothing bad was stored
 
 
+COERCED: list[tuple[str, dict[str, Any], str]] = [
+    *(
+        ("forget", {"everything": value}, "everything: a JSON boolean")
+        for value in ("true", "yes", "1", "on", 1)
+    ),
+    ("forget", {"everything": True}, "confirm='forget everything'"),
+    ("forget", {"everything": True, "confirm": "true"}, "confirm='forget everything'"),
+    ("forget", {"everything": True, "confirm": True}, "confirm"),
+    ("forget", {"session_id": "s1", "everyting": True}, "everyting: unknown argument"),
+    (
+        "remember",
+        {"session_id": "s1", "turns": PIXEL, "end_session": "yes"},
+        "end_session: a JSON boolean",
+    ),
+    ("recall", {"query": "dog", "budget_tokens": "5"}, "budget_tokens: a JSON integer"),
+    ("recall", {"query": "dog", "budget_tokens": True}, "budget_tokens: a JSON integer"),
+    ("recall", {"query": "dog", "budget_tokens": 5.0}, "budget_tokens: a JSON integer"),
+    ("list_sessions", {"status": "open", "user": "bob"}, "user: unknown argument"),
+    ("remember", {"session_id": 7, "turns": PIXEL}, "session_id"),
+]
+
+
+def _check_no_coercion(results: list[CallToolResult]) -> None:
+    """Every coerced call is an `isError` naming the argument; nothing was erased or ended."""
+    for (name, args, says), result in zip(COERCED, results[1:], strict=False):
+        assert result.isError, (name, args, result)
+        assert says in _text(result), (name, args, _text(result))
+    sessions = _ok(results[-1])["sessions"]
+    assert [(s["session_id"], s["status"], s["turns"]) for s in sessions] == [("s1", "open", 2)]
+
+
+def test_stdio_no_argument_is_coerced_and_nothing_is_erased(tmp_path: Path) -> None:
+    """Issue 39 (1): "true", "yes", "1", "on", 1 for a boolean; "5" for an integer."""
+    calls = [("remember", {"session_id": "s1", "turns": PIXEL})]
+    calls += [(name, args) for name, args, _ in COERCED] + [("list_sessions", {})]
+    _check_no_coercion(asyncio.run(_stdio_calls(tmp_path / "db", calls)))
+
+
+def test_stdio_tools_publish_strict_schemas_and_forget_needs_its_confirmation(tmp_path) -> None:
+    calls = [
+        ("remember", {"session_id": "s1", "turns": PIXEL}),
+        ("forget", {"everything": True, "confirm": "forget everything"}),
+        ("list_sessions", {}),
+    ]
+    listed, (_, forgot, sessions) = asyncio.run(_stdio_listed(tmp_path / "db", calls))
+    for tool in listed.tools:
+        assert tool.inputSchema.get("additionalProperties") is False, tool.name
+    forget = next(t for t in listed.tools if t.name == "forget")
+    assert "forget everything" in forget.inputSchema["properties"]["confirm"]["description"]
+    assert _ok(forgot) == {"scope": "user", "session_id": None, "turns": 2}
+    assert _ok(sessions)["sessions"] == []
+
+
 # -- streamable HTTP ---------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
@@ -241,7 +296,7 @@ def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A live `reflective-memory mcp --transport http` for ana and bob; its /mcp URL."""
     tmp = tmp_path_factory.mktemp("mcp-http")
     tokens = tmp / "tokens"
-    tokens.write_text(f"# MCP tokens\nbob={BOB}\n")
+    tokens.write_text(f"# MCP tokens\nbob={BOB}\ncarol={CAROL}\n")
     port = _free_port()
     argv = [sys.executable, CLI, "mcp", "--db", str(tmp / "db"), "--transport", "http"]
     argv += ["--port", str(port), "--token", f"ana={ANA}", "--tokens-file", str(tokens)]
@@ -371,6 +426,13 @@ def test_http_bad_arguments_are_tool_errors(http_url: str) -> None:
     assert results[0].isError and "budget" in _text(results[0])
     assert results[1].isError and "turns" in _text(results[1])
     assert not results[2].isError
+
+
+def test_http_no_argument_is_coerced_and_nothing_is_erased(http_url: str) -> None:
+    """Issue 39 (1) over HTTP, with a user of its own (carol) so other tests do not interfere."""
+    calls = [("remember", {"session_id": "s1", "turns": PIXEL})]
+    calls += [(name, args) for name, args, _ in COERCED] + [("list_sessions", {})]
+    _check_no_coercion(asyncio.run(_http_calls(http_url, CAROL, calls)))
 
 
 def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:

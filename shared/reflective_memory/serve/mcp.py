@@ -13,8 +13,11 @@ The user is never a tool argument, so no call can name another user's id:
   that opened it; each tool call reads its user from the token of the request carrying it.
 
 Bad arguments are tool errors (`isError` results with the library's typed-error message), never
-a crash. Over HTTP a request body larger than `--max-body-bytes` is refused (413) before it is
-read (`reflective_memory.serve.limits.BodyLimit`). Needs the `mcp` extra.
+a crash. Arguments are validated strictly before a tool runs (`StrictFastMCP`): no string
+becomes a boolean or a number, unknown arguments are refused, and erasing everything of a user
+takes `confirm="forget everything"`. Over HTTP a request body larger than `--max-body-bytes` is
+refused (413) before it is read (`reflective_memory.serve.limits.BodyLimit`). Needs the `mcp`
+extra.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ try:
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.fastmcp import Context, FastMCP
     from mcp.server.fastmcp.exceptions import ToolError
+    from mcp.server.fastmcp.tools import Tool
     from mcp.types import (
         INTERNAL_ERROR,
         CallToolResult,
@@ -46,11 +50,12 @@ try:
         TextContent,
         ToolAnnotations,
     )
+    from mcp.types import Tool as MCPTool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         f"the MCP server needs its extra: pip install 'reflective-memory[mcp]' ({exc})"
     ) from exc
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
@@ -77,6 +82,9 @@ __all__ = [
     "PendingStore",
     "TokenUsers",
     "build_server",
+    "strict_arguments",
+    "StrictFastMCP",
+    "FORGET_EVERYTHING",
     "http_app",
     "read_tokens",
     "refuse_over_stdio",
@@ -98,12 +106,15 @@ _INSTRUCTIONS = (
 
 T = TypeVar("T")
 
+#: The `confirm` value `forget` needs to erase everything of a user.
+FORGET_EVERYTHING = "forget everything"
+
 
 # -- tool inputs and outputs -------------------------------------------------------------------
 class TurnIn(BaseModel):
     """One utterance to remember."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     role: str = Field(
         description="Who spoke: 'user', 'assistant', or a speaker's name (e.g. 'Maya')"
@@ -410,13 +421,32 @@ class MemoryTools:
             str | None, Field(description="The session to erase (or give everything=true)")
         ] = None,
         everything: Annotated[
-            bool, Field(description="Erase all of the user's turns and memories")
+            bool,
+            Field(
+                description="Erase all of the user's turns and memories (needs confirm="
+                f"{FORGET_EVERYTHING!r})"
+            ),
         ] = False,
+        confirm: Annotated[
+            str | None,
+            Field(description=f"With everything=true: exactly {FORGET_EVERYTHING!r}"),
+        ] = None,
     ) -> Annotated[CallToolResult, Forgotten]:
-        """Erase a session, or everything remembered about the user; this cannot be undone."""
+        """Erase a session, or everything remembered about the user; this cannot be undone.
+
+        Erasing everything takes everything=true and confirm="forget everything" (no other
+        value, so no client's conversion of a string or a number can erase a user).
+        """
         user = self.user_of(ctx)
         if (session_id is None) == (not everything):
             raise ToolError("give either session_id or everything=true (not both)")
+        if everything and confirm != FORGET_EVERYTHING:
+            raise ToolError(
+                f"erasing everything cannot be undone: give confirm={FORGET_EVERYTHING!r} "
+                f"with everything=true (got confirm={confirm!r})"
+            )
+        if confirm is not None and not everything:
+            raise ToolError("confirm goes with everything=true only")
         memory = await self._memory()
         if session_id is not None:
             if not await self._run(memory.turns, user, session_id):
@@ -427,6 +457,75 @@ class MemoryTools:
         return _result(Forgotten(scope="user", session_id=None, turns=n))
 
 
+def _argument_problems(tool: str, exc: ValidationError) -> str:
+    """One line naming each bad argument of a call, its problem and the type it was sent as."""
+    names = {"bool_type": "a JSON boolean (true or false)", "int_type": "a JSON integer"}
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "arguments"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{where}: unknown argument")
+            continue
+        got = err.get("input")
+        shown = "" if err["type"] == "missing" else f" (got {type(got).__name__} {got!r:.40})"
+        parts.append(f"{where}: {names.get(err['type'], err['msg'])}{shown}")
+    return f"invalid arguments for {tool}: " + "; ".join(parts)
+
+
+def strict_arguments(fn: Callable[..., Any]) -> type[BaseModel]:
+    """The arguments of the tool function `fn` as a strict model: nothing is converted.
+
+    A boolean is a JSON boolean, an integer a JSON integer, a string a JSON string; unknown
+    arguments are refused. (The SDK's own argument model converts `"true"`, `"yes"`, `"1"` and
+    `1` to `True`, and `"5"` to `5`.)
+    """
+    base = Tool.from_function(fn).fn_metadata.arg_model
+    config = ConfigDict(strict=True, extra="forbid")
+    return type(f"{base.__name__}Strict", (base,), {"model_config": config})
+
+
+class StrictFastMCP(FastMCP):
+    """`FastMCP` whose tool calls are checked against strict argument models first.
+
+    A call whose arguments do not validate is answered with an `isError` result naming each
+    bad argument, before the tool runs. A list or an object sent as a JSON string is decoded
+    first, as the SDK does for clients that send them so; a string is never read as a boolean or
+    a number.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._strict: dict[str, tuple[type[BaseModel], Any]] = {}
+
+    def add_strict_tool(self, fn: Callable[..., Any], **kwargs: Any) -> None:
+        """`add_tool(fn, **kwargs)`, its calls validated by `strict_arguments(fn)`."""
+        self.add_tool(fn, **kwargs)
+        meta = Tool.from_function(fn).fn_metadata
+        self._strict[fn.__name__] = (strict_arguments(fn), meta)
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools, each with its strict input schema (`additionalProperties: false`)."""
+        tools = await super().list_tools()
+        for tool in tools:
+            if tool.name in self._strict:
+                tool.inputSchema = self._strict[tool.name][0].model_json_schema(by_alias=True)
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Validate `arguments` strictly, then call the tool.
+
+        Raises:
+            ToolError: An argument is missing, unknown or of the wrong JSON type.
+        """
+        if name in self._strict:
+            model, meta = self._strict[name]
+            try:
+                model.model_validate(meta.pre_parse_json(arguments))
+            except ValidationError as exc:
+                raise ToolError(_argument_problems(name, exc)) from None
+        return await super().call_tool(name, arguments)
+
+
 def build_server(
     memory: ReflectiveMemory | PendingStore,
     user_of: UserOf,
@@ -435,7 +534,7 @@ def build_server(
     host: str = "127.0.0.1",
     url: str = "http://127.0.0.1:8766",
     max_body_bytes: int | None = None,
-) -> FastMCP:
+) -> StrictFastMCP:
     """The MCP server of `memory`'s tools.
 
     Args:
@@ -452,7 +551,7 @@ def build_server(
         settings["auth"] = AuthSettings(issuer_url=AnyHttpUrl(url), resource_server_url=None)
     if max_body_bytes is not None:
         settings["max_request_body_size"] = max_body_bytes
-    server = FastMCP(
+    server = StrictFastMCP(
         SERVER_NAME,
         host=host,
         instructions=_INSTRUCTIONS,
@@ -462,11 +561,11 @@ def build_server(
     )
     tools = MemoryTools(memory, user_of)
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True)
-    server.add_tool(tools.remember, annotations=write)
-    server.add_tool(tools.recall, annotations=ToolAnnotations(readOnlyHint=True))
-    server.add_tool(tools.list_sessions, annotations=ToolAnnotations(readOnlyHint=True))
-    server.add_tool(tools.end_session, annotations=write)
-    server.add_tool(tools.forget, annotations=ToolAnnotations(destructiveHint=True))
+    server.add_strict_tool(tools.remember, annotations=write)
+    server.add_strict_tool(tools.recall, annotations=ToolAnnotations(readOnlyHint=True))
+    server.add_strict_tool(tools.list_sessions, annotations=ToolAnnotations(readOnlyHint=True))
+    server.add_strict_tool(tools.end_session, annotations=write)
+    server.add_strict_tool(tools.forget, annotations=ToolAnnotations(destructiveHint=True))
     return server
 
 
