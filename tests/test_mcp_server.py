@@ -435,6 +435,27 @@ def test_http_no_argument_is_coerced_and_nothing_is_erased(http_url: str) -> Non
     _check_no_coercion(asyncio.run(_http_calls(http_url, CAROL, calls)))
 
 
+MALFORMED = {
+    "an id of 5,000 digits": b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}',
+    "30,000 nested arrays": b"[" * 30_000 + b"]" * 30_000,  # within the 64 KiB limit
+    "5,000 nested objects": b'{"a":' * 5000 + b"1" + b"}" * 5000,
+    "invalid UTF-8": b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}',
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_http_malformed_bodies_get_400_and_a_jsonrpc_error(http_url: str, body: bytes) -> None:
+    """Issue 39 (2): answered before the SDK parses them (it raised: 500 and a traceback)."""
+    kind = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    status, headers, data = _post(http_url, body, {**kind, "Authorization": f"Bearer {ANA}"})
+    assert status == 400 and headers["content-type"] == "application/json"
+    answer = json.loads(data)
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+    assert answer["error"]["code"] == -32700 and answer["error"]["message"].startswith("Parse")
+    (ok,) = asyncio.run(_http_calls(http_url, ANA, [("list_sessions", {})]))
+    assert not ok.isError  # the server goes on; the fixture checks its log has no traceback
+
+
 def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
     """POST `total` bytes until the server answers; (status, body, bytes sent).
 

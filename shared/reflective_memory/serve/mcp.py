@@ -26,14 +26,16 @@ import argparse
 import functools
 import json
 import logging
+import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
+import numpy as np
 
 try:
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -44,6 +46,7 @@ try:
     from mcp.server.fastmcp.tools import Tool
     from mcp.types import (
         INTERNAL_ERROR,
+        PARSE_ERROR,
         CallToolResult,
         ErrorData,
         JSONRPCError,
@@ -60,7 +63,7 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
 from reflective_memory.portable.endpoints import STORE_FILE
-from reflective_memory.serve.limits import BodyLimit, check_body_limit
+from reflective_memory.serve.limits import BodyLimit, Refusal, check_body_limit
 from reflective_memory.serve.security import (
     AccessPolicy,
     check_bind,
@@ -86,6 +89,8 @@ __all__ = [
     "StrictFastMCP",
     "FORGET_EVERYTHING",
     "http_app",
+    "json_body_problem",
+    "check_jsonrpc_body",
     "read_tokens",
     "refuse_over_stdio",
     "run",
@@ -569,9 +574,71 @@ def build_server(
     return server
 
 
+#: Deepest nesting of arrays and objects a request body may have (a tool call needs four).
+MAX_JSON_DEPTH = 32
+#: Most digits of an integer in a request body (a JSON-RPC id or a budget needs far fewer).
+MAX_INT_DIGITS = 40
+#: A JSON string, or an unterminated one up to the end (so no match fails and is retried: linear).
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+class _BodyProblem(ValueError):
+    """A request body the SDK must not parse (it would raise, and answer 500)."""
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise _BodyProblem(f"an integer has {len(digits)} digits (at most {MAX_INT_DIGITS})")
+    return int(digits)
+
+
+def json_body_problem(body: bytes) -> str | None:
+    """Why a JSON-RPC request body cannot be parsed safely, or None when it can.
+
+    Checked without recursion and before the SDK parses it: valid UTF-8, nesting at most
+    `MAX_JSON_DEPTH`, integers of at most `MAX_INT_DIGITS` digits, and JSON syntax.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"the body is not valid UTF-8 (byte {exc.start})"
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).encode("ascii")
+    if brackets:
+        marks = np.frombuffer(brackets, dtype=np.uint8)
+        steps = np.where((marks == ord("[")) | (marks == ord("{")), 1, -1)
+        if int(np.cumsum(steps).max()) > MAX_JSON_DEPTH:
+            return f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+    try:
+        json.loads(text, parse_int=_bounded_int)
+    except _BodyProblem as exc:
+        return str(exc)
+    except ValueError as exc:
+        return f"the body is not JSON ({exc})"
+    return None
+
+
+def check_jsonrpc_body(scope: MutableMapping[str, Any], body: bytes) -> Refusal | None:
+    """A `BodyCheck`: a POST whose body cannot be parsed safely gets 400 and a JSON-RPC error."""
+    if scope.get("method") != "POST":
+        return None
+    problem = json_body_problem(body)
+    if problem is None:
+        return None
+    # id null, as JSON-RPC 2.0 answers a request it could not read (the SDK's model wants an id)
+    error = {"code": PARSE_ERROR, "message": f"Parse error: {problem}"}
+    answer = {"jsonrpc": "2.0", "id": None, "error": error}
+    return 400, b"application/json", json.dumps(answer).encode()
+
+
 def http_app(server: FastMCP, max_body_bytes: int) -> BodyLimit:
-    """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request body limit."""
-    return BodyLimit(server.streamable_http_app(), max_body_bytes)
+    """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request body limit.
+
+    A body over the limit gets 413 before it is read; one that is not UTF-8, nests too deep,
+    holds an over-long integer or is not JSON gets 400 with a JSON-RPC parse error before the
+    SDK parses it (its parser would raise and answer 500).
+    """
+    return BodyLimit(server.streamable_http_app(), max_body_bytes, check=check_jsonrpc_body)
 
 
 # -- the command -------------------------------------------------------------------------------
