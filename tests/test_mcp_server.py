@@ -10,6 +10,7 @@ run this checkout's CLI with the hashing embedder (`tests/hashing_cli.py`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import select
 import socket
@@ -291,16 +292,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A live `reflective-memory mcp --transport http` for ana and bob; its /mcp URL."""
-    tmp = tmp_path_factory.mktemp("mcp-http")
+@contextlib.contextmanager
+def _http_server(tmp: Path, *options: str) -> Iterator[str]:
+    """A live `reflective-memory mcp --transport http` for ana, bob and carol; its /mcp URL.
+
+    On exit, the server's log must hold no traceback.
+    """
     tokens = tmp / "tokens"
     tokens.write_text(f"# MCP tokens\nbob={BOB}\ncarol={CAROL}\n")
     port = _free_port()
     argv = [sys.executable, CLI, "mcp", "--db", str(tmp / "db"), "--transport", "http"]
     argv += ["--port", str(port), "--token", f"ana={ANA}", "--tokens-file", str(tokens)]
-    argv += ["--max-body-bytes", str(LIMIT)]
+    argv += ["--max-body-bytes", str(LIMIT), *options]
     log = (tmp / "server.log").open("w+")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -319,6 +322,13 @@ def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The HTTP server with its default options."""
+    with _http_server(tmp_path_factory.mktemp("mcp-http")) as url:
+        yield url
 
 
 def test_http_remembers_in_one_session_and_recalls_in_another(http_url: str) -> None:
@@ -376,6 +386,19 @@ def test_http_a_second_users_token_cannot_read_the_first_users_memories(http_url
     assert "4711" in _ok(mine)["passages"][0]["text"]
 
 
+HELLO = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+JSON_OR_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
     import httpx
 
@@ -384,18 +407,8 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str
 
 
 def test_http_requires_a_valid_bearer_token_and_binds_sessions_to_it(http_url: str) -> None:
-    hello = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-    kind = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    body = json.dumps(hello).encode()
+    kind = JSON_OR_SSE
+    body = json.dumps(HELLO).encode()
     for auth in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": ANA}):
         status, headers, _ = _post(http_url, body, {**kind, **auth})
         assert status == 401 and headers["www-authenticate"].startswith("Bearer")
@@ -446,14 +459,57 @@ MALFORMED = {
 @pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
 def test_http_malformed_bodies_get_400_and_a_jsonrpc_error(http_url: str, body: bytes) -> None:
     """Issue 39 (2): answered before the SDK parses them (it raised: 500 and a traceback)."""
-    kind = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    status, headers, data = _post(http_url, body, {**kind, "Authorization": f"Bearer {ANA}"})
+    auth = {**JSON_OR_SSE, "Authorization": f"Bearer {ANA}"}
+    status, headers, data = _post(http_url, body, auth)
     assert status == 400 and headers["content-type"] == "application/json"
     answer = json.loads(data)
     assert answer["jsonrpc"] == "2.0" and answer["id"] is None
     assert answer["error"]["code"] == -32700 and answer["error"]["message"].startswith("Parse")
     (ok,) = asyncio.run(_http_calls(http_url, ANA, [("list_sessions", {})]))
     assert not ok.isError  # the server goes on; the fixture checks its log has no traceback
+
+
+def _open_session(url: str, token: str) -> tuple[int, str | None, bytes]:
+    """POST an initialize with `token`: (status, the new session's id or None, body)."""
+    auth = {**JSON_OR_SSE, "Authorization": f"Bearer {token}"}
+    status, headers, body = _post(url, json.dumps(HELLO).encode(), auth)
+    return status, headers.get("mcp-session-id"), body
+
+
+def test_http_one_token_cannot_take_every_session(tmp_path: Path) -> None:
+    """Issue 39 (3): ana's token is refused beyond its cap; bob still gets in; ended or idle
+    sessions stop counting."""
+    from reflective_memory.serve.limits import MAX_SESSIONS_PER_TOKEN
+
+    assert MAX_SESSIONS_PER_TOKEN <= 1000
+    with _http_server(
+        tmp_path, "--max-sessions-per-token", "3", "--session-idle-seconds", "3"
+    ) as url:
+        opened = [_open_session(url, ANA) for _ in range(3)]
+        assert [status for status, _, _ in opened] == [200, 200, 200]
+        status, session, body = _open_session(url, ANA)
+        assert status == 429 and session is None
+        error = json.loads(body)["error"]
+        assert "holds 3 open MCP sessions (at most 3)" in error["message"]
+        assert _open_session(url, BOB)[0] == 200  # another token is not locked out
+        (stored,) = asyncio.run(
+            _http_calls(url, BOB, [("remember", {"session_id": "b", "turns": PIXEL})])
+        )
+        assert not stored.isError
+
+        import httpx
+
+        theirs = {"Authorization": f"Bearer {BOB}", "Mcp-Session-Id": opened[1][1]}
+        assert httpx.delete(url, headers=theirs).status_code == 404  # not bob's to end
+        assert _open_session(url, ANA)[0] == 429  # and it still counts for ana
+        ended = httpx.delete(
+            url, headers={"Authorization": f"Bearer {ANA}", "Mcp-Session-Id": opened[0][1]}
+        )
+        assert ended.status_code < 400
+        assert _open_session(url, ANA)[0] == 200  # the ended session no longer counts
+        assert _open_session(url, ANA)[0] == 429
+        time.sleep(4.5)  # every one of ana's sessions is idle past 3 s
+        assert [_open_session(url, ANA)[0] for _ in range(3)] == [200, 200, 200]
 
 
 def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:

@@ -15,7 +15,15 @@ from typing import Any
 
 from reflective_memory.errors import ConfigError
 
-__all__ = ["BodyLimit", "BodyCheck", "Refusal", "MAX_BODY_BYTES", "check_body_limit"]
+__all__ = [
+    "BodyLimit",
+    "BodyCheck",
+    "Refusal",
+    "MAX_BODY_BYTES",
+    "MAX_SESSIONS_PER_TOKEN",
+    "SESSION_IDLE_SECONDS",
+    "check_body_limit",
+]
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -31,6 +39,11 @@ BodyCheck = Callable[[Message, bytes], "Refusal | None"]
 #: `chat.MAX_MESSAGE_CHARS` (8,000) characters; written as JSON `\\uXXXX` surrogate pairs or as a
 #: percent-encoded form it takes 12 bytes per character, 96 KB, so 1 MiB leaves ten times that.
 MAX_BODY_BYTES = 2**20
+#: Default most MCP sessions one token may hold open at once (the SDK's own cap, 10,000, is
+#: for the whole server: one token could take every one of them).
+MAX_SESSIONS_PER_TOKEN = 100
+#: Default seconds an MCP session may have no request before it is closed (the SDK's: 1,800).
+SESSION_IDLE_SECONDS = 300
 
 
 def check_body_limit(max_bytes: Any) -> int:

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import logging
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,7 @@ try:
     from mcp.server.fastmcp.tools import Tool
     from mcp.types import (
         INTERNAL_ERROR,
+        INVALID_REQUEST,
         PARSE_ERROR,
         CallToolResult,
         ErrorData,
@@ -63,7 +66,13 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
 from reflective_memory.portable.endpoints import STORE_FILE
-from reflective_memory.serve.limits import BodyLimit, Refusal, check_body_limit
+from reflective_memory.serve.limits import (
+    MAX_SESSIONS_PER_TOKEN,
+    SESSION_IDLE_SECONDS,
+    BodyLimit,
+    Refusal,
+    check_body_limit,
+)
 from reflective_memory.serve.security import (
     AccessPolicy,
     check_bind,
@@ -89,6 +98,9 @@ __all__ = [
     "StrictFastMCP",
     "FORGET_EVERYTHING",
     "http_app",
+    "SessionQuota",
+    "MAX_SESSIONS_PER_TOKEN",
+    "SESSION_IDLE_SECONDS",
     "json_body_problem",
     "check_jsonrpc_body",
     "read_tokens",
@@ -539,6 +551,7 @@ def build_server(
     host: str = "127.0.0.1",
     url: str = "http://127.0.0.1:8766",
     max_body_bytes: int | None = None,
+    idle_seconds: float = SESSION_IDLE_SECONDS,
 ) -> StrictFastMCP:
     """The MCP server of `memory`'s tools.
 
@@ -550,6 +563,7 @@ def build_server(
             and `Origin` headers (DNS rebinding protection).
         url: Where the HTTP server is reached (the issuer of its static tokens).
         max_body_bytes: The SDK's own request body limit (HTTP).
+        idle_seconds: An HTTP session with no request for this long is closed.
     """
     settings: dict[str, Any] = {}
     if verifier is not None:
@@ -562,6 +576,7 @@ def build_server(
         instructions=_INSTRUCTIONS,
         token_verifier=verifier,
         log_level="WARNING",
+        session_idle_timeout=idle_seconds,
         **settings,
     )
     tools = MemoryTools(memory, user_of)
@@ -631,14 +646,168 @@ def check_jsonrpc_body(scope: MutableMapping[str, Any], body: bytes) -> Refusal 
     return 400, b"application/json", json.dumps(answer).encode()
 
 
-def http_app(server: FastMCP, max_body_bytes: int) -> BodyLimit:
+@dataclass
+class _Open:
+    """A session the quota counts: whose it is, when it was last used, requests in flight."""
+
+    owner: str
+    seen: float
+    in_flight: int = 0
+
+
+class SessionQuota:
+    """ASGI middleware: each bearer token may hold at most `per_token` MCP sessions open.
+
+    A request that would open one more (a POST without `Mcp-Session-Id`) is answered 429 with a
+    JSON-RPC error, so one token cannot take the server's every session from the others. A
+    session stops counting when it is deleted, or after `idle_seconds` without a request (the
+    SDK closes it then too, given the same idle timeout). Tokens are held in memory only, as a
+    digest. Requests without a bearer token pass through (the SDK answers 401).
+
+    Args:
+        app: The SDK's streamable HTTP app.
+        per_token: Most open sessions per token.
+        idle_seconds: When an unused session stops counting.
+        clock: Monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        per_token: int = MAX_SESSIONS_PER_TOKEN,
+        idle_seconds: float = SESSION_IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(per_token, bool) or not isinstance(per_token, int) or per_token < 1:
+            raise ConfigError(
+                f"the sessions per token must be a positive integer, got {per_token!r}"
+            )
+        if not idle_seconds > 0:
+            raise ConfigError(f"the session idle time must be positive, got {idle_seconds!r}")
+        self.app, self.per_token, self.idle_seconds, self.clock = (
+            app,
+            per_token,
+            idle_seconds,
+            clock,
+        )
+        self.sessions: dict[str, _Open] = {}
+        self.opening: dict[str, int] = {}
+
+    def open_sessions(self, owner: str) -> int:
+        """Sessions `owner` (a token digest) holds or is opening now, after dropping idle ones."""
+        now = self.clock()
+        idle = [
+            k
+            for k, o in self.sessions.items()
+            if not o.in_flight and now - o.seen > self.idle_seconds
+        ]
+        for key in idle:
+            del self.sessions[key]
+        return self.opening.get(owner, 0) + sum(o.owner == owner for o in self.sessions.values())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Count, admit or refuse the request, then let the SDK answer it."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        auth = headers.get(b"authorization", b"")
+        session = headers.get(b"mcp-session-id", b"").decode("latin-1") or None
+        if not auth.lower().startswith(b"bearer "):
+            await self.app(scope, receive, send)
+            return
+        owner = hashlib.sha256(auth[7:].strip()).hexdigest()
+        if session is None and scope.get("method") == "POST":
+            await self._open(owner, scope, receive, send)
+        elif session is not None and session in self.sessions:
+            if self.sessions[session].owner == owner:
+                await self._use(session, scope, receive, send)
+            else:  # another token's session: the SDK answers 404, and it still counts for its own
+                await self.app(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _open(self, owner: str, scope: Any, receive: Any, send: Any) -> None:
+        held = self.open_sessions(owner)
+        if held >= self.per_token:
+            logger.warning("refused a new MCP session: a token holds %d open", held)
+            message = (
+                f"this token holds {held} open MCP sessions (at most {self.per_token}); end one "
+                f"(HTTP DELETE) or wait {self.idle_seconds:.0f} s for an idle one to close"
+            )
+            await _jsonrpc_error(send, 429, INVALID_REQUEST, message)
+            return
+        opened: list[str] = []
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                found = dict(message.get("headers", [])).get(b"mcp-session-id")
+                if found:
+                    opened.append(found.decode("latin-1"))
+            await send(message)
+
+        self.opening[owner] = self.opening.get(owner, 0) + 1
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            self.opening[owner] -= 1
+            if not self.opening[owner]:
+                del self.opening[owner]
+            for session in opened:
+                self.sessions[session] = _Open(owner, self.clock())
+
+    async def _use(self, session: str, scope: Any, receive: Any, send: Any) -> None:
+        entry = self.sessions[session]
+        entry.in_flight += 1
+        entry.seen = self.clock()
+        status: list[int] = []
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            entry.in_flight -= 1
+            entry.seen = self.clock()
+            gone = status and (
+                status[0] == 404 or (scope.get("method") == "DELETE" and status[0] < 400)
+            )
+            if gone:
+                self.sessions.pop(session, None)
+
+
+async def _jsonrpc_error(send: Any, status: int, code: int, message: str) -> None:
+    """Answer `status` with a JSON-RPC error (id null) and close the connection."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"cache-control", b"no-store"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body.encode()})
+
+
+def http_app(
+    server: FastMCP,
+    max_body_bytes: int,
+    *,
+    per_token: int = MAX_SESSIONS_PER_TOKEN,
+    idle_seconds: float = SESSION_IDLE_SECONDS,
+) -> BodyLimit:
     """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request body limit.
 
     A body over the limit gets 413 before it is read; one that is not UTF-8, nests too deep,
     holds an over-long integer or is not JSON gets 400 with a JSON-RPC parse error before the
-    SDK parses it (its parser would raise and answer 500).
+    SDK parses it (its parser would raise and answer 500). Each token may hold `per_token`
+    sessions open (`SessionQuota`); give `server` the same `idle_seconds` (`build_server`).
     """
-    return BodyLimit(server.streamable_http_app(), max_body_bytes, check=check_jsonrpc_body)
+    quota = SessionQuota(server.streamable_http_app(), per_token, idle_seconds)
+    return BodyLimit(quota, max_body_bytes, check=check_jsonrpc_body)
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -798,11 +967,17 @@ def run(args: argparse.Namespace) -> int:
             host=args.host,
             url=url,
             max_body_bytes=args.max_body_bytes,
+            idle_seconds=args.session_idle_seconds,
         )
         logging.getLogger("mcp.server.streamable_http").addFilter(_EndedStreamNoise())
         sys.stderr.write(f"reflective-memory MCP server: {url}/mcp\n")
         sys.stderr.flush()
-        app = http_app(server, args.max_body_bytes)
+        app = http_app(
+            server,
+            args.max_body_bytes,
+            per_token=args.max_sessions_per_token,
+            idle_seconds=args.session_idle_seconds,
+        )
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
         return 0
     finally:
