@@ -163,10 +163,23 @@ def test_read_only_commands_never_create_a_store(tmp_path, capsys) -> None:
         ["search", "q", "--user", "u", "--db", str(empty)],
         ["stats", "--db", str(empty)],
         ["redenoise", "--user", "u", "--db", str(empty)],
+        ["export", "--db", str(empty), "-o", str(tmp_path / "out.jsonl")],
+        ["migrate", "--from", str(empty), "--to", "postgresql://nobody@127.0.0.1:1/x"],
     ):
         assert main(argv) == 2
         assert "holds no store" in capsys.readouterr().err
         assert list(empty.iterdir()) == []
+    mistyped = tmp_path / "memroy"
+    for argv in (
+        ["search", "q", "--user", "u", "--db", str(mistyped)],
+        ["stats", "--db", str(mistyped)],
+        ["export", "--db", str(mistyped), "-o", str(tmp_path / "out.jsonl")],
+        ["migrate", "--from", str(mistyped), "--to", "postgresql://nobody@127.0.0.1:1/x"],
+    ):
+        assert main(argv) == 2
+        assert "does not exist" in capsys.readouterr().err
+        assert not mistyped.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
 
 
 def test_search_unknown_user_exits_1_unless_allowed(store, capsys) -> None:

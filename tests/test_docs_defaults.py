@@ -231,3 +231,65 @@ def test_langgraph_store_ttl_defaults_match() -> None:
     rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", section, re.M)
     stated = {name: ast.literal_eval(value) for name, value in rows}
     assert stated == TTL_DEFAULTS
+
+
+_DOTTED = re.compile(
+    r"\b((?:reflective_memory|reflective_bench|langchain_reflective|llamaindex_reflective)"
+    r"(?:\.\w+)+)"
+)
+#: A version the docs speak of as released: "**To 0.2**", "From 0.1", "Version 0.1 had",
+#: "removed in 0.2", "deleted in 0.2".
+_RELEASED = re.compile(
+    r"(?:\*\*To |\*\*From |\bVersion |\bremoved in |\bdeleted in )(\d+)\.(\d+)\b"
+)
+ALL_PAGES = [README, ROOT / "BENCHMARKS.md", *sorted(DOCS.glob("*.md"))]
+
+
+def _resolves(name: str) -> bool:
+    """Whether a dotted name is a module, or an attribute chain of the longest module prefix."""
+    import importlib
+
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                found = getattr(found, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_docs_name_only_modules_and_objects_that_exist() -> None:
+    """A dotted `reflective_memory.x.y` (or bench, adapter) name in the docs is importable."""
+    pytest.importorskip("langchain_core")
+    pytest.importorskip("llama_index.core")
+    missing = [
+        f"{page.relative_to(ROOT)}: {m.group(1)}"
+        for page in ALL_PAGES
+        for m in _DOTTED.finditer(page.read_text("utf-8"))
+        if not _resolves(m.group(1).rstrip("."))
+    ]
+    assert missing == []
+
+
+def test_docs_speak_of_no_release_after_this_version() -> None:
+    """The upgrade notes and removal messages name this version or older ones, never a later one."""
+    from reflective_memory import __version__
+
+    current = tuple(int(x) for x in __version__.split(".")[:2])
+    named = [
+        (page.relative_to(ROOT), (int(m.group(1)), int(m.group(2))))
+        for page in ALL_PAGES
+        for m in _RELEASED.finditer(page.read_text("utf-8"))
+    ]
+    assert named, "the upgrade notes name no version"
+    assert [(page, v) for page, v in named if v > current] == []
+    with pytest.raises(ConfigError) as removed:
+        MemoryConfig(rerank_optimizer="adam")
+    (said,) = re.findall(r"removed in (\d+)\.(\d+)", str(removed.value))
+    assert tuple(int(x) for x in said) <= current

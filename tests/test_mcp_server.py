@@ -10,6 +10,7 @@ run this checkout's CLI with the hashing embedder (`tests/hashing_cli.py`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import select
 import socket
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / "tests" / "hashing_cli.py")
 ANA = "ana-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef"
+CAROL = "carol-token-0123456789abcdef"
 LIMIT = 64 * 1024
 TOOLS = {"remember", "recall", "list_sessions", "end_session", "forget"}
 
@@ -51,14 +53,22 @@ def _stdio(db: Path | str, user: str = "ana") -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=[CLI, "mcp", *store, "--user", user])
 
 
+async def _stdio_listed(
+    db: Path | str, calls: list[tuple[str, dict[str, Any]]], user: str = "ana"
+) -> tuple[Any, list[CallToolResult]]:
+    """Start the stdio server, open one MCP session, list the tools, make the calls in order."""
+    async with stdio_client(_stdio(db, user)) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            listed = await session.list_tools()
+            return listed, [await session.call_tool(name, args) for name, args in calls]
+
+
 async def _stdio_calls(
     db: Path | str, calls: list[tuple[str, dict[str, Any]]], user: str = "ana"
 ) -> list[CallToolResult]:
     """Start the stdio server, open one MCP session, make the calls in order."""
-    async with stdio_client(_stdio(db, user)) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            return [await session.call_tool(name, args) for name, args in calls]
+    return (await _stdio_listed(db, calls, user))[1]
 
 
 async def _http_calls(
@@ -126,6 +136,55 @@ def test_stdio_remembers_in_one_session_and_recalls_in_another(tmp_path: Path) -
     assert [s["session_id"] for s in _ok(again[2])["sessions"]] == ["s2"]
 
 
+def test_recall_numbers_passages_from_zero_and_says_so(tmp_path: Path) -> None:
+    """One citation numbering: [0] first, as the adapters, `format_memories` and `feedback`."""
+    lena = [{"role": "Lena", "text": "I moved to Porto with my dog Pixel."}]
+
+    calls = [
+        ("remember", {"session_id": "s1", "turns": PIXEL}),
+        ("remember", {"session_id": "s2", "turns": lena}),
+        ("recall", {"query": "Pixel the dog"}),
+    ]
+    listed, (_, _, recalled) = asyncio.run(_stdio_listed(tmp_path / "db", calls))
+    described = {t.name: t.description or "" for t in listed.tools}
+    assert "numbered from [0]" in described["recall"]
+    n = len(_ok(recalled)["passages"])
+    assert n >= 2
+    heads = [ln for ln in _text(recalled).splitlines() if " session s" in ln]
+    assert [h.split(" ", 1)[0] for h in heads] == [f"[{i}]" for i in range(n)]
+
+
+def test_read_only_tools_on_a_mistyped_db_create_nothing(tmp_path: Path) -> None:
+    """recall, list_sessions, end_session and forget say there is no store; remember makes it."""
+    db = tmp_path / "memroy"
+    reads: list[tuple[str, dict[str, Any]]] = [
+        ("recall", {"query": "What is my dog called?"}),
+        ("list_sessions", {}),
+        ("end_session", {"session_id": "s1"}),
+        ("forget", {"everything": True, "confirm": "forget everything"}),
+    ]
+
+    async def calls() -> tuple[list[CallToolResult], bool, list[CallToolResult]]:
+        async with stdio_client(_stdio(db)) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                before = [await session.call_tool(name, args) for name, args in reads]
+                existed = db.exists()
+                after = [
+                    await session.call_tool("remember", {"session_id": "s1", "turns": PIXEL}),
+                    await session.call_tool("list_sessions", {}),
+                ]
+                return before, existed, after
+
+    before, existed, after = asyncio.run(calls())
+    for (name, _), result in zip(reads, before, strict=True):
+        assert result.isError, name
+        assert f"there is no store at {db}" in _text(result), (name, _text(result))
+    assert not existed
+    assert _ok(after[0])["turn_ids"] == ["s1:0", "s1:1"]
+    assert [s["session_id"] for s in _ok(after[1])["sessions"]] == ["s1"]
+
+
 def test_stdio_on_postgresql_remembers_and_recalls_per_user(pg_dsn: str) -> None:
     remember = {"session_id": "pg1", "turns": PIXEL, "end_session": True}
     (done,) = asyncio.run(_stdio_calls(pg_dsn, [("remember", remember)]))
@@ -160,14 +219,70 @@ def test_stdio_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Pa
         ("no_such_tool", {}, "no_such_tool"),
     ]
     calls = [(name, args) for name, args, _ in bad]
+    first = ("remember", {"session_id": "s0", "turns": PIXEL})  # the store exists
     results = asyncio.run(
-        _stdio_calls(tmp_path / "db", [*calls, ("remember", {"session_id": "s1", "turns": PIXEL})])
-    )
+        _stdio_calls(
+            tmp_path / "db", [first, *calls, ("remember", {"session_id": "s1", "turns": PIXEL})]
+        )
+    )[1:]
     for (name, args, says), result in zip(bad, results, strict=False):
         assert result.isError, (name, args, result)
         assert says in _text(result), (name, args, _text(result))
         assert "Traceback" not in _text(result)
     assert _ok(results[-1])["turn_ids"] == ["s1:0", "s1:1"]  # nothing bad was stored
+
+
+COERCED: list[tuple[str, dict[str, Any], str]] = [
+    *(
+        ("forget", {"everything": value}, "everything: a JSON boolean")
+        for value in ("true", "yes", "1", "on", 1)
+    ),
+    ("forget", {"everything": True}, "confirm='forget everything'"),
+    ("forget", {"everything": True, "confirm": "true"}, "confirm='forget everything'"),
+    ("forget", {"everything": True, "confirm": True}, "confirm"),
+    ("forget", {"session_id": "s1", "everyting": True}, "everyting: unknown argument"),
+    (
+        "remember",
+        {"session_id": "s1", "turns": PIXEL, "end_session": "yes"},
+        "end_session: a JSON boolean",
+    ),
+    ("recall", {"query": "dog", "budget_tokens": "5"}, "budget_tokens: a JSON integer"),
+    ("recall", {"query": "dog", "budget_tokens": True}, "budget_tokens: a JSON integer"),
+    ("recall", {"query": "dog", "budget_tokens": 5.0}, "budget_tokens: a JSON integer"),
+    ("list_sessions", {"status": "open", "user": "bob"}, "user: unknown argument"),
+    ("remember", {"session_id": 7, "turns": PIXEL}, "session_id"),
+]
+
+
+def _check_no_coercion(results: list[CallToolResult]) -> None:
+    """Every coerced call is an `isError` naming the argument; nothing was erased or ended."""
+    for (name, args, says), result in zip(COERCED, results[1:], strict=False):
+        assert result.isError, (name, args, result)
+        assert says in _text(result), (name, args, _text(result))
+    sessions = _ok(results[-1])["sessions"]
+    assert [(s["session_id"], s["status"], s["turns"]) for s in sessions] == [("s1", "open", 2)]
+
+
+def test_stdio_no_argument_is_coerced_and_nothing_is_erased(tmp_path: Path) -> None:
+    """Issue 39 (1): "true", "yes", "1", "on", 1 for a boolean; "5" for an integer."""
+    calls = [("remember", {"session_id": "s1", "turns": PIXEL})]
+    calls += [(name, args) for name, args, _ in COERCED] + [("list_sessions", {})]
+    _check_no_coercion(asyncio.run(_stdio_calls(tmp_path / "db", calls)))
+
+
+def test_stdio_tools_publish_strict_schemas_and_forget_needs_its_confirmation(tmp_path) -> None:
+    calls = [
+        ("remember", {"session_id": "s1", "turns": PIXEL}),
+        ("forget", {"everything": True, "confirm": "forget everything"}),
+        ("list_sessions", {}),
+    ]
+    listed, (_, forgot, sessions) = asyncio.run(_stdio_listed(tmp_path / "db", calls))
+    for tool in listed.tools:
+        assert tool.inputSchema.get("additionalProperties") is False, tool.name
+    forget = next(t for t in listed.tools if t.name == "forget")
+    assert "forget everything" in forget.inputSchema["properties"]["confirm"]["description"]
+    assert _ok(forgot) == {"scope": "user", "session_id": None, "turns": 2}
+    assert _ok(sessions)["sessions"] == []
 
 
 # -- streamable HTTP ---------------------------------------------------------------------------
@@ -177,16 +292,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A live `reflective-memory mcp --transport http` for ana and bob; its /mcp URL."""
-    tmp = tmp_path_factory.mktemp("mcp-http")
+@contextlib.contextmanager
+def _http_server(tmp: Path, *options: str) -> Iterator[str]:
+    """A live `reflective-memory mcp --transport http` for ana, bob and carol; its /mcp URL.
+
+    On exit, the server's log must hold no traceback.
+    """
     tokens = tmp / "tokens"
-    tokens.write_text(f"# MCP tokens\nbob={BOB}\n")
+    tokens.write_text(f"# MCP tokens\nbob={BOB}\ncarol={CAROL}\n")
     port = _free_port()
     argv = [sys.executable, CLI, "mcp", "--db", str(tmp / "db"), "--transport", "http"]
     argv += ["--port", str(port), "--token", f"ana={ANA}", "--tokens-file", str(tokens)]
-    argv += ["--max-body-bytes", str(LIMIT)]
+    argv += ["--max-body-bytes", str(LIMIT), *options]
     log = (tmp / "server.log").open("w+")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -205,6 +322,13 @@ def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The HTTP server with its default options."""
+    with _http_server(tmp_path_factory.mktemp("mcp-http")) as url:
+        yield url
 
 
 def test_http_remembers_in_one_session_and_recalls_in_another(http_url: str) -> None:
@@ -262,6 +386,19 @@ def test_http_a_second_users_token_cannot_read_the_first_users_memories(http_url
     assert "4711" in _ok(mine)["passages"][0]["text"]
 
 
+HELLO = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+JSON_OR_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
     import httpx
 
@@ -270,18 +407,8 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str
 
 
 def test_http_requires_a_valid_bearer_token_and_binds_sessions_to_it(http_url: str) -> None:
-    hello = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-    kind = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    body = json.dumps(hello).encode()
+    kind = JSON_OR_SSE
+    body = json.dumps(HELLO).encode()
     for auth in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": ANA}):
         status, headers, _ = _post(http_url, body, {**kind, **auth})
         assert status == 401 and headers["www-authenticate"].startswith("Bearer")
@@ -312,6 +439,77 @@ def test_http_bad_arguments_are_tool_errors(http_url: str) -> None:
     assert results[0].isError and "budget" in _text(results[0])
     assert results[1].isError and "turns" in _text(results[1])
     assert not results[2].isError
+
+
+def test_http_no_argument_is_coerced_and_nothing_is_erased(http_url: str) -> None:
+    """Issue 39 (1) over HTTP, with a user of its own (carol) so other tests do not interfere."""
+    calls = [("remember", {"session_id": "s1", "turns": PIXEL})]
+    calls += [(name, args) for name, args, _ in COERCED] + [("list_sessions", {})]
+    _check_no_coercion(asyncio.run(_http_calls(http_url, CAROL, calls)))
+
+
+MALFORMED = {
+    "an id of 5,000 digits": b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}',
+    "30,000 nested arrays": b"[" * 30_000 + b"]" * 30_000,  # within the 64 KiB limit
+    "5,000 nested objects": b'{"a":' * 5000 + b"1" + b"}" * 5000,
+    "invalid UTF-8": b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}',
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_http_malformed_bodies_get_400_and_a_jsonrpc_error(http_url: str, body: bytes) -> None:
+    """Issue 39 (2): answered before the SDK parses them (it raised: 500 and a traceback)."""
+    auth = {**JSON_OR_SSE, "Authorization": f"Bearer {ANA}"}
+    status, headers, data = _post(http_url, body, auth)
+    assert status == 400 and headers["content-type"] == "application/json"
+    answer = json.loads(data)
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+    assert answer["error"]["code"] == -32700 and answer["error"]["message"].startswith("Parse")
+    (ok,) = asyncio.run(_http_calls(http_url, ANA, [("list_sessions", {})]))
+    assert not ok.isError  # the server goes on; the fixture checks its log has no traceback
+
+
+def _open_session(url: str, token: str) -> tuple[int, str | None, bytes]:
+    """POST an initialize with `token`: (status, the new session's id or None, body)."""
+    auth = {**JSON_OR_SSE, "Authorization": f"Bearer {token}"}
+    status, headers, body = _post(url, json.dumps(HELLO).encode(), auth)
+    return status, headers.get("mcp-session-id"), body
+
+
+def test_http_one_token_cannot_take_every_session(tmp_path: Path) -> None:
+    """Issue 39 (3): ana's token is refused beyond its cap; bob still gets in; ended or idle
+    sessions stop counting."""
+    from reflective_memory.serve.limits import MAX_SESSIONS_PER_TOKEN
+
+    assert MAX_SESSIONS_PER_TOKEN <= 1000
+    with _http_server(
+        tmp_path, "--max-sessions-per-token", "3", "--session-idle-seconds", "3"
+    ) as url:
+        opened = [_open_session(url, ANA) for _ in range(3)]
+        assert [status for status, _, _ in opened] == [200, 200, 200]
+        status, session, body = _open_session(url, ANA)
+        assert status == 429 and session is None
+        error = json.loads(body)["error"]
+        assert "holds 3 open MCP sessions (at most 3)" in error["message"]
+        assert _open_session(url, BOB)[0] == 200  # another token is not locked out
+        (stored,) = asyncio.run(
+            _http_calls(url, BOB, [("remember", {"session_id": "b", "turns": PIXEL})])
+        )
+        assert not stored.isError
+
+        import httpx
+
+        theirs = {"Authorization": f"Bearer {BOB}", "Mcp-Session-Id": opened[1][1]}
+        assert httpx.delete(url, headers=theirs).status_code == 404  # not bob's to end
+        assert _open_session(url, ANA)[0] == 429  # and it still counts for ana
+        ended = httpx.delete(
+            url, headers={"Authorization": f"Bearer {ANA}", "Mcp-Session-Id": opened[0][1]}
+        )
+        assert ended.status_code < 400
+        assert _open_session(url, ANA)[0] == 200  # the ended session no longer counts
+        assert _open_session(url, ANA)[0] == 429
+        time.sleep(4.5)  # every one of ana's sessions is idle past 3 s
+        assert [_open_session(url, ANA)[0] for _ in range(3)] == [200, 200, 200]
 
 
 def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
@@ -374,6 +572,31 @@ def test_bad_options_fail_before_the_store_is_created(tmp_path, capsys, argv, me
     db = tmp_path / "db"
     assert main(["mcp", "--db", str(db), *argv]) == 2
     assert message in capsys.readouterr().err
+    assert not db.exists()
+
+
+def test_a_stdio_server_without_user_tells_the_client_why(tmp_path: Path) -> None:
+    """The client reads the reason (not "Connection closed"), and no store is created."""
+    from mcp.shared.exceptions import McpError
+
+    db = tmp_path / "db"
+    params = StdioServerParameters(command=sys.executable, args=[CLI, "mcp", "--db", str(db)])
+
+    async def start() -> str:
+        try:
+            async with stdio_client(params) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+        except Exception as exc:  # McpError, inside the SDK's task group
+            while not isinstance(exc, McpError) and getattr(exc, "exceptions", None):
+                exc = exc.exceptions[0]
+            assert isinstance(exc, McpError), exc
+            return str(exc)
+        return "started"
+
+    said = asyncio.run(start())
+    assert said.startswith("reflective-memory mcp cannot start: ")
+    assert "the stdio transport serves one user: give --user" in said
     assert not db.exists()
 
 

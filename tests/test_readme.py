@@ -112,6 +112,24 @@ def test_python_block_runs(where, marker, code, tmp_path, monkeypatch, capfd) ->
         assert "(0,) True" in out
 
 
+def test_the_export_block_run_again_adds_nothing(tmp_path, monkeypatch, capsys) -> None:
+    """Its comment says a second run adds nothing: no second turn, nothing imported."""
+    from reflective_memory import ReflectiveMemory
+
+    (where, _, code), *others = [b for b in README_PYTHON if "export_memory(mem" in b[2]]
+    assert not others and "run again: adds nothing" in code
+    _use_hashing_embedder(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    printed = []
+    for _ in range(2):
+        exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
+        printed.append(capsys.readouterr().out.strip())
+    assert "'turn': 1" in printed[0] and printed[1] == "Counter()"
+    for folder in ("laptop", "desktop"):
+        with ReflectiveMemory(tmp_path / folder) as mem:
+            assert [t.text for t in mem.turns("ana")] == ["I moved to Lisbon in March."]
+
+
 @pytest.mark.integration
 def test_quick_start_runs_with_minilm(tmp_path, monkeypatch, capsys) -> None:
     where, _, code = README_PYTHON[0]

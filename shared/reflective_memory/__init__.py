@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         LLMError,
         LLMOutputError,
         ModelLoadError,
+        NoStoreError,
         ReflectiveMemoryError,
         StoreClosedError,
         StoreCorruptedError,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from reflective_memory.segment.llm import LLMSegmenter
     from reflective_memory.types import Hit, Memory, RerankRecord, Retrieval, Turn, Usage
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Where each public name lives; imported on first access.
 _EXPORTS: dict[str, str] = {
@@ -98,6 +99,7 @@ _EXPORTS: dict[str, str] = {
     "LLMOutputError": "reflective_memory.errors",
     "ConfigError": "reflective_memory.errors",
     "ModelLoadError": "reflective_memory.errors",
+    "NoStoreError": "reflective_memory.errors",
 }
 
 __all__ = [
@@ -147,6 +149,7 @@ __all__ = [
     "LLMOutputError",
     "ConfigError",
     "ModelLoadError",
+    "NoStoreError",
     "__version__",
 ]
 

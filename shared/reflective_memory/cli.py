@@ -415,6 +415,24 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="http: bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8766, help="http: port (default 8766)")
     _body_limit(p, "http: ")
+    from reflective_memory.serve.limits import MAX_SESSIONS_PER_TOKEN, SESSION_IDLE_SECONDS
+
+    p.add_argument(
+        "--max-sessions-per-token",
+        type=_positive_int,
+        default=MAX_SESSIONS_PER_TOKEN,
+        metavar="N",
+        help="http: most MCP sessions one token may hold open; more get 429 "
+        f"(default {MAX_SESSIONS_PER_TOKEN})",
+    )
+    p.add_argument(
+        "--session-idle-seconds",
+        type=_positive_int,
+        default=SESSION_IDLE_SECONDS,
+        metavar="S",
+        help="http: an MCP session with no request for S seconds is closed "
+        f"(default {SESSION_IDLE_SECONDS})",
+    )
 
 
 def _db_init(args: argparse.Namespace) -> int:

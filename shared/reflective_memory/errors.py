@@ -18,6 +18,7 @@ __all__ = [
     "ModelLoadError",
     "StoreUnavailableError",
     "StoreError",
+    "NoStoreError",
 ]
 
 
@@ -113,4 +114,12 @@ class StoreError(ReflectiveMemoryError, RuntimeError):
     Bad input, damage and an unreachable server have their own errors (`InvalidInputError`,
     `StoreCorruptedError`, `StoreUnavailableError`); this one is left for the rest, e.g. an SQL
     statement the database refused, and is worth a bug report.
+    """
+
+
+class NoStoreError(ReflectiveMemoryError, FileNotFoundError):
+    """A call that only reads (or erases) named a store directory that holds no store.
+
+    Reading never creates a store, so a mistyped path is reported instead of answered with an
+    empty store made on the spot.
     """

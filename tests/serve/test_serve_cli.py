@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -82,9 +83,14 @@ def test_busy_port_is_a_clear_error(tmp_path):
     assert not (tmp_path / "db").exists()
 
 
-def test_demo_loads_once_and_serves(tmp_path):
+def test_demo_loads_once_and_serves(tmp_path, caplog):
     db = tmp_path / "db"
-    p = server.prepare(_args("--demo", "--db", str(db), "--port", "0"), embedder=HashingEmbedder())
+    with caplog.at_level(logging.DEBUG, logger="reflective_memory.serve.server"):
+        p = server.prepare(
+            _args("--demo", "--db", str(db), "--port", "0"), embedder=HashingEmbedder()
+        )
+    loaded = [r for r in caplog.records if r.getMessage().startswith("loaded the demo")]
+    assert [r.levelno for r in loaded] == [logging.INFO]  # asked for: not a warning
     try:
         stats = p.memory.stats("maya")
         assert stats["sessions"] == 7 and stats["memories"] > 0

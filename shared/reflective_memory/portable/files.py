@@ -139,12 +139,14 @@ def import_memory(
 ) -> ImportReport:
     """Import an export file into a store; what the store already holds is skipped.
 
-    Each line is checked before anything of it is written (a malformed line raises
-    `InvalidFileError` naming it; the lines before it stay imported, and a run on the fixed
-    file finishes the job). Embeddings: a memory's vector from the file is reused when the
-    importing embedder made it (same name and size), and computed again from its key
-    otherwise; without an embedder (a bare store, `reembed=False`) vectors are stored as the
-    file has them, under the model that made them. `ImportReport.vectors` says which.
+    Each user's block is staged and checked whole before anything of it is written (a
+    malformed line or a block that does not match its checksum raises `InvalidFileError`
+    naming the line; nothing of that user's block is written, users before it stay imported,
+    and a run on the fixed file finishes the job). Embeddings: a memory's vector from the file
+    is reused when the importing embedder made it (same name and size), and computed again
+    from its key otherwise; without an embedder (a bare store, `reembed=False`) vectors are
+    stored as the file has them, under the model that made them. `ImportReport.vectors` says
+    which.
 
     Args:
         target: A `ReflectiveMemory` (its embedder is the importing one) or a `MemoryStore`.

@@ -2,7 +2,7 @@
 
 A file is a header line, one block of lines per user, the shared learned state and an end line::
 
-    {"format": "reflective-memory-export", "version": 1, "library": "0.1.0", ...}
+    {"format": "reflective-memory-export", "version": 1, "library": "0.2.0", ...}
     {"kind": "user", "user_id": "ana"}
     {"kind": "session", "session_id": "s1", "status": "ended", "n_turns": 2, ...}
     {"kind": "turn", "session_id": "s1", "turn_id": "s1:0", "role": "user", "text": "...", ...}

@@ -1,19 +1,26 @@
 """Import: the lines of an export written into a store, checked line by line, idempotently.
 
-Every line is checked before anything of it is written; a malformed line raises
-`InvalidFileError` naming the line, and lines before it stay imported. What the target already
-holds is skipped (a turn by session and turn id, a memory by id, a value or learned state equal
-to the file's), so importing a file twice adds nothing and an import stopped half-way (killed,
-say) finishes when run again. Learned state the target already holds under the same owner and
-name is kept, never overwritten.
+A user's block of lines is staged, not written, until its `user_end` line has been read and its
+counts and checksum match: a malformed line, a line out of place or an edited block raises
+`InvalidFileError` naming the line, and nothing of that user's block is in the store (blocks of
+users before it, already verified, stay imported). The staging area is a temporary SQLite file
+(`tempfile`'s folder), so memory stays bounded whatever the size of a block; the disk holds one
+block at a time. What the target already holds is skipped (a turn by session and turn id, a
+memory by id, a value or learned state equal to the file's), so importing a file twice adds
+nothing and an import stopped half-way (killed, say) finishes when run again. Learned state the
+target already holds under the same owner and name is kept, never overwritten.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import os
+import sqlite3
+import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 _TURN_BATCH = 500
 _MEMORY_BATCH = 256
+_SESSION_BATCH = 1000
 #: The model a memory is stored under until the target's writing has made its vector.
 _LATER = "pending"
 
@@ -90,16 +98,14 @@ class Importer:
         self.report = ImportReport()
         self._user: str | None = None
         self._digest = Digest()
-        self._sessions: list[dict[str, Any]] = []
+        self._stage: _Stage | None = None
         self._turns: list[dict[str, Any]] = []
         self._memories: list[dict[str, Any]] = []
         self._have_turns: set[tuple[str, str]] = set()
         self._extras: dict[str, dict[str, dict[str, Any]]] = {}
-        self._value_keys: set[str] = set()  # the values a user's sessions may carry
         self._ended = False
         self._lines = 0
         self._handlers = {
-            "session": self._session,
             "turn": self._turn,
             "memory": self._memory,
             "value": self._value,
@@ -126,9 +132,14 @@ class Importer:
             raise InvalidInputError(
                 "the file carries no embeddings; import it with an embedder to compute them"
             )
-        for record in it:
-            self._lines += 1
-            self.feed(check_record(self.shape, f"line {self._lines}", record))
+        try:
+            for record in it:
+                self._lines += 1
+                self.feed(check_record(self.shape, f"line {self._lines}", record))
+        finally:
+            if self._stage is not None:
+                self._stage.close()
+                self._stage = None
         if not self._ended:
             raise self.shape.fail(
                 f"line {self._lines}", "the file ends before its 'end' line (truncated?)"
@@ -173,7 +184,7 @@ class Importer:
             self._finish(record)
         else:
             self._digest.add(record)
-            self._handlers[kind](record)
+            self._stage_line(record)
 
     # -- per user ---------------------------------------------------------------------------
     def _start(self, user_id: str) -> None:
@@ -181,15 +192,26 @@ class Importer:
             raise self._fail(f"user {user_id!r} appears twice")
         self._user, self._digest = user_id, Digest()
         self.report.users.append(user_id)
-        self._have_turns = {(t.session_id, t.turn_id) for t in self.store.turns(user_id)}
-        self._extras = {}
-        self._value_keys = set()
+        if self._stage is None:
+            self._stage = _Stage()
+        self._stage.clear()
 
-    def _session(self, record: dict[str, Any]) -> None:
-        self._sessions.append(record)
-        user = self._user
-        assert user is not None
-        self._value_keys.update(key_of(user, record["session_id"]) for key_of in SESSION_VALUE_KEYS)
+    def _stage_line(self, record: dict[str, Any]) -> None:
+        """Check what one line can tell of its place in the block, then stage it (no write)."""
+        user, kind = self._user, record["kind"]
+        assert user is not None and self._stage is not None
+        session = record.get("session_id")
+        if kind == "value":
+            session = _value_session(user, record["key"])
+            if session is None:
+                raise self._fail(
+                    f"value key {record['key'][:80]!r} is not one of user {user!r}'s sessions"
+                )
+        elif kind == "state" and record["owner"] != user:
+            raise self._fail(
+                f"state of owner {record['owner']!r} inside the lines of user {user!r}"
+            )
+        self._stage.add(kind, session, self._lines, record)
 
     def _turn(self, record: dict[str, Any]) -> None:
         self._turns.append(record)
@@ -204,9 +226,6 @@ class Importer:
             self._flush_memories()
 
     def _value(self, record: dict[str, Any]) -> None:
-        user, key = self._user, record["key"]
-        if key not in self._value_keys:
-            raise self._fail(f"value key {key[:80]!r} is not one of user {user!r}'s sessions")
         if self.store.get_value(record["key"]) == record["value"]:
             self.report.skipped["value"] += 1
             return
@@ -240,13 +259,43 @@ class Importer:
         if record["counts"] != counts or record["checksum"] != self._digest.hexdigest():
             raise self._fail(
                 f"the lines of user {user!r} do not match their count or checksum "
-                f"(file says {record['counts']}, read {counts}): the file was cut or edited"
+                f"(file says {record['counts']}, read {counts}): the file was cut or edited; "
+                "nothing of this user's lines was written"
             )
-        self._flush_turns()
-        self._flush_memories()
-        self._apply_sessions()
+        assert user is not None and self._stage is not None
+        orphan = self._stage.orphan_value()
+        if orphan is not None:
+            line, key = orphan
+            raise self.shape.fail(
+                f"line {line}", f"value key {key[:80]!r} is not one of user {user!r}'s sessions"
+            )
+        self._commit(user, self._stage)
         self.report.checksums[user] = record["checksum"]  # type: ignore[index]
         self._user = None
+
+    def _commit(self, user: str, stage: _Stage) -> None:
+        """Write a verified block.
+
+        Turns, memories, values and state go in file order, then the sessions' states and times
+        (a session needs its turns stored first).
+        """
+        self._have_turns = {(t.session_id, t.turn_id) for t in self.store.turns(user)}
+        self._extras = {}
+        for record in stage.lines(session=False):
+            self._handlers[record["kind"]](record)
+        self._flush_turns()
+        self._flush_memories()
+        have = {info.session_id: info for info in self.store.sessions(user)}
+        batch: list[dict[str, Any]] = []
+        empty = 0
+        for record in stage.lines(session=True):
+            batch.append(record)
+            if len(batch) >= _SESSION_BATCH:
+                empty += self._apply_sessions(batch, have)
+                batch = []
+        empty += self._apply_sessions(batch, have)
+        if empty:
+            logger.warning("%d sessions of user %r have no turns: not imported", empty, user)
 
     # -- writing ----------------------------------------------------------------------------
     def _flush_turns(self) -> None:
@@ -362,18 +411,18 @@ class Importer:
             if times:
                 self.store.restore_times(user, {}, times)  # type: ignore[arg-type]
 
-    def _apply_sessions(self) -> None:
-        user, records = self._user, list(self._sessions)
-        self._sessions.clear()  # the handler appends to this list
+    def _apply_sessions(self, records: list[dict[str, Any]], have: dict[str, Any]) -> int:
+        """Set the states and times of `records`' sessions; return how many have no turns."""
+        user = self._user
         assert user is not None
         times: dict[str, tuple[datetime, datetime | None]] = {}
-        have = {info.session_id: info for info in self.store.sessions(user)}
+        empty = 0
         for r in records:
             s = r["session_id"]
             info = have.get(s)
             if info is None:
-                logger.warning("session %r of user %r has no turns: not imported", s, user)
                 self.report.skipped["session"] += 1
+                empty += 1
                 continue
             changed = False
             if r["status"] == "ended" and info.status != "ended":
@@ -392,6 +441,78 @@ class Importer:
             (self.report.added if changed else self.report.skipped)["session"] += 1
         if times:
             self.store.restore_times(user, times, {})  # type: ignore[attr-defined]
+        return empty
+
+
+def _value_session(user: str, key: str) -> str | None:
+    """The session of `user` whose value `key` is (`SESSION_VALUE_KEYS`), or None."""
+    candidates = []
+    prefix = f"rmm.reflection/{user}/"
+    if key.startswith(prefix):
+        candidates.append(key[len(prefix) :])
+    marks = "llamaindex_reflective:marks:"
+    if key.startswith(marks):
+        try:
+            pair = json.loads(key[len(marks) :])
+        except ValueError:
+            pair = None
+        if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str):
+            candidates.append(pair[1])
+    for session in candidates:
+        if any(key_of(user, session) == key for key_of in SESSION_VALUE_KEYS):
+            return session
+    return None
+
+
+class _Stage:
+    """A user block's checked lines, on disk (a temporary SQLite file) until it is verified."""
+
+    def __init__(self) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="reflective-import-", suffix=".sqlite3")
+        os.close(fd)
+        self.db = sqlite3.connect(self.path)
+        self.db.execute("PRAGMA journal_mode=OFF")
+        self.db.execute("PRAGMA synchronous=OFF")
+        self.db.execute(
+            "CREATE TABLE line (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, session TEXT, "
+            "at INTEGER NOT NULL, body TEXT NOT NULL)"
+        )
+
+    def clear(self) -> None:
+        """Forget the staged lines (a new block)."""
+        self.db.execute("DROP INDEX IF EXISTS line_session")
+        self.db.execute("DELETE FROM line")
+
+    def add(self, kind: str, session: str | None, at: int, record: dict[str, Any]) -> None:
+        """Stage one line (`at`: its line number)."""
+        body = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        self.db.execute(
+            "INSERT INTO line (kind, session, at, body) VALUES (?, ?, ?, ?)",
+            (kind, session, at, body),
+        )
+
+    def orphan_value(self) -> tuple[int, str] | None:
+        """(line, key) of a value whose session has no session line in the block, if any."""
+        self.db.execute("CREATE INDEX IF NOT EXISTS line_session ON line (kind, session)")
+        row = self.db.execute(
+            "SELECT v.at, v.body FROM line v WHERE v.kind = 'value' AND NOT EXISTS "
+            "(SELECT 1 FROM line s WHERE s.kind = 'session' AND s.session = v.session) "
+            "ORDER BY v.seq LIMIT 1"
+        ).fetchone()
+        return None if row is None else (row[0], json.loads(row[1])["key"])
+
+    def lines(self, *, session: bool) -> Iterator[dict[str, Any]]:
+        """The staged session lines (`session`) or all the others, in file order."""
+        op = "=" if session else "!="
+        cursor = self.db.execute(f"SELECT body FROM line WHERE kind {op} 'session' ORDER BY seq")
+        while rows := cursor.fetchmany(500):
+            for (body,) in rows:
+                yield json.loads(body)
+
+    def close(self) -> None:
+        """Close and delete the staging file."""
+        self.db.close()
+        Path(self.path).unlink(missing_ok=True)
 
 
 def _draft(r: dict[str, Any]) -> MemoryDraft:

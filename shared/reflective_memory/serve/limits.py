@@ -15,17 +15,35 @@ from typing import Any
 
 from reflective_memory.errors import ConfigError
 
-__all__ = ["BodyLimit", "MAX_BODY_BYTES", "check_body_limit"]
+__all__ = [
+    "BodyLimit",
+    "BodyCheck",
+    "Refusal",
+    "MAX_BODY_BYTES",
+    "MAX_SESSIONS_PER_TOKEN",
+    "SESSION_IDLE_SECONDS",
+    "check_body_limit",
+]
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Message, Receive, Send], Awaitable[None]]
+#: An answer given instead of the app's: status, content type, body.
+Refusal = tuple[int, bytes, bytes]
+#: Looks at a request (its ASGI scope and whole body, within the limit) before the app does:
+#: None lets it through, a `Refusal` is answered instead (the connection is then closed).
+BodyCheck = Callable[[Message, bytes], "Refusal | None"]
 
 #: Default largest request body: 1 MiB. The largest body the app accepts is a chat message of
 #: `chat.MAX_MESSAGE_CHARS` (8,000) characters; written as JSON `\\uXXXX` surrogate pairs or as a
 #: percent-encoded form it takes 12 bytes per character, 96 KB, so 1 MiB leaves ten times that.
 MAX_BODY_BYTES = 2**20
+#: Default most MCP sessions one token may hold open at once (the SDK's own cap, 10,000, is
+#: for the whole server: one token could take every one of them).
+MAX_SESSIONS_PER_TOKEN = 100
+#: Default seconds an MCP session may have no request before it is closed (the SDK's: 1,800).
+SESSION_IDLE_SECONDS = 300
 
 
 def check_body_limit(max_bytes: Any) -> int:
@@ -45,10 +63,14 @@ class BodyLimit:
     Args:
         app: The application wrapped.
         max_bytes: Largest body accepted, in bytes.
+        check: Looks at each whole body (within the limit) before the app may parse it.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES, check: BodyCheck | None = None
+    ) -> None:
         self.app, self.max_bytes = app, check_body_limit(max_bytes)
+        self.check = check
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         """Check the declared size, read the body within the limit, then call the app."""
@@ -79,7 +101,12 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        await self.app(scope, _replay(b"".join(chunks), receive), send)
+        body = b"".join(chunks)
+        refusal = None if self.check is None else self.check(scope, body)
+        if refusal is not None:
+            await _answer(send, *refusal)
+            return
+        await self.app(scope, _replay(body, receive), send)
 
     def _too_large(self, what: str) -> str:
         return f"request body too large: at most {self.max_bytes:,} bytes are accepted ({what})"
@@ -102,6 +129,11 @@ async def _refuse(scope: Message, send: Send, status: int, message: str) -> None
         body, kind = json.dumps({"detail": message, "status": status}).encode(), b"application/json"
     else:
         body, kind = f"{status}: {message}\n".encode(), b"text/plain; charset=utf-8"
+    await _answer(send, status, kind, body)
+
+
+async def _answer(send: Send, status: int, kind: bytes, body: bytes) -> None:
+    """Send a whole response of `status` and close the connection."""
     headers = [
         (b"content-type", kind),
         (b"content-length", str(len(body)).encode()),

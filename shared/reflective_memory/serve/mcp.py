@@ -13,21 +13,31 @@ The user is never a tool argument, so no call can name another user's id:
   that opened it; each tool call reads its user from the token of the request carrying it.
 
 Bad arguments are tool errors (`isError` results with the library's typed-error message), never
-a crash. Over HTTP a request body larger than `--max-body-bytes` is refused (413) before it is
-read (`reflective_memory.serve.limits.BodyLimit`). Needs the `mcp` extra.
+a crash. Arguments are validated strictly before a tool runs (`StrictFastMCP`): no string
+becomes a boolean or a number, unknown arguments are refused, and erasing everything of a user
+takes `confirm="forget everything"`. Over HTTP a request body larger than `--max-body-bytes` is
+refused (413) before it is read (`reflective_memory.serve.limits.BodyLimit`). Needs the `mcp`
+extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
+import json
 import logging
+import re
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
+import numpy as np
 
 try:
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -35,16 +45,34 @@ try:
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.fastmcp import Context, FastMCP
     from mcp.server.fastmcp.exceptions import ToolError
-    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from mcp.server.fastmcp.tools import Tool
+    from mcp.types import (
+        INTERNAL_ERROR,
+        INVALID_REQUEST,
+        PARSE_ERROR,
+        CallToolResult,
+        ErrorData,
+        JSONRPCError,
+        TextContent,
+        ToolAnnotations,
+    )
+    from mcp.types import Tool as MCPTool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
         f"the MCP server needs its extra: pip install 'reflective-memory[mcp]' ({exc})"
     ) from exc
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
 from reflective_memory.engine import ReflectiveMemory
-from reflective_memory.errors import ConfigError, ReflectiveMemoryError
-from reflective_memory.serve.limits import BodyLimit, check_body_limit
+from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
+from reflective_memory.portable.endpoints import STORE_FILE
+from reflective_memory.serve.limits import (
+    MAX_SESSIONS_PER_TOKEN,
+    SESSION_IDLE_SECONDS,
+    BodyLimit,
+    Refusal,
+    check_body_limit,
+)
 from reflective_memory.serve.security import (
     AccessPolicy,
     check_bind,
@@ -63,10 +91,20 @@ __all__ = [
     "Ended",
     "Forgotten",
     "MemoryTools",
+    "PendingStore",
     "TokenUsers",
     "build_server",
+    "strict_arguments",
+    "StrictFastMCP",
+    "FORGET_EVERYTHING",
     "http_app",
+    "SessionQuota",
+    "MAX_SESSIONS_PER_TOKEN",
+    "SESSION_IDLE_SECONDS",
+    "json_body_problem",
+    "check_jsonrpc_body",
     "read_tokens",
+    "refuse_over_stdio",
     "run",
     "SERVER_NAME",
 ]
@@ -79,17 +117,21 @@ SERVER_NAME = "reflective-memory"
 _INSTRUCTIONS = (
     "Long-term memory of the user's conversations. Call `remember` with the turns of the "
     "current session (and end_session=true when the conversation is over), and `recall` with a "
-    "question to get dated passages of earlier sessions."
+    "question to get dated passages of earlier sessions, numbered from [0] (cite them as [0], "
+    "[1], ...)."
 )
 
 T = TypeVar("T")
+
+#: The `confirm` value `forget` needs to erase everything of a user.
+FORGET_EVERYTHING = "forget everything"
 
 
 # -- tool inputs and outputs -------------------------------------------------------------------
 class TurnIn(BaseModel):
     """One utterance to remember."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     role: str = Field(
         description="Who spoke: 'user', 'assistant', or a speaker's name (e.g. 'Maya')"
@@ -224,7 +266,7 @@ def _recall_text(found: Recalled) -> str:
         return "No memories match this query."
     blocks = [
         f"[{i}] session {p.session_id} (turns {', '.join(p.turn_ids)})\n{p.text}"
-        for i, p in enumerate(found.passages, 1)
+        for i, p in enumerate(found.passages)
     ]
     return "\n\n".join(blocks)
 
@@ -238,15 +280,59 @@ def _result(model: BaseModel, text: str | None = None) -> CallToolResult:
     )
 
 
+class PendingStore:
+    """The memory of a store directory that holds no store yet: the first write creates it.
+
+    Until then the tools that only read or erase answer `NoStoreError` (a mistyped `--db` is
+    reported, never created by a `recall`).
+
+    Args:
+        directory: The store directory (`--db`).
+        opener: Opens (and creates) the store there.
+    """
+
+    def __init__(self, directory: str, opener: Callable[[], ReflectiveMemory]) -> None:
+        self.directory = directory
+        self.opener = opener
+        self._memory: ReflectiveMemory | None = None
+        self._lock = threading.Lock()
+
+    def get(self, *, create: bool) -> ReflectiveMemory:
+        """The memory, opened now if need be; `create=False` never creates the store.
+
+        Raises:
+            NoStoreError: `create` is False and the directory holds no store.
+        """
+        with self._lock:
+            if self._memory is None:
+                if not create and not (Path(self.directory) / STORE_FILE).is_file():
+                    raise NoStoreError(
+                        f"there is no store at {self.directory}: nothing has been remembered "
+                        "there yet (check the server's --db; the first `remember` creates it)"
+                    )
+                self._memory = self.opener()
+            return self._memory
+
+    def close(self) -> None:
+        """Close the memory if it was opened."""
+        with self._lock:
+            if self._memory is not None:
+                self._memory.close()
+
+
 @dataclass
 class MemoryTools:
     """The tools over one `ReflectiveMemory`; each call acts for the user `user_of` gives.
 
     The engine's methods are synchronous: each runs in a worker thread. A library error becomes
     a tool error carrying its message.
+
+    Attributes:
+        memory: The memory, or a `PendingStore` that only `remember` may create.
+        user_of: Who a call acts for.
     """
 
-    memory: ReflectiveMemory
+    memory: ReflectiveMemory | PendingStore
     user_of: UserOf
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -254,6 +340,12 @@ class MemoryTools:
             return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
         except ReflectiveMemoryError as exc:
             raise ToolError(" ".join(str(exc).splitlines()) or type(exc).__name__) from exc
+
+    async def _memory(self, *, write: bool = False) -> ReflectiveMemory:
+        """The memory; only a write (`remember`) may create a store that is not there yet."""
+        if isinstance(self.memory, ReflectiveMemory):
+            return self.memory
+        return await self._run(self.memory.get, create=write)
 
     async def remember(
         self,
@@ -266,12 +358,13 @@ class MemoryTools:
     ) -> Annotated[CallToolResult, Remembered]:
         """Remember turns of a conversation session (stored durably before this returns)."""
         user = self.user_of(ctx)
+        memory = await self._memory(write=True)
         rows = [
             {"user_id": user, "session_id": session_id, **t.model_dump(exclude_none=True)}
             for t in turns
         ]
-        stored = await self._run(self.memory.add_turns, rows)
-        built = await self._run(self.memory.end_session, user, session_id) if end_session else []
+        stored = await self._run(memory.add_turns, rows)
+        built = await self._run(memory.end_session, user, session_id) if end_session else []
         done = Remembered(
             session_id=session_id,
             turn_ids=[t.turn_id for t in stored],
@@ -293,11 +386,14 @@ class MemoryTools:
             Field(description="When the question is asked (ISO-8601), for 'last week' etc."),
         ] = None,
     ) -> Annotated[CallToolResult, Recalled]:
-        """Recall passages of earlier conversations relevant to a query, with their dates."""
+        """Recall passages of earlier conversations relevant to a query, with their dates.
+
+        The passages are numbered from [0], best first, as everywhere in this library: cite
+        passage i as [i] (e.g. [0] or [0, 2]).
+        """
         user = self.user_of(ctx)
-        found = await self._run(
-            self.memory.retrieve, user, query, budget_tokens=budget_tokens, now=now
-        )
+        memory = await self._memory()
+        found = await self._run(memory.retrieve, user, query, budget_tokens=budget_tokens, now=now)
         out = Recalled(query=query, passages=[_passage(h.memory, h.relevance) for h in found.hits])
         return _result(out, _recall_text(out))
 
@@ -310,7 +406,8 @@ class MemoryTools:
     ) -> Annotated[CallToolResult, Sessions]:
         """List the user's sessions: open ones (not yet memories) and ended ones."""
         user = self.user_of(ctx)
-        rows = await self._run(self.memory.store.sessions, user, status)
+        memory = await self._memory()
+        rows = await self._run(memory.store.sessions, user, status)
         out = Sessions(
             sessions=[
                 SessionRow(
@@ -330,7 +427,8 @@ class MemoryTools:
     ) -> Annotated[CallToolResult, Ended]:
         """End a session: turn its turns into memories (again, if more turns arrived)."""
         user = self.user_of(ctx)
-        built = await self._run(self.memory.end_session, user, session_id)
+        memory = await self._memory()
+        built = await self._run(memory.end_session, user, session_id)
         return _result(Ended(session_id=session_id, memories=len(built)))
 
     async def forget(
@@ -340,68 +438,376 @@ class MemoryTools:
             str | None, Field(description="The session to erase (or give everything=true)")
         ] = None,
         everything: Annotated[
-            bool, Field(description="Erase all of the user's turns and memories")
+            bool,
+            Field(
+                description="Erase all of the user's turns and memories (needs confirm="
+                f"{FORGET_EVERYTHING!r})"
+            ),
         ] = False,
+        confirm: Annotated[
+            str | None,
+            Field(description=f"With everything=true: exactly {FORGET_EVERYTHING!r}"),
+        ] = None,
     ) -> Annotated[CallToolResult, Forgotten]:
-        """Erase a session, or everything remembered about the user; this cannot be undone."""
+        """Erase a session, or everything remembered about the user; this cannot be undone.
+
+        Erasing everything takes everything=true and confirm="forget everything" (no other
+        value, so no client's conversion of a string or a number can erase a user).
+        """
         user = self.user_of(ctx)
         if (session_id is None) == (not everything):
             raise ToolError("give either session_id or everything=true (not both)")
+        if everything and confirm != FORGET_EVERYTHING:
+            raise ToolError(
+                f"erasing everything cannot be undone: give confirm={FORGET_EVERYTHING!r} "
+                f"with everything=true (got confirm={confirm!r})"
+            )
+        if confirm is not None and not everything:
+            raise ToolError("confirm goes with everything=true only")
+        memory = await self._memory()
         if session_id is not None:
-            if not await self._run(self.memory.turns, user, session_id):
+            if not await self._run(memory.turns, user, session_id):
                 raise ToolError(f"there is no session {session_id!r}")
-            n = await self._run(self.memory.delete_session, user, session_id)
+            n = await self._run(memory.delete_session, user, session_id)
             return _result(Forgotten(scope="session", session_id=session_id, turns=n))
-        n = await self._run(self.memory.delete_user, user)
+        n = await self._run(memory.delete_user, user)
         return _result(Forgotten(scope="user", session_id=None, turns=n))
 
 
+def _argument_problems(tool: str, exc: ValidationError) -> str:
+    """One line naming each bad argument of a call, its problem and the type it was sent as."""
+    names = {"bool_type": "a JSON boolean (true or false)", "int_type": "a JSON integer"}
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "arguments"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{where}: unknown argument")
+            continue
+        got = err.get("input")
+        shown = "" if err["type"] == "missing" else f" (got {type(got).__name__} {got!r:.40})"
+        parts.append(f"{where}: {names.get(err['type'], err['msg'])}{shown}")
+    return f"invalid arguments for {tool}: " + "; ".join(parts)
+
+
+def strict_arguments(fn: Callable[..., Any]) -> type[BaseModel]:
+    """The arguments of the tool function `fn` as a strict model: nothing is converted.
+
+    A boolean is a JSON boolean, an integer a JSON integer, a string a JSON string; unknown
+    arguments are refused. (The SDK's own argument model converts `"true"`, `"yes"`, `"1"` and
+    `1` to `True`, and `"5"` to `5`.)
+    """
+    base = Tool.from_function(fn).fn_metadata.arg_model
+    config = ConfigDict(strict=True, extra="forbid")
+    return type(f"{base.__name__}Strict", (base,), {"model_config": config})
+
+
+class StrictFastMCP(FastMCP):
+    """`FastMCP` whose tool calls are checked against strict argument models first.
+
+    A call whose arguments do not validate is answered with an `isError` result naming each
+    bad argument, before the tool runs. A list or an object sent as a JSON string is decoded
+    first, as the SDK does for clients that send them so; a string is never read as a boolean or
+    a number.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._strict: dict[str, tuple[type[BaseModel], Any]] = {}
+
+    def add_strict_tool(self, fn: Callable[..., Any], **kwargs: Any) -> None:
+        """`add_tool(fn, **kwargs)`, its calls validated by `strict_arguments(fn)`."""
+        self.add_tool(fn, **kwargs)
+        meta = Tool.from_function(fn).fn_metadata
+        self._strict[fn.__name__] = (strict_arguments(fn), meta)
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools, each with its strict input schema (`additionalProperties: false`)."""
+        tools = await super().list_tools()
+        for tool in tools:
+            if tool.name in self._strict:
+                tool.inputSchema = self._strict[tool.name][0].model_json_schema(by_alias=True)
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Validate `arguments` strictly, then call the tool.
+
+        Raises:
+            ToolError: An argument is missing, unknown or of the wrong JSON type.
+        """
+        if name in self._strict:
+            model, meta = self._strict[name]
+            try:
+                model.model_validate(meta.pre_parse_json(arguments))
+            except ValidationError as exc:
+                raise ToolError(_argument_problems(name, exc)) from None
+        return await super().call_tool(name, arguments)
+
+
 def build_server(
-    memory: ReflectiveMemory,
+    memory: ReflectiveMemory | PendingStore,
     user_of: UserOf,
     *,
     verifier: TokenUsers | None = None,
     host: str = "127.0.0.1",
     url: str = "http://127.0.0.1:8766",
     max_body_bytes: int | None = None,
-) -> FastMCP:
+    idle_seconds: float = SESSION_IDLE_SECONDS,
+) -> StrictFastMCP:
     """The MCP server of `memory`'s tools.
 
     Args:
-        memory: The memory served.
+        memory: The memory served (a `PendingStore`: created by the first `remember`).
         user_of: Who a tool call acts for (the stdio user, or `token_user` over HTTP).
         verifier: Bearer-token check of the HTTP transport (None for stdio).
         host: The HTTP bind address: on a loopback one the SDK accepts only loopback `Host`
             and `Origin` headers (DNS rebinding protection).
         url: Where the HTTP server is reached (the issuer of its static tokens).
         max_body_bytes: The SDK's own request body limit (HTTP).
+        idle_seconds: An HTTP session with no request for this long is closed.
     """
     settings: dict[str, Any] = {}
     if verifier is not None:
         settings["auth"] = AuthSettings(issuer_url=AnyHttpUrl(url), resource_server_url=None)
     if max_body_bytes is not None:
         settings["max_request_body_size"] = max_body_bytes
-    server = FastMCP(
+    server = StrictFastMCP(
         SERVER_NAME,
         host=host,
         instructions=_INSTRUCTIONS,
         token_verifier=verifier,
         log_level="WARNING",
+        session_idle_timeout=idle_seconds,
         **settings,
     )
     tools = MemoryTools(memory, user_of)
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True)
-    server.add_tool(tools.remember, annotations=write)
-    server.add_tool(tools.recall, annotations=ToolAnnotations(readOnlyHint=True))
-    server.add_tool(tools.list_sessions, annotations=ToolAnnotations(readOnlyHint=True))
-    server.add_tool(tools.end_session, annotations=write)
-    server.add_tool(tools.forget, annotations=ToolAnnotations(destructiveHint=True))
+    server.add_strict_tool(tools.remember, annotations=write)
+    server.add_strict_tool(tools.recall, annotations=ToolAnnotations(readOnlyHint=True))
+    server.add_strict_tool(tools.list_sessions, annotations=ToolAnnotations(readOnlyHint=True))
+    server.add_strict_tool(tools.end_session, annotations=write)
+    server.add_strict_tool(tools.forget, annotations=ToolAnnotations(destructiveHint=True))
     return server
 
 
-def http_app(server: FastMCP, max_body_bytes: int) -> BodyLimit:
-    """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request body limit."""
-    return BodyLimit(server.streamable_http_app(), max_body_bytes)
+#: Deepest nesting of arrays and objects a request body may have (a tool call needs four).
+MAX_JSON_DEPTH = 32
+#: Most digits of an integer in a request body (a JSON-RPC id or a budget needs far fewer).
+MAX_INT_DIGITS = 40
+#: A JSON string, or an unterminated one up to the end (so no match fails and is retried: linear).
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+class _BodyProblem(ValueError):
+    """A request body the SDK must not parse (it would raise, and answer 500)."""
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise _BodyProblem(f"an integer has {len(digits)} digits (at most {MAX_INT_DIGITS})")
+    return int(digits)
+
+
+def json_body_problem(body: bytes) -> str | None:
+    """Why a JSON-RPC request body cannot be parsed safely, or None when it can.
+
+    Checked without recursion and before the SDK parses it: valid UTF-8, nesting at most
+    `MAX_JSON_DEPTH`, integers of at most `MAX_INT_DIGITS` digits, and JSON syntax.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"the body is not valid UTF-8 (byte {exc.start})"
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).encode("ascii")
+    if brackets:
+        marks = np.frombuffer(brackets, dtype=np.uint8)
+        steps = np.where((marks == ord("[")) | (marks == ord("{")), 1, -1)
+        if int(np.cumsum(steps).max()) > MAX_JSON_DEPTH:
+            return f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+    try:
+        json.loads(text, parse_int=_bounded_int)
+    except _BodyProblem as exc:
+        return str(exc)
+    except ValueError as exc:
+        return f"the body is not JSON ({exc})"
+    return None
+
+
+def check_jsonrpc_body(scope: MutableMapping[str, Any], body: bytes) -> Refusal | None:
+    """A `BodyCheck`: a POST whose body cannot be parsed safely gets 400 and a JSON-RPC error."""
+    if scope.get("method") != "POST":
+        return None
+    problem = json_body_problem(body)
+    if problem is None:
+        return None
+    # id null, as JSON-RPC 2.0 answers a request it could not read (the SDK's model wants an id)
+    error = {"code": PARSE_ERROR, "message": f"Parse error: {problem}"}
+    answer = {"jsonrpc": "2.0", "id": None, "error": error}
+    return 400, b"application/json", json.dumps(answer).encode()
+
+
+@dataclass
+class _Open:
+    """A session the quota counts: whose it is, when it was last used, requests in flight."""
+
+    owner: str
+    seen: float
+    in_flight: int = 0
+
+
+class SessionQuota:
+    """ASGI middleware: each bearer token may hold at most `per_token` MCP sessions open.
+
+    A request that would open one more (a POST without `Mcp-Session-Id`) is answered 429 with a
+    JSON-RPC error, so one token cannot take the server's every session from the others. A
+    session stops counting when it is deleted, or after `idle_seconds` without a request (the
+    SDK closes it then too, given the same idle timeout). Tokens are held in memory only, as a
+    digest. Requests without a bearer token pass through (the SDK answers 401).
+
+    Args:
+        app: The SDK's streamable HTTP app.
+        per_token: Most open sessions per token.
+        idle_seconds: When an unused session stops counting.
+        clock: Monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        per_token: int = MAX_SESSIONS_PER_TOKEN,
+        idle_seconds: float = SESSION_IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(per_token, bool) or not isinstance(per_token, int) or per_token < 1:
+            raise ConfigError(
+                f"the sessions per token must be a positive integer, got {per_token!r}"
+            )
+        if not idle_seconds > 0:
+            raise ConfigError(f"the session idle time must be positive, got {idle_seconds!r}")
+        self.app, self.per_token, self.idle_seconds, self.clock = (
+            app,
+            per_token,
+            idle_seconds,
+            clock,
+        )
+        self.sessions: dict[str, _Open] = {}
+        self.opening: dict[str, int] = {}
+
+    def open_sessions(self, owner: str) -> int:
+        """Sessions `owner` (a token digest) holds or is opening now, after dropping idle ones."""
+        now = self.clock()
+        idle = [
+            k
+            for k, o in self.sessions.items()
+            if not o.in_flight and now - o.seen > self.idle_seconds
+        ]
+        for key in idle:
+            del self.sessions[key]
+        return self.opening.get(owner, 0) + sum(o.owner == owner for o in self.sessions.values())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Count, admit or refuse the request, then let the SDK answer it."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        auth = headers.get(b"authorization", b"")
+        session = headers.get(b"mcp-session-id", b"").decode("latin-1") or None
+        if not auth.lower().startswith(b"bearer "):
+            await self.app(scope, receive, send)
+            return
+        owner = hashlib.sha256(auth[7:].strip()).hexdigest()
+        if session is None and scope.get("method") == "POST":
+            await self._open(owner, scope, receive, send)
+        elif session is not None and session in self.sessions:
+            if self.sessions[session].owner == owner:
+                await self._use(session, scope, receive, send)
+            else:  # another token's session: the SDK answers 404, and it still counts for its own
+                await self.app(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _open(self, owner: str, scope: Any, receive: Any, send: Any) -> None:
+        held = self.open_sessions(owner)
+        if held >= self.per_token:
+            logger.warning("refused a new MCP session: a token holds %d open", held)
+            message = (
+                f"this token holds {held} open MCP sessions (at most {self.per_token}); end one "
+                f"(HTTP DELETE) or wait {self.idle_seconds:.0f} s for an idle one to close"
+            )
+            await _jsonrpc_error(send, 429, INVALID_REQUEST, message)
+            return
+        opened: list[str] = []
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                found = dict(message.get("headers", [])).get(b"mcp-session-id")
+                if found:
+                    opened.append(found.decode("latin-1"))
+            await send(message)
+
+        self.opening[owner] = self.opening.get(owner, 0) + 1
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            self.opening[owner] -= 1
+            if not self.opening[owner]:
+                del self.opening[owner]
+            for session in opened:
+                self.sessions[session] = _Open(owner, self.clock())
+
+    async def _use(self, session: str, scope: Any, receive: Any, send: Any) -> None:
+        entry = self.sessions[session]
+        entry.in_flight += 1
+        entry.seen = self.clock()
+        status: list[int] = []
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            entry.in_flight -= 1
+            entry.seen = self.clock()
+            gone = status and (
+                status[0] == 404 or (scope.get("method") == "DELETE" and status[0] < 400)
+            )
+            if gone:
+                self.sessions.pop(session, None)
+
+
+async def _jsonrpc_error(send: Any, status: int, code: int, message: str) -> None:
+    """Answer `status` with a JSON-RPC error (id null) and close the connection."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"cache-control", b"no-store"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body.encode()})
+
+
+def http_app(
+    server: FastMCP,
+    max_body_bytes: int,
+    *,
+    per_token: int = MAX_SESSIONS_PER_TOKEN,
+    idle_seconds: float = SESSION_IDLE_SECONDS,
+) -> BodyLimit:
+    """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request body limit.
+
+    A body over the limit gets 413 before it is read; one that is not UTF-8, nests too deep,
+    holds an over-long integer or is not JSON gets 400 with a JSON-RPC parse error before the
+    SDK parses it (its parser would raise and answer 500). Each token may hold `per_token`
+    sessions open (`SessionQuota`); give `server` the same `idle_seconds` (`build_server`).
+    """
+    quota = SessionQuota(server.streamable_http_app(), per_token, idle_seconds)
+    return BodyLimit(quota, max_body_bytes, check=check_jsonrpc_body)
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -441,7 +847,10 @@ def _policy(args: argparse.Namespace) -> AccessPolicy | None:
         tokens.update(from_file)
     if args.transport == "stdio":
         if args.user is None:
-            raise ConfigError("the stdio transport serves one user: give --user")
+            raise ConfigError(
+                "the stdio transport serves one user: give --user USER (e.g. add "
+                '"--user", "me" to the server\'s args; the same id you give `ingest` and `search`)'
+            )
         if tokens:
             raise ConfigError("tokens are for --transport http; stdio serves --user only")
         return None
@@ -459,16 +868,88 @@ def _policy(args: argparse.Namespace) -> AccessPolicy | None:
     return policy
 
 
-def _open_memory(args: argparse.Namespace) -> ReflectiveMemory:
+#: How long a stdio server that cannot start waits for the client's first request to answer it.
+REFUSAL_WAIT_SECONDS = 30.0
+
+
+def _first_request_id(stream: Any) -> str | int | None:
+    """The id of the first JSON-RPC request (not a notification) read from `stream`, if any."""
+    for raw in stream:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and "method" in message and "id" in message:
+            ident = message["id"]
+            if isinstance(ident, (str, int)) and not isinstance(ident, bool):
+                return ident
+    return None
+
+
+def refuse_over_stdio(message: str, *, wait: float = REFUSAL_WAIT_SECONDS) -> bool:
+    """Tell a stdio MCP client why this server cannot start: its first request gets `message`.
+
+    A client that starts a server which exits at once sees only "Connection closed"; answering
+    its `initialize` with a JSON-RPC error puts the reason in front of the user instead (the
+    SDK's `ClientSession.initialize` raises `McpError(message)`). Nothing is done when stdin is
+    a terminal or cannot be read (a person at a shell reads stderr instead).
+
+    Args:
+        message: The reason, one line.
+        wait: Seconds to wait for the client's first request.
+
+    Returns:
+        Whether a client's request was answered.
+    """
+    stdin = sys.stdin
+    try:
+        if stdin is None or stdin.isatty() or not stdin.readable():
+            return False
+        stream = stdin.buffer
+    except (AttributeError, OSError, ValueError):
+        return False
+    found: list[str | int | None] = []
+    reader = threading.Thread(target=lambda: found.append(_first_request_id(stream)), daemon=True)
+    reader.start()
+    reader.join(wait)
+    if not found or found[0] is None:
+        return False
+    error = JSONRPCError(
+        jsonrpc="2.0", id=found[0], error=ErrorData(code=INTERNAL_ERROR, message=message)
+    )
+    sys.stdout.write(error.model_dump_json(by_alias=True, exclude_none=True) + "\n")
+    sys.stdout.flush()
+    return True
+
+
+def _open_memory(args: argparse.Namespace) -> ReflectiveMemory | PendingStore:
+    """The memory of `--dsn` or `--db`; a `--db` that holds no store yet is not created here."""
     if args.dsn is not None:
         return ReflectiveMemory(store=args.dsn)
+    if not (Path(args.db) / STORE_FILE).is_file():
+        logger.info("no store at %s yet: the first `remember` creates it", args.db)
+        return PendingStore(args.db, functools.partial(ReflectiveMemory, args.db))
     return ReflectiveMemory(args.db)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the options, open the store and serve until the client or a signal stops it."""
-    policy = _policy(args)  # every option checked before the store is opened
-    memory = _open_memory(args)
+    """Check the options, open the store and serve until the client or a signal stops it.
+
+    Over stdio a server that cannot start (a bad option, a store that does not open) also
+    answers the client's first request with the reason, so the MCP client shows it.
+
+    Raises:
+        ConfigError: A bad option, before the store is opened.
+        ReflectiveMemoryError: The store cannot be opened.
+    """
+    try:
+        policy = _policy(args)  # every option checked before the store is opened
+        memory = _open_memory(args)
+    except ReflectiveMemoryError as exc:
+        if args.transport == "stdio":
+            reason = " ".join(str(exc).splitlines()) or type(exc).__name__
+            refuse_over_stdio(f"reflective-memory mcp cannot start: {reason}")
+        raise
     try:
         if policy is None:
             server = build_server(memory, lambda ctx: args.user)
@@ -486,11 +967,17 @@ def run(args: argparse.Namespace) -> int:
             host=args.host,
             url=url,
             max_body_bytes=args.max_body_bytes,
+            idle_seconds=args.session_idle_seconds,
         )
         logging.getLogger("mcp.server.streamable_http").addFilter(_EndedStreamNoise())
         sys.stderr.write(f"reflective-memory MCP server: {url}/mcp\n")
         sys.stderr.flush()
-        app = http_app(server, args.max_body_bytes)
+        app = http_app(
+            server,
+            args.max_body_bytes,
+            per_token=args.max_sessions_per_token,
+            idle_seconds=args.session_idle_seconds,
+        )
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
         return 0
     finally:

@@ -87,7 +87,7 @@ def prepare(args: argparse.Namespace, *, embedder: Embedder | None = None) -> Pr
     try:
         answerer = make_answerer(llm, embedder=memory.embedder, timeout_s=args.llm_timeout)
         if args.demo:
-            logger.warning("%s", load_demo(memory))
+            logger.info("%s", load_demo(memory))  # what was asked for: no warning
         allowed = None
         if policy.open and is_loopback(args.host):
             allowed = [*LOOPBACK_HOSTS, args.host]
