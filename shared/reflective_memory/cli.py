@@ -230,7 +230,7 @@ def _demo(args: argparse.Namespace) -> int:
                 first = h.memory.text.splitlines()
                 head = first[0] if first else ""
                 _out(
-                    f"  #{h.rank} relevance={h.relevance:.2f} session={h.memory.session_id} "
+                    f"  [{h.rank}] relevance={h.relevance:.2f} session={h.memory.session_id} "
                     f"turns={','.join(h.memory.turn_ids)}  {head}"
                 )
                 for line in first[1:4]:
@@ -310,7 +310,7 @@ def _search(args: argparse.Namespace) -> int:
         _out(f"no memories for user {args.user!r}")
     for h in r.hits:
         _out(
-            f"#{h.rank} relevance={h.relevance:.2f} session={h.memory.session_id} "
+            f"[{h.rank}] relevance={h.relevance:.2f} session={h.memory.session_id} "
             f"turns={','.join(h.memory.turn_ids)}"
         )
         _out("   " + h.memory.text.replace("\n", "\n   "))

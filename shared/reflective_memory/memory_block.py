@@ -26,6 +26,7 @@ from reflective_memory.rmm.citations import (
     register_instructions,
 )
 from reflective_memory.types import Hit, Memory, Retrieval
+from reflective_memory.validation import check_positive
 
 __all__ = ["CITATION_INSTRUCTION", "memory_block", "fit_block", "shown_memories"]
 
@@ -94,7 +95,11 @@ def fit_block(
 
     Returns:
         The retrieval (its hits the ones shown) and the block ("" when nothing fits).
+
+    Raises:
+        InvalidInputError: `budget_tokens` is not a positive integer.
     """
+    check_positive("budget_tokens", budget_tokens)
     room = budget_tokens - (count_tokens(instruction) if instruction else 0)
     retrieval = fetch(max(room, 1))
     for _ in range(_FIT_ROUNDS - 1):
@@ -126,6 +131,7 @@ def shown_memories(
     budget_tokens: int | None,
     instruction: str | None,
     exclude_turns: Sequence[str],
+    now: Any = None,
 ) -> tuple[Retrieval, str]:
     """Retrieve the memories a model is shown and their numbered block.
 
@@ -133,10 +139,10 @@ def shown_memories(
     passages whose whole block (instruction and numbering too) fits it, as `fit_block` makes
     it. With neither, passages filling the core's `search.default_budget_tokens` (500), the
     instruction and numbering on top (about 60 tokens, and 25 a memory): the measured default
-    keeps its passages whole.
+    keeps its passages whole. `now` is `retrieve`'s (None: the newest turn's time).
     """
     if budget_tokens is None:
-        retrieval = memory.retrieve(user_id, query, k=k, exclude_turns=exclude_turns)
+        retrieval = memory.retrieve(user_id, query, k=k, exclude_turns=exclude_turns, now=now)
         return retrieval, memory_block(retrieval.hits, instruction)
     return fit_block(
         lambda n: memory.retrieve(

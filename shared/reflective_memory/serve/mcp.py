@@ -65,6 +65,7 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
+from reflective_memory.memory_block import shown_memories
 from reflective_memory.portable.endpoints import STORE_FILE
 from reflective_memory.serve.limits import (
     MAX_SESSIONS_PER_TOKEN,
@@ -261,16 +262,6 @@ def _passage(hit_memory: Memory, relevance: float) -> Passage:
     )
 
 
-def _recall_text(found: Recalled) -> str:
-    if not found.passages:
-        return "No memories match this query."
-    blocks = [
-        f"[{i}] session {p.session_id} (turns {', '.join(p.turn_ids)})\n{p.text}"
-        for i, p in enumerate(found.passages)
-    ]
-    return "\n\n".join(blocks)
-
-
 def _result(model: BaseModel, text: str | None = None) -> CallToolResult:
     """A tool result: `text` (default: the model as JSON) plus the model as structured content."""
     shown = model.model_dump_json(indent=1) if text is None else text
@@ -379,7 +370,10 @@ class MemoryTools:
         ctx: Context,
         budget_tokens: Annotated[
             int | None,
-            Field(description="Tokens of passages to return (default: the library's budget)"),
+            Field(
+                description="Tokens of the numbered passages returned, numbers included "
+                "(default: passages of the library's budget, 500)"
+            ),
         ] = None,
         now: Annotated[
             str | None,
@@ -393,9 +387,19 @@ class MemoryTools:
         """
         user = self.user_of(ctx)
         memory = await self._memory()
-        found = await self._run(memory.retrieve, user, query, budget_tokens=budget_tokens, now=now)
+        found, text = await self._run(
+            shown_memories,
+            memory,
+            user,
+            query,
+            k=None,
+            budget_tokens=budget_tokens,
+            instruction=None,
+            exclude_turns=(),
+            now=now,
+        )
         out = Recalled(query=query, passages=[_passage(h.memory, h.relevance) for h in found.hits])
-        return _result(out, _recall_text(out))
+        return _result(out, text or "No memories match this query.")
 
     async def list_sessions(
         self,
