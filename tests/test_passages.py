@@ -121,6 +121,13 @@ def test_sessions_end_at_the_turn_cap() -> None:
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         _add(mem, "u", "s", PETS[:3], "2024-01-01")
         assert mem.open_sessions("u") == []
+        builds = []
+        real_end = mem.sessions.end_session
+        mem.sessions.end_session = lambda *a: builds.append(a) or real_end(*a)
+        _add(mem, "u", "s", WORK[:2], "2024-01-02")  # over the cap: no rebuild at every turn
+        assert builds == [] and mem.open_sessions("u") == ["s"]
+        _add(mem, "u", "s", WORK[2:3], "2024-01-02")  # 6 turns: ended again
+        assert builds == [("u", "s")] and mem.open_sessions("u") == []
 
 
 def test_adjacent_hits_merge_into_one_passage_with_one_header() -> None:

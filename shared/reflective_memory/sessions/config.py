@@ -17,8 +17,8 @@ class SessionConfig:
     note memories.
 
     Attributes:
-        max_turns: A session is ended automatically once it has this many turns (`None`:
-            never).
+        max_turns: A session is ended automatically once it has this many turns, and again at
+            every further this many turns (`None`: never).
         idle_seconds: Open sessions of a user whose last turn is older than this (by turn
             timestamps) are ended when that user adds a turn to another session, and opening a
             store directory ends open sessions idle longer than this by the clock (`None`:

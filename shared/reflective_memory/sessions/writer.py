@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,19 @@ __all__ = ["SessionWriter"]
 def _utc(value: datetime) -> datetime:
     """A time as timezone-aware (a naive time is read as UTC)."""
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def _crossed(n_turns: int, added: int, cap: int) -> bool:
+    """Whether a session of `n_turns` reached a multiple of `cap` with its last `added` turns.
+
+    A session over the cap that goes on is ended again at every further `cap` turns, not at
+    every turn.
+
+    Example:
+        >>> _crossed(500, 1, 500), _crossed(501, 1, 500), _crossed(1003, 5, 500)
+        (True, False, True)
+    """
+    return n_turns // cap > (n_turns - added) // cap
 
 
 def received_time() -> datetime:
@@ -242,13 +256,13 @@ class SessionWriter:
         """
         cfg = self.config.sessions
         done: set[tuple[str, str]] = set()
-        written = {(t.user_id, t.session_id) for t in stored}
+        written = Counter((t.user_id, t.session_id) for t in stored)
         for turn in stored:
             key = (turn.user_id, turn.session_id)
             try:
                 if cfg.max_turns is not None and key not in done:
                     info = self.store.session(*key)
-                    if info is not None and info.n_turns >= cfg.max_turns:
+                    if info is not None and _crossed(info.n_turns, written[key], cfg.max_turns):
                         self.end_session(*key)
                         done.add(key)
                 moved_on = cfg.end_on_new_session and key in fresh
