@@ -31,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 from mcp.types import CallToolResult  # noqa: E402
 from reflective_memory.cli import main  # noqa: E402
+from reflective_memory.errors import ConfigError  # noqa: E402
 from reflective_memory.memory_block import memory_block  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -304,7 +305,8 @@ def _http_server(tmp: Path, *options: str) -> Iterator[str]:
     On exit, the server's log must hold no traceback.
     """
     tokens = tmp / "tokens"
-    tokens.write_text(f"# MCP tokens\nbob={BOB}\ncarol={CAROL}\n")
+    # a BOM (as some editors write) and an inline comment: neither is part of a user or token
+    tokens.write_text(f"\ufeff# MCP tokens\nbob={BOB}  # bob's laptop\ncarol={CAROL}\n")
     port = _free_port()
     argv = [sys.executable, CLI, "mcp", "--db", str(tmp / "db"), "--transport", "http"]
     argv += ["--port", str(port), "--token", f"ana={ANA}", "--tokens-file", str(tokens)]
@@ -610,6 +612,17 @@ def test_the_store_is_given_once(tmp_path, capsys) -> None:
     assert main(argv) == 2
     assert "not allowed with argument" in capsys.readouterr().err
     assert main(["mcp", "--user", "ana"]) == 2
+
+
+def test_a_tokens_file_with_a_bom_and_inline_comments(tmp_path) -> None:
+    from reflective_memory.serve.mcp import read_tokens
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"\ufeffalice={ANA} # laptop\n# bob\nbob={BOB}\t#desk\n", "utf-8")
+    assert read_tokens(str(tokens)) == {"alice": ANA, "bob": BOB}
+    tokens.write_text(f"alice={ANA} and more\n", "utf-8")
+    with pytest.raises(ConfigError, match="token of user 'alice' .* holds a space"):
+        read_tokens(str(tokens))
 
 
 def test_a_malformed_tokens_file_is_named(tmp_path, capsys) -> None:

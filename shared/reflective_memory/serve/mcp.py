@@ -827,17 +827,28 @@ class _EndedStreamNoise(logging.Filter):
 def read_tokens(path: str) -> dict[str, str]:
     """`{user: token}` from a tokens file: one `USER=TOKEN` per line; `#` comments, blanks.
 
+    A comment is a line that starts with `#`, or the end of a line from a `#` after a space
+    (`ana=SECRET  # laptop`); a UTF-8 byte order mark at the start is not part of the first
+    user's name.
+
     Raises:
-        ConfigError: The file cannot be read or a line is malformed.
+        ConfigError: The file cannot be read, a line is malformed, or a token holds a space.
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = [ln.strip() for ln in f]
+        with open(path, encoding="utf-8-sig") as f:
+            lines = [_INLINE_COMMENT.split(ln, maxsplit=1)[0].strip() for ln in f]
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the tokens file {path}: {exc}") from exc
-    return parse_user_tokens(
-        [ln for ln in lines if ln and not ln.startswith("#")], f"a line of {path}"
-    )
+    items = [ln for ln in lines if ln and not ln.startswith("#")]
+    tokens = parse_user_tokens(items, f"a line of {path}")
+    spaced = sorted(user for user, token in tokens.items() if any(c.isspace() for c in token))
+    if spaced:
+        raise ConfigError(f"the token of user {spaced[0]!r} in {path} holds a space")
+    return tokens
+
+
+#: Where an inline comment starts in a tokens file: a `#` after whitespace.
+_INLINE_COMMENT = re.compile(r"\s+#")
 
 
 def _policy(args: argparse.Namespace) -> AccessPolicy | None:
