@@ -9,6 +9,8 @@ in a subprocess whose peak RSS stays under 200 MB: the block is staged on disk, 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -129,3 +131,53 @@ def test_a_million_session_lines_import_in_bounded_memory(tmp_path: Path) -> Non
     assert code == 0 and f"already there, skipped: {n} sessions" in said[0]
     assert peak < 200 * 1024, f"peak RSS {peak // 1024} MB"
     assert done.stderr.count("have no turns") == 1  # one warning, not a million
+
+
+def _specials(tmp_path: Path) -> dict[str, Path]:
+    """A FIFO, a symlink to a file and (as root) a character device, all in `tmp_path`.
+
+    Never the system's /dev/null: a regression would replace it.
+    """
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(victim)
+    found = {"fifo": fifo, "symlink": link}
+    try:  # a null device of our own (needs CAP_MKNOD)
+        os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        found["device"] = tmp_path / "null"
+    except OSError:
+        pass
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX special files")
+def test_export_never_replaces_a_special_file_or_follows_a_symlink(source, tmp_path, capsys):
+    """Issue 39 (6): `-o PATH` wrote PATH.part and renamed it over a device, FIFO or symlink."""
+    from reflective_memory.cli import main
+    from reflective_memory.errors import InvalidInputError
+
+    file, _ = source
+    with open_memory(tmp_path / "db") as mem:
+        import_memory(mem, file)
+        for name, path in _specials(tmp_path).items():
+            before = os.lstat(path)
+            with pytest.raises(InvalidInputError, match="symbolic link|not a regular file"):
+                export_memory(mem, path)
+            after = os.lstat(path)
+            assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino), name
+    assert (tmp_path / "victim.txt").read_text() == "keep me\n"
+    (tmp_path / "cli").mkdir()
+    for name, path in _specials(tmp_path / "cli").items():
+        assert main(["export", "--db", str(tmp_path / "db"), "-o", str(path)]) == 2, name
+        assert "symbolic link" in capsys.readouterr().err or name != "symlink"
+    assert not list((tmp_path / "cli").glob("*.part"))
+    # a regular file is replaced, keeping its permissions
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("old\n")
+    mine.chmod(0o600)
+    with open_memory(tmp_path / "db") as mem:
+        export_memory(mem, mine)
+    assert mine.stat().st_mode & 0o777 == 0o600 and mine.read_text().startswith('{"format"')

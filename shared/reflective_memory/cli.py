@@ -167,8 +167,12 @@ def _store_dir(value: str) -> str:
 
 def _output_file(value: str) -> str:
     path = Path(value)
+    if path.is_symlink():
+        raise argparse.ArgumentTypeError(f"{value} is a symbolic link (give the file itself)")
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{value} is a directory")
+    if path.exists() and not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value} is not a regular file (a device or FIFO)")
     if not path.parent.is_dir():
         raise argparse.ArgumentTypeError(f"folder {str(path.parent)!r} does not exist")
     return value

@@ -5,11 +5,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from reflective_memory.errors import InvalidFileError
+from reflective_memory.errors import InvalidFileError, InvalidInputError
 from reflective_memory.portable.endpoints import endpoint
 from reflective_memory.portable.export import ExportReport, iter_records, write_records
 from reflective_memory.portable.importer import Importer, ImportReport
@@ -42,7 +43,9 @@ def export_memory(
 
     Streams one user at a time (memory is bounded by the largest user, not the store). A file
     path is written under a temporary name and renamed when complete, so a failed export
-    leaves no partial file; a `.gz` path is gzip-compressed.
+    leaves no partial file; a `.gz` path is gzip-compressed. A path that is a symbolic link or
+    anything but a regular file (`/dev/null`, a FIFO) is refused before anything is written; a
+    regular file replaced keeps its permissions.
 
     Args:
         source: A `ReflectiveMemory` or a `MemoryStore` (`reflective_memory.portable.endpoints`).
@@ -73,17 +76,37 @@ def export_memory(
         write_records(records, fp)
         return report
     path = Path(fp)
+    _check_output(path)
     part = path.with_name(path.name + ".part")
+    _check_output(part)
     try:
         with _open_write(part, gz=path.suffix == ".gz") as out:
             write_records(records, out)
             out.flush()
             if path.suffix != ".gz":
                 os.fsync(out.fileno())
+        if path.exists():  # keep the replaced file's own permissions
+            os.chmod(part, stat.S_IMODE(path.stat().st_mode))
         os.replace(part, path)
     finally:
         part.unlink(missing_ok=True)
     return report
+
+
+def _check_output(path: Path) -> None:
+    """Refuse to replace anything but a regular file (a symlink, a device, a FIFO, a folder).
+
+    Raises:
+        InvalidInputError: `path` is a symbolic link, or exists and is not a regular file.
+    """
+    if path.is_symlink():
+        raise InvalidInputError(
+            f"{path} is a symbolic link: export writes only to a new path or a regular file"
+        )
+    if path.exists() and not path.is_file():
+        raise InvalidInputError(
+            f"{path} is not a regular file (a device, FIFO or folder): export will not replace it"
+        )
 
 
 def read_lines(fp: str | Path | IO[bytes], *, name: str | None = None) -> Iterator[Any]:
