@@ -105,7 +105,7 @@ def test_python_block_runs(where, marker, code, tmp_path, monkeypatch, capfd) ->
     exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
     out = capfd.readouterr().out
     if "MultiServerMCPClient" in code:  # the recalled passage, dated, from the stdio server
-        assert "Lisbon" in out and "session 1" in out
+        assert "Lisbon" in out and "'text': '[0] [" in out  # numbered and dated, as everywhere
     if "MockLLM" in code:  # what the block's comment promises
         assert "False the answer has no citation" in out
     if "FakeListChatModel" in code:
