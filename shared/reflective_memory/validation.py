@@ -19,6 +19,7 @@ __all__ = [
     "check_optional_id",
     "check_optional_ids",
     "check_str",
+    "check_storable",
     "check_text",
     "check_texts",
     "check_flag",
@@ -125,6 +126,26 @@ def check_str(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
     return check_encodable(name, value)
+
+
+def check_storable(name: str, value: Any) -> str:
+    """`check_str` that also refuses a NUL: a str (blank allowed) both backends can store.
+
+    PostgreSQL cannot store a NUL in text, so a field the API may leave blank (a memory's
+    key) is still refused one.
+
+    Example:
+        >>> check_storable("key", "")
+        ''
+        >>> check_storable("key", "a" + chr(0))
+        Traceback (most recent call last):
+        ...
+        reflective_memory.errors.InvalidInputError: key contains a NUL character (0x00)
+    """
+    check_str(name, value)
+    if "\x00" in value:
+        raise InvalidInputError(f"{name} contains a NUL character (0x00)")
+    return value
 
 
 def check_texts(name: str, values: Any) -> list[str]:
