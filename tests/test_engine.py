@@ -252,10 +252,13 @@ def test_put_get_delete_memory_items(mem: ReflectiveMemory) -> None:
 
 
 def test_memory_ids_cannot_cross_users(mem: ReflectiveMemory) -> None:
-    from reflective_memory import InvalidInputError
-
+    """An id is the user's own: another user writing it gets a memory of their own."""
     mem.put_memory("a", "Alice's secret note.", memory_id="m1")
-    with pytest.raises(InvalidInputError, match="belongs to another user"):
-        mem.put_memory("b", "Bob tries to take it.", memory_id="m1")
+    mem.put_memory("b", "Bob tries to take it.", memory_id="m1")
     assert [m.text for m in mem.memories("a")] == ["Alice's secret note."]
-    assert mem.memories("b") == []
+    assert [m.text for m in mem.memories("b")] == ["Bob tries to take it."]
+    assert [h.memory.text for h in mem.retrieve("a", "secret note", k=5).hits] == [
+        "Alice's secret note."
+    ]
+    assert mem.delete_memory("b", "m1") is True
+    assert mem.get_memory("a", "m1").text == "Alice's secret note."
