@@ -455,6 +455,28 @@ def test_http_no_argument_is_coerced_and_nothing_is_erased(http_url: str) -> Non
     _check_no_coercion(asyncio.run(_http_calls(http_url, CAROL, calls)))
 
 
+def test_http_an_overlong_recall_query_is_refused_before_any_work(http_url: str) -> None:
+    """Issue 39 near miss: a ~900 KB query cost 7 s of CPU. A query past
+    `search.max_query_chars` (20,000) is an `isError` naming the limit, answered at once."""
+    long_query = "where is my dog " * 1_875  # 30,000 characters, within the body limit
+    started = time.monotonic()
+    _, refused, ok = asyncio.run(
+        _http_calls(
+            http_url,
+            ANA,
+            [
+                ("remember", {"session_id": "long", "turns": PIXEL}),  # the store exists
+                ("recall", {"query": long_query}),
+                ("recall", {"query": "dog " * 100}),
+            ],
+        )
+    )
+    assert refused.isError
+    assert "query has 30,000 characters, more than max_query_chars=20,000" in _text(refused)
+    assert not ok.isError
+    assert time.monotonic() - started < 30
+
+
 MALFORMED = {
     "an id of 5,000 digits": b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}',
     "30,000 nested arrays": b"[" * 30_000 + b"]" * 30_000,  # within the 64 KiB limit
@@ -631,6 +653,12 @@ def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
 def test_http_refuses_an_oversized_body_before_reading_it(http_url: str, chunked: bool) -> None:
     status, data, sent = _raw_post(http_url, 64 * LIMIT, chunked=chunked)
     assert status == 413 and b"too large" in data
+    # a JSON-RPC error, as an MCP client reads one (it was plain text)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower()
+    answer = json.loads(body)
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+    assert answer["error"]["code"] == -32600 and "too large" in answer["error"]["message"]
     assert sent < 64 * LIMIT  # the server answered before the body was sent
     if not chunked:
         assert sent == 0  # from the declared size alone

@@ -21,6 +21,7 @@ __all__ = [
     "check_str",
     "check_storable",
     "check_text",
+    "check_query",
     "check_texts",
     "check_flag",
     "check_choice",
@@ -119,6 +120,25 @@ def check_text(name: str, value: Any) -> str:
     if "\x00" in value:
         raise InvalidInputError(f"{name} contains a NUL character (0x00)")
     return check_encodable(name, value)
+
+
+def check_query(value: Any, max_chars: int) -> str:
+    """Check a search query: `check_text`, and at most `max_chars` characters; return it.
+
+    Raises:
+        InvalidInputError: Not a non-blank str, or longer than `max_chars` (the message names
+            `max_query_chars`, the setting that bounds it).
+
+    Example:
+        >>> check_query("why do dogs bark", 20_000)
+        'why do dogs bark'
+    """
+    check_text("query", value)
+    if len(value) > max_chars:
+        raise InvalidInputError(
+            f"query has {len(value):,} characters, more than max_query_chars={max_chars:,}"
+        )
+    return value
 
 
 def check_str(name: str, value: Any) -> str:

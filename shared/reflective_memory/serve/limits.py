@@ -91,13 +91,20 @@ class BodyLimit:
         app: The application wrapped.
         max_bytes: Largest body accepted, in bytes.
         check: Looks at each whole body (within the limit) before the app may parse it.
+        jsonrpc: Refusals are JSON-RPC errors (id null), as a JSON-RPC client reads them
+            (MCP); otherwise JSON under `/api`, text elsewhere.
     """
 
     def __init__(
-        self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES, check: BodyCheck | None = None
+        self,
+        app: ASGIApp,
+        max_bytes: int = MAX_BODY_BYTES,
+        check: BodyCheck | None = None,
+        *,
+        jsonrpc: bool = False,
     ) -> None:
         self.app, self.max_bytes = app, check_body_limit(max_bytes)
-        self.check = check
+        self.check, self.jsonrpc = check, jsonrpc
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         """Check the declared size, read the body within the limit, then call the app."""
@@ -109,10 +116,10 @@ class BodyLimit:
             try:
                 size = int(declared[0])
             except ValueError:
-                await _refuse(scope, send, 400, "the Content-Length header is not a number")
+                await self._refuse(scope, send, 400, "the Content-Length header is not a number")
                 return
             if size > self.max_bytes:
-                await _refuse(scope, send, 413, self._too_large(f"it declares {size:,}"))
+                await self._refuse(scope, send, 413, self._too_large(f"it declares {size:,}"))
                 return
         chunks: list[bytes] = []
         total = 0
@@ -123,7 +130,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.max_bytes:
-                await _refuse(scope, send, 413, self._too_large("more arrived"))
+                await self._refuse(scope, send, 413, self._too_large("more arrived"))
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -134,6 +141,13 @@ class BodyLimit:
             await _answer(send, *refusal)
             return
         await self.app(scope, _replay(body, receive), send)
+
+    async def _refuse(self, scope: Message, send: Send, status: int, message: str) -> None:
+        """Answer `status`: a JSON-RPC error (`jsonrpc`), else as `_refuse` does."""
+        if self.jsonrpc:
+            await _answer(send, *jsonrpc_refusal(status, JSONRPC_INVALID_REQUEST, message))
+        else:
+            await _refuse(scope, send, status, message)
 
     def _too_large(self, what: str) -> str:
         return f"request body too large: at most {self.max_bytes:,} bytes are accepted ({what})"

@@ -813,13 +813,13 @@ def http_app(
 
     A token past `per_minute` requests in the last minute gets 429 and a JSON-RPC error
     before its body is read (`RequestRate`; `known`: which tokens are counted). A body over
-    the limit gets 413 before it is read; one that is not UTF-8, nests too deep, holds an
-    over-long integer or is not JSON gets 400 with a JSON-RPC parse error before the SDK parses
-    it (its parser would raise and answer 500). Each token may hold `per_token` sessions open
-    (`SessionQuota`); give `server` the same `idle_seconds` (`build_server`).
+    the limit gets 413 and a JSON-RPC error before it is read; one that is not UTF-8, nests too
+    deep, holds an over-long integer or is not JSON gets 400 with a JSON-RPC parse error before
+    the SDK parses it (its parser would raise and answer 500). Each token may hold `per_token`
+    sessions open (`SessionQuota`); give `server` the same `idle_seconds` (`build_server`).
     """
     quota = SessionQuota(server.streamable_http_app(), per_token, idle_seconds)
-    body = BodyLimit(quota, max_body_bytes, check=check_jsonrpc_body)
+    body = BodyLimit(quota, max_body_bytes, check=check_jsonrpc_body, jsonrpc=True)
     return RequestRate(body, per_minute, window=RATE_WINDOW_SECONDS, known=known)
 
 
