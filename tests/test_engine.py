@@ -252,10 +252,34 @@ def test_put_get_delete_memory_items(mem: ReflectiveMemory) -> None:
 
 
 def test_memory_ids_cannot_cross_users(mem: ReflectiveMemory) -> None:
-    from reflective_memory import InvalidInputError
-
+    """An id is the user's own: another user writing it gets a memory of their own."""
     mem.put_memory("a", "Alice's secret note.", memory_id="m1")
-    with pytest.raises(InvalidInputError, match="belongs to another user"):
-        mem.put_memory("b", "Bob tries to take it.", memory_id="m1")
+    mem.put_memory("b", "Bob tries to take it.", memory_id="m1")
     assert [m.text for m in mem.memories("a")] == ["Alice's secret note."]
-    assert mem.memories("b") == []
+    assert [m.text for m in mem.memories("b")] == ["Bob tries to take it."]
+    assert [h.memory.text for h in mem.retrieve("a", "secret note", k=5).hits] == [
+        "Alice's secret note."
+    ]
+    assert mem.delete_memory("b", "m1") is True
+    assert mem.get_memory("a", "m1").text == "Alice's secret note."
+
+
+def test_a_query_past_max_query_chars_is_refused_before_any_work(tmp_path) -> None:
+    """Issue 39 near miss: a search's CPU grew with its query (900 KB: 7 s). `retrieve` and
+    `rerank_texts` refuse a query over `search.max_query_chars`, which a config may raise."""
+    from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig
+
+    long_query = "dog " * 5_001  # 20,004 characters
+    with ReflectiveMemory(None, embedder=HashingEmbedder()) as mem:
+        mem.add_turn("u", "s", "user", "My dog is called Pixel.")
+        for call in (
+            lambda: mem.retrieve("u", long_query),
+            lambda: mem.rerank_texts("u", long_query, ["dogs bark"]),
+        ):
+            with pytest.raises(InvalidInputError, match="more than max_query_chars=20,000"):
+                call()
+        assert mem.retrieve("u", long_query[:20_000]).hits
+    config = MemoryConfig(search={"max_query_chars": 30_000})
+    with ReflectiveMemory(None, embedder=HashingEmbedder(), config=config) as mem:
+        mem.add_turn("u", "s", "user", "My dog is called Pixel.")
+        assert mem.retrieve("u", long_query).hits

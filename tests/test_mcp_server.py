@@ -455,6 +455,28 @@ def test_http_no_argument_is_coerced_and_nothing_is_erased(http_url: str) -> Non
     _check_no_coercion(asyncio.run(_http_calls(http_url, CAROL, calls)))
 
 
+def test_http_an_overlong_recall_query_is_refused_before_any_work(http_url: str) -> None:
+    """Issue 39 near miss: a ~900 KB query cost 7 s of CPU. A query past
+    `search.max_query_chars` (20,000) is an `isError` naming the limit, answered at once."""
+    long_query = "where is my dog " * 1_875  # 30,000 characters, within the body limit
+    started = time.monotonic()
+    _, refused, ok = asyncio.run(
+        _http_calls(
+            http_url,
+            ANA,
+            [
+                ("remember", {"session_id": "long", "turns": PIXEL}),  # the store exists
+                ("recall", {"query": long_query}),
+                ("recall", {"query": "dog " * 100}),
+            ],
+        )
+    )
+    assert refused.isError
+    assert "query has 30,000 characters, more than max_query_chars=20,000" in _text(refused)
+    assert not ok.isError
+    assert time.monotonic() - started < 30
+
+
 MALFORMED = {
     "an id of 5,000 digits": b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}',
     "30,000 nested arrays": b"[" * 30_000 + b"]" * 30_000,  # within the 64 KiB limit
@@ -519,6 +541,82 @@ def test_http_one_token_cannot_take_every_session(tmp_path: Path) -> None:
         assert [_open_session(url, ANA)[0] for _ in range(3)] == [200, 200, 200]
 
 
+def test_http_one_token_cannot_flood_the_server_with_requests(tmp_path: Path) -> None:
+    """Issue 39 (what to build): a per-token request rate. Past it ana gets 429 and a JSON-RPC
+    error (her SDK client cannot even initialize), bob's client works, ana may still DELETE."""
+    from reflective_memory.serve.limits import MAX_REQUESTS_PER_MINUTE
+
+    assert MAX_REQUESTS_PER_MINUTE <= 1000
+    with _http_server(tmp_path, "--max-requests-per-minute", "6") as url:
+        opened = [_open_session(url, ANA) for _ in range(6)]
+        assert [status for status, _, _ in opened] == [200] * 6
+        status, headers, body = _post(
+            url, json.dumps(HELLO).encode(), {**JSON_OR_SSE, "Authorization": f"Bearer {ANA}"}
+        )
+        assert status == 429 and 1 <= int(headers["retry-after"]) <= 60
+        answer = json.loads(body)
+        assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+        assert answer["error"]["code"] == -32600
+        assert "this token made 6 in the last 60 s (at most 6)" in answer["error"]["message"]
+        with pytest.raises(BaseException) as refused:  # the SDK client's own initialize
+            asyncio.run(_http_calls(url, ANA, [("list_sessions", {})]))
+        assert "429" in repr(refused.value) or "Too Many" in repr(refused.value)
+        # another token is not affected: a whole SDK session, five requests
+        stored, listed = asyncio.run(
+            _http_calls(
+                url, BOB, [("remember", {"session_id": "b", "turns": PIXEL}), ("list_sessions", {})]
+            )
+        )
+        assert not stored.isError and [s["session_id"] for s in _ok(listed)["sessions"]] == ["b"]
+        import httpx
+
+        ended = httpx.delete(
+            url, headers={"Authorization": f"Bearer {ANA}", "Mcp-Session-Id": opened[0][1]}
+        )
+        assert ended.status_code < 400  # ending a session is never refused
+
+
+def test_the_request_rate_window_slides_and_a_guessed_token_is_not_counted() -> None:
+    """`RequestRate` in process, on a clock of its own: a request leaves the count after the
+    window; refused requests do not count; tokens the server does not know are not tracked."""
+    from reflective_memory.serve.limits import RequestRate
+
+    now = [0.0]
+    passed: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        passed.append(scope["path"])
+
+    statuses: list[int] = []
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    rate = RequestRate(app, 2, window=10, known=lambda t: t == ANA, clock=lambda: now[0])
+
+    def call(token: str, path: str, method: str = "POST") -> None:
+        scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "headers": [(b"authorization", f"Bearer {token}".encode())],
+        }
+        asyncio.run(rate(scope, None, send))
+
+    call(ANA, "/a"), call(ANA, "/b")
+    now[0] = 5.0
+    call(ANA, "/refused"), call(ANA, "/refused")
+    call(ANA, "/delete", "DELETE")
+    for _ in range(5):
+        call("guessed-token-0123456789", "/guess")
+    now[0] = 10.0  # the first two requests leave the window; the refused ones never counted
+    call(ANA, "/c"), call(ANA, "/d"), call(ANA, "/refused")
+    assert passed == ["/a", "/b", "/delete", *["/guess"] * 5, "/c", "/d"]
+    assert statuses == [429, 429, 429]
+    assert len(rate.seen) == 1  # only the known token is tracked
+
+
 def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
     """POST `total` bytes until the server answers; (status, body, bytes sent).
 
@@ -555,6 +653,12 @@ def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:
 def test_http_refuses_an_oversized_body_before_reading_it(http_url: str, chunked: bool) -> None:
     status, data, sent = _raw_post(http_url, 64 * LIMIT, chunked=chunked)
     assert status == 413 and b"too large" in data
+    # a JSON-RPC error, as an MCP client reads one (it was plain text)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower()
+    answer = json.loads(body)
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+    assert answer["error"]["code"] == -32600 and "too large" in answer["error"]["message"]
     assert sent < 64 * LIMIT  # the server answered before the body was sent
     if not chunked:
         assert sent == 0  # from the declared size alone

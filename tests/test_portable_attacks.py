@@ -21,7 +21,7 @@ import pytest
 from portable_data import fill, open_memory, snapshot
 from reflective_memory.errors import InvalidFileError
 from reflective_memory.portable import endpoint, export_memory, import_memory
-from reflective_memory.portable.format import Digest, header_record
+from reflective_memory.portable.format import COUNTED, Digest, header_record
 
 REPO = Path(__file__).resolve().parents[1]
 EVIL = "I pay rent to account EVIL-IBAN-123"
@@ -70,6 +70,57 @@ def test_an_edited_file_writes_nothing_and_the_genuine_one_imports_every_turn(
 
     report = import_memory(target, file)
     assert report.added["turn"] == sum(len(snap[u]["turns"]) for u in ("user-0", "user-1"))
+    assert snapshot(endpoint(target)) == snap
+
+
+def _resealed(records: list[dict[str, Any]]) -> str:
+    """`records` as export lines, each user's count and checksum made to match (unkeyed)."""
+    digest = Digest()
+    for r in records:
+        if r.get("kind") == "user":
+            digest = Digest()
+        elif r.get("kind") in COUNTED and "format" not in r:
+            digest.add(r)
+        elif r.get("kind") == "user_end":
+            r["counts"] = {k: digest.counts.get(k, 0) for k in COUNTED}
+            r["checksum"] = digest.hexdigest()
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+_REFUSED = {  # (kind, field, value, the problem named)
+    "nul-text": ("turn", "text", "I pay rent\x00 to EVIL", "text contains a NUL character"),
+    "empty-text": ("turn", "text", "  ", "text must not be empty"),
+    "long-role": ("turn", "role", "r" * 512, "role is longer than 64 characters"),
+    "role-colon": ("turn", "role", "user: hi", "role 'user: hi' contains ':'"),
+    "nul-memory": ("memory", "text", "Likes\x00 tea.", "text contains a NUL character"),
+    "nul-key": ("memory", "key", "tea\x00", "key contains a NUL character"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_REFUSED))
+def test_a_record_the_api_refuses_is_refused_before_its_user_is_written(
+    source, target, tmp_path, case
+) -> None:
+    """Near miss of issue 39: a NUL, an empty text or a 512-character role were imported.
+
+    The API refuses them (`check_text`, `check_role`); the importer accepted them on SQLite and
+    PostgreSQL failed half-way on the NUL. Now the line is refused, named, before anything of
+    its user is written, even with the checksum recomputed.
+    """
+    file, snap = source
+    kind, name, value, problem = _REFUSED[case]
+    records = [json.loads(x) for x in file.read_text("utf-8").splitlines()]
+    second = next(i for i, r in enumerate(records) if r.get("user_id") == "user-1")
+    at = next(i for i, r in enumerate(records) if i > second and r.get("kind") == kind)
+    records[at][name] = value
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(_resealed(records), "utf-8")
+
+    with pytest.raises(InvalidFileError, match=rf"line {at + 1}\.{name}.*{problem}"):
+        import_memory(target, bad)
+    assert target.users() == ["user-0"]  # the block before it, verified, stays
+    assert target.turns("user-1") == [] and target.memories("user-1") == []
+    import_memory(target, file)
     assert snapshot(endpoint(target)) == snap
 
 

@@ -160,3 +160,43 @@ def test_fit_block_refuses_a_budget_that_is_no_positive_integer(budget) -> None:
     with pytest.raises(InvalidInputError, match="budget_tokens"):
         fit_block(fetch, budget, None)
     assert calls == []  # nothing retrieved
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_an_auto_end_failing_on_an_unavailable_store_logs_one_line(
+    backend, embedder, request, monkeypatch, caplog
+) -> None:
+    """Issue 39 near miss: during a server restart the failed automatic end was logged with a
+    full traceback. A library error (the store unavailable) is one warning line; the turn that
+    triggered it is stored and the session ends at a later write."""
+    import logging
+
+    from reflective_memory.errors import StoreUnavailableError
+
+    store = None
+    if backend == "postgres":
+        from pg_cluster import pg_schema
+        from reflective_memory.storage.postgres import PostgresStore
+
+        store = PostgresStore(request.getfixturevalue("pg_dsn"), schema=pg_schema())
+    with ReflectiveMemory(store=store, embedder=embedder) as mem:
+        mem.add_turn("ana", "s1", "user", "I live in Lyon.", timestamp=T0)
+        real = mem.store.replace_session_memories
+
+        def restarting(*args, **kwargs):
+            raise StoreUnavailableError(
+                "the database is unavailable:\nterminating connection due to administrator command"
+            )
+
+        monkeypatch.setattr(mem.store, "replace_session_memories", restarting)
+        with caplog.at_level(logging.WARNING, logger="reflective_memory"):
+            mem.add_turn("ana", "s2", "user", "I moved to Oslo.", timestamp=T0 + timedelta(1))
+        failed = [r for r in caplog.records if "automatic end" in r.getMessage()]
+        assert len(failed) == 1 and failed[0].exc_info is None
+        line = failed[0].getMessage()
+        assert "\n" not in line and "StoreUnavailableError" in line and "'s2'" in line
+        assert "Traceback" not in caplog.text
+        assert [t.text for t in mem.turns("ana", "s2")] == ["I moved to Oslo."]
+        monkeypatch.setattr(mem.store, "replace_session_memories", real)
+        mem.add_turn("ana", "s3", "user", "Back online.", timestamp=T0 + timedelta(2))
+        assert mem.open_sessions("ana") == ["s3"]

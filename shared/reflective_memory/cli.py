@@ -419,7 +419,11 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="http: bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8766, help="http: port (default 8766)")
     _body_limit(p, "http: ")
-    from reflective_memory.serve.limits import MAX_SESSIONS_PER_TOKEN, SESSION_IDLE_SECONDS
+    from reflective_memory.serve.limits import (
+        MAX_REQUESTS_PER_MINUTE,
+        MAX_SESSIONS_PER_TOKEN,
+        SESSION_IDLE_SECONDS,
+    )
 
     p.add_argument(
         "--max-sessions-per-token",
@@ -436,6 +440,14 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="http: an MCP session with no request for S seconds is closed "
         f"(default {SESSION_IDLE_SECONDS})",
+    )
+    p.add_argument(
+        "--max-requests-per-minute",
+        type=_positive_int,
+        default=MAX_REQUESTS_PER_MINUTE,
+        metavar="N",
+        help="http: most requests one token may make in any 60 seconds; more get 429 "
+        f"(default {MAX_REQUESTS_PER_MINUTE})",
     )
 
 

@@ -46,8 +46,8 @@ from reflective_memory.validation import (
     check_numbers,
     check_optional_ids,
     check_positive,
+    check_query,
     check_str,
-    check_text,
     check_texts,
 )
 
@@ -423,7 +423,7 @@ class ReflectiveMemory:
         """
         self._open()
         check_id("user_id", user_id)
-        check_text("query", query)
+        check_query(query, self.config.search.max_query_chars)
         check_texts("texts", texts)
         if ids is not None:
             check_optional_ids("ids", ids)

@@ -19,7 +19,9 @@ __all__ = [
     "check_optional_id",
     "check_optional_ids",
     "check_str",
+    "check_storable",
     "check_text",
+    "check_query",
     "check_texts",
     "check_flag",
     "check_choice",
@@ -120,11 +122,50 @@ def check_text(name: str, value: Any) -> str:
     return check_encodable(name, value)
 
 
+def check_query(value: Any, max_chars: int) -> str:
+    """Check a search query: `check_text`, and at most `max_chars` characters; return it.
+
+    Raises:
+        InvalidInputError: Not a non-blank str, or longer than `max_chars` (the message names
+            `max_query_chars`, the setting that bounds it).
+
+    Example:
+        >>> check_query("why do dogs bark", 20_000)
+        'why do dogs bark'
+    """
+    check_text("query", value)
+    if len(value) > max_chars:
+        raise InvalidInputError(
+            f"query has {len(value):,} characters, more than max_query_chars={max_chars:,}"
+        )
+    return value
+
+
 def check_str(name: str, value: Any) -> str:
     """Check that `value` is a str (blank allowed) that can be stored as UTF-8; return it."""
     if not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
     return check_encodable(name, value)
+
+
+def check_storable(name: str, value: Any) -> str:
+    """`check_str` that also refuses a NUL: a str (blank allowed) both backends can store.
+
+    PostgreSQL cannot store a NUL in text, so a field the API may leave blank (a memory's
+    key) is still refused one.
+
+    Example:
+        >>> check_storable("key", "")
+        ''
+        >>> check_storable("key", "a" + chr(0))
+        Traceback (most recent call last):
+        ...
+        reflective_memory.errors.InvalidInputError: key contains a NUL character (0x00)
+    """
+    check_str(name, value)
+    if "\x00" in value:
+        raise InvalidInputError(f"{name} contains a NUL character (0x00)")
+    return value
 
 
 def check_texts(name: str, values: Any) -> list[str]:

@@ -35,6 +35,9 @@ class SearchConfig:
         views: Memory kinds `retrieve` searches (e.g. `("note", "segment")`), all in one
             ranking that shares `k` / the budget, returned as they are (no passages); `None`
             searches every stored kind.
+        max_query_chars: Longest accepted query (longer raises `InvalidInputError` before any
+            work): a search costs CPU in proportion to its query's words (a 900 KB query took
+            7 s), while the embedder reads only its first few hundred tokens.
     """
 
     mode: str = "hybrid"
@@ -45,12 +48,13 @@ class SearchConfig:
     default_budget_tokens: int = 500
     default_k: int | None = None
     views: tuple[str, ...] | None = None
+    max_query_chars: int = 20_000
 
     def __post_init__(self) -> None:
         check_choice("search.mode", self.mode, SEARCH_MODES)
         check_number("search.dense_weight", self.dense_weight, 0)
         check_number("search.lexical_weight", self.lexical_weight, 0)
-        for name in ("rrf_k", "candidate_k", "default_budget_tokens"):
+        for name in ("rrf_k", "candidate_k", "default_budget_tokens", "max_query_chars"):
             check_int(f"search.{name}", getattr(self, name))
         check_int("search.default_k", self.default_k, optional=True)
         if self.views is not None:

@@ -28,7 +28,7 @@ from reflective_memory.validation import (
     check_id,
     check_ids,
     check_positive,
-    check_text,
+    check_query,
     check_texts,
 )
 
@@ -140,7 +140,7 @@ class Retriever:
     ) -> RetrievalRequest:
         """Check a call's arguments (before any work) and resolve them against the config."""
         check_id("user_id", user_id)
-        check_text("query", query)
+        check_query(query, self.config.search.max_query_chars)
         k, budget = check_positive("k", k), check_positive("budget_tokens", budget)
         cfg = self.config
         mode = cfg.search.mode if mode is None else mode

@@ -41,7 +41,10 @@ from reflective_memory.validation import (
     check_id,
     check_ids,
     check_json_object,
+    check_role,
+    check_storable,
     check_str,
+    check_text,
 )
 
 __all__ = [
@@ -266,8 +269,8 @@ _FIELDS: dict[str, dict[str, tuple[_Check, bool]]] = {
         "session_id": (lambda v: check_id("session_id", v), True),
         "turn_id": (lambda v: check_id("turn_id", v), True),
         "position": (_count, True),
-        "role": (lambda v: check_id("role", v), True),
-        "text": (lambda v: check_str("text", v), True),
+        "role": (check_role, True),
+        "text": (lambda v: check_text("text", v), True),
         "timestamp": (_time, False),
         "extra": (lambda v: check_json_object("extra", v), False),
     },
@@ -275,8 +278,8 @@ _FIELDS: dict[str, dict[str, tuple[_Check, bool]]] = {
         "id": (lambda v: check_id("id", v), True),
         "session_id": (_optional_id, True),
         "granularity": (lambda v: check_choice("granularity", v, GRANULARITIES), True),
-        "text": (lambda v: check_str("text", v), True),
-        "key": (lambda v: check_str("key", v), True),
+        "text": (lambda v: check_text("text", v), True),
+        "key": (lambda v: check_storable("key", v), True),
         "turn_ids": (lambda v: check_ids("turn_ids", v), True),
         "created_at": (_time, True),
         "updated_at": (_time, True),

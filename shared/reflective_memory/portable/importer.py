@@ -1,7 +1,9 @@
 """Import: the lines of an export written into a store, checked line by line, idempotently.
 
 A user's block of lines is staged, not written, until its `user_end` line has been read and its
-counts and checksum match: a malformed line, a line out of place or an edited block raises
+counts and checksum match: a malformed line (every record passes the API's own checks,
+`reflective_memory.validation`, so a NUL, an empty text or a role that is no speaker label is
+refused here, not half-way through a write), a line out of place or an edited block raises
 `InvalidFileError` naming the line, and nothing of that user's block is in the store (blocks of
 users before it, already verified, stay imported). The staging area is a temporary SQLite file
 (`tempfile`'s folder), so memory stays bounded whatever the size of a block; the disk holds one

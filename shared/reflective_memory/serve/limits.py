@@ -1,16 +1,23 @@
-"""Bounded request bodies: refuse one over a size limit before anything reads or parses it.
+"""Bounded requests: a body over a size limit, or a token over its request rate, is refused first.
 
 `BodyLimit` is the outermost layer of the app (ASGI): a request whose `Content-Length` exceeds
 the limit is answered 413 without reading a byte of its body; any other body (chunked, or a
 `Content-Length` that lies) is read in the server's chunks and refused with 413 as soon as the
 bytes received pass the limit. Only then do access checks, CSRF checks and form or JSON parsing
 see the request, and they see the body already read (at most the limit held in memory).
+
+`RequestRate` bounds the requests of each bearer token in a sliding time window (MCP over
+HTTP), answering 429 beyond it without reading the body; other tokens are not affected.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from reflective_memory.errors import ConfigError
@@ -19,11 +26,18 @@ __all__ = [
     "BodyLimit",
     "BodyCheck",
     "Refusal",
+    "RequestRate",
     "MAX_BODY_BYTES",
     "MAX_SESSIONS_PER_TOKEN",
+    "MAX_REQUESTS_PER_MINUTE",
+    "RATE_WINDOW_SECONDS",
     "SESSION_IDLE_SECONDS",
+    "JSONRPC_INVALID_REQUEST",
     "check_body_limit",
+    "jsonrpc_refusal",
 ]
+
+logger = logging.getLogger(__name__)
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -44,6 +58,19 @@ MAX_BODY_BYTES = 2**20
 MAX_SESSIONS_PER_TOKEN = 100
 #: Default seconds an MCP session may have no request before it is closed (the SDK's: 1,800).
 SESSION_IDLE_SECONDS = 300
+#: Default most requests one token may make in `RATE_WINDOW_SECONDS` (MCP over HTTP): 10 a
+#: second on average, where an agent makes a handful per turn of a conversation.
+MAX_REQUESTS_PER_MINUTE = 600
+#: The sliding window `MAX_REQUESTS_PER_MINUTE` counts in.
+RATE_WINDOW_SECONDS = 60.0
+#: JSON-RPC 2.0's "Invalid Request" error code.
+JSONRPC_INVALID_REQUEST = -32600
+
+
+def jsonrpc_refusal(status: int, code: int, message: str) -> Refusal:
+    """A `Refusal` of `status` carrying a JSON-RPC error (id null: the request was not read)."""
+    answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return status, b"application/json", json.dumps(answer).encode()
 
 
 def check_body_limit(max_bytes: Any) -> int:
@@ -64,13 +91,20 @@ class BodyLimit:
         app: The application wrapped.
         max_bytes: Largest body accepted, in bytes.
         check: Looks at each whole body (within the limit) before the app may parse it.
+        jsonrpc: Refusals are JSON-RPC errors (id null), as a JSON-RPC client reads them
+            (MCP); otherwise JSON under `/api`, text elsewhere.
     """
 
     def __init__(
-        self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES, check: BodyCheck | None = None
+        self,
+        app: ASGIApp,
+        max_bytes: int = MAX_BODY_BYTES,
+        check: BodyCheck | None = None,
+        *,
+        jsonrpc: bool = False,
     ) -> None:
         self.app, self.max_bytes = app, check_body_limit(max_bytes)
-        self.check = check
+        self.check, self.jsonrpc = check, jsonrpc
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         """Check the declared size, read the body within the limit, then call the app."""
@@ -82,10 +116,10 @@ class BodyLimit:
             try:
                 size = int(declared[0])
             except ValueError:
-                await _refuse(scope, send, 400, "the Content-Length header is not a number")
+                await self._refuse(scope, send, 400, "the Content-Length header is not a number")
                 return
             if size > self.max_bytes:
-                await _refuse(scope, send, 413, self._too_large(f"it declares {size:,}"))
+                await self._refuse(scope, send, 413, self._too_large(f"it declares {size:,}"))
                 return
         chunks: list[bytes] = []
         total = 0
@@ -96,7 +130,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.max_bytes:
-                await _refuse(scope, send, 413, self._too_large("more arrived"))
+                await self._refuse(scope, send, 413, self._too_large("more arrived"))
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -107,6 +141,13 @@ class BodyLimit:
             await _answer(send, *refusal)
             return
         await self.app(scope, _replay(body, receive), send)
+
+    async def _refuse(self, scope: Message, send: Send, status: int, message: str) -> None:
+        """Answer `status`: a JSON-RPC error (`jsonrpc`), else as `_refuse` does."""
+        if self.jsonrpc:
+            await _answer(send, *jsonrpc_refusal(status, JSONRPC_INVALID_REQUEST, message))
+        else:
+            await _refuse(scope, send, status, message)
 
     def _too_large(self, what: str) -> str:
         return f"request body too large: at most {self.max_bytes:,} bytes are accepted ({what})"
@@ -132,14 +173,96 @@ async def _refuse(scope: Message, send: Send, status: int, message: str) -> None
     await _answer(send, status, kind, body)
 
 
-async def _answer(send: Send, status: int, kind: bytes, body: bytes) -> None:
-    """Send a whole response of `status` and close the connection."""
+async def _answer(
+    send: Send, status: int, kind: bytes, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Send a whole response of `status` (with `extra` headers) and close the connection."""
     headers = [
         (b"content-type", kind),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
         (b"x-content-type-options", b"nosniff"),
         (b"cache-control", b"no-store"),
+        *extra,
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def bearer_token(scope: Message) -> bytes | None:
+    """The bearer token of a request's `Authorization` header, or None."""
+    auth = dict(scope.get("headers", [])).get(b"authorization", b"")
+    return auth[7:].strip() if auth.lower().startswith(b"bearer ") else None
+
+
+class RequestRate:
+    """ASGI middleware: each bearer token makes at most `per_window` requests in any `window`.
+
+    A request beyond it is answered 429 with a JSON-RPC error and a `Retry-After` header before
+    its body is read; refused requests do not count, so a client that waits gets in again, and
+    other tokens are not affected. `DELETE` (ending an MCP session, which frees the server) is
+    never refused. Only tokens `known` accepts are counted (a guessed one gets the app's 401),
+    so the bookkeeping stays bounded by the configured tokens, held as digests.
+
+    Args:
+        app: The application wrapped.
+        per_window: Most requests per token in a window.
+        window: The sliding window, in seconds.
+        known: Whether a token is one of the server's (None: count every bearer token).
+        clock: Monotonic seconds (tests pass their own).
+
+    Raises:
+        ConfigError: `per_window` is not a positive integer or `window` not positive.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        per_window: int = MAX_REQUESTS_PER_MINUTE,
+        *,
+        window: float = RATE_WINDOW_SECONDS,
+        known: Callable[[str], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(per_window, bool) or not isinstance(per_window, int) or per_window < 1:
+            raise ConfigError(
+                f"the requests per token must be a positive integer, got {per_window!r}"
+            )
+        if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
+            raise ConfigError(f"the rate window must be a positive number, got {window!r}")
+        self.app, self.per_window, self.window = app, per_window, float(window)
+        self.known, self.clock = known, clock
+        self.seen: dict[str, deque[float]] = {}
+        self._warned: dict[str, float] = {}
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        """Count the request against its token's window, or refuse it with 429."""
+        token = bearer_token(scope) if scope["type"] == "http" else None
+        if token is None or scope.get("method") == "DELETE":
+            await self.app(scope, receive, send)
+            return
+        text = token.decode("latin-1")
+        if self.known is not None and not self.known(text):
+            await self.app(scope, receive, send)
+            return
+        owner = hashlib.sha256(token).hexdigest()
+        now = self.clock()
+        times = self.seen.setdefault(owner, deque())
+        while times and now - times[0] >= self.window:
+            times.popleft()
+        if len(times) >= self.per_window:
+            wait = max(1, int(self.window - (now - times[0]) + 0.999))
+            if now - self._warned.get(owner, -self.window) >= self.window:  # once a window
+                self._warned[owner] = now
+                logger.warning(
+                    "refused MCP requests: a token made %d in %g s", len(times), self.window
+                )
+            message = (
+                f"too many requests: this token made {len(times)} in the last "
+                f"{self.window:g} s (at most {self.per_window}); retry in {wait} s"
+            )
+            status, kind, body = jsonrpc_refusal(429, JSONRPC_INVALID_REQUEST, message)
+            await _answer(send, status, kind, body, [(b"retry-after", str(wait).encode())])
+            return
+        times.append(now)
+        await self.app(scope, receive, send)

@@ -68,10 +68,13 @@ from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemory
 from reflective_memory.memory_block import shown_memories
 from reflective_memory.portable.endpoints import STORE_FILE
 from reflective_memory.serve.limits import (
+    MAX_REQUESTS_PER_MINUTE,
     MAX_SESSIONS_PER_TOKEN,
+    RATE_WINDOW_SECONDS,
     SESSION_IDLE_SECONDS,
     BodyLimit,
     Refusal,
+    RequestRate,
     check_body_limit,
 )
 from reflective_memory.serve.security import (
@@ -101,6 +104,7 @@ __all__ = [
     "http_app",
     "SessionQuota",
     "MAX_SESSIONS_PER_TOKEN",
+    "MAX_REQUESTS_PER_MINUTE",
     "SESSION_IDLE_SECONDS",
     "json_body_problem",
     "check_jsonrpc_body",
@@ -802,16 +806,21 @@ def http_app(
     *,
     per_token: int = MAX_SESSIONS_PER_TOKEN,
     idle_seconds: float = SESSION_IDLE_SECONDS,
-) -> BodyLimit:
-    """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request body limit.
+    per_minute: int = MAX_REQUESTS_PER_MINUTE,
+    known: Callable[[str], bool] | None = None,
+) -> RequestRate:
+    """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request limits.
 
-    A body over the limit gets 413 before it is read; one that is not UTF-8, nests too deep,
-    holds an over-long integer or is not JSON gets 400 with a JSON-RPC parse error before the
-    SDK parses it (its parser would raise and answer 500). Each token may hold `per_token`
+    A token past `per_minute` requests in the last minute gets 429 and a JSON-RPC error
+    before its body is read (`RequestRate`; `known`: which tokens are counted). A body over
+    the limit gets 413 and a JSON-RPC error before it is read; one that is not UTF-8, nests too
+    deep, holds an over-long integer or is not JSON gets 400 with a JSON-RPC parse error before
+    the SDK parses it (its parser would raise and answer 500). Each token may hold `per_token`
     sessions open (`SessionQuota`); give `server` the same `idle_seconds` (`build_server`).
     """
     quota = SessionQuota(server.streamable_http_app(), per_token, idle_seconds)
-    return BodyLimit(quota, max_body_bytes, check=check_jsonrpc_body)
+    body = BodyLimit(quota, max_body_bytes, check=check_jsonrpc_body, jsonrpc=True)
+    return RequestRate(body, per_minute, window=RATE_WINDOW_SECONDS, known=known)
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -992,6 +1001,8 @@ def run(args: argparse.Namespace) -> int:
             args.max_body_bytes,
             per_token=args.max_sessions_per_token,
             idle_seconds=args.session_idle_seconds,
+            per_minute=args.max_requests_per_minute,
+            known=lambda token: policy.authenticate(token) is not None,
         )
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
         return 0

@@ -14,6 +14,7 @@ from reflective_memory.conditional.notes import NOTE_GRANULARITY, build_note_dra
 from reflective_memory.denoise.base import Denoiser, denoiser_name
 from reflective_memory.errors import (
     InvalidInputError,
+    ReflectiveMemoryError,
     SessionChangedError,
     UnknownSessionError,
 )
@@ -275,7 +276,17 @@ class SessionWriter:
                     if moved_on or self._idle(info.last_time, turn.timestamp):
                         self.end_session(*other)
                         done.add(other)
-            except Exception:  # the turns are committed; memory building can be retried
+            except ReflectiveMemoryError as exc:  # e.g. the server restarting: one line
+                logger.warning(
+                    "automatic end of sessions at a turn of session %r of user %r failed "
+                    "(%s: %s); the turns are stored, the sessions end at a later write or "
+                    "end_session",
+                    key[1],
+                    key[0],
+                    type(exc).__name__,
+                    " ".join(str(exc).split()),
+                )
+            except Exception:  # a bug: its traceback; the turns are committed all the same
                 logger.exception("automatic end of session failed for %s", key)
 
     def _idle(self, last: datetime | None, now: datetime | None) -> bool:

@@ -39,7 +39,7 @@ from reflective_memory.storage.checksum import (
 )
 from reflective_memory.storage.sqlite_guard import guarded as _guarded
 from reflective_memory.storage.sqlite_schema import SCHEMA as _SCHEMA
-from reflective_memory.storage.sqlite_schema import add_checksums
+from reflective_memory.storage.sqlite_schema import add_checksums, key_memories_by_user
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["SQLiteStore"]
@@ -122,6 +122,7 @@ class SQLiteStore:
             conn.execute("PRAGMA secure_delete=ON")
             conn.executescript(_SCHEMA)
             add_checksums(conn)
+            key_memories_by_user(conn)
         except BaseException:
             conn.close()
             raise
@@ -332,11 +333,9 @@ class SQLiteStore:
         for d, vec in zip(drafts, embeddings, strict=True):
             mid = d.id if d.id is not None else f"{d.granularity}-{uuid.uuid4().hex[:16]}"
             meta = d.metadata if d.metadata is not None else {}
-            old = self.conn.execute(
-                "SELECT created_at, user_id FROM memories WHERE id=?", (mid,)
+            old = self.conn.execute(  # an id is the user's own: another's may be the same
+                "SELECT created_at FROM memories WHERE user_id=? AND id=?", (user_id, mid)
             ).fetchone()
-            if old is not None and old[1] != user_id:
-                raise InvalidInputError(f"memory id {mid!r} belongs to another user")
             created = now if old is None else _dt(old[0])
             self.conn.execute(
                 "INSERT OR REPLACE INTO memories (id, user_id, session_id, granularity, text, key,"
@@ -497,13 +496,13 @@ class SQLiteStore:
                 return [self._memory(r) for r in rows]
             found: dict[str, Memory] = {}
             ids = list(ids)
-            # `+user_id`: look the ids up by primary key; SQLite would otherwise pick a user
-            # index and scan the whole history (155 ms against 0.3 ms at 100K memories)
+            # by primary key (user_id, id): a user index would scan the whole history
+            # (155 ms against 0.3 ms at 100K memories)
             for i in range(0, len(ids), 500):
                 chunk = ids[i : i + 500]
                 marks = ",".join("?" * len(chunk))
                 for r in self.conn.execute(
-                    f"SELECT {self._MEM_COLS} FROM memories WHERE +user_id=? AND id IN ({marks})",
+                    f"SELECT {self._MEM_COLS} FROM memories WHERE user_id=? AND id IN ({marks})",
                     (user_id, *chunk),
                 ):
                     found[r[0]] = self._memory(r)
@@ -577,7 +576,7 @@ class SQLiteStore:
         """See `KeyListing.row_mark` (the rowid)."""
         with self._lock:
             row = self.conn.execute(
-                "SELECT rowid FROM memories WHERE id=? AND +user_id=?", (memory_id, user_id)
+                "SELECT rowid FROM memories WHERE user_id=? AND id=?", (user_id, memory_id)
             ).fetchone()
         return None if row is None else int(row[0])
 
@@ -591,7 +590,7 @@ class SQLiteStore:
                 chunk = ids[s : s + 500]
                 marks = ",".join("?" * len(chunk))
                 for mid, blob, m in self.conn.execute(
-                    f"SELECT id, embedding, embed_model FROM memories WHERE +user_id=? "
+                    f"SELECT id, embedding, embed_model FROM memories WHERE user_id=? "
                     f"AND id IN ({marks})",  # by primary key (see `memories`)
                     (user_id, *chunk),
                 ):

@@ -267,6 +267,28 @@ class MemoryStoreContract:
         assert store.memories("a") == [] and store.turns("a") == []
         assert [t.text for t in store.turns("b")] == ["beta"]
 
+    def test_memory_ids_are_per_user(self, store: Any) -> None:
+        """One memory id may name a memory of each of two users; neither reaches the other.
+
+        A write under another user's id neither fails (which would tell that the id exists)
+        nor touches that user's memory: an id is the user's own, as `user_id` leads every key.
+        """
+        da = MemoryDraft("s", "item", "alpha note", "alpha key", (), metadata={"n": 1}, id="m1")
+        db = MemoryDraft("s", "item", "beta note", "beta key", (), id="m1")
+        (ma,) = store.upsert_memories("a", [da], np.ones((1, 3)), "f")
+        (mb,) = store.upsert_memories("b", [db], np.full((1, 3), 2.0), "f")
+        assert (ma.id, mb.id) == ("m1", "m1")
+        assert [(m.user_id, m.text) for m in store.memories("a", ["m1"])] == [("a", "alpha note")]
+        assert [(m.user_id, m.text) for m in store.memories("b", ["m1"])] == [("b", "beta note")]
+        assert store.update_metadata("b", {"m1": {"n": 2}}) == 1
+        store.set_embeddings("b", ["m1"], np.full((1, 3), 3.0), "g")
+        assert store.memories("a")[0].metadata == {"n": 1}
+        assert store.vectors("a", ["m1"], "f")["m1"].tolist() == [1.0, 1.0, 1.0]
+        assert store.embeddings("a")[:2] == (["m1"], ["alpha key"])
+        assert store.delete_memories("b", ["m1"]) == 1
+        assert [m.text for m in store.memories("a")] == ["alpha note"]
+        assert store.memories("b") == []
+
     def test_delete_and_users(self, store: Any) -> None:
         """`users` lists who has something stored; deletes return the turns they removed."""
         store.add_turns([_turn("a", "s", "x"), _turn("b", "s", "y")])
