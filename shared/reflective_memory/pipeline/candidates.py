@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 
-from reflective_memory.embed import Embedder
+from reflective_memory.embed import Embedder, encode_query
 from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.recall import RecallConfig, calibrate_gate
 from reflective_memory.recall import recall as rf_recall
@@ -27,7 +27,7 @@ def default_gate(rcfg: RecallConfig) -> bool:
 
 
 class EmbedQuery:
-    """Embed the search text (once per retrieval; stages that need a vector read `qvec`).
+    """Embed the search text as a query (once per retrieval; stages read `qvec`).
 
     Args:
         embedder: The memory's embedder.
@@ -42,8 +42,8 @@ class EmbedQuery:
         self.max_chars = max_chars
 
     def vector(self, text: str) -> np.ndarray:
-        """The embedding of `text` (cut to `max_chars`)."""
-        return self.embedder.encode(text[: self.max_chars])
+        """The query embedding of `text` (cut to `max_chars`; see `embed.encode_query`)."""
+        return encode_query(self.embedder, text[: self.max_chars])
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.qvec`."""
