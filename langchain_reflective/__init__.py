@@ -31,6 +31,7 @@ from .agent import (
 )
 from .chat_memory import ReflectiveChatMemory
 from .compressor import CitationReranker, ReflectiveCompressor
+from .embeddings import LangChainEmbedder, ReflectiveEmbeddings
 from .history import ReflectiveChatMessageHistory
 from .llm import LangChainLLM
 from .retriever import ReflectiveRetriever, hit_to_document
@@ -38,6 +39,8 @@ from .store import ReflectiveStore, StoreNamespaceError, render_value
 
 __all__ = [
     "LangChainLLM",
+    "LangChainEmbedder",
+    "ReflectiveEmbeddings",
     "ReflectiveRetriever",
     "hit_to_document",
     "ReflectiveChatMemory",

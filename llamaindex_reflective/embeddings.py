@@ -1,9 +1,14 @@
 """Embedding adapters, both ways.
 
 * `ReflectiveEmbedding`: the core's `Embedder` as a LlamaIndex `BaseEmbedding`, so a LlamaIndex
-  index and the memory store can share one model (and one vector space).
+  index and the memory store can share one model (and one vector space). Queries go through the
+  core's `encode_query`, texts through `encode`.
 * `LlamaIndexEmbedder`: any LlamaIndex embedding model as the core's `Embedder`
-  (`name`, `dim`, `encode`).
+  (`name`, `dim`, `encode` for documents through `get_text_embedding(_batch)`, `encode_query`
+  through `get_query_embedding`), so asymmetric models (e5, bge, nomic: a query instruction)
+  embed each side as they should. It has no `aencode_query`: many local LlamaIndex models
+  implement their async methods by calling the sync ones on the loop, so the core's async path
+  runs `encode_query` in a worker thread instead.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ require_llama_index()
 
 from llama_index.core.base.embeddings.base import BaseEmbedding  # noqa: E402
 from llama_index.core.bridge.pydantic import ConfigDict, Field  # noqa: E402
-from reflective_memory.embed import Embedder  # noqa: E402
+from reflective_memory.embed import Embedder, check_texts, encode_query, normalise  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
 
 __all__ = ["ReflectiveEmbedding", "LlamaIndexEmbedder"]
@@ -57,8 +62,12 @@ class ReflectiveEmbedding(BaseEmbedding):
     def _one(self, text: str) -> list[float]:
         return np.asarray(self.embedder.encode(text), dtype=np.float32).reshape(-1).tolist()
 
+    def _query(self, query: str) -> list[float]:
+        vec = encode_query(self.embedder, query)
+        return np.asarray(vec, dtype=np.float32).reshape(-1).tolist()
+
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._one(query)
+        return self._query(query)
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._one(text)
@@ -69,7 +78,7 @@ class ReflectiveEmbedding(BaseEmbedding):
         return np.asarray(self.embedder.encode(list(texts)), dtype=np.float32).tolist()
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
-        return await asyncio.to_thread(self._one, query)
+        return await asyncio.to_thread(self._query, query)
 
     async def _aget_text_embedding(self, text: str) -> list[float]:
         return await asyncio.to_thread(self._one, text)
@@ -88,7 +97,8 @@ class LlamaIndexEmbedder:
     Args:
         embed_model: Any LlamaIndex `BaseEmbedding`.
         name: Identifies the model in the store (memories embedded under another name are
-            re-embedded); defaults to `llamaindex:<class>:<model_name>`.
+            re-embedded); defaults to `llamaindex:<class>:<model_name>`, plus the model's
+            `text_instruction` when it has one (it changes the document vectors).
 
     Example:
         >>> from llama_index.core.embeddings import MockEmbedding
@@ -102,11 +112,12 @@ class LlamaIndexEmbedder:
                 f"embed_model must be a LlamaIndex BaseEmbedding, got {type(embed_model).__name__}"
             )
         self.embed_model = embed_model
-        self.name = (
-            f"llamaindex:{embed_model.class_name()}:{embed_model.model_name}"
-            if name is None
-            else name
-        )
+        if name is None:
+            name = f"llamaindex:{embed_model.class_name()}:{embed_model.model_name}"
+            instruction = getattr(embed_model, "text_instruction", None)
+            if instruction:  # a document instruction changes the stored vectors
+                name += f"|text_instruction={instruction!r}"
+        self.name = name
         self._dim: int | None = None
 
     @property
@@ -118,23 +129,27 @@ class LlamaIndexEmbedder:
 
     @staticmethod
     def _rows(vectors: list[list[float]]) -> np.ndarray:
-        mat = np.asarray(vectors, dtype=np.float32)
-        norms = np.linalg.norm(mat, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        return mat / norms
+        return normalise(np.asarray(vectors, dtype=np.float32))
 
     def encode(self, texts: str | list[str]) -> np.ndarray:
-        """Embed one text (shape `(dim,)`) or a list (shape `(n, dim)`)."""
-        if isinstance(texts, str):
-            return self._rows([self.embed_model.get_text_embedding(texts)])[0]
-        if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
-            raise InvalidInputError(f"texts must be a str or a list of str, got {type(texts)}")
-        if not texts:
+        """Embed documents: one text (shape `(dim,)`) or a list (shape `(n, dim)`)."""
+        items, single = check_texts(texts)
+        if single:
+            return self._rows([self.embed_model.get_text_embedding(items[0])])[0]
+        if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
-        mat = self._rows(self.embed_model.get_text_embedding_batch(list(texts)))
+        mat = self._rows(self.embed_model.get_text_embedding_batch(items))
         if self._dim is None:
             self._dim = int(mat.shape[1])
         return mat
+
+    def encode_query(self, texts: str | list[str]) -> np.ndarray:
+        """Embed queries with `get_query_embedding` (shape as `encode`)."""
+        items, single = check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        mat = self._rows([self.embed_model.get_query_embedding(t) for t in items])
+        return mat[0] if single else mat
 
     def __repr__(self) -> str:
         return f"LlamaIndexEmbedder(name={self.name!r})"

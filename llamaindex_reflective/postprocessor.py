@@ -48,6 +48,7 @@ from reflective_memory import (  # noqa: E402
     ReflectiveMemory,
     register_instructions,
 )
+from reflective_memory.embed import encode_query  # noqa: E402
 from reflective_memory.errors import ConfigError, InvalidInputError  # noqa: E402
 from reflective_memory.recall import ArrayIndex, recall  # noqa: E402
 
@@ -230,7 +231,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         pool = list(range(len(nodes)))[: self.candidate_k]
         if self.recollect and len(nodes) > self.candidate_k:
             embedder = self.memory.embedder
-            qvec = np.asarray(embedder.encode(query), dtype=np.float32).reshape(-1)
+            qvec = np.asarray(encode_query(embedder, query), dtype=np.float32).reshape(-1)
             all_vecs = np.asarray(embedder.encode(keys), dtype=np.float32)
             picked = [int(p) for p in self._recollector()(qvec, all_vecs, self.candidate_k)]
             pool = [p for p in dict.fromkeys(picked) if 0 <= p < len(nodes)][: self.candidate_k]

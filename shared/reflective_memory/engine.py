@@ -571,8 +571,9 @@ class ReflectiveMemory:
 
     # -- async twins ------------------------------------------------------------------------
     # On PostgreSQL (a `NativeAsync` store) the queries are awaited on the running loop through
-    # psycopg's async pool, with no thread; the CPU work (embedding, the pipeline) runs on the
-    # loop between them. Elsewhere (SQLite) each twin runs its sync method in a worker thread.
+    # psycopg's async pool, with no thread; the embedding model runs in the model thread
+    # (`embed.in_model_thread`) and the rest of the pipeline on the loop between them.
+    # Elsewhere (SQLite) each twin runs its sync method in a worker thread.
     async def arun(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run synchronous code that calls this memory (e.g. an adapter's method) as a coroutine.
 

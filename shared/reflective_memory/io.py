@@ -1,4 +1,4 @@
-"""Conversation files: read them (our JSON schema, LongMemEval, LoCoMo) and ingest them.
+"""Conversation files: read them (our JSON schema, LongMemEval, LoCoMo, chat logs) and ingest them.
 
 What `reflective-memory ingest`, `demo` and `serve --demo` read, and what the benchmarks
 (`reflective_bench`, beside the library in a source checkout) load their data with.
@@ -29,6 +29,11 @@ LongMemEval files (a list of questions, each with its own haystack) become one c
 question (user id = question id). LoCoMo files (a list of samples with `conversation.session_<n>`
 turn lists of `{speaker, dia_id, text}` and `session_<n>_date_time`) become one conversation per
 sample; `dia_id` is kept as the turn id and each speaker's name is the role.
+
+Chat logs (`reflective_memory.chatlog`): JSON Lines of messages, OpenAI-style
+`{"messages": [...]}` or bare message lists, LangChain `messages_to_dict` output and LlamaIndex
+`ChatMessage` dumps, told apart by shape; messages name their session and user or get them from
+the file name (or `session_gap`) and `default_user`.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reflective_memory.chatlog import ChatLog, is_chat_log, looks_like_jsonl
+from reflective_memory.chatlog import read_chat_json as _read_chat_json
+from reflective_memory.chatlog import read_chat_jsonl as _read_chat_jsonl
 from reflective_memory.errors import InvalidFileError, InvalidInputError
 from reflective_memory.jsonfile import MAX_FILE_BYTES, FileShape, read_json
 from reflective_memory.sessions.config import SessionConfig
@@ -352,26 +360,48 @@ def _locomo(r: _Reader, items: list[Any]) -> list[Conversation]:
     return out
 
 
+def _chat_conversations(r: _Reader, log: ChatLog, default_user: str | None) -> list[Conversation]:
+    """A chat log's sessions as conversations, one per user (`default_user` where none)."""
+    if not log.sessions:
+        raise r.shape.fail("", "holds no message with text")
+    by_user: dict[str, Conversation] = {}
+    for (user, sid), turns in log.sessions.items():
+        uid = default_user if user is None else user
+        if uid is None:
+            raise r.shape.fail(
+                "", "its messages name no user_id and no default user was given (--user)"
+            )
+        conv = by_user.setdefault(uid, Conversation(uid, []))
+        conv.sessions.append(SessionData(sid, turns))
+    return list(by_user.values())
+
+
 def load_conversations(
     path: str | Path,
     default_user: str | None = None,
     *,
     max_bytes: int = MAX_FILE_BYTES,
     max_text_chars: int = SessionConfig.max_text_chars,
+    session_gap: float | None = None,
 ) -> list[Conversation]:
-    """Read a conversation file in any supported format (`.json` or `.json.gz`).
+    """Read a conversation file in any supported format (`.json`, `.jsonl`, optionally `.gz`).
 
     The whole file is checked before anything is returned: its size (at most `max_bytes` on
     disk and after decompression, checked before reading), its nesting (`MAX_DEPTH`), and the
     shape and types of every value the format defines (our schema also refuses unknown keys;
-    LongMemEval and LoCoMo files may carry keys this reader does not use).
+    LongMemEval, LoCoMo and chat-log files may carry keys this reader does not use). JSON
+    Lines are read line by line (`reflective_memory.chatlog`).
 
     Args:
         path: The file.
-        default_user: User id for our own schema's sessions that name none.
+        default_user: User id for our own schema's sessions and chat-log messages that name
+            none.
         max_bytes: Largest file accepted (default `MAX_FILE_BYTES`, 256 MiB).
         max_text_chars: Longest turn or question text accepted (default: the engine's
             `sessions.max_text_chars`).
+        session_gap: Chat logs: seconds of silence after which messages without a session id
+            start a new session (every such message then needs a time); `None`: one session
+            per file (per line for `{"messages": [...]}` lines).
 
     Returns:
         The conversations in file order.
@@ -382,8 +412,20 @@ def load_conversations(
             inside it and the problem). It is an `InvalidInputError`.
     """
     path = Path(path)
-    data = read_json(path, max_bytes=max_bytes)
+    if session_gap is not None and (
+        isinstance(session_gap, bool)
+        or not isinstance(session_gap, (int, float))
+        or not session_gap > 0
+    ):
+        raise InvalidInputError(
+            f"session_gap must be a positive number of seconds, got {session_gap!r}"
+        )
     r = _Reader(FileShape(path), max_text_chars)
+    if path.is_file() and looks_like_jsonl(path):
+        return _chat_conversations(
+            r, _read_chat_jsonl(r, path, max_bytes, session_gap), default_user
+        )
+    data = read_json(path, max_bytes=max_bytes)
     if isinstance(data, dict) and data.get("format") == SCHEMA_ID:
         return _ours(r, data, default_user)
     if isinstance(data, dict) and "haystack_sessions" in data:
@@ -393,8 +435,13 @@ def load_conversations(
             return _longmemeval(r, data)
         if "conversation" in data[0]:
             return _locomo(r, data)
+    if is_chat_log(data):
+        return _chat_conversations(r, _read_chat_json(r, data, session_gap), default_user)
     raise r.shape.fail(
-        "", "unknown format; expected reflective-memory/v1, LongMemEval or LoCoMo JSON"
+        "",
+        "unknown format; expected reflective-memory/v1, LongMemEval or LoCoMo JSON, or a chat "
+        'log (JSON Lines of messages, a list of role/content messages, {"messages": [...]}, '
+        "LangChain or LlamaIndex message dumps)",
     )
 
 

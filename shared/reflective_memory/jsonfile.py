@@ -20,7 +20,7 @@ from typing import Any
 
 from reflective_memory.errors import InvalidFileError
 
-__all__ = ["read_json", "FileShape", "MAX_FILE_BYTES", "MAX_DEPTH"]
+__all__ = ["read_json", "json_depth", "FileShape", "MAX_FILE_BYTES", "MAX_DEPTH"]
 
 #: Largest conversation file read (bytes on disk, and bytes after gzip decompression): 256 MiB.
 #: LongMemEval-S's 500-question file is about 265 MB; raise it with `max_bytes=` (or the
@@ -45,7 +45,7 @@ def _kind(value: Any) -> str:
     return _KINDS.get(type(value), type(value).__name__)
 
 
-def _depth(data: Any) -> int:
+def json_depth(data: Any) -> int:
     """The deepest nesting of lists and objects in `data` (iterative: no recursion)."""
     deepest = 0
     stack = [(data, 1)]
@@ -119,7 +119,7 @@ def read_json(path: Path, *, max_bytes: int = MAX_FILE_BYTES, max_depth: int = M
         raise InvalidFileError(path, "", f"is nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # e.g. an integer longer than Python converts
         raise InvalidFileError(path, "", f"is not a readable JSON file: {exc}") from None
-    if _depth(data) > max_depth:
+    if json_depth(data) > max_depth:
         raise InvalidFileError(path, "", f"is nested deeper than {max_depth} levels")
     return data
 

@@ -6,10 +6,11 @@ import logging
 
 import numpy as np
 
-from reflective_memory.embed import Embedder
+from reflective_memory.embed import Embedder, aencode_query, encode_query
 from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.recall import RecallConfig, calibrate_gate
 from reflective_memory.recall import recall as rf_recall
+from reflective_memory.storage.bridge import await_io, bridged
 
 __all__ = ["EmbedQuery", "DenseCandidates", "LexicalCandidates", "default_gate"]
 
@@ -27,7 +28,7 @@ def default_gate(rcfg: RecallConfig) -> bool:
 
 
 class EmbedQuery:
-    """Embed the search text (once per retrieval; stages that need a vector read `qvec`).
+    """Embed the search text as a query (once per retrieval; stages read `qvec`).
 
     Args:
         embedder: The memory's embedder.
@@ -42,8 +43,16 @@ class EmbedQuery:
         self.max_chars = max_chars
 
     def vector(self, text: str) -> np.ndarray:
-        """The embedding of `text` (cut to `max_chars`)."""
-        return self.embedder.encode(text[: self.max_chars])
+        """The query embedding of `text` (cut to `max_chars`; see `embed.encode_query`).
+
+        Inside a native async call (a bridged `aretrieve` on PostgreSQL) the model runs off the
+        event loop: `embed.aencode_query` (the embedder's own async method, else a worker
+        thread) is awaited on the loop, which serves other coroutines meanwhile.
+        """
+        text = text[: self.max_chars]
+        if bridged():
+            return await_io(aencode_query(self.embedder, text))
+        return encode_query(self.embedder, text)
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.qvec`."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reflective_memory.embed import Embedder
+from reflective_memory.embed import Embedder, encode_query
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.framing import frame_lines
 from reflective_memory.types import Hit, Memory
@@ -435,7 +435,8 @@ def attribute(
     sentences = split_sentences(answer)
     if not sentences or vecs.shape[0] == 0:
         return [], np.zeros(vecs.shape[0], dtype=np.float32)
-    sent = np.asarray(embedder.encode(sentences), dtype=np.float32).reshape(len(sentences), -1)
+    sent = np.asarray(encode_query(embedder, sentences), dtype=np.float32)
+    sent = sent.reshape(len(sentences), -1)
     if sent.shape[1] != vecs.shape[1]:
         raise InvalidInputError(
             f"embedder dim {sent.shape[1]} does not match memory vectors dim {vecs.shape[1]}"

@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from reflective_memory.embed import Embedder
+from reflective_memory.embed import Embedder, encode_query
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.rmm.answer_feedback import (
     FeedbackResult,
@@ -368,7 +368,7 @@ class RerankStage:
     ) -> _TextOrder:
         """Embed the query and texts and order the texts (see `rerank_texts`)."""
         k = len(texts)
-        q = np.asarray(self.embedder.encode(query), dtype=np.float32).reshape(-1)
+        q = np.asarray(encode_query(self.embedder, query), dtype=np.float32).reshape(-1)
         m = np.zeros((0, q.shape[0]), dtype=np.float32)
         if k:
             m = np.asarray(self.embedder.encode(texts), dtype=np.float32).reshape(k, -1)
@@ -490,7 +490,7 @@ class RerankStage:
         index_fn: Callable[[str], UserIndex] | None,
     ) -> _Kept | None:
         """A ranking's vectors again: the texts re-embedded, or the user's index (if unchanged)."""
-        q = np.asarray(self.embedder.encode(rec.query), dtype=np.float32).reshape(-1)
+        q = np.asarray(encode_query(self.embedder, rec.query), dtype=np.float32).reshape(-1)
         if texts is not None:
             if len(texts) != len(rec.candidates) or not texts:
                 return None

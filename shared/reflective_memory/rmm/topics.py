@@ -122,7 +122,7 @@ class InMemoryTopicBank:
         mine = [m for m in self.memories.values() if m.user_id == user_id]
         if not mine or k < 1:
             return []
-        q = self.embedder.encode(text).reshape(-1)
+        q = self.embedder.encode(text).reshape(-1)  # a topic against topics: documents both
         sims = np.array([float(self._vecs[m.id] @ q) for m in mine])
         return [mine[i] for i in np.argsort(-sims, kind="stable")[:k]]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reflective_memory.embed import Embedder
+from reflective_memory.embed import Embedder, encode_query
 from reflective_memory.errors import InvalidInputError, LLMError
 from reflective_memory.llm import LLMClient, as_llm
 from reflective_memory.rmm.citations import (
@@ -159,8 +159,8 @@ class OfflineAnswerer:
         cands = self._candidates(hits, query_words)
         sims = np.zeros(len(cands), dtype=np.float32)
         if self.embedder is not None and cands:
-            vecs = np.asarray(self.embedder.encode([query] + [c[2] for c in cands]))
-            sims = vecs[1:] @ vecs[0]
+            qvec = np.asarray(encode_query(self.embedder, query), dtype=np.float32).reshape(-1)
+            sims = np.asarray(self.embedder.encode([c[2] for c in cands])) @ qvec
         best: dict[int, tuple[float, str, str]] = {}
         for (pos, role, sentence, words), sim in zip(cands, sims, strict=True):
             shared = words & query_words

@@ -12,6 +12,7 @@ import numpy as np
 
 from reflective_memory.conditional.notes import NOTE_GRANULARITY, build_note_drafts
 from reflective_memory.denoise.base import Denoiser, denoiser_name
+from reflective_memory.embed import in_model_thread
 from reflective_memory.errors import (
     InvalidInputError,
     ReflectiveMemoryError,
@@ -30,6 +31,7 @@ from reflective_memory.storage.base import (
     require_open,
     session_fence,
 )
+from reflective_memory.storage.bridge import await_io, bridged
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import Memory, Turn, Usage
@@ -567,10 +569,19 @@ class SessionWriter:
         return utterance(turn) if self.config.units.speaker_keys else turn.text
 
     def embed_keys(self, keys: list[str]) -> np.ndarray:
-        """Vectors of key texts, cut to `units.embed_max_chars`, in large batches."""
+        """Document vectors of key texts, cut to `units.embed_max_chars`, in large batches.
+
+        Inside a native async call (bridged, PostgreSQL) the model runs in a worker thread,
+        so the event loop serves other coroutines meanwhile.
+        """
         cut = [k[: self.config.units.embed_max_chars] for k in keys]
         if not cut:
             return np.zeros((0, self.embedder.dim), np.float32)
+        if bridged():
+            return await_io(in_model_thread(self._embed_batches, cut))
+        return self._embed_batches(cut)
+
+    def _embed_batches(self, cut: list[str]) -> np.ndarray:
         bs = max(self.config.units.embed_batch_size, 1) * 16
         parts = [self.embedder.encode(cut[i : i + bs]) for i in range(0, len(cut), bs)]
         return np.vstack(parts).astype(np.float32)

@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 from reflective_memory.errors import ConfigError
 
-__all__ = ["TaskLock", "await_io", "current_route", "run_bridged"]
+__all__ = ["TaskLock", "await_io", "bridged", "current_route", "run_bridged"]
 
 T = TypeVar("T")
 
@@ -60,6 +60,15 @@ def current_route() -> object | None:
     """The connection source of the bridged call running now (None outside a bridge)."""
     bridge = _bridge()
     return None if bridge is None else bridge.route
+
+
+def bridged() -> bool:
+    """Whether the code running now is a bridged call on an event loop (see `run_bridged`).
+
+    CPU-heavy steps check it to hand their work to a worker thread (`await_io(
+    asyncio.to_thread(...))`), so the loop stays free for the other coroutines meanwhile.
+    """
+    return _bridge() is not None
 
 
 def await_io(awaitable: Awaitable[T]) -> T:

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,7 @@ from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import seal, unseal
 
 __all__ = [
+    "log_model_change",
     "AnnSettings",
     "DenseIndex",
     "LexicalIndex",
@@ -303,6 +304,30 @@ def _read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+def log_model_change(user_id: str, models: Sequence[str | None], embedder: Embedder) -> None:
+    """Say (WARNING) that memories embedded by another model are about to be re-embedded.
+
+    Args:
+        user_id: The user whose index is built.
+        models: The model names stored with the memories about to be embedded (`None`: never
+            embedded, e.g. a failed embed; those are not a model change).
+        embedder: The embedder that will embed them.
+    """
+    others = Counter(m for m in models if m is not None and m != embedder.name)
+    if not others:
+        return
+    was = ", ".join(f"{n} by {m!r}" for m, n in others.most_common())
+    logger.warning(
+        "user %s: the store holds vectors of another embedding model (%s); re-embedding %d "
+        "memories with %r (the store was written with another embedder; the new model's "
+        "vectors are written back)",
+        user_id,
+        was,
+        sum(others.values()),
+        embedder.name,
+    )
+
+
 class IndexCache:
     """One `UserIndex` per user, rebuilt from the store when its version moves.
 
@@ -488,6 +513,7 @@ class IndexCache:
                 missing.append(i)
             else:
                 vectors[i] = np.frombuffer(blob, dtype=np.float32)
+        log_model_change(user_id, [models[i] for i in missing], self.embedder)
         self._embed_missing(user_id, ids, keys, vectors, missing)
         built = UserIndex(user_id, version, ids, build_dense_index(vectors, self.ann), keys)
         if isinstance(self.store, KeyListing) and ids:  # what a later append is checked against

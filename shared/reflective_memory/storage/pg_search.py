@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,6 +57,7 @@ class Snapshot:
         marks: Their marks (`seq`).
         stale: Positions (in `ids`) of the memories without an embedding of the model asked.
         appended: Only the memories marked above the earlier snapshot's newest were read.
+        stale_models: The model stored with each `stale` memory (`None`: never embedded).
     """
 
     version: int
@@ -65,6 +66,7 @@ class Snapshot:
     marks: list[int]
     stale: list[int]
     appended: bool
+    stale_models: list[str | None] = field(default_factory=list)
 
 
 class PgSearch:
@@ -140,7 +142,7 @@ class PgSearch:
                 appended = (int(held[0]), int(held[1]), held[2]) == (count, total, mark)
             rows = conn.execute(
                 f"SELECT id, key, key_crc, seq, (embedding IS NULL OR embed_model IS DISTINCT"
-                f" FROM %s OR embed_dim IS DISTINCT FROM %s) FROM {self._s}.memories"
+                f" FROM %s OR embed_dim IS DISTINCT FROM %s), embed_model FROM {self._s}.memories"
                 " WHERE user_id=%s" + (" AND seq > %s" if appended else "") + " ORDER BY seq",
                 (model, dim, user_id, *((after[1],) if appended and after else ())),
             ).fetchall()
@@ -151,6 +153,7 @@ class PgSearch:
             [int(r[3]) for r in rows],
             [i for i, r in enumerate(rows) if r[4]],
             appended,
+            [r[5] for r in rows if r[4]],
         )
 
     def ensure_vector_index(self, dim: int) -> None:

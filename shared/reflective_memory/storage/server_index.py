@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reflective_memory.storage.base import MemoryVectors
-from reflective_memory.storage.index import UserIndex, text_bytes_of
+from reflective_memory.storage.index import UserIndex, log_model_change, text_bytes_of
 
 if TYPE_CHECKING:
     from reflective_memory.storage.pg_search import PgSearch
@@ -195,6 +195,7 @@ def build_server_index(
         after = (before.ids[-1], old[-1], len(old), total)
     snap = server.index_snapshot(user_id, model, dim, after)
     if snap.stale:
+        log_model_change(user_id, snap.stale_models, embedder)
         logger.info("embedding %d memories of user %s", len(snap.stale), user_id)
         for s in range(0, len(snap.stale), 4096):
             chunk = [snap.ids[i] for i in snap.stale[s : s + 4096]]

@@ -1,0 +1,385 @@
+"""Chat logs as people have them: message lists and JSON Lines, read into conversations.
+
+`reflective_memory.io.load_conversations` hands a file here when its shape is a chat log rather
+than one of the conversation formats (reflective-memory/v1, LongMemEval, LoCoMo). Accepted, told
+apart by shape (not by name):
+
+* **JSON Lines** (`.jsonl`, `.ndjson`, or any file whose first line is a whole JSON value and
+  more lines follow): one message object per line, or one `{"messages": [...]}` conversation
+  per line (the OpenAI fine-tuning layout). Read line by line, never as one document.
+* **A message list**: a JSON list of messages, or `{"messages": [...]}` (OpenAI style, optional
+  `session_id` / `user_id`), or a list of such objects.
+
+A message is any of:
+
+* OpenAI style: `{"role": "user", "content": "...", "name": "Claire"}`; `content` may be a
+  list of parts (`{"type": "text", "text": "..."}`; other parts are left out).
+* LangChain, as `messages_to_dict` writes it: `{"type": "human", "data": {"content": "...",
+  "additional_kwargs": {...}}}`, or a message's `model_dump()` (`type` and `content` at the top).
+  Types `human`, `ai`, `system`, `tool`, `function` become roles `user`, `assistant`, `system`,
+  `tool`, `tool`; a `chat` message keeps its `role`.
+* LlamaIndex `ChatMessage.model_dump()`: `{"role": ..., "blocks": [{"block_type": "text",
+  "text": ...}], "additional_kwargs": {...}}` (or `content` instead of `blocks`).
+
+Per message, optionally: a time (`timestamp`, `time`, `created_at`, `date`, or `timestamp` in
+`additional_kwargs`: ISO text or Unix seconds), a session (`session_id`, `conversation_id`,
+`thread_id`), a user (`user_id`) and a speaker `name` (kept as the role when it is a valid
+label, as every adapter does). Messages without a session go to one session named after the
+file (`claire.jsonl` -> `claire`), or, with `session_gap`, a new session starts after that many
+seconds of silence. Messages without a user go to `default_user`. A message whose text is empty
+(an assistant message holding only tool calls) is left out: there is nothing to remember.
+
+A malformed file raises `InvalidFileError` naming the file, the line (JSON Lines) or position
+(`[3].content`) and the problem, before anything is returned.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from reflective_memory.errors import InvalidFileError
+from reflective_memory.jsonfile import MAX_DEPTH, FileShape, json_depth
+from reflective_memory.text import parse_timestamp
+from reflective_memory.validation import role_or
+
+__all__ = [
+    "ChatLog",
+    "Message",
+    "message",
+    "LANGCHAIN_ROLES",
+    "looks_like_jsonl",
+    "is_chat_log",
+    "read_chat_json",
+    "read_chat_jsonl",
+]
+
+#: LangChain message `type` -> stored role.
+LANGCHAIN_ROLES = {
+    "human": "user",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function": "tool",
+}
+_TIME_KEYS = ("timestamp", "time", "created_at", "date")
+_SESSION_KEYS = ("session_id", "conversation_id", "thread_id")
+_JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+#: Longest first line read to tell JSON Lines by shape (a longer one needs a `.jsonl` name).
+_PEEK_CHARS = 16 * 2**20
+
+
+class _Checks(Protocol):
+    """The value checks of `reflective_memory.io` (its `_Reader`), shared with this module."""
+
+    shape: FileShape
+
+    def ident(self, value: Any, where: str) -> str: ...
+    def role(self, value: Any, where: str) -> str: ...
+    def text(self, value: Any, where: str, *, blank_ok: bool = False) -> str: ...
+    def when(self, value: Any, where: str) -> Any: ...
+
+
+@dataclass
+class Message:
+    """One message of a chat log, checked.
+
+    Attributes:
+        role: Stored role (the speaker's name when given and valid).
+        text: What was said.
+        timestamp: Its time as given (ISO text or Unix seconds), or None.
+        session_id: Its session, if the log names one.
+        user_id: Its user, if the log names one.
+    """
+
+    role: str
+    text: str
+    timestamp: Any = None
+    session_id: str | None = None
+    user_id: str | None = None
+
+
+@dataclass
+class ChatLog:
+    """Messages grouped by user and session, in first-seen order (`io` makes conversations).
+
+    Attributes:
+        sessions: `(user_id or None, session_id) -> turns` (dicts of role, text, timestamp).
+    """
+
+    sessions: dict[tuple[str | None, str], list[dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, user: str | None, session: str, msg: Message) -> None:
+        """Append `msg` to its session."""
+        turn = {"role": msg.role, "text": msg.text, "turn_id": None, "timestamp": msg.timestamp}
+        self.sessions.setdefault((user, session), []).append(turn)
+
+
+def _is_message(obj: Any) -> bool:
+    """Whether `obj` has the shape of one message of any supported layout."""
+    if not isinstance(obj, dict):
+        return False
+    if "role" in obj and ("content" in obj or "blocks" in obj):
+        return True
+    return isinstance(obj.get("type"), str) and ("data" in obj or "content" in obj)
+
+
+def is_chat_log(data: Any) -> bool:
+    """Whether a parsed JSON document is a chat log (a message list or `{"messages": [...]}`)."""
+    if isinstance(data, dict):
+        return "messages" in data or _is_message(data)
+    if isinstance(data, list) and data:
+        first = data[0]
+        return _is_message(first) or (isinstance(first, dict) and "messages" in first)
+    return False
+
+
+def looks_like_jsonl(path: Path) -> bool:
+    """Whether `path` holds JSON Lines: by its suffix, or by its shape.
+
+    By shape: a first line that is a whole JSON object, followed by more lines (a
+    pretty-printed document's first line does not parse alone).
+    """
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    if Path(name).suffix.lower() in _JSONL_SUFFIXES:
+        return True
+    try:
+        with _open_text(path) as fh:
+            first = fh.readline(_PEEK_CHARS)
+            while first and not first.strip():
+                first = fh.readline(_PEEK_CHARS)
+            if not first.lstrip().startswith("{"):
+                return False
+            json.loads(first)
+            following = fh.readline(_PEEK_CHARS)
+            while following and not following.strip():
+                following = fh.readline(_PEEK_CHARS)
+            return bool(following)
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError):
+        return False  # the JSON reader reports what is wrong with the file
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    raw: Any = gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline=None)
+
+
+def _text_of(r: _Checks, content: Any, where: str) -> str:
+    """A message's text from a string or a list of parts (text parts joined by newlines)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return r.text(content, where, blank_ok=True)
+    r.shape.expect(content, where, str, list)
+    parts = []
+    for i, part in enumerate(content):
+        pat = f"{where}[{i}]"
+        if isinstance(part, str):
+            parts.append(part)
+            continue
+        r.shape.expect(part, pat, dict)
+        kind = part.get("type", part.get("block_type"))
+        if kind == "text":
+            parts.append(r.shape.field(part, "text", pat, str))
+    return r.text("\n".join(p for p in parts if p.strip()), where, blank_ok=True)
+
+
+def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
+    for key in keys:
+        if obj.get(key) is not None:
+            return key, obj[key]
+    return None
+
+
+def _time(r: _Checks, obj: dict[str, Any], extra: Any, where: str) -> Any:
+    found = _first(obj, _TIME_KEYS)
+    if found is None and isinstance(extra, dict) and extra.get("timestamp") is not None:
+        found = ("additional_kwargs.timestamp", extra["timestamp"])
+    if found is None:
+        return None
+    key, value = found
+    return r.when(value, f"{where}.{key}")
+
+
+def message(r: _Checks, obj: Any, where: str) -> Message | None:
+    """One message checked (None when it says nothing).
+
+    Raises:
+        InvalidFileError: `obj` is no message of a supported layout, or a value is wrong.
+    """
+    shape = r.shape
+    shape.expect(obj, where, dict)
+    if not _is_message(obj):
+        raise shape.fail(
+            where,
+            "is not a message: expected role and content (OpenAI), role and blocks "
+            "(LlamaIndex) or type and data (LangChain messages_to_dict); got keys "
+            f"{', '.join(sorted(map(str, obj))[:6]) or 'none'}",
+        )
+    body, at = obj, where
+    if "role" not in obj:  # LangChain
+        kind = shape.field(obj, "type", where, str)
+        if "data" in obj:
+            body, at = shape.field(obj, "data", where, dict), f"{where}.data"
+        if kind == "chat":
+            role = r.role(shape.field(body, "role", at, str), f"{at}.role")
+        elif kind in LANGCHAIN_ROLES:
+            role = LANGCHAIN_ROLES[kind]
+        else:
+            raise shape.fail(
+                f"{where}.type",
+                f"unknown LangChain message type {kind!r} (known: "
+                f"{', '.join([*LANGCHAIN_ROLES, 'chat'])})",
+            )
+        text = _text_of(r, body.get("content"), f"{at}.content")
+    else:
+        role = r.role(shape.field(obj, "role", where, str), f"{where}.role")
+        if "blocks" in obj and obj.get("content") is None:
+            text = _text_of(r, shape.field(obj, "blocks", where, list), f"{where}.blocks")
+        else:
+            text = _text_of(r, obj.get("content"), f"{where}.content")
+    extra = body.get("additional_kwargs")
+    if extra is not None:
+        shape.expect(extra, f"{at}.additional_kwargs", dict)
+    name = body.get("name")
+    if name is not None:
+        shape.expect(name, f"{at}.name", str)
+    stamp = _time(r, obj, extra, where) if body is obj else _time(r, body, extra, at)
+    session = _first(obj, _SESSION_KEYS)
+    user = obj.get("user_id")
+    if not text.strip():
+        return None
+    return Message(
+        role_or(name, role),
+        text,
+        stamp,
+        None if session is None else r.ident(session[1], f"{where}.{session[0]}"),
+        None if user is None else r.ident(user, f"{where}.user_id"),
+    )
+
+
+class _Sessions:
+    """Assigns messages without a session id to the file's session, cut by `session_gap`."""
+
+    def __init__(self, r: _Checks, base: str, session_gap: float | None) -> None:
+        self.r, self.gap = r, session_gap
+        self.base = base
+        self.count: dict[str | None, int] = {}
+        self.last: dict[str | None, float] = {}
+
+    def of(self, msg: Message, where: str) -> str:
+        if msg.session_id is not None:
+            return msg.session_id
+        user = msg.user_id
+        n = self.count.setdefault(user, 1)
+        if self.gap is not None:
+            when = parse_timestamp(msg.timestamp)
+            if when is None:
+                raise self.r.shape.fail(
+                    where, "has no time, and --session-gap needs one on every message"
+                )
+            t = when.timestamp()
+            if user in self.last and t - self.last[user] > self.gap:
+                n = self.count[user] = n + 1
+            self.last[user] = t
+        return self.base if n == 1 else f"{self.base}-{n}"
+
+
+def _base(path: Path) -> str:
+    """The session id of a file's messages that name none: its name without suffixes."""
+    return Path(path.name.removesuffix(".gz")).stem.strip() or "chat"
+
+
+def _conversation(
+    r: _Checks, log: ChatLog, obj: dict[str, Any], where: str, sid: str, user: str | None
+) -> None:
+    """Add one `{"messages": [...]}` object (its own session id and user, if it names them)."""
+    shape = r.shape
+    found = _first(obj, _SESSION_KEYS)
+    sid = sid if found is None else r.ident(found[1], f"{where}.{found[0]}")
+    if obj.get("user_id") is not None:
+        user = r.ident(obj["user_id"], f"{where}.user_id")
+    for i, item in enumerate(shape.field(obj, "messages", where, list)):
+        msg = message(r, item, f"{where}.messages[{i}]" if where else f"messages[{i}]")
+        if msg is not None:
+            log.add(msg.user_id or user, msg.session_id or sid, msg)
+
+
+def read_chat_json(r: _Checks, data: Any, session_gap: float | None) -> ChatLog:
+    """A parsed JSON chat log (see the module docstring) as sessions."""
+    log = ChatLog()
+    base = _base(r.shape.path)
+    if isinstance(data, dict) and "messages" in data:
+        _conversation(r, log, data, "", base, None)
+        return log
+    items = data if isinstance(data, list) else [data]
+    if isinstance(data, list) and isinstance(data[0], dict) and "messages" in data[0]:
+        for n, obj in enumerate(items):
+            r.shape.expect(obj, f"[{n}]", dict)
+            _conversation(r, log, obj, f"[{n}]", f"{base}-{n + 1}", None)
+        return log
+    sessions = _Sessions(r, base, session_gap)
+    for n, obj in enumerate(items):
+        where = f"[{n}]" if isinstance(data, list) else ""
+        msg = message(r, obj, where or "top level")
+        if msg is not None:
+            log.add(msg.user_id, sessions.of(msg, where or "top level"), msg)
+    return log
+
+
+def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]:
+    """`(line number, line)` of a text file, streamed, within `max_bytes` (decompressed too)."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise InvalidFileError(
+            path, "", f"is {size:,} bytes, more than the maximum of {max_bytes:,}"
+        )
+    total = 0
+    try:
+        with _open_text(path) as fh:
+            for n, line in enumerate(fh, 1):
+                total += len(line)
+                if total > max_bytes:
+                    raise InvalidFileError(
+                        path, f"line {n}", f"the file holds more than {max_bytes:,} characters"
+                    )
+                yield n, line
+    except UnicodeDecodeError as exc:
+        raise InvalidFileError(path, "", f"is not UTF-8 text ({exc.reason})") from None
+    except (OSError, EOFError) as exc:
+        raise InvalidFileError(path, "", f"cannot be read ({exc})") from None
+
+
+def read_chat_jsonl(r: _Checks, path: Path, max_bytes: int, session_gap: float | None) -> ChatLog:
+    """A JSON Lines chat log (one message or one `{"messages": [...]}` per line) as sessions."""
+    log = ChatLog()
+    base = _base(path)
+    sessions = _Sessions(r, base, session_gap)
+    for n, line in _lines(path, max_bytes):
+        if not line.strip():
+            continue
+        where = f"line {n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise r.shape.fail(
+                where, f"is not valid JSON: {exc.msg} (column {exc.colno})"
+            ) from None
+        except (RecursionError, ValueError) as exc:
+            raise r.shape.fail(where, f"is not readable JSON ({exc})") from None
+        if json_depth(obj) > MAX_DEPTH:
+            raise r.shape.fail(where, f"is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(obj, dict) and "messages" in obj:
+            _conversation(r, log, obj, where, f"{base}-{n}", None)
+            continue
+        msg = message(r, obj, where)
+        if msg is not None:
+            log.add(msg.user_id, sessions.of(msg, where), msg)
+    if not log.sessions:
+        raise r.shape.fail("", "holds no message with text")
+    return log
