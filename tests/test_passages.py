@@ -233,7 +233,6 @@ def test_present_tense_questions_prefer_the_newest_evidence() -> None:
         for s in ("a", "b", "c"):
             mem.end_session("u", s)
         now = mem.retrieve("u", "Where do I live now?", budget_tokens=200)
-        assert now.diagnostics["passages"]["present_tense"] is True
         assert now.hits[0].memory.session_id == "c"
         past = mem.retrieve("u", "Where did I live in Lisbon Alfama?", budget_tokens=200)
         assert past.diagnostics["passages"]["present_tense"] is False
@@ -509,6 +508,47 @@ def test_recency_only_reorders_turns_about_as_relevant_as_the_best() -> None:
     assert votes.turn[("new", 0)] > votes.turn[("old", 0)]  # the newer answer wins the tie
     assert votes.turn[("chat", 0)] == before[("chat", 0)]  # the weak match is not pulled up
     assert votes.turn[("chat", 0)] < votes.turn[("old", 0)]
+
+
+def test_a_recent_turn_far_from_the_question_does_not_compete_on_time() -> None:
+    """Close fused votes (a small history) do not let "Tusen takk!" win on recency alone."""
+    from reflective_memory.turn_votes import RECENCY_RELEVANCE, apply_recency
+
+    sessions = {
+        "old": _turns("old", ["I'm allergic to peanuts."], "2025-01-12"),
+        "new": _turns("new", ["Tusen takk!"], "2026-03-10"),
+        "move": _turns("move", ["I moved to Oslo last month."], "2026-03-11"),
+    }
+    cosine = {("old", 0): 0.46, ("new", 0): 0.09, ("move", 0): 0.05}
+    votes = _votes([("old", 0), ("new", 0)])  # within the 10% vote margin of each other
+    votes.add(("move", 0), 0.2 / 61, None)
+    before = dict(votes.turn)
+    assert cosine[("new", 0)] < RECENCY_RELEVANCE * cosine[("old", 0)]
+    assert apply_recency(votes, sessions.__getitem__, 0.25, 10, 0.1, relevance=cosine.get)
+    assert votes.turn[("new", 0)] == before[("new", 0)]  # not lifted: it answers nothing
+    assert votes.turn[("move", 0)] > before[("move", 0)]  # a stated change still competes
+    again = _votes([("old", 0), ("new", 0)])  # without cosines, the vote margin alone decides
+    assert apply_recency(again, sessions.__getitem__, 0.25, 10, 0.1)
+    assert again.turn[("new", 0)] > again.turn[("old", 0)]
+
+
+@pytest.mark.integration
+def test_small_talk_in_the_newest_session_is_not_the_answer_to_a_present_question() -> None:
+    # "What am I allergic to?" reads as present tense ("am I"); in a short history every fused
+    # vote is within the recency margin, so the newest turn won on time alone
+    with ReflectiveMemory(config=_cfg()) as mem:
+        first = [
+            "I live in Lyon, in a small flat near the old town.",
+            "Lyon is a lovely city to live in.",
+            "I'm allergic to peanuts, so I always read the labels when I buy snacks.",
+            "I will keep your peanut allergy in mind.",
+        ]
+        _add(mem, "u", "s1", first, "2025-01-12")
+        _add(mem, "u", "s2", ["I signed up for a sourdough course.", "How exciting!"], "2025-11-02")
+        _add(mem, "u", "s3", ["Tusen takk!", "Bare hyggelig!"], "2025-11-20")
+        for k in (1, 3):
+            hits = mem.retrieve("u", "What am I allergic to?", k=k).hits
+            assert "peanuts" in hits[0].memory.text, [h.memory.text for h in hits]
 
 
 def test_passage_hits_carry_relevance_from_the_units_that_voted() -> None:

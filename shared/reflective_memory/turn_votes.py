@@ -32,6 +32,8 @@ __all__ = [
 
 #: Turns that compete on time for a present-tense question.
 RECENCY_POOL = 10
+#: ... and the share of the best of them's query cosine a turn's own must reach to compete.
+RECENCY_RELEVANCE = 0.5
 
 
 @dataclass
@@ -131,6 +133,7 @@ def apply_recency(
     top: int = 10,
     margin: float = 1.0,
     changes: bool = True,
+    relevance: Callable[[tuple[str, int]], float | None] | None = None,
 ) -> bool:
     """Scale the votes of the best turns by `1 + weight * r`, newest first.
 
@@ -140,7 +143,11 @@ def apply_recency(
     even when it matches the question's words less). `r` is 0 for the oldest of them and 1 for
     the newest by their session's time (a later turn of the same conversation is no update,
     so turns of one session keep their order), so the newest of the memories that answer wins;
-    weaker turns are left alone (a recent but unrelated turn is not pulled up).
+    weaker turns are left alone (a recent but unrelated turn is not pulled up). With
+    `relevance` (a turn's own query cosine, None when its key was not ranked), a turn whose
+    cosine is below `RECENCY_RELEVANCE` of the best one's does not compete either (unless it
+    states a change): fused votes of a small history are close, but "Tusen takk!" is no answer
+    to "What am I allergic to?" however new.
 
     Returns:
         Whether any vote changed (False when fewer than two distinct times are known).
@@ -148,10 +155,18 @@ def apply_recency(
     pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
     if pool:
         floor = (1.0 - margin) * votes.turn[pool[0]]
+        cosines = {key: relevance(key) for key in pool} if relevance is not None else {}
+        known = [c for c in cosines.values() if c is not None]
+        near = RECENCY_RELEVANCE * max(known) if known else None
+
+        def close(key: tuple[str, int]) -> bool:
+            cos = cosines.get(key)
+            return near is None or cos is None or cos >= near
+
         pool = [
             key
             for key in pool
-            if votes.turn[key] >= floor
+            if (votes.turn[key] >= floor and close(key))
             or (changes and states_a_change(session_turns(key[0])[key[1]].text))
         ]
     times: dict[tuple[str, int], float] = {}

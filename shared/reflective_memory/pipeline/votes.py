@@ -36,6 +36,7 @@ from reflective_memory.turn_votes import (
     collect_votes,
 )
 from reflective_memory.types import Memory, Turn
+from reflective_memory.units import turn_unit_id
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "Votes"]
 
@@ -375,7 +376,12 @@ class Votes:
         state.recency = False
         if cfg.recency_weight > 0 and present_tense(req.query):
             state.recency = apply_recency(
-                votes, session_turns, cfg.recency_weight, RECENCY_POOL, cfg.recency_margin
+                votes,
+                session_turns,
+                cfg.recency_weight,
+                RECENCY_POOL,
+                cfg.recency_margin,
+                relevance=self._relevance(state, session_turns),
             )
         if state.frame is not None:
             apply_time_frame(
@@ -383,6 +389,20 @@ class Votes:
             )
         state.votes = votes
         state.ranked_units = len(ranked)
+
+    @staticmethod
+    def _relevance(
+        state: RetrievalState, session_turns: Callable[[str], Sequence[Turn]]
+    ) -> Callable[[tuple[str, int]], float | None]:
+        """A turn's own query cosine (its turn unit's dense score), None when not ranked."""
+        user = state.request.user_id
+
+        def cosine(key: tuple[str, int]) -> float | None:
+            turn = session_turns(key[0])[key[1]]
+            scores = state.unit_scores.get(turn_unit_id(user, key[0], turn.turn_id))
+            return None if scores is None else scores.get("dense")
+
+        return cosine
 
     def _ranked(self, state: RetrievalState) -> list[Memory]:
         """The ranked units (texts only for those without turns) and their scores."""
