@@ -252,6 +252,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
             budget_tokens=self.budget_tokens,
             instruction=self.citation_instruction,
             exclude_turns=self._shown(state["messages"], sid),
+            message=True,
         )[0]
         self._last = retrieval
         return {_STATE_KEY: self._retrievals.put(retrieval)}

@@ -166,6 +166,7 @@ class ReflectiveChatMemory(BaseMemory):
                 budget_tokens=self.budget_tokens,
                 instruction=self.citation_instruction,
                 exclude_turns=[t.turn_id for t in recent],
+                message=True,
             )
         self._last = retrieval
         if self.return_messages:

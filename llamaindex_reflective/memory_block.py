@@ -211,6 +211,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
             budget_tokens=self.budget_tokens,
             instruction=self.instruction,
             exclude_turns=sorted(self.shown_turns(messages, session_id)),
+            message=True,
         )
         self._last, self._last_hits = retrieval, list(retrieval.hits)
         return block

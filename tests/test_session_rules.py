@@ -200,3 +200,26 @@ def test_an_auto_end_failing_on_an_unavailable_store_logs_one_line(
         monkeypatch.setattr(mem.store, "replace_session_memories", real)
         mem.add_turn("ana", "s3", "user", "Back online.", timestamp=T0 + timedelta(2))
         assert mem.open_sessions("ana") == ["s3"]
+
+
+def test_a_chat_message_longer_than_a_query_is_searched_by_its_opening(full) -> None:
+    from reflective_memory.memory_block import shown_memories
+
+    full.add_turn("ana", "s1", "user", "My cat is called Miso.")
+    limit = full.config.search.max_query_chars
+    pasted = "What is my cat called? " + "x" * limit
+    with pytest.raises(InvalidInputError, match="max_query_chars"):
+        shown_memories(
+            full, "ana", pasted, k=1, budget_tokens=None, instruction=None, exclude_turns=()
+        )
+    got, block = shown_memories(
+        full,
+        "ana",
+        pasted,
+        k=1,
+        budget_tokens=None,
+        instruction=None,
+        exclude_turns=(),
+        message=True,
+    )
+    assert got.query == pasted[:limit] and "Miso" in block

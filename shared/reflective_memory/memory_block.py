@@ -132,6 +132,7 @@ def shown_memories(
     instruction: str | None,
     exclude_turns: Sequence[str],
     now: Any = None,
+    message: bool = False,
 ) -> tuple[Retrieval, str]:
     """Retrieve the memories a model is shown and their numbered block.
 
@@ -140,7 +141,13 @@ def shown_memories(
     it. With neither, passages filling the core's `search.default_budget_tokens` (500), the
     instruction and numbering on top (about 60 tokens, and 25 a memory): the measured default
     keeps its passages whole. `now` is `retrieve`'s (None: the newest turn's time).
+
+    With `message`, `query` is a user's chat message (the adapters search with the latest one):
+    a message longer than `search.max_query_chars` is searched by its opening, so a pasted
+    document never stops the conversation; otherwise such a query raises `InvalidInputError`.
     """
+    if message:
+        query = query[: memory.config.search.max_query_chars]
     if budget_tokens is None:
         retrieval = memory.retrieve(user_id, query, k=k, exclude_turns=exclude_turns, now=now)
         return retrieval, memory_block(retrieval.hits, instruction)
