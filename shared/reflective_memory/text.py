@@ -247,9 +247,9 @@ class WordCounts:
         """Whether a turn of these `short_words` is small talk (None: a long turn, never)."""
         if words is None:
             return False
-        least = COMMON_SHARE * self.turns
-        turns, sessions = self.turns_holding, self.sessions_holding
-        return all(turns[w] >= least and sessions[w] >= COMMON_SESSIONS for w in words)
+        least, most = COMMON_SHARE * self.turns, COMMON_SESSIONS
+        turns, sessions = self.turns_holding.get, self.sessions_holding.get
+        return all(turns(w, 0) >= least and sessions(w, 0) >= most for w in words)
 
     def contentless(self, text: str) -> bool:
         """Whether a turn carries no content of its own for this user (see the class)."""

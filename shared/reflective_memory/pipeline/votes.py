@@ -455,6 +455,10 @@ def _drop_unshowable(
     small talk ("Thanks!", "You're welcome!") stays only after a turn with content.
     """
     said = _short_words_cache(index)
+    # the decisions hold for this version, unless its counts grow as sessions are read
+    known: dict[tuple[str, str], bool] = (
+        index.extras.setdefault("contentless", {}) if len(index) <= PRELOAD_TURNS else {}
+    )
     before = dict(votes.turn)
     for key in sorted(before):
         turns = session_turns(key[0])
@@ -463,11 +467,13 @@ def _drop_unshowable(
             del votes.turn[key]
             continue
         ref = (key[0], turn.turn_id)
-        if ref in said:
-            words = said[ref]
-        else:
-            words = said[ref] = short_words(turn.text)
-        if not counts.quiet(words):
+        quiet = known.get(ref)
+        if quiet is None:
+            words = said.get(ref, ())
+            if words == ():  # not read yet (a long turn's words are None)
+                words = said[ref] = short_words(turn.text)
+            quiet = known[ref] = counts.quiet(words)
+        if not quiet:
             continue
         anchor = votes.turn.get((key[0], key[1] - 1)) if passages and key[1] > 0 else None
         if anchor is None:  # the turn before has no vote, or lost it (excluded, small talk alone)
