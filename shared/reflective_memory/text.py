@@ -21,7 +21,6 @@ __all__ = [
     "contentless",
     "WordCounts",
     "words_of",
-    "short_words",
     "COMMON_SHARE",
     "COMMON_SESSIONS",
 ]
@@ -160,24 +159,6 @@ def words_of(text: str) -> frozenset[str]:
     return frozenset(_WORD.findall(text.casefold()))
 
 
-def short_words(text: str) -> frozenset[str] | None:
-    """The distinct words of a turn of at most 12 words; None for a longer turn.
-
-    A long turn is decided in its first 240 characters (12 short words fit in them).
-
-    Example:
-        >>> sorted(short_words("Tusen takk!")), short_words("word " * 13)
-        (['takk', 'tusen'], None)
-    """
-    head = text[:_SMALL_TALK_CHARS]
-    found = _WORD.findall(head.casefold(), 0)
-    if len(head) < len(text):  # the opening may cut its last word, or stop before the 13th
-        if len(found) >= _SMALL_TALK_MAX_WORDS:
-            return None
-        found = _WORD.findall(text.casefold())
-    return frozenset(found) if len(found) <= _SMALL_TALK_MAX_WORDS else None
-
-
 class WordCounts:
     """How many of a user's turns and sessions hold each word: what tells small talk.
 
@@ -243,17 +224,31 @@ class WordCounts:
             and self.sessions_holding[word] >= COMMON_SESSIONS
         )
 
-    def quiet(self, words: frozenset[str] | None) -> bool:
-        """Whether a turn of these `short_words` is small talk (None: a long turn, never)."""
-        if words is None:
-            return False
+    def contentless(self, text: str) -> bool:
+        """Whether a turn carries no content of its own for this user (see the class).
+
+        Read word by word up to the first word that is not common, so a long turn is decided
+        in its opening (12 words of small talk fit in 240 characters).
+        """
+        head = text[:_SMALL_TALK_CHARS]
+        got = self._quiet(head.casefold(), complete=len(head) == len(text))
+        return self._quiet(text.casefold(), complete=True) if got is None else got
+
+    def _quiet(self, low: str, complete: bool) -> bool | None:
+        """Whether case-folded `low` is small talk; None when an opening cannot tell.
+
+        An opening (`complete=False`) cannot tell when it ends before an uncommon word or the
+        13th word, or when its last word may be cut.
+        """
         least, most = COMMON_SHARE * self.turns, COMMON_SESSIONS
         turns, sessions = self.turns_holding.get, self.sessions_holding.get
-        return all(turns(w, 0) >= least and sessions(w, 0) >= most for w in words)
-
-    def contentless(self, text: str) -> bool:
-        """Whether a turn carries no content of its own for this user (see the class)."""
-        return self.quiet(short_words(text))
+        for n, m in enumerate(_WORD.finditer(low), 1):  # stops at the first uncommon word
+            if not complete and m.end() == len(low):
+                return None
+            w = m.group()
+            if n > _SMALL_TALK_MAX_WORDS or turns(w, 0) < least or sessions(w, 0) < most:
+                return False
+        return True if complete else None
 
 
 def contentless(text: str, counts: WordCounts) -> bool:

@@ -25,7 +25,7 @@ from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.speakers import speaker_of
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
-from reflective_memory.text import WordCounts, short_words
+from reflective_memory.text import WordCounts
 from reflective_memory.timeframe import time_frame
 from reflective_memory.turn_votes import (
     RECENCY_POOL,
@@ -454,7 +454,6 @@ def _drop_unshowable(
     reads as that turn's context); otherwise it has none. Turns are read in order, so a run of
     small talk ("Thanks!", "You're welcome!") stays only after a turn with content.
     """
-    said = _short_words_cache(index)
     # the decisions hold for this version, unless its counts grow as sessions are read
     known: dict[tuple[str, str], bool] = (
         index.extras.setdefault("contentless", {}) if len(index) <= PRELOAD_TURNS else {}
@@ -469,10 +468,7 @@ def _drop_unshowable(
         ref = (key[0], turn.turn_id)
         quiet = known.get(ref)
         if quiet is None:
-            words = said.get(ref, ())
-            if words == ():  # not read yet (a long turn's words are None)
-                words = said[ref] = short_words(turn.text)
-            quiet = known[ref] = counts.quiet(words)
+            quiet = known[ref] = counts.contentless(turn.text)
         if not quiet:
             continue
         anchor = votes.turn.get((key[0], key[1] - 1)) if passages and key[1] > 0 else None
@@ -480,21 +476,6 @@ def _drop_unshowable(
             del votes.turn[key]
         else:
             votes.turn[key] = min(before[key], anchor * 0.999)
-
-
-def _short_words_cache(index: UserIndex) -> dict[tuple[str, str], frozenset[str] | None]:
-    """Each read `(session_id, turn_id)`'s `short_words` (None: a long turn), cached per index.
-
-    Shared with the versions that only appended to this one: a stored turn's text never
-    changes under the same ids. Whether the words are small talk is asked of each version's
-    `WordCounts` again (they change as the history grows).
-    """
-    got: dict[tuple[str, str], frozenset[str] | None] | None = index.extras.get("short_words")
-    if got is None:
-        carried = index.carried
-        got = carried.extras.get("short_words") if carried is not None else None
-        got = index.extras.setdefault("short_words", {} if got is None else got)
-    return got
 
 
 def _quotes(query: str) -> Callable[[Turn], bool] | None:
