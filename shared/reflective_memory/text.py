@@ -1,4 +1,4 @@
-"""Small text utilities: timestamp parsing, lexical tokenisation and memory text formatting."""
+"""Small text utilities: timestamps, lexical tokens, small talk, memory text formatting."""
 
 from __future__ import annotations
 
@@ -142,8 +142,9 @@ def lexical_tokens(text: str) -> list[str]:
 COMMON_SHARE = 0.02
 #: ... and when it was said in at least this many sessions: the topic of a session or two is
 #: said in many of its turns ("a lovely bar in Miami"), small talk in session after session.
-#: On REALTALK's first 60 to 200 turns, 2 sessions let such evidence turns pass for small talk,
-#: 3 none (BENCHMARKS.md); a new user's turns are small talk only from their third session.
+#: On REALTALK's first 60 / 100 / 200 turns, 0 / 0 / 2 evidence turns pass for small talk with
+#: 3 sessions, 0 / 2 / 3 with 2, 1 / 2 / 6 with 3 turns instead (BENCHMARKS.md). A new user's
+#: turns are small talk only from their third session on.
 COMMON_SESSIONS = 3
 _SMALL_TALK_MAX_WORDS = 12
 _SMALL_TALK_CHARS = 240  # holds more than 12 words of small talk (they are short)
