@@ -13,7 +13,7 @@ def test_threads_adding_and_retrieving(tmp_path) -> None:
         def writer(w: int) -> None:
             try:
                 for i in range(40):
-                    mem.add_turn(f"user{w % 2}", f"w{w}-s{i // 5}", "user", f"note {i} from {w}")
+                    mem.add_turn(f"user{w % 2}", f"w{w}-s{i // 5}", "user", f"note {i} from w{w}")
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 

@@ -25,7 +25,7 @@ from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.speakers import speaker_of
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
-from reflective_memory.text import contentless
+from reflective_memory.text import WordCounts
 from reflective_memory.timeframe import time_frame
 from reflective_memory.turn_votes import (
     RECENCY_POOL,
@@ -185,6 +185,40 @@ class UserTurns:
                 got = index.extras.setdefault("said", (said, roles))
         return got
 
+    def word_counts(self, user_id: str, index: UserIndex) -> WordCounts:
+        """How many of the user's turns and sessions hold each word (`text.WordCounts`).
+
+        Counted once per index version over all the user's turns; a version that only
+        appended recounts only the sessions it touched. Above `PRELOAD_TURNS`, the counts are
+        of the sessions read so far, grown as more are read.
+        """
+        cache = self.sessions(user_id, index)
+        if len(index) > PRELOAD_TURNS:  # grown as sessions are read, never changed in place
+            read = dict(cache)  # readers may add sessions meanwhile
+            counts, counted = index.extras.get("word_counts_read", (WordCounts(), frozenset()))
+            new = [sid for sid in read if sid not in counted]
+            if new:
+                counts = counts.copy()
+                for sid in new:
+                    counts.add(t.text for t in read[sid])
+                index.extras["word_counts_read"] = (counts, counted | set(new))
+            return counts
+        counts = index.extras.get("word_counts")
+        if counts is None:
+            before = self._carried(index, "word_counts")
+            old = self._carried(index, "session_turns")
+            if before is not None and old is not None:
+                counts = before.copy()
+                for sid in self._touched(user_id, index):
+                    if sid in old:
+                        counts.add((t.text for t in old[sid]), -1)
+                    if sid in cache:
+                        counts.add(t.text for t in cache[sid])
+            else:
+                counts = WordCounts([t.text for t in turns] for turns in list(dict(cache).values()))
+            counts = index.extras.setdefault("word_counts", counts)
+        return counts
+
     def newest(self, user_id: str, index: UserIndex) -> datetime | None:
         """The time of the user's newest turn (timezone-aware), if any turn has one."""
         if "newest" not in index.extras:
@@ -325,7 +359,8 @@ class Votes:
     below `context_full_budget`; a focused speaker's other speakers keep `1 - speaker_focus`
     of their votes; present-tense questions lift the newest of the best turns. Turns the caller
     excludes get no vote; nor does a turn with no content of its own (an acknowledgement, a
-    greeting) unless the turn before it is voted: it then follows that turn, never alone, and
+    greeting: a short turn of words common in the user's turns, `text.WordCounts`, in any
+    language) unless the turn before it is voted: it then follows that turn, never alone, and
     never as one of `k` bare turns.
 
     When sessions are cut into segments or session units (`context_units`), a turn no such
@@ -366,7 +401,10 @@ class Votes:
         votes = collect_votes(
             ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
         )
-        _drop_unshowable(votes, session_turns, req.exclude, req.budget is not None, state.index)
+        counts = self.turns.word_counts(req.user_id, state.index)
+        _drop_unshowable(
+            votes, session_turns, req.exclude, req.budget is not None, state.index, counts
+        )
         votes.labels = self.turns.labels(req.user_id, state.index)
         if state.speaker is not None:
             keep = _quotes(req.query) if state.speakers == ("user", "assistant") else None
@@ -427,44 +465,37 @@ def _drop_unshowable(
     exclude: frozenset[str],
     passages: bool,
     index: UserIndex,
+    counts: WordCounts,
 ) -> None:
     """Remove the votes of excluded turns and of contentless turns that would stand alone.
 
-    A contentless turn keeps a vote just below the turn before it when that turn is voted and
-    the hits are passages (where it reads as that turn's context); otherwise it has none.
+    A turn is contentless when `counts` (the user's `WordCounts`) says so. It keeps a vote
+    just below the turn before it when that turn keeps one and the hits are passages (where it
+    reads as that turn's context); otherwise it has none. Turns are read in order, so a run of
+    small talk ("Thanks!", "You're welcome!") stays only after a turn with content.
     """
-    empty = _contentless_cache(index)
+    # the decisions hold for this version, unless its counts grow as sessions are read
+    known: dict[tuple[str, str], bool] = (
+        index.extras.setdefault("contentless", {}) if len(index) <= PRELOAD_TURNS else {}
+    )
     before = dict(votes.turn)
-    for key in before:
+    for key in sorted(before):
         turns = session_turns(key[0])
         turn = turns[key[1]]
         if turn.turn_id in exclude:
             del votes.turn[key]
             continue
-        quiet = empty.get((key[0], turn.turn_id))
+        ref = (key[0], turn.turn_id)
+        quiet = known.get(ref)
         if quiet is None:
-            quiet = empty[(key[0], turn.turn_id)] = contentless(turn.text)
+            quiet = known[ref] = counts.contentless(turn.text)
         if not quiet:
             continue
-        anchor = before.get((key[0], key[1] - 1)) if passages and key[1] > 0 else None
-        if anchor is None or turns[key[1] - 1].turn_id in exclude:
+        anchor = votes.turn.get((key[0], key[1] - 1)) if passages and key[1] > 0 else None
+        if anchor is None:  # the turn before has no vote, or lost it (excluded, small talk alone)
             del votes.turn[key]
         else:
             votes.turn[key] = min(before[key], anchor * 0.999)
-
-
-def _contentless_cache(index: UserIndex) -> dict[tuple[str, str], bool]:
-    """Whether each `(session_id, turn_id)` is contentless, cached per index.
-
-    Shared with the versions that only appended to this one: a stored turn's text never
-    changes under the same ids.
-    """
-    got: dict[tuple[str, str], bool] | None = index.extras.get("contentless")
-    if got is None:
-        carried = index.carried
-        got = carried.extras.get("contentless") if carried is not None else None
-        got = index.extras.setdefault("contentless", {} if got is None else got)
-    return got
 
 
 def _quotes(query: str) -> Callable[[Turn], bool] | None:
