@@ -13,6 +13,7 @@ import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 from reflective_memory.io import load_conversations
 from reflective_memory.pipeline.votes import UserTurns
+from reflective_memory.text import WordCounts, contentless
 from reflective_memory.turn_votes import collect_votes
 from reflective_memory.types import Turn
 
@@ -82,10 +83,20 @@ def _fill(mem: ReflectiveMemory, sessions: dict[str, list[tuple[str, str]]], ope
 
 
 def _misses(mem: ReflectiveMemory, user: str) -> dict[bool, list[str]]:
-    """Turn ids not in the top 5 for their own text, by whether their session is open."""
+    """Turn ids not in the top 5 for their own text, by whether their session is open.
+
+    Small talk for the user ("Good luck, you'll be great.") is never one of `k` turns, so it
+    is not asked for.
+    """
     open_sessions = set(mem.open_sessions(user))
     misses: dict[bool, list[str]] = {True: [], False: []}
+    by_session: dict[str, list[str]] = {}
     for t in mem.turns(user):
+        by_session.setdefault(t.session_id, []).append(t.text)
+    counts = WordCounts(by_session.values())
+    for t in mem.turns(user):
+        if contentless(t.text, counts):
+            continue
         hits = mem.retrieve(user, t.text, k=5).hits
         if t.turn_id not in {tid for h in hits for tid in h.memory.turn_ids}:
             misses[t.session_id in open_sessions].append(t.turn_id)
