@@ -232,3 +232,33 @@ def test_export_never_replaces_a_special_file_or_follows_a_symlink(source, tmp_p
     with open_memory(tmp_path / "db") as mem:
         export_memory(mem, mine)
     assert mine.stat().st_mode & 0o777 == 0o600 and mine.read_text().startswith('{"format"')
+
+
+def _without_time(text: str) -> list[dict[str, Any]]:
+    """The records of an export, the header's `created_at` (the time of writing) left out."""
+    records = [json.loads(line) for line in text.splitlines()]
+    records[0].pop("created_at")
+    return records
+
+
+def test_export_to_stdout_equals_the_file_export(source, tmp_path, capsys):
+    """`export -o -` writes the export to standard output, the summary to standard error."""
+    from reflective_memory.cli import main
+
+    file, _ = source
+    with open_memory(tmp_path / "db") as mem:
+        import_memory(mem, file)
+    db = str(tmp_path / "db")
+    assert main(["export", "--db", db, "-o", str(tmp_path / "out.jsonl")]) == 0
+    capsys.readouterr()
+    assert main(["export", "--db", db, "-o", "-"]) == 0
+    said = capsys.readouterr()
+    assert "to standard output" in said.err and not (tmp_path / "-").exists()
+    on_disk = (tmp_path / "out.jsonl").read_text("utf-8")
+    assert said.out.endswith("\n") and '{"kind":"end"' in said.out
+    assert _without_time(said.out) == _without_time(on_disk)
+    # and what came out imports like the file
+    (tmp_path / "piped.jsonl").write_text(said.out, "utf-8")
+    with open_memory(tmp_path / "again") as mem:
+        report = import_memory(mem, tmp_path / "piped.jsonl")
+    assert report.added.get("turn")

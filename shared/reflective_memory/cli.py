@@ -176,6 +176,8 @@ def _store_dir(value: str) -> str:
 
 
 def _output_file(value: str) -> str:
+    if value == "-":  # standard output (`export -o -`)
+        return value
     path = Path(value)
     if path.is_symlink():
         raise argparse.ArgumentTypeError(f"{value} is a symbolic link (give the file itself)")

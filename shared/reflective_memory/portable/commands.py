@@ -8,10 +8,12 @@ embedding model loads unless `import --embedder` asks for one.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from reflective_memory.errors import StoreError
 
@@ -56,18 +58,44 @@ def _counts(counter: Any) -> str:
 def _export(args: argparse.Namespace) -> int:
     from reflective_memory.portable.files import export_memory
 
+    to_stdout = args.output == "-"
     ep = _open(args.db, args.dsn, args.schema)
     try:
         users = None if args.user is None else [args.user]
-        report = export_memory(ep, args.output, users=users, vectors=not args.no_vectors)
+        vectors = not args.no_vectors
+        if to_stdout:
+            with _stdout_utf8() as out:
+                report = export_memory(ep, out, users=users, vectors=vectors)
+        else:
+            report = export_memory(ep, args.output, users=users, vectors=vectors)
     finally:
         ep.store.close()
     models = ", ".join(f"{n} by {m}" for m, n in report.models.items()) or "none"
-    _out(
+    summary = (
         f"exported {len(report.users)} users ({_counts(report.counts) or 'nothing'}) to "
-        f"{args.output}; embeddings carried: {models}"
+        f"{'standard output' if to_stdout else args.output}; embeddings carried: {models}"
     )
+    if to_stdout:  # the summary must not end up inside the export
+        sys.stderr.write(summary + "\n")
+    else:
+        _out(summary)
     return 0
+
+
+@contextmanager
+def _stdout_utf8() -> Iterator[IO[str]]:
+    """Standard output as UTF-8 text with Unix line ends, whatever the locale says."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a text-only stream (an embedding program's own)
+        yield sys.stdout
+        return
+    out = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n")
+    try:
+        yield out
+    finally:
+        out.flush()
+        out.detach()  # leave sys.stdout's buffer open
 
 
 def _embedder(kind: str) -> Any:
@@ -154,7 +182,15 @@ def add_commands(sub: Any, types: ArgTypes) -> None:
     )
     _where(p, types.store_dir)
     p.add_argument("--user", default=None, help="only this user")
-    p.add_argument("-o", "--output", type=types.output_file, required=True, metavar="FILE")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=types.output_file,
+        required=True,
+        metavar="FILE",
+        help="FILE (.gz: compressed), or - for standard output (uncompressed; the summary "
+        "then goes to standard error)",
+    )
     p.add_argument("--no-vectors", action="store_true", help="leave embeddings out")
     p.set_defaults(func=_export)
 
