@@ -262,3 +262,80 @@ def test_export_to_stdout_equals_the_file_export(source, tmp_path, capsys):
     with open_memory(tmp_path / "again") as mem:
         report = import_memory(mem, tmp_path / "piped.jsonl")
     assert report.added.get("turn")
+
+
+class _Spy:
+    """`gzip.open` that counts the decompressed bytes each handle hands out."""
+
+    def __init__(self) -> None:
+        import gzip
+
+        self.real, self.read = gzip.open, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fh = self.real(*args, **kwargs)
+        for method in ("read", "readline"):
+            orig = getattr(fh, method)
+
+            def counted(*a: Any, _orig: Any = orig) -> bytes:
+                data = _orig(*a)
+                self.read += len(data)
+                return data
+
+            setattr(fh, method, counted)
+        return fh
+
+
+def _padded_gz(file: Path, out: Path, pad: int) -> None:
+    """The genuine export, gzip-compressed, its last line padded with `pad` spaces (valid JSON)."""
+    import gzip
+
+    *lines, last = file.read_bytes().splitlines(keepends=True)
+    with gzip.open(out, "wb") as fh:
+        fh.writelines(lines)
+        fh.write(last.rstrip(b"\n"))
+        for _ in range(pad // 2**20):
+            fh.write(b" " * 2**20)
+        fh.write(b"\n")
+
+
+def test_import_max_file_mb_refuses_a_gz_bomb_early_and_writes_nothing(
+    source, tmp_path, capsys, monkeypatch
+):
+    """`import --max-file-mb N` counts decompressed bytes while reading: a .gz that decompresses
+    past N MiB is refused (exit 2) before anything is written, and only ~N MiB is decompressed."""
+    from reflective_memory.cli import main
+    from reflective_memory.portable import files
+
+    assert files.MAX_IMPORT_BYTES == 1024 * 2**20  # the default docs/cli.md and storage.md state
+    file, snap = source
+    assert file.stat().st_size < 2**20  # the genuine export fits the limit on its own
+    bomb = tmp_path / "bomb.jsonl.gz"
+    _padded_gz(file, bomb, 48 * 2**20)
+    assert bomb.stat().st_size < 2**20  # small on disk: only decompressing shows the size
+    spy = _Spy()
+    monkeypatch.setattr(files.gzip, "open", spy)
+    db = str(tmp_path / "db")
+    assert main(["import", "--db", db, str(bomb), "--max-file-mb", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "more than the maximum of 1,048,576 bytes" in err and "--max-file-mb" in err
+    assert 2**20 < spy.read <= 3 * 2**20, f"decompressed {spy.read:,} bytes"
+    with open_memory(tmp_path / "db") as mem:
+        assert not list(endpoint(mem).store.users())  # nothing of the file was written
+    # the same file under a limit it fits is the genuine export
+    assert main(["import", "--db", db, str(bomb), "--max-file-mb", "64"]) == 0
+    with open_memory(tmp_path / "db") as mem:
+        assert snapshot(endpoint(mem)) == snap
+
+
+def test_import_counts_a_stream_while_reading_it(source, tmp_path):
+    """A stream cannot be measured first: the line that passes `max_bytes` stops the import."""
+    import gzip
+
+    file, _ = source
+    bomb = tmp_path / "bomb.jsonl.gz"
+    _padded_gz(file, bomb, 48 * 2**20)
+    with open_memory(tmp_path / "db") as mem, gzip.open(bomb, "rb") as fh:
+        with pytest.raises(InvalidFileError, match="more than the maximum"):
+            import_memory(mem, fh, max_bytes=file.stat().st_size + 2**20)
+        assert fh.tell() <= file.stat().st_size + 2 * 2**20

@@ -20,12 +20,24 @@ from typing import Any
 
 from reflective_memory.errors import InvalidFileError
 
-__all__ = ["read_json", "json_depth", "FileShape", "MAX_FILE_BYTES", "MAX_DEPTH"]
+__all__ = [
+    "read_json",
+    "json_depth",
+    "FileShape",
+    "MAX_FILE_BYTES",
+    "MAX_IMPORT_BYTES",
+    "MAX_DEPTH",
+]
 
 #: Largest conversation file read (bytes on disk, and bytes after gzip decompression): 256 MiB.
 #: LongMemEval-S's 500-question file is about 265 MB; raise it with `max_bytes=` (or the
 #: CLI's `--max-file-mb`) for larger files.
 MAX_FILE_BYTES = 256 * 2**20
+
+#: Largest export file `import` reads, counted after gzip decompression while reading: 1024 MiB.
+#: An export is read line by line, so this bounds the time of an import, not its memory; raise
+#: it with `max_bytes=` (`reflective_memory.portable.import_memory`) or `import --max-file-mb`.
+MAX_IMPORT_BYTES = 1024 * 2**20
 
 #: Deepest nesting of lists and objects accepted (the supported formats need 6).
 MAX_DEPTH = 32

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from reflective_memory.errors import StoreError
+from reflective_memory.jsonfile import MAX_IMPORT_BYTES
 
 if TYPE_CHECKING:
     from reflective_memory.portable.endpoints import Endpoint
@@ -26,6 +27,16 @@ __all__ = ["add_commands", "ArgTypes"]
 
 def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
+
+
+def _mebibytes(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
 
 
 def _dsn(value: str) -> str:
@@ -123,7 +134,8 @@ def _import(args: argparse.Namespace) -> int:
 
     ep = _open(args.db, args.dsn, args.schema)
     try:
-        report = import_memory(endpoint(ep, embedder=_embedder(args.embedder)), args.file)
+        target = endpoint(ep, embedder=_embedder(args.embedder))
+        report = import_memory(target, args.file, max_bytes=args.max_file_mb * 2**20)
     finally:
         ep.store.close()
     _print_import(report)
@@ -204,6 +216,14 @@ def add_commands(sub: Any, types: ArgTypes) -> None:
     _where(p, types.new_dir)
     p.add_argument("file", type=types.input_file, help="export file (.jsonl or .jsonl.gz)")
     p.add_argument("--embedder", choices=("keep", "minilm", "hashing"), default="keep")
+    p.add_argument(
+        "--max-file-mb",
+        type=_mebibytes,
+        default=MAX_IMPORT_BYTES // 2**20,
+        metavar="MB",
+        help="largest export read, in MiB after decompression (default "
+        f"{MAX_IMPORT_BYTES // 2**20}); a larger file is refused before anything is written",
+    )
     p.set_defaults(func=_import)
 
     p = sub.add_parser(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from reflective_memory.errors import InvalidFileError, InvalidInputError
+from reflective_memory.jsonfile import MAX_IMPORT_BYTES
 from reflective_memory.portable.endpoints import endpoint
 from reflective_memory.portable.export import ExportReport, iter_records, write_records
 from reflective_memory.portable.importer import Importer, ImportReport
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from reflective_memory.embed import Embedder
     from reflective_memory.storage.state import StateStore
 
-__all__ = ["export_memory", "import_memory", "read_lines", "MAX_LINE_BYTES"]
+__all__ = ["export_memory", "import_memory", "read_lines", "MAX_LINE_BYTES", "MAX_IMPORT_BYTES"]
 
 #: Longest line an import reads (a memory with its vector is a few KiB; 64 MiB is a guard).
 MAX_LINE_BYTES = 64 * 2**20
@@ -109,12 +110,20 @@ def _check_output(path: Path) -> None:
         )
 
 
-def read_lines(fp: str | Path | IO[bytes], *, name: str | None = None) -> Iterator[Any]:
+def read_lines(
+    fp: str | Path | IO[bytes], *, name: str | None = None, max_bytes: int | None = None
+) -> Iterator[Any]:
     """The parsed JSON of each line of an export file (a path or a binary stream).
 
+    Args:
+        fp: The file (`.gz`: read compressed) or a binary stream.
+        name: The stream's name in errors.
+        max_bytes: Most bytes read (after decompression), counted as lines are read: the line
+            that passes it raises before more is read (default: no limit).
+
     Raises:
-        InvalidFileError: A line is not UTF-8, not JSON, or longer than `MAX_LINE_BYTES`;
-            the error names the line.
+        InvalidFileError: A line is not UTF-8, not JSON, or longer than `MAX_LINE_BYTES`, or
+            the file holds more than `max_bytes`; the error names the line.
     """
     if isinstance(fp, (str, Path)):
         path = Path(fp)
@@ -122,21 +131,32 @@ def read_lines(fp: str | Path | IO[bytes], *, name: str | None = None) -> Iterat
             raise InvalidFileError(path, "", "no such file")
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as fh:
-            yield from _parse(cast(IO[bytes], fh), str(path))
+            yield from _parse(cast(IO[bytes], fh), str(path), max_bytes)
         return
-    yield from _parse(fp, name or "<stream>")
+    yield from _parse(fp, name or "<stream>", max_bytes)
 
 
-def _parse(fh: IO[bytes], name: str) -> Iterator[Any]:
-    n = 0
+def _too_large(max_bytes: int) -> str:
+    return (
+        f"holds more than the maximum of {max_bytes:,} bytes "
+        f"({max_bytes / 2**20:g} MiB, decompressed; import --max-file-mb raises it)"
+    )
+
+
+def _parse(fh: IO[bytes], name: str, max_bytes: int | None = None) -> Iterator[Any]:
+    n = total = 0
     while True:
+        limit = MAX_LINE_BYTES if max_bytes is None else min(MAX_LINE_BYTES, max_bytes - total)
         try:
-            raw = fh.readline(MAX_LINE_BYTES + 1)
+            raw = fh.readline(limit + 1)
         except (OSError, EOFError) as exc:  # a damaged .gz
             raise InvalidFileError(name, f"line {n + 1}", f"cannot be read ({exc})") from None
         if not raw:
             return
         n += 1
+        total += len(raw)
+        if max_bytes is not None and total > max_bytes:
+            raise InvalidFileError(name, f"line {n}", _too_large(max_bytes))
         if len(raw) > MAX_LINE_BYTES:
             raise InvalidFileError(name, f"line {n}", f"is longer than {MAX_LINE_BYTES:,} bytes")
         try:
@@ -152,6 +172,34 @@ def _parse(fh: IO[bytes], name: str) -> Iterator[Any]:
             raise InvalidFileError(name, f"line {n}", f"is not JSON: {problem}") from None
 
 
+def check_size(path: Path, max_bytes: int) -> None:
+    """Refuse a file holding more than `max_bytes`, before anything of it is imported.
+
+    A plain file is measured on disk; a `.gz` is decompressed in 1 MiB chunks, counted, and
+    the count stops as soon as it passes `max_bytes` (a gzip bomb costs `max_bytes` of
+    decompression, not its whole size, and no memory). A damaged `.gz` is left for the import
+    to report, naming the line.
+
+    Raises:
+        InvalidFileError: The file holds more than `max_bytes`.
+    """
+    if not path.is_file():
+        return  # read_lines says so
+    if path.stat().st_size > max_bytes:
+        raise InvalidFileError(path, "", _too_large(max_bytes))
+    if path.suffix != ".gz":
+        return
+    total = 0
+    try:
+        with gzip.open(path, "rb") as fh:
+            while chunk := fh.read(min(2**20, max_bytes - total + 1)):
+                total += len(chunk)
+                if total > max_bytes:
+                    raise InvalidFileError(path, "", _too_large(max_bytes))
+    except (OSError, EOFError):
+        return
+
+
 def import_memory(
     target: Any,
     fp: str | Path | IO[bytes],
@@ -159,6 +207,7 @@ def import_memory(
     embedder: Embedder | None = None,
     reembed: bool = True,
     state: StateStore | None = None,
+    max_bytes: int | None = MAX_IMPORT_BYTES,
 ) -> ImportReport:
     """Import an export file into a store; what the store already holds is skipped.
 
@@ -177,13 +226,20 @@ def import_memory(
         embedder: The importing embedder (default: the memory's; none for a bare store).
         reembed: Embed again when another embedder made a vector (else keep it).
         state: Where learned state goes (default: the memory's or the store's own).
+        max_bytes: Largest file accepted, in bytes after decompression (`None`: no limit). A
+            path is measured before anything is written (a `.gz` by decompressing it, stopping
+            as soon as the count passes the limit); a stream is counted as it is read, so the
+            users before the line that passes the limit stay imported.
 
     Returns:
         Counts of what was added and skipped, by kind.
 
     Raises:
-        InvalidFileError: The file is not an export, is malformed (naming the line) or cut.
+        InvalidFileError: The file is not an export, is malformed (naming the line), cut, or
+            larger than `max_bytes`.
     """
     ep = endpoint(target, state=state, embedder=embedder)
     name = str(fp) if isinstance(fp, (str, Path)) else "<stream>"
-    return Importer(ep, path=name, reembed=reembed).run(read_lines(fp))
+    if max_bytes is not None and isinstance(fp, (str, Path)):
+        check_size(Path(fp), max_bytes)
+    return Importer(ep, path=name, reembed=reembed).run(read_lines(fp, max_bytes=max_bytes))
