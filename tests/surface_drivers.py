@@ -218,9 +218,16 @@ class MiddlewareDriver(_InProcess):
             budget_tokens=BUDGET_TOKENS,
         )
         self.agent = create_agent(
-            self.model, middleware=[self.middleware], checkpointer=InMemorySaver()
+            self.model,
+            middleware=[self.middleware],
+            checkpointer=InMemorySaver(),
+            **self._agent_extras(),
         )
         self._thread = session_id
+
+    def _agent_extras(self) -> dict[str, Any]:
+        """What else `create_agent` is given (nothing: the middleware alone)."""
+        return {}
 
     def _ask(self, question: HumanMessage, answer: AIMessage) -> None:
         self._answers.queue.append(answer)
@@ -339,20 +346,9 @@ class StoreDriver(MiddlewareDriver):
 
     name = "LangGraph store"
 
-    def _start(self, session_id: str) -> None:
-        self.middleware = ReflectiveMemoryMiddleware(
-            memory=self.memory,
-            user_id=USER_ID,
-            session_id=session_id,
-            budget_tokens=BUDGET_TOKENS,
-        )
-        self.agent = create_agent(
-            self.model,
-            middleware=[self.middleware],
-            checkpointer=InMemorySaver(),
-            store=ReflectiveStore(memory=self.memory),
-        )
-        self._thread = session_id
+    def _agent_extras(self) -> dict[str, Any]:
+        """The README's store beside the middleware."""
+        return {"store": ReflectiveStore(memory=self.memory)}
 
     def switch_session(self, previous: str, new: str) -> None:
         """A new agent for the next session (the middleware is told only its id)."""
