@@ -756,7 +756,7 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     )
     p.set_defaults(func=_db_init)
 
-    types = ArgTypes(_store_dir, _new_or_store_dir, _input_file, _output_file)
+    types = ArgTypes(_store_dir, _new_or_store_dir, _input_file, _output_file, _megabytes)
     _portable_commands(sub, types)  # export, import, migrate
 
     p = sub.add_parser(

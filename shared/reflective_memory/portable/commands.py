@@ -29,16 +29,6 @@ def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
 
-def _mebibytes(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
 def _dsn(value: str) -> str:
     if not value.startswith(("postgresql://", "postgres://")):
         raise argparse.ArgumentTypeError("must be a postgresql://... URI")
@@ -135,7 +125,7 @@ def _import(args: argparse.Namespace) -> int:
     ep = _open(args.db, args.dsn, args.schema)
     try:
         target = endpoint(ep, embedder=_embedder(args.embedder))
-        report = import_memory(target, args.file, max_bytes=args.max_file_mb * 2**20)
+        report = import_memory(target, args.file, max_bytes=args.max_file_mb)
     finally:
         ep.store.close()
     _print_import(report)
@@ -175,12 +165,14 @@ class ArgTypes:
         new_dir: A directory a command may create (or an existing store).
         input_file: An existing file.
         output_file: A file that can be written.
+        megabytes: A positive whole number of MiB, as bytes.
     """
 
     store_dir: Callable[[str], str]
     new_dir: Callable[[str], str]
     input_file: Callable[[str], str]
     output_file: Callable[[str], str]
+    megabytes: Callable[[str], int]
 
 
 def add_commands(sub: Any, types: ArgTypes) -> None:
@@ -218,8 +210,8 @@ def add_commands(sub: Any, types: ArgTypes) -> None:
     p.add_argument("--embedder", choices=("keep", "minilm", "hashing"), default="keep")
     p.add_argument(
         "--max-file-mb",
-        type=_mebibytes,
-        default=MAX_IMPORT_BYTES // 2**20,
+        type=types.megabytes,
+        default=MAX_IMPORT_BYTES,
         metavar="MB",
         help="largest export read, in MiB after decompression (default "
         f"{MAX_IMPORT_BYTES // 2**20}); a larger file is refused before anything is written",
