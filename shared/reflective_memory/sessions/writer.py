@@ -260,8 +260,8 @@ class SessionWriter:
         cfg = self.config.sessions
         done: set[tuple[str, str]] = set()
         written = Counter((t.user_id, t.session_id) for t in stored)
-        for turn in stored:
-            key = (turn.user_id, turn.session_id)
+        latest = {(t.user_id, t.session_id): t for t in stored}  # a session's last turn here
+        for key, turn in latest.items():
             try:
                 if cfg.max_turns is not None and key not in done:
                     info = self.store.session(*key)
