@@ -397,6 +397,7 @@ def _run_systems(
         ABLATIONS,
         BASELINES,
         DEFAULT,
+        FOLDS,
         format_systems,
         run_systems,
         system_by_name,
@@ -404,11 +405,13 @@ def _run_systems(
 
     main = [DEFAULT, *BASELINES]
     if args.ablations == "all":
-        ablations = list(ABLATIONS)
+        ablations = [a for a in ABLATIONS if a.config.get("passages", {}).get("ranker") != FOLDS]
     elif args.ablations in ("", "none"):
         ablations = []
     else:
         ablations = [system_by_name(n) for n in args.ablations.split(";") if n.strip()]
+    if args.ranker_folds is not None:
+        ablations.append(system_by_name("learned ranker, cross-validated"))
     denoiser = None if args.denoiser == "default" else parse_denoiser(args.denoiser)
     res = run_systems(
         convs,
@@ -420,6 +423,7 @@ def _run_systems(
         stores=None if args.dsn is None else pg_stores(args.dsn),
         topk=args.topk,
         session_recall_fn=session_recall,
+        ranker_folds=args.ranker_folds,
     )
     where = "in-memory SQLite" if args.dsn is None else "PostgreSQL + pgvector"
     print(f"data: {args.data} ({len(convs)} conversations); store: {where}")  # noqa: T201
@@ -530,6 +534,12 @@ def register(bench: Any) -> None:
     )
     p.add_argument("--denoiser-model", default=None, help="LLMLingua-2 model name or folder")
     p.add_argument("--json", default=None, help="also write the summary as JSON here")
+    p.add_argument(
+        "--ranker-folds",
+        default=None,
+        help="folder of `bench fit-ranker --folds` models: adds the row 'learned ranker, "
+        "cross-validated' (each conversation scored by the model fitted without its fold)",
+    )
     p.add_argument(
         "--dsn",
         default=None,

@@ -33,10 +33,12 @@ Two tables follow the budget tables:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,6 +52,9 @@ from reflective_memory.types import Retrieval
 from tqdm import tqdm
 
 __all__ = [
+    "FOLDS",
+    "QUESTION_FOLDS",
+    "fold_of",
     "System",
     "BASELINES",
     "ABLATIONS",
@@ -58,6 +63,24 @@ __all__ = [
     "run_systems",
     "format_systems",
 ]
+
+#: A system's `passages.ranker` that means: each conversation's fold model (`--ranker-folds`).
+FOLDS = "<fold model>"
+#: Folds of the conversations that hold one question each (LongMemEval).
+QUESTION_FOLDS = 5
+
+
+def fold_of(conv: Conversation) -> str:
+    """The fold a conversation is scored in: itself (many questions) or a question fold.
+
+    A conversation of many questions (a chat) is its own fold: leave one chat out. One of a
+    single question (LongMemEval) falls in one of `QUESTION_FOLDS` folds by a hash of its id.
+    """
+    h = hashlib.sha1(conv.user_id.encode()).hexdigest()
+    if len(conv.questions) > 1:
+        return f"chat-{h[:10]}"
+    return f"questions-{int(h, 16) % QUESTION_FOLDS}"
+
 
 _PLAIN: dict[str, dict[str, Any]] = {
     "denoise": {"kind": "none"},
@@ -198,6 +221,16 @@ ABLATIONS = (
         what="I/my questions do not favour the user's turns, nor 'you said' the assistant's",
     ),
     System(
+        "+ learned ranker",
+        {"passages": {"ranker": "learned"}},
+        what="cues weighed by the shipped learned model (in-sample on the dev sets)",
+    ),
+    System(
+        "learned ranker, cross-validated",
+        {"passages": {"ranker": FOLDS}},
+        what="each conversation scored by the model fitted without its fold (--ranker-folds)",
+    ),
+    System(
         "- excerpts",
         {"passages": {"excerpt_length": 0}},
         what="whole turns only: a long turn is read whole or not at all",
@@ -315,6 +348,7 @@ def run_systems(
     topk: int = 5,
     recall_ks: Sequence[int] = (5, 10),
     session_recall_fn: Callable[[Retrieval, set[str], int], tuple[float, float]] | None = None,
+    ranker_folds: str | None = None,
 ) -> SystemsResult:
     """Ingest every conversation into every system and measure coverage, latency and ingest.
 
@@ -332,6 +366,8 @@ def run_systems(
         recall_ks: Session recall cut-offs (needs `session_recall_fn`).
         session_recall_fn: `(ranking, evidence sessions, k) -> (recall_any, recall_all)`
             (`None`: no session recall).
+        ranker_folds: Folder of `bench fit-ranker --folds` models, for the systems whose
+            ranker is `FOLDS` (each conversation scored by its fold's model).
     """
     res = SystemsResult(topk=topk)
     default_call = f"{DEFAULT.name} · retrieve()"
@@ -342,7 +378,14 @@ def run_systems(
     todo = [(c, s) for c in conversations for s in systems]
     for conv, system in tqdm(todo, desc="bench retrieval", disable=not progress):
         store, cleanup = stores() if stores is not None else (None, None)
-        mem = system.build(repeat, denoiser, store)
+        built = system
+        if system.config.get("passages", {}).get("ranker") == FOLDS:
+            if ranker_folds is None:
+                raise ConfigError(f"system {system.name!r} needs --ranker-folds")
+            model = str(Path(ranker_folds) / f"{fold_of(conv)}.json")
+            passages = {**system.config["passages"], "ranker": model}
+            built = replace(system, config={**system.config, "passages": passages})
+        mem = built.build(repeat, denoiser, store)
         shipped = None  # the default as shipped (token budgets), for the adapters' call
         if topk > 0 and system is DEFAULT and stores is None:
             shipped = system.build(repeat, denoiser, words=False)

@@ -62,6 +62,7 @@ BENCH_MODULES = [
     "reflective_bench.portable",
     "reflective_bench.async_pg",
     "reflective_bench.surfaces",
+    "reflective_bench.ranker",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from reflective_memory.errors import ConfigError
 from reflective_memory.excerpts import Pieces, excerpt
 from reflective_memory.settings import check_bool, check_choice, check_int, check_number
 from reflective_memory.speakers import speaker_of
@@ -88,6 +89,12 @@ class PassageConfig:
             when it fits, else as an excerpt of the room the budget leaves beside the next
             turn that fits. 0 reads whole turns only. At 50: +6.3 points at 250 words on
             LongMemEval dev100, +6.8 on REALTALK (BENCHMARKS.md, issue 27).
+        ranker: How the cues weigh a voted turn. `learned`: one log-linear model over every
+            cue (`reflective_memory.ranking`, fitted on the dev sets and shipped with the
+            package); the cue settings above (`speaker_focus`, `person_focus`,
+            `recency_weight`, `time_weight`) then only switch a cue on (> 0) or off (0).
+            `rules`: each cue multiplies the vote by its setting. Any other value is the path
+            of a model file written by `reflective-memory bench fit-ranker`.
     """
 
     enabled: bool = True
@@ -103,9 +110,14 @@ class PassageConfig:
     length_keep_share: float = 0.25
     budget_unit: str = "tokens"
     excerpt_length: int = 50
+    ranker: str = "rules"
 
     def __post_init__(self) -> None:
         check_bool("passages.enabled", self.enabled)
+        if not isinstance(self.ranker, str) or not self.ranker.strip():
+            raise ConfigError(
+                f"passages.ranker must be 'learned', 'rules' or a model file, got {self.ranker!r}"
+            )
         for name in ("context_weight", "recency_weight", "time_weight", "length_exponent"):
             check_number(f"passages.{name}", getattr(self, name), 0)
         check_int("passages.context_full_budget", self.context_full_budget, 0)

@@ -26,6 +26,9 @@ __all__ = [
     "apply_recency",
     "apply_time_frame",
     "apply_speaker_focus",
+    "recency_ranks",
+    "in_time_frame",
+    "other_speakers",
     "states_a_change",
     "turn_time",
 ]
@@ -126,31 +129,28 @@ def _epoch(ts: datetime | None) -> float | None:
     return ts.timestamp()
 
 
-def apply_recency(
+def recency_ranks(
     votes: TurnVotes,
     session_turns: Callable[[str], Sequence[Turn]],
-    weight: float,
     top: int = 10,
     margin: float = 1.0,
     changes: bool = True,
     relevance: Callable[[tuple[str, int]], float | None] | None = None,
-) -> bool:
-    """Scale the votes of the best turns by `1 + weight * r`, newest first.
+) -> dict[tuple[str, int], float]:
+    """How new each turn competing on time is: 0 for the oldest of them, 1 for the newest.
 
     The turns that compete are the `top` best whose vote is at least `(1 - margin)` times the
     best vote, and (with `changes`) those of the `top` that state a change
     (`states_a_change`: "I'm moving to Neukölln" competes with an older "I live in Alfama"
-    even when it matches the question's words less). `r` is 0 for the oldest of them and 1 for
-    the newest by their session's time (a later turn of the same conversation is no update,
-    so turns of one session keep their order), so the newest of the memories that answer wins;
-    weaker turns are left alone (a recent but unrelated turn is not pulled up). With
+    even when it matches the question's words less). Time is their session's (a later turn of
+    the same conversation is no update, so turns of one session keep their order). With
     `relevance` (a turn's own query cosine, None when its key was not ranked), a turn whose
     cosine is below `RECENCY_RELEVANCE` of the best one's does not compete either (unless it
     states a change): fused votes of a small history are close, but "Tusen takk!" is no answer
     to "What am I allergic to?" however new.
 
     Returns:
-        Whether any vote changed (False when fewer than two distinct times are known).
+        `r` per competing turn; empty when fewer than two distinct times are known.
     """
     pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
     if pool:
@@ -174,11 +174,34 @@ def apply_recency(
         e = _epoch(turn_time(session_turns(key[0]), 0))  # its session's time
         if e is not None:
             times[key] = e
-    if weight <= 0 or len(set(times.values())) < 2:
-        return False
+    if len(set(times.values())) < 2:
+        return {}
     lo, hi = min(times.values()), max(times.values())
-    for key, e in times.items():
-        votes.turn[key] *= 1.0 + weight * (e - lo) / (hi - lo)
+    return {key: (e - lo) / (hi - lo) for key, e in times.items()}
+
+
+def apply_recency(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    weight: float,
+    top: int = 10,
+    margin: float = 1.0,
+    changes: bool = True,
+    relevance: Callable[[tuple[str, int]], float | None] | None = None,
+) -> bool:
+    """Scale the votes of the turns competing on time by `1 + weight * r` (`recency_ranks`).
+
+    The newest of the memories that answer wins; weaker turns are left alone (a recent but
+    unrelated turn is not pulled up).
+
+    Returns:
+        Whether any vote changed (False when fewer than two distinct times are known).
+    """
+    ranks = recency_ranks(votes, session_turns, top, margin, changes, relevance)
+    if weight <= 0 or not ranks:
+        return False
+    for key, r in ranks.items():
+        votes.turn[key] *= 1.0 + weight * r
     return True
 
 
@@ -210,6 +233,24 @@ def turn_time(turns: Sequence[Turn], position: int) -> datetime | None:
     return ts
 
 
+def in_time_frame(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    start: datetime,
+    end: datetime,
+) -> list[tuple[str, int]]:
+    """The voted turns said in `[start, end)` (naive times are taken as UTC)."""
+    lo, hi = _epoch(start), _epoch(end)
+    if lo is None or hi is None:
+        return []
+    out = []
+    for key in votes.turn:
+        e = _epoch(turn_time(session_turns(key[0]), key[1]))
+        if e is not None and lo <= e < hi:
+            out.append(key)
+    return out
+
+
 def apply_time_frame(
     votes: TurnVotes,
     session_turns: Callable[[str], Sequence[Turn]],
@@ -219,21 +260,46 @@ def apply_time_frame(
 ) -> int:
     """Multiply the votes of the turns said in `[start, end)` by `1 + weight`.
 
-    Naive times are taken as UTC.
-
     Returns:
         How many turn votes were raised.
     """
     if weight <= 0:
         return 0
-    lo, hi = _epoch(start), _epoch(end)
-    raised = 0
+    inside = in_time_frame(votes, session_turns, start, end)
+    for key in inside:
+        votes.turn[key] *= 1.0 + weight
+    return len(inside)
+
+
+def other_speakers(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    speaker: str,
+    speakers: Collection[str] | None = None,
+    keep: Callable[[Turn], bool] | None = None,
+) -> list[tuple[str, int]]:
+    """The voted turns not spoken by `speaker`.
+
+    With `speakers`, a turn's `Name: ` label counts only when it is one of them (a user's
+    "Remember: ..." was said by the user, not by "Remember"); pass the roles alone to compare
+    by role. A turn for which `keep` is true is never counted as another's.
+    """
+    want = speaker.strip().casefold()
+    # with `speakers`, a label counts only when it is one of them: a turn opening with none
+    # of their labels is its role's, and its label need not be read
+    opens = None if speakers is None else tuple(f"{s}: " for s in speakers)
+    out = []
     for key in votes.turn:
-        e = _epoch(turn_time(session_turns(key[0]), key[1]))
-        if e is not None and lo is not None and hi is not None and lo <= e < hi:
-            votes.turn[key] *= 1.0 + weight
-            raised += 1
-    return raised
+        turn = session_turns(key[0])[key[1]]
+        if opens is not None and not turn.text.startswith(opens):
+            who = turn.role
+        else:
+            who = speaker_of(turn)
+            if speakers is not None and who not in speakers:
+                who = turn.role
+        if who.strip().casefold() != want and not (keep is not None and keep(turn)):
+            out.append(key)
+    return out
 
 
 def apply_speaker_focus(
@@ -244,33 +310,17 @@ def apply_speaker_focus(
     speakers: Collection[str] | None = None,
     keep: Callable[[Turn], bool] | None = None,
 ) -> int:
-    """Scale the votes of turns not spoken by `speaker` by `1 - focus`.
+    """Scale the votes of turns not spoken by `speaker` (`other_speakers`) by `1 - focus`.
 
     A question about one person ("What does Kate do on weekends?") is answered by what that
-    person said; the other side's turns still count, less. With `speakers`, a turn's
-    `Name: ` label counts only when it is one of them (a user's "Remember: ..." was said by
-    the user, not by "Remember"); pass the roles alone to compare by role. A turn for which
-    `keep` is true is never scaled (asked only of the other speakers' turns).
+    person said; the other side's turns still count, less.
 
     Returns:
         How many turn votes were scaled down.
     """
     if focus <= 0:
         return 0
-    want = speaker.strip().casefold()
-    # with `speakers`, a label counts only when it is one of them: a turn opening with none
-    # of their labels is its role's, and its label need not be read
-    opens = None if speakers is None else tuple(f"{s}: " for s in speakers)
-    scaled = 0
-    for key in votes.turn:
-        turn = session_turns(key[0])[key[1]]
-        if opens is not None and not turn.text.startswith(opens):
-            who = turn.role
-        else:
-            who = speaker_of(turn)
-            if speakers is not None and who not in speakers:
-                who = turn.role
-        if who.strip().casefold() != want and not (keep is not None and keep(turn)):
-            votes.turn[key] *= 1.0 - focus
-            scaled += 1
-    return scaled
+    others = other_speakers(votes, session_turns, speaker, speakers, keep)
+    for key in others:
+        votes.turn[key] *= 1.0 - focus
+    return len(others)

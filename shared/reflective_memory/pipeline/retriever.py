@@ -176,6 +176,24 @@ class Retriever:
 
     def run(self, request: RetrievalRequest, t_start: float) -> Retrieval:
         """Run the pipeline for a checked request."""
+        state = self.state(request)
+        state.timings["total"] = (time.perf_counter() - t_start) * 1000
+        diagnostics = state.diagnostics()
+        return Retrieval(
+            request.user_id,
+            request.query,
+            state.hits,
+            diagnostics,
+            retrieval_id=request.retrieval_id,
+            rerank=state.rerank,
+        )
+
+    def state(self, request: RetrievalRequest) -> RetrievalState:
+        """Run the pipeline for a checked request and return its whole state.
+
+        Tooling reads more of it than a `Retrieval` shows: fitting the ranker reads the feature
+        rows of `state.features`.
+        """
         t0 = time.perf_counter()
         index = (
             None if self.store.version(request.user_id) == 0 else self.indexes.get(request.user_id)
@@ -188,16 +206,7 @@ class Retriever:
             want = wanted(index, request.k, request.budget, passages)
             state.n = min(len(index), max(want, cfg.search.candidate_k, cfg.rerank.top_k))
             Pipeline(self.stages(request)).run(state)
-        state.timings["total"] = (time.perf_counter() - t_start) * 1000
-        diagnostics = state.diagnostics()
-        return Retrieval(
-            request.user_id,
-            request.query,
-            state.hits,
-            diagnostics,
-            retrieval_id=request.retrieval_id,
-            rerank=state.rerank,
-        )
+        return state
 
     def _reflective(self, request: RetrievalRequest, t_start: float) -> Retrieval:
         """Self-reflection retrieval (conditional memory): re-query with the LLM's keywords."""

@@ -11,6 +11,7 @@ import numpy as np
 from reflective_memory.recall import RecallConfig
 
 if TYPE_CHECKING:
+    from reflective_memory.ranking.features import TurnFeatures
     from reflective_memory.storage.index import UserIndex
     from reflective_memory.timeframe import TimeFrame
     from reflective_memory.turn_votes import TurnVotes
@@ -80,7 +81,9 @@ class RetrievalState:
         scores: Each ranked position's scores by ranker.
         rerank: What the reranker showed (the typed record feedback learns from), when it ran.
         votes: Turn votes of the small-to-big stage.
-        recency: Whether present-tense recency changed any vote.
+        recency: Whether present-tense recency changed any vote (with the learned ranker:
+            whether the question read as present tense).
+        features: The voted turns' feature rows, when the learned ranker scored them.
         hits: The result, best first.
         filled: Whether the hits reached `k` or the budget (else: candidates ran out).
         tokens_used: Budget the hits use (passages).
@@ -108,6 +111,7 @@ class RetrievalState:
     rerank: RerankRecord | None = None
     votes: TurnVotes | None = None
     recency: bool = False
+    features: TurnFeatures | None = None
     hits: list[Hit] = field(default_factory=list)
     filled: bool = False
     tokens_used: int = 0

@@ -7,6 +7,7 @@ them the user's turns, read once per index version.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -22,6 +23,8 @@ from reflective_memory.cues import (
 )
 from reflective_memory.passages import PassageConfig
 from reflective_memory.pipeline.state import RetrievalState
+from reflective_memory.ranking.features import QuestionSignals, turn_features
+from reflective_memory.ranking.model import TurnRanker, load_ranker
 from reflective_memory.speakers import speaker_of
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
@@ -384,6 +387,9 @@ class Votes:
     ) -> None:
         self.config, self.rrf_k, self.turns = config, rrf_k, turns
         self.context_units = context_units
+        self.ranker: TurnRanker | None = None
+        if config.ranker != "rules":
+            self.ranker = load_ranker(None if config.ranker == "learned" else config.ranker)
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.votes`, `state.unit_scores`, `state.ranked_units` and `state.recency`."""
@@ -402,12 +408,30 @@ class Votes:
             ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
         )
         counts = self.turns.word_counts(req.user_id, state.index)
-        _drop_unshowable(
+        quiet = _drop_unshowable(
             votes, session_turns, req.exclude, req.budget is not None, state.index, counts
         )
         votes.labels = self.turns.labels(req.user_id, state.index)
+        keep = None
+        if state.speaker is not None and state.speakers == ("user", "assistant"):
+            keep = _quotes(req.query)
+        if self.ranker is not None:
+            self._learned(state, votes, ranked, session_turns, quiet, keep)
+        else:
+            self._rules(state, votes, session_turns, keep)
+        state.votes = votes
+        state.ranked_units = len(ranked)
+
+    def _rules(
+        self,
+        state: RetrievalState,
+        votes: TurnVotes,
+        session_turns: Callable[[str], Sequence[Turn]],
+        keep: Callable[[Turn], bool] | None,
+    ) -> None:
+        """Each cue multiplies the votes by its hand-set weight (`passages.ranker="rules"`)."""
+        req, cfg = state.request, self.config
         if state.speaker is not None:
-            keep = _quotes(req.query) if state.speakers == ("user", "assistant") else None
             apply_speaker_focus(
                 votes, session_turns, state.speaker, state.focus, state.speakers, keep
             )
@@ -425,8 +449,64 @@ class Votes:
             apply_time_frame(
                 votes, session_turns, state.frame.start, state.frame.end, cfg.time_weight
             )
-        state.votes = votes
-        state.ranked_units = len(ranked)
+
+    def _learned(
+        self,
+        state: RetrievalState,
+        votes: TurnVotes,
+        ranked: Sequence[Memory],
+        session_turns: Callable[[str], Sequence[Turn]],
+        quiet: list[tuple[str, int]],
+        keep: Callable[[Turn], bool] | None,
+    ) -> None:
+        """Every voted turn's vote becomes `exp(w · x)` of its features (`TurnRanker`).
+
+        Small talk kept beside the turn before it stays just below that turn.
+        """
+        assert self.ranker is not None
+        req, cfg = state.request, self.config
+        present = cfg.recency_weight > 0 and present_tense(req.query)
+        signals = QuestionSignals(
+            speaker=state.speaker,
+            speakers=state.speakers,
+            keep=keep,
+            present=present,
+            frame=None if state.frame is None else (state.frame.start, state.frame.end),
+        )
+        feats = turn_features(
+            votes,
+            session_turns,
+            self._own(state, ranked, votes, session_turns),
+            signals,
+            rrf_k=self.rrf_k,
+            quiet=frozenset(quiet),
+            relevance=self._relevance(state, session_turns),
+        )
+        state.features = feats
+        scores = self.ranker.score(feats.matrix)
+        for key, s in zip(feats.keys, scores.tolist(), strict=True):
+            votes.turn[key] = math.exp(min(s, 50.0))
+        for key in quiet:  # in turn order: a run of small talk stays behind its anchor
+            anchor = votes.turn.get((key[0], key[1] - 1))
+            if anchor is not None and key in votes.turn:
+                votes.turn[key] = min(votes.turn[key], anchor * 0.999)
+        state.recency = present
+
+    def _own(
+        self,
+        state: RetrievalState,
+        ranked: Sequence[Memory],
+        votes: TurnVotes,
+        session_turns: Callable[[str], Sequence[Turn]],
+    ) -> dict[tuple[str, int], tuple[int | None, dict[str, float]]]:
+        """Per voted turn: its own key's rank in the ranking and that key's scores."""
+        rank_of = {m.id: r for r, m in enumerate(ranked)}
+        user = state.request.user_id
+        out: dict[tuple[str, int], tuple[int | None, dict[str, float]]] = {}
+        for key in votes.turn:
+            uid = turn_unit_id(user, key[0], session_turns(key[0])[key[1]].turn_id)
+            out[key] = (rank_of.get(uid), state.unit_scores.get(uid, {}))
+        return out
 
     @staticmethod
     def _relevance(
@@ -466,19 +546,23 @@ def _drop_unshowable(
     passages: bool,
     index: UserIndex,
     counts: WordCounts,
-) -> None:
+) -> list[tuple[str, int]]:
     """Remove the votes of excluded turns and of contentless turns that would stand alone.
 
     A turn is contentless when `counts` (the user's `WordCounts`) says so. It keeps a vote
     just below the turn before it when that turn keeps one and the hits are passages (where it
     reads as that turn's context); otherwise it has none. Turns are read in order, so a run of
     small talk ("Thanks!", "You're welcome!") stays only after a turn with content.
+
+    Returns:
+        The contentless turns that kept a vote, in turn order.
     """
     # the decisions hold for this version, unless its counts grow as sessions are read
     known: dict[tuple[str, str], bool] = (
         index.extras.setdefault("contentless", {}) if len(index) <= PRELOAD_TURNS else {}
     )
     before = dict(votes.turn)
+    kept: list[tuple[str, int]] = []
     for key in sorted(before):
         turns = session_turns(key[0])
         turn = turns[key[1]]
@@ -496,6 +580,8 @@ def _drop_unshowable(
             del votes.turn[key]
         else:
             votes.turn[key] = min(before[key], anchor * 0.999)
+            kept.append(key)
+    return kept
 
 
 def _quotes(query: str) -> Callable[[Turn], bool] | None:

@@ -1,0 +1,163 @@
+"""`reflective-memory bench fit-ranker`: fit the learned turn ranker on the dev sets, with folds.
+
+Collect: every conversation of each `--data FILE[:ROLES]` (ROLES `names` or `ua`, see
+`bench retrieval --roles`) is ingested into the default memory; each question with evidence is
+asked once (a budget of 1,000 words, its date as `now`), and the feature rows of its voted
+turns (`reflective_memory.ranking.features`) are kept with whether each turn is evidence. The
+rows are cached in `--table` (npz), so refitting needs no new run (`--table` alone).
+
+Fit: the model on every question (written to `--out`, by default the file the package ships);
+with `--folds DIR`, one model per fold fitted without that fold's questions. A conversation of
+many questions (a REALTALK chat, under either roles) is a fold of its own (leave one chat out);
+a conversation of one question (LongMemEval) falls in one of 5 folds by a hash of its id.
+`bench retrieval --ranker-folds DIR` then scores each conversation with its fold's model: the
+cross-validated numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from reflective_memory.embed import Embedder
+from reflective_memory.io import Conversation, ingest_conversations, load_conversations
+from reflective_memory.ranking.features import FEATURES
+from reflective_memory.ranking.model import fit_ranker
+from tqdm import tqdm
+
+from reflective_bench.retrieval import add_embedder_arguments, make_embedder
+from reflective_bench.roles import ROLES, store_roles
+from reflective_bench.systems import DEFAULT, fold_of
+
+__all__ = ["collect_rows", "register"]
+
+logger = logging.getLogger(__name__)
+
+#: The budget (words) each question is asked with while its rows are collected.
+COLLECT_BUDGET = 1000
+_PACKAGE_MODEL = Path(__file__).resolve().parent.parent / "reflective_memory/data/turn_ranker.json"
+
+
+def collect_rows(
+    conversations: Sequence[Conversation], embedder: Embedder, *, progress: bool = True
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Per question with evidence: `(fold, feature rows, evidence labels)`."""
+    system = replace(DEFAULT, config={"passages": {"ranker": "learned"}})
+    out: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for conv in tqdm(conversations, desc="collect ranker rows", disable=not progress):
+        with system.build(embedder) as mem:
+            ingest_conversations(mem, [conv], progress=False)
+            turn_ids: dict[str, list[str]] = {}
+            for t in sorted(mem.store.turns(conv.user_id), key=lambda t: t.position):
+                turn_ids.setdefault(t.session_id, []).append(t.turn_id)
+            fold = fold_of(conv)
+            for q in conv.questions:
+                evidence = set(q.evidence)
+                if not evidence:
+                    continue
+                r = mem.retriever
+                req = r.request(
+                    conv.user_id, q.question, None, COLLECT_BUDGET, None, None, None, None,
+                    None, q.date,
+                )  # fmt: skip
+                feats = r.state(req).features
+                if feats is None or not feats.keys:
+                    continue
+                labels = np.array([turn_ids[s][p] in evidence for s, p in feats.keys])
+                out.append((fold, feats.matrix, labels))
+    return out
+
+
+def _save_table(path: str, rows: list[tuple[str, str, np.ndarray, np.ndarray]]) -> None:
+    np.savez_compressed(
+        path,
+        features=np.array(FEATURES),
+        data=np.array([d for d, _, _, _ in rows]),
+        folds=np.array([f for _, f, _, _ in rows]),
+        sizes=np.array([len(x) for _, _, x, _ in rows]),
+        matrix=np.vstack([x for _, _, x, _ in rows]),
+        labels=np.concatenate([y for _, _, _, y in rows]),
+    )
+
+
+def _load_table(path: str) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
+    z = np.load(path)
+    if tuple(z["features"].tolist()) != FEATURES:
+        raise SystemExit(f"{path}: rows of other features; collect them again")
+    out, at = [], 0
+    for d, f, n in zip(z["data"], z["folds"], z["sizes"], strict=True):
+        out.append((str(d), str(f), z["matrix"][at : at + n], z["labels"][at : at + n]))
+        at += int(n)
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    rows: list[tuple[str, str, np.ndarray, np.ndarray]] = []
+    if args.data:
+        embedder = make_embedder(args.embedder, args.cache)
+        for spec in args.data:
+            path, _, roles = spec.partition(":")
+            roles = roles or "names"
+            if roles not in ROLES:
+                raise SystemExit(f"--data {spec}: roles must be one of {ROLES}")
+            convs = load_conversations(path)
+            if args.limit is not None:
+                convs = convs[: args.limit]
+            convs, _ = store_roles(convs, roles, path)
+            got = collect_rows(convs, embedder)
+            rows += [(f"{Path(path).name}:{roles}", f, x, y) for f, x, y in got]
+        if args.table:
+            _save_table(args.table, rows)
+    elif args.table:
+        rows = _load_table(args.table)
+    else:
+        raise SystemExit("give --data (to collect rows) or --table (rows collected before)")
+    data = sorted({d for d, _, _, _ in rows})
+    model = fit_ranker(
+        [(x, y) for _, _, x, y in rows],
+        fitted={"data": data, "collect_budget_words": COLLECT_BUDGET},
+    )
+    model.save(args.out)
+    print(f"fitted on {model.fitted['questions']} questions of {', '.join(data)} -> {args.out}")  # noqa: T201
+    print("| feature | weight |\n|---|---|")  # noqa: T201
+    for name, w in model.weights.items():
+        print(f"| {name} | {w:+.3f} |")  # noqa: T201
+    if args.folds:
+        out = Path(args.folds)
+        out.mkdir(parents=True, exist_ok=True)
+        folds = sorted({f for _, f, _, _ in rows})
+        for fold in folds:
+            m = fit_ranker(
+                [(x, y) for _, f, x, y in rows if f != fold],
+                fitted={"data": data, "without_fold": fold},
+            )
+            m.save(out / f"{fold}.json")
+        print(f"{len(folds)} fold models -> {out}")  # noqa: T201
+    return 0
+
+
+def register(bench: Any) -> None:
+    """Add `bench fit-ranker` to the CLI's bench sub-parsers."""
+    p = bench.add_parser(
+        "fit-ranker",
+        help="fit the learned turn ranker on dev sets (and one model per fold)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        help="conversation file, optionally ':names' or ':ua' (repeatable)",
+    )
+    p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    p.add_argument("--table", default=None, help="npz of collected rows: written, or read alone")
+    p.add_argument("--out", default=str(_PACKAGE_MODEL), help="model file to write")
+    p.add_argument("--folds", default=None, help="folder for one model per fold")
+    add_embedder_arguments(p)
+    p.set_defaults(func=_run)

@@ -1,0 +1,167 @@
+"""One row of features per voted turn: every cue the pipeline computes, as numbers.
+
+The rows are what `TurnRanker` weighs. Each feature is a signal the retrieval already has for a
+candidate turn; none is a word list of its own:
+
+- `log_vote`: the turn's small-to-big vote (`turn_votes.collect_votes`: its own key's and its
+  segments' reciprocal ranks), as `log(vote * (rrf_k + 1))` (0 for a first-ranked turn key);
+- `own_rank`: its own key's reciprocal rank, `rrf_k / (rrf_k + rank + 1)` (0 when unranked);
+- `cosine`, `cosine_gap`: its own key's query cosine, and that minus the best candidate's;
+- `bm25`: its own key's BM25 score over the best candidate's;
+- `other_speaker`: the question names one speaker and someone else said the turn;
+- `other_person`: in a user/assistant chat the question asks in the first (or second) person
+  and the other role said it (`cues.addressed_role`);
+- `recent`: for a present-tense question, how new the turn is among the best ten
+  (`turn_votes.recency_ranks`, 0 oldest to 1 newest; 0 otherwise);
+- `change`: for a present-tense question, one of the best ten that says something changed;
+- `in_frame`: said inside the period the question names ("two weeks ago");
+- `small_talk`: a contentless turn kept as the context of the turn before it;
+- `log_words`: its length, `log(1 + words)`;
+- `neighbour`: the best vote of the turns next to it, over the best vote;
+- `user`: said under the `user` role;
+- `position`: where it sits in its session, 0 (first) to 1 (last).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from reflective_memory.turn_votes import (
+    TurnVotes,
+    in_time_frame,
+    other_speakers,
+    recency_ranks,
+    states_a_change,
+)
+from reflective_memory.types import Turn
+
+__all__ = ["FEATURES", "TurnFeatures", "turn_features"]
+
+FEATURES: tuple[str, ...] = (
+    "log_vote",
+    "own_rank",
+    "cosine",
+    "cosine_gap",
+    "bm25",
+    "other_speaker",
+    "other_person",
+    "recent",
+    "change",
+    "in_frame",
+    "small_talk",
+    "log_words",
+    "neighbour",
+    "user",
+    "position",
+)
+_COL = {name: i for i, name in enumerate(FEATURES)}
+
+
+@dataclass(frozen=True)
+class TurnFeatures:
+    """The feature rows of one retrieval's voted turns.
+
+    Attributes:
+        keys: `(session_id, position)` of each row's turn.
+        matrix: One row per key, columns in `FEATURES` order.
+    """
+
+    keys: list[tuple[str, int]]
+    matrix: np.ndarray
+
+
+@dataclass(frozen=True)
+class QuestionSignals:
+    """What the question says, as the cues stage read it.
+
+    Attributes:
+        speaker: The speaker (or role) a focus applies to, if any.
+        speakers: Who counts as a speaker for the focus (the two roles for person focus).
+        keep: Turns never counted as another's (a turn quoting the question).
+        present: Whether the question asks about the present.
+        frame: `(start, end)` of the period the question names, if any.
+    """
+
+    speaker: str | None = None
+    speakers: tuple[str, ...] = ()
+    keep: Callable[[Turn], bool] | None = None
+    present: bool = False
+    frame: tuple[object, object] | None = None
+
+
+def turn_features(
+    votes: TurnVotes,
+    session_turns: Callable[[str], Sequence[Turn]],
+    own: dict[tuple[str, int], tuple[int | None, dict[str, float]]],
+    signals: QuestionSignals,
+    *,
+    rrf_k: int,
+    quiet: Collection[tuple[str, int]] = frozenset(),
+    relevance: Callable[[tuple[str, int]], float | None] | None = None,
+) -> TurnFeatures:
+    """The feature rows of the voted turns (see the module for each column).
+
+    Args:
+        votes: The turns' votes before any cue changed them.
+        session_turns: A session's turns in order.
+        own: Per voted turn, its own key's rank in the fused ranking (None when unranked)
+            and that key's scores by ranker (`dense`, `lexical`).
+        signals: What the question says.
+        rrf_k: The fusion constant.
+        quiet: The turns kept as small talk beside the turn before them.
+        relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
+
+    Returns:
+        The rows, in the order of `votes.turn`.
+    """
+    keys = list(votes.turn)
+    x = np.zeros((len(keys), len(FEATURES)))
+    if not keys:
+        return TurnFeatures(keys, x)
+    best_vote = max(votes.turn.values())
+    cosines = [own.get(k, (None, {}))[1].get("dense") for k in keys]
+    bm25s = [own.get(k, (None, {}))[1].get("lexical") for k in keys]
+    best_cos = max((c for c in cosines if c is not None), default=None)
+    best_bm25 = max((b for b in bm25s if b is not None), default=0.0)
+    others = (
+        set(other_speakers(votes, session_turns, signals.speaker, signals.speakers, signals.keep))
+        if signals.speaker is not None
+        else set()
+    )
+    person = signals.speakers == ("user", "assistant")
+    ranks = recency_ranks(votes, session_turns, relevance=relevance) if signals.present else {}
+    pool = set(sorted(votes.turn, key=lambda k: -votes.turn[k])[:10]) if signals.present else set()
+    frame = (
+        set(in_time_frame(votes, session_turns, *signals.frame))  # type: ignore[arg-type]
+        if signals.frame is not None
+        else set()
+    )
+    for i, key in enumerate(keys):
+        turns = session_turns(key[0])
+        turn = turns[key[1]]
+        rank = own.get(key, (None, {}))[0]
+        row = x[i]
+        row[_COL["log_vote"]] = math.log(max(votes.turn[key] * (rrf_k + 1), 1e-6))
+        row[_COL["own_rank"]] = 0.0 if rank is None else rrf_k / (rrf_k + rank + 1)
+        if cosines[i] is not None and best_cos is not None:
+            row[_COL["cosine"]] = cosines[i]
+            row[_COL["cosine_gap"]] = cosines[i] - best_cos
+        if bm25s[i] is not None and best_bm25 > 0:
+            row[_COL["bm25"]] = bm25s[i] / best_bm25
+        if key in others:
+            row[_COL["other_person" if person else "other_speaker"]] = 1.0
+        row[_COL["recent"]] = ranks.get(key, 0.0)
+        if key in pool and states_a_change(turn.text):
+            row[_COL["change"]] = 1.0
+        row[_COL["in_frame"]] = float(key in frame)
+        row[_COL["small_talk"]] = float(key in quiet)
+        row[_COL["log_words"]] = math.log1p(len(turn.text.split()))
+        near = [votes.turn.get((key[0], key[1] + d), 0.0) for d in (-1, 1)]
+        row[_COL["neighbour"]] = max(near) / best_vote if best_vote > 0 else 0.0
+        row[_COL["user"]] = float(turn.role == "user")
+        row[_COL["position"]] = key[1] / (len(turns) - 1) if len(turns) > 1 else 0.0
+    return TurnFeatures(keys, x)

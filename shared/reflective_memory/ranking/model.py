@@ -1,0 +1,182 @@
+"""`TurnRanker`: one log-linear model that weighs every cue of a candidate turn.
+
+A turn's score is `exp(w · x)` over its feature row (`reflective_memory.ranking.features`):
+`log_vote` carries the small-to-big vote, the other columns raise or lower it (a named
+speaker's other side, the newest of the best turns for a present-tense question, the period
+the question names, ...). The weights are fitted offline by pairwise logistic regression
+(scikit-learn) on the dev sets: within each question, every evidence turn against the
+other candidate turns, each question weighing the same. They ship as JSON
+inside the package with a SHA-256 checksum (`data/turn_ranker.json`), are read once, and are
+refitted with `reflective-memory bench fit-ranker`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.errors import ConfigError
+from reflective_memory.ranking.features import FEATURES
+
+__all__ = ["FORMAT", "TurnRanker", "load_ranker", "fit_ranker", "model_checksum"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "reflective-memory/turn-ranker/1"
+#: Inverse L2 strength of the pairwise logistic regression. The features are not standardised:
+#: each is of order one, and a cue that seldom fires (present tense on REALTALK: 2 questions
+#: of 714) keeps a small weight instead of one blown up by its tiny spread.
+C = 1.0
+
+
+@dataclass(frozen=True)
+class TurnRanker:
+    """Weights of the log-linear turn score, one per feature.
+
+    Attributes:
+        weights: Feature name -> weight (in the feature's own units).
+        fitted: What it was fitted on (data, questions, pairs), for the reader.
+    """
+
+    weights: dict[str, float]
+    fitted: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if tuple(self.weights) != FEATURES:
+            raise ConfigError(
+                f"turn ranker weights must name the features {list(FEATURES)} in order, "
+                f"got {list(self.weights)}"
+            )
+        bad = [n for n, w in self.weights.items() if not math.isfinite(w)]
+        if bad:
+            raise ConfigError(f"turn ranker weights are not finite numbers: {bad}")
+
+    @property
+    def vector(self) -> np.ndarray:
+        """The weights in `FEATURES` order."""
+        return np.array([self.weights[n] for n in FEATURES])
+
+    def score(self, matrix: np.ndarray) -> np.ndarray:
+        """Log-scores `w · x` of feature rows."""
+        if matrix.size == 0:
+            return np.zeros(len(matrix))
+        return matrix @ self.vector
+
+    def to_json(self) -> dict[str, Any]:
+        """The model as the JSON document `load_ranker` reads (checksum included)."""
+        body = {"format": FORMAT, "weights": self.weights, "fitted": self.fitted}
+        return {**body, "sha256": model_checksum(body)}
+
+    def save(self, path: str | Path) -> None:
+        """Write `to_json()` to `path`."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+
+
+def model_checksum(body: dict[str, Any]) -> str:
+    """SHA-256 of a model document without its `sha256` (canonical JSON)."""
+    rest = {k: v for k, v in body.items() if k != "sha256"}
+    canon = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canon.encode("ascii")).hexdigest()
+
+
+def _parse(text: str, where: str) -> TurnRanker:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"turn ranker {where} is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f"turn ranker {where} is not a {FORMAT} document")
+    if doc.get("sha256") != model_checksum(doc):
+        raise ConfigError(f"turn ranker {where} does not match its sha256 checksum")
+    weights = doc.get("weights")
+    if not isinstance(weights, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in weights.values()
+    ):
+        raise ConfigError(f"turn ranker {where} has no weights map of numbers")
+    return TurnRanker({str(k): float(v) for k, v in weights.items()}, doc.get("fitted") or {})
+
+
+@lru_cache(maxsize=8)
+def load_ranker(path: str | None = None) -> TurnRanker:
+    """Read a turn ranker: the one shipped with the package, or the JSON file at `path`.
+
+    Raises:
+        ConfigError: The file is missing, not a turn ranker, fails its checksum, or names
+            other features.
+    """
+    if path is None:
+        where = "reflective_memory/data/turn_ranker.json"
+        text = resources.files("reflective_memory").joinpath("data/turn_ranker.json").read_text()
+    else:
+        where = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read turn ranker {path}: {exc}") from exc
+    return _parse(text, where)
+
+
+def _pairs(matrix: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """One question's (evidence row - other row) differences and their weights."""
+    pos = np.flatnonzero(labels)
+    neg = np.flatnonzero(~labels)
+    if len(pos) == 0 or len(neg) == 0:
+        return None
+    diffs = (matrix[pos][:, None, :] - matrix[neg][None, :, :]).reshape(-1, matrix.shape[1])
+    return diffs, np.full(len(diffs), 1.0 / len(diffs))
+
+
+def fit_ranker(
+    questions: Iterable[tuple[np.ndarray, Sequence[bool]]],
+    *,
+    c: float = C,
+    fitted: dict[str, Any] | None = None,
+) -> TurnRanker:
+    """Fit the weights on questions' feature rows and evidence labels.
+
+    Every evidence turn of a question is paired with every other candidate turn of the
+    question (pairing only with the best-voted ones taught the model what tells evidence from
+    near misses, and it then ranked the rest of the candidates badly); a logistic regression
+    without intercept on the differences (each
+    pair also mirrored) learns which row is the evidence. Each question weighs the same.
+
+    Args:
+        questions: Per question, its feature rows (`FEATURES` columns) and whether each row's
+            turn is evidence.
+        c: Inverse L2 strength.
+        fitted: Notes stored with the model (data, counts).
+
+    Returns:
+        The fitted ranker.
+
+    Raises:
+        ConfigError: No question has both an evidence turn and another turn among its rows.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    diffs, weights, used = [], [], 0
+    for matrix, labels in questions:
+        got = _pairs(np.asarray(matrix, dtype=float), np.asarray(labels, dtype=bool))
+        if got is not None:
+            diffs.append(got[0])
+            weights.append(got[1])
+            used += 1
+    if not diffs:
+        raise ConfigError("no question has both an evidence turn and another candidate turn")
+    d = np.vstack(diffs)
+    w = np.concatenate(weights)
+    model = LogisticRegression(C=c, fit_intercept=False, max_iter=2000)
+    model.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))], np.r_[w, w])
+    coef = model.coef_[0]
+    notes = {**(fitted or {}), "questions": used, "pairs": int(len(d)), "C": c}
+    return TurnRanker({n: round(float(v), 6) for n, v in zip(FEATURES, coef, strict=True)}, notes)
