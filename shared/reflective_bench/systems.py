@@ -193,7 +193,11 @@ ABLATIONS = (
     System(
         "+ offline denoiser", {"denoise": {"kind": "offline"}}, what="denoised keys (re-embedded)"
     ),
-    System("+ RF-Mem gate", {"recall": {"mode": "rfmem"}}, what="RF-Mem, self-calibrated gate"),
+    System(
+        "+ RF-Mem gate",
+        {"recall": {"mode": "rfmem"}},
+        what="RF-Mem, gate fitted per embedder (bench fit-gate)",
+    ),
     System(
         "- person focus",
         {"passages": {"person_focus": 0.0}},
