@@ -148,14 +148,14 @@ def test_fit_gate_command_caches_the_table_and_writes_the_fit(tmp_path, capsys, 
     args += ["--tables", str(tmp_path / "tables"), "--json", str(tmp_path / "fit.json"), "--write"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "gate for hashing:384" in out and "| chats.json cross-validated | 6 |" in out
+    assert "gate for hashing:256" in out and "| chats.json cross-validated | 6 |" in out
     table = tmp_path / "tables" / "gate-chats.json.gz"
     with gzip.open(table, "rt") as fh:
         cached = json.load(fh)
-    assert cached["key"]["embedder"] == "hashing:384" and len(cached["rows"]) == 6
-    cal, reason = fitted_gate("hashing:384", 10, 20.0)
+    assert cached["key"]["embedder"] == "hashing:256" and len(cached["rows"]) == 6
+    cal, reason = fitted_gate("hashing:256", 10, 20.0)
     assert cal is not None, reason
-    measured = json.loads(gate_file.read_text())["embedders"]["hashing:384"]["measured"]
+    measured = json.loads(gate_file.read_text())["embedders"]["hashing:256"]["measured"]
     assert measured["cross_validated"]["questions"] == 6
     # A second run reads the cached table: rows changed in it are what the fit sees.
     cached["rows"] = [{**r, "recollection": 0.0} for r in cached["rows"]]
