@@ -6,8 +6,6 @@ import gzip
 import json
 
 import numpy as np
-import pytest
-import reflective_memory.recall.calibration as calibration
 from reflective_bench.gate import (
     GateRow,
     collect_rows,
@@ -129,14 +127,6 @@ def test_collect_rows_asks_each_question_down_both_paths(tmp_path) -> None:
         assert r.ms_familiarity > 0 and r.ms_recollection > 0
     # the whole history fits in 500 words: both paths cover every evidence turn
     assert all(r.familiarity == r.recollection == 1.0 for r in rows)
-
-
-@pytest.fixture
-def gate_file(tmp_path, monkeypatch):
-    path = tmp_path / "gate_calibration.json"
-    monkeypatch.setattr(calibration, "GATE_CALIBRATION_FILE", path)
-    yield path
-    calibration._read.cache_clear()
 
 
 def test_fit_gate_command_caches_the_table_and_writes_the_fit(tmp_path, capsys, gate_file) -> None:

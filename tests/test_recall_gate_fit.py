@@ -112,15 +112,6 @@ def test_the_shipped_calibration_fits_the_default_embedder() -> None:
     assert cv["share_routed"] <= 0.3 and cv["questions"] >= 400
 
 
-@pytest.fixture
-def gate_file(tmp_path, monkeypatch):
-    """A calibration file of the test's own, read by every memory in the test."""
-    path = tmp_path / "gate.json"
-    monkeypatch.setattr(calibration, "GATE_CALIBRATION_FILE", path)
-    yield path
-    calibration._read.cache_clear()
-
-
 def test_rfmem_gates_with_the_fit_for_the_memorys_embedder(gate_file) -> None:
     m, h, gains = _signals()
     cal = fit_gate(m, h, gains)

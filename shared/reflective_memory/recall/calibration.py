@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from reflective_memory.errors import InvalidFileError, InvalidInputError
-from reflective_memory.recall.rfmem import RecallConfig, choose_path, gate_signals
+from reflective_memory.recall.rfmem import RecallConfig, gate_signals
 from reflective_memory.recall.vectors import as_vector_index
 
 __all__ = [
@@ -103,16 +103,22 @@ def calibrate_from_signals(
     th_low = float(np.quantile(m, low_quantile))
     band = (m > th_low) & (m < th_high)
     tau = float(np.quantile(h[band] if band.any() else h, tau_quantile))
-    cfg = RecallConfig(mode="rfmem", theta_high=th_high, theta_low=th_low, tau=tau)
-    rec = sum(choose_path(a, b, cfg) == "recollection" for a, b in zip(m, h, strict=True))
+    return _calibration(m, h, th_high, th_low, tau)
+
+
+def _calibration(
+    m: np.ndarray, h: np.ndarray, theta_high: float, theta_low: float, tau: float
+) -> GateCalibration:
+    """A `GateCalibration` of these thresholds over the signals `m` (s̄) and `h` (H)."""
+    cfg = RecallConfig(mode="rfmem", theta_high=theta_high, theta_low=theta_low, tau=tau)
     return GateCalibration(
-        theta_high=th_high,
-        theta_low=th_low,
+        theta_high=theta_high,
+        theta_low=theta_low,
         tau=tau,
         n=int(m.size),
         mean_quantiles={f"p{q}": float(np.percentile(m, q)) for q in _QS},
         entropy_quantiles={f"p{q}": float(np.percentile(h, q)) for q in _QS},
-        recollection_rate=rec / m.size,
+        recollection_rate=float(gate_routes(m, h, cfg).mean()),
     )
 
 
@@ -258,23 +264,7 @@ def fit_gate(
                 best = (float(gain[t]), int(count[t]), float(th_high), float(thetas[j]),
                         float(taus[t]))  # fmt: skip
     _, _, th_high, th_low, tau = best
-    rate = float(gate_routes(m, h, _Thresholds(th_high, th_low, tau)).mean())
-    return GateCalibration(
-        theta_high=th_high,
-        theta_low=th_low,
-        tau=tau,
-        n=int(m.size),
-        mean_quantiles={f"p{q}": float(np.percentile(m, q)) for q in _QS},
-        entropy_quantiles={f"p{q}": float(np.percentile(h, q)) for q in _QS},
-        recollection_rate=rate,
-    )
-
-
-@dataclass(frozen=True)
-class _Thresholds:
-    theta_high: float
-    theta_low: float
-    tau: float
+    return _calibration(m, h, th_high, th_low, tau)
 
 
 def _digest(embedders: dict[str, Any]) -> str:
