@@ -151,7 +151,7 @@ def collect_rows(
                         cov["recollection"],
                         ms["familiarity"],
                         ms["recollection"],
-                    )  # fmt: skip
+                    )
                 )
     return rows
 

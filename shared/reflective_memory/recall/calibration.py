@@ -181,8 +181,8 @@ def calibrate_gate(
 
 #: The fitted gates, per embedder name (package data; `bench fit-gate --write` re-fits them).
 GATE_CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "data" / "gate_calibration.json"
-#: Thresholds that send nothing to recollection (s̄ is a cosine mean, never below -1).
-_NEVER = {"theta_high": -1.0, "theta_low": -1.0}
+#: θ_high = θ_low of a gate that sends nothing to recollection (s̄, a mean cosine, is >= -1).
+_NEVER = -1.0
 
 
 def gate_routes(means: np.ndarray, entropies: np.ndarray, gate: Any) -> np.ndarray:
@@ -203,7 +203,7 @@ def gate_routes(means: np.ndarray, entropies: np.ndarray, gate: Any) -> np.ndarr
 
 
 def _candidates(x: np.ndarray, n: int = 41) -> np.ndarray:
-    """Cut points between the observed values at `n` evenly spaced quantiles."""
+    """Candidate thresholds: `x` at `n` evenly spaced quantiles, and one above its maximum."""
     qs = np.unique(np.quantile(x, np.linspace(0.0, 1.0, n)))
     return np.concatenate([qs, [float(x.max()) + 1.0]])
 
@@ -249,7 +249,7 @@ def fit_gate(
     below = m[None, :] < thetas[:, None]  # (theta, question): s̄ < θ
     at_or_below = m[None, :] <= thetas[:, None]
     noisy = h[None, :] > taus[:, None]  # (tau, question)
-    best = (0.0, 0, _NEVER["theta_high"], _NEVER["theta_low"], float(h.max()) + 1.0)
+    best = (0.0, 0, _NEVER, _NEVER, float(h.max()) + 1.0)
     most = math.floor(max_share * m.size + 1e-9)
     for i, th_high in enumerate(thetas):
         for j in range(i + 1):  # θ_low <= θ_high
