@@ -76,7 +76,7 @@ class DenseCandidates:
     name = "dense"
     repeat = True
 
-    def __init__(self, embedder_name: str = "") -> None:
+    def __init__(self, embedder_name: str) -> None:
         self.embedder_name = embedder_name
 
     def run(self, state: RetrievalState) -> None:
