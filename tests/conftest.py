@@ -40,6 +40,17 @@ def disk_mem(tmp_path: Path, embedder: HashingEmbedder) -> Iterator[ReflectiveMe
 
 
 @pytest.fixture
+def gate_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fitted-gate file of the test's own (`recall.GATE_CALIBRATION_FILE`), not yet written."""
+    import reflective_memory.recall.calibration as calibration
+
+    path = tmp_path / "gate_calibration.json"
+    monkeypatch.setattr(calibration, "GATE_CALIBRATION_FILE", path)
+    yield path
+    calibration._read.cache_clear()
+
+
+@pytest.fixture
 def dev_data() -> Path:
     """The team's development data beside the repository (tests skip without it)."""
     if not SHARED_DATA.is_dir():

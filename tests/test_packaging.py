@@ -113,6 +113,7 @@ def test_the_wheel_installs_reflective_memory_and_no_top_level_shared(installed:
         "reflective_memory/py.typed",
         "reflective_memory/data/demo_conversation.json",
         "reflective_memory/data/segmenter_weights.json",
+        "reflective_memory/data/gate_calibration.json",
     ):
         assert needed in files, needed
     code = "import reflective_memory, sys; print(reflective_memory.__file__)"

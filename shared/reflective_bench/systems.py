@@ -62,6 +62,8 @@ __all__ = [
     "SystemsResult",
     "run_systems",
     "format_systems",
+    "RepeatQuery",
+    "covered",
 ]
 
 #: A system's `passages.ranker` that means: each conversation's fold model (`--ranker-folds`).
@@ -214,7 +216,11 @@ ABLATIONS = (
     System(
         "+ offline denoiser", {"denoise": {"kind": "offline"}}, what="denoised keys (re-embedded)"
     ),
-    System("+ RF-Mem gate", {"recall": {"mode": "rfmem"}}, what="RF-Mem, self-calibrated gate"),
+    System(
+        "+ RF-Mem gate",
+        {"recall": {"mode": "rfmem"}},
+        what="RF-Mem, gate fitted per embedder (bench fit-gate)",
+    ),
     System(
         "- person focus",
         {"passages": {"person_focus": 0.0}},
@@ -297,7 +303,7 @@ class SystemsResult:
         }
 
 
-class _RepeatQuery:
+class RepeatQuery:
     """Embedder wrapper that reuses the vector of the query embedded just before.
 
     Each question is asked once for the latency (embedded for real) and then once per budget;
@@ -311,9 +317,11 @@ class _RepeatQuery:
 
     @property
     def dim(self) -> int:
+        """The inner embedder's dimension."""
         return self.inner.dim
 
     def encode(self, texts: Any) -> np.ndarray:
+        """Embed `texts`; a single text equal to the last one reuses its vector."""
         if isinstance(texts, str):
             if self._last is not None and self._last[0] == texts:
                 return self._last[1]
@@ -327,7 +335,8 @@ class _RepeatQuery:
         self._last = None
 
 
-def _covered(retrieval: Retrieval, evidence: set[str], budget: int) -> tuple[float, int]:
+def covered(retrieval: Retrieval, evidence: set[str], budget: int = 0) -> tuple[float, int]:
+    """Fraction of `evidence` turns inside a passage answer, and the answer's words."""
     words = sum(len(h.memory.text.split()) for h in retrieval.hits)
     got: set[str] = set()
     for h in retrieval.hits:
@@ -372,7 +381,7 @@ def run_systems(
     res = SystemsResult(topk=topk)
     default_call = f"{DEFAULT.name} · retrieve()"
     embedder.encode(["load the model before anything is timed"])
-    repeat = _RepeatQuery(embedder)
+    repeat = RepeatQuery(embedder)
     for conv in conversations:  # every system then reads the turn vectors on equal terms
         repeat.encode([t["text"][:4000] for s in conv.sessions for t in s.turns])
     todo = [(c, s) for c in conversations for s in systems]
@@ -419,7 +428,7 @@ def run_systems(
                 for b in budgets:
                     if ranking is None:
                         r = mem.retrieve(conv.user_id, q.question, now=q.date, budget_tokens=b)
-                        cov, words = _covered(r, evidence, b)
+                        cov, words = covered(r, evidence, b)
                         res.over_budget += int(words > b)
                     else:
                         cov, _ = coverage_fn(ranking, evidence, b)
@@ -439,7 +448,7 @@ def run_systems(
                         conv.user_id, q.question, now=q.date, k=topk, mode=system.mode
                     )
                     res.topk_latency_ms[system.name].append((time.perf_counter() - t2) * 1000)
-                    cov, words = _covered(top, evidence, topk)
+                    cov, words = covered(top, evidence, topk)
                     res.topk_coverage[system.name].append(cov)
                     res.topk_words[system.name].append(words)
                 if shipped is not None:
@@ -447,7 +456,7 @@ def run_systems(
                     t3 = time.perf_counter()
                     top = shipped.retrieve(conv.user_id, q.question, now=q.date)
                     res.topk_latency_ms[default_call].append((time.perf_counter() - t3) * 1000)
-                    cov, words = _covered(top, evidence, 0)
+                    cov, words = covered(top, evidence, 0)
                     res.topk_coverage[default_call].append(cov)
                     res.topk_words[default_call].append(words)
         finally:

@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 #: command line asks for `bench`.
 BENCH_MODULES = [
     "reflective_bench.retrieval",
+    "reflective_bench.gate",
     "reflective_bench.conditional",
     "reflective_bench.feedback",
     "reflective_bench.segmentation",

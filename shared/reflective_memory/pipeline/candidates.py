@@ -8,13 +8,15 @@ import numpy as np
 
 from reflective_memory.embed import Embedder, aencode_query, encode_query
 from reflective_memory.pipeline.state import RetrievalState
-from reflective_memory.recall import RecallConfig, calibrate_gate
+from reflective_memory.recall import RecallConfig, fitted_gate
 from reflective_memory.recall import recall as rf_recall
 from reflective_memory.storage.bridge import await_io, bridged
 
 __all__ = ["EmbedQuery", "DenseCandidates", "LexicalCandidates", "default_gate"]
 
 logger = logging.getLogger(__name__)
+#: Reasons already logged why an embedder has no fitted RF-Mem gate (logged once each).
+_UNFITTED: set[str] = set()
 
 
 def default_gate(rcfg: RecallConfig) -> bool:
@@ -62,13 +64,20 @@ class EmbedQuery:
 class DenseCandidates:
     """RF-Mem over the user's dense index: one top-K when familiar, recollection otherwise.
 
-    With `RecallConfig.calibrate` and the gate's default thresholds, θ_high, θ_low and τ are
-    calibrated on the user's own index (stored vectors as pseudo-queries, cached per index
-    version), so the gate needs no hand-set thresholds for a new embedder or user.
+    With `RecallConfig.calibrate` and the gate's default thresholds, θ_high, θ_low and τ are the
+    ones fitted for the memory's embedder on the dev sets (`recall.fitted_gate`, written by
+    `reflective-memory bench fit-gate`); an embedder without a fit keeps the paper's thresholds,
+    and the reason is logged once per embedder.
+
+    Args:
+        embedder_name: The memory's `embedder.name`, which selects the fitted gate.
     """
 
     name = "dense"
     repeat = True
+
+    def __init__(self, embedder_name: str) -> None:
+        self.embedder_name = embedder_name
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.dense` and `state.dense_trace`."""
@@ -78,21 +87,15 @@ class DenseCandidates:
         state.dense = (res.positions, res.cosine)
         state.dense_trace = res.diagnostics()
 
-    @staticmethod
-    def _calibrated(state: RetrievalState) -> RecallConfig:
-        rcfg, index = state.request.recall, state.index
+    def _calibrated(self, state: RetrievalState) -> RecallConfig:
+        rcfg = state.request.recall
         if not (rcfg.calibrate and default_gate(rcfg)):
             return rcfg
-        key = ("gate", rcfg.probe_k, rcfg.lam)
-        cal = index.extras.get(key)
+        cal, reason = fitted_gate(self.embedder_name, rcfg.probe_k, rcfg.lam)
         if cal is None:
-            try:
-                cal = calibrate_gate(index.dense, probe_k=rcfg.probe_k, lam=rcfg.lam)
-            except Exception:  # too small an index to calibrate: keep the configured gate
-                logger.debug("RF-Mem gate not calibrated for a %d-memory index", len(index))
-                cal = False
-            index.extras[key] = cal
-        if cal is False:
+            if reason not in _UNFITTED:
+                _UNFITTED.add(reason)
+                logger.info("%s: the RF-Mem gate uses the paper's thresholds", reason)
             return rcfg
         state.gate = {"theta_high": cal.theta_high, "theta_low": cal.theta_low, "tau": cal.tau}
         return cal.apply(rcfg)

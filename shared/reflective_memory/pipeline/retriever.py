@@ -73,7 +73,7 @@ class Retriever:
         turns = UserTurns(store)
         self.query = EmbedQuery(embedder, config.units.embed_max_chars)
         self.cues = QuestionCues(config.passages, turns)
-        self.dense, self.lexical = DenseCandidates(), LexicalCandidates()
+        self.dense, self.lexical = DenseCandidates(embedder.name), LexicalCandidates()
         self.fusion = Fusion(config.search)
         self.rerank = Rerank(rerankers, self.query, store)
         context_units = any(g in CONTEXT_UNITS for g in config.units.granularities)

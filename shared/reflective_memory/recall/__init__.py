@@ -2,13 +2,18 @@
 
 - `vectors`: what RF-Mem searches (`VectorIndex`) and an exact in-memory index.
 - `rfmem`: the gate (mean score + entropy), familiarity, recollection and `recall`.
-- `calibration`: gate thresholds proposed from a user's own score distribution.
+- `calibration`: the gate's thresholds, fitted per embedder on where recollection helps.
 """
 
 from reflective_memory.recall.calibration import (
+    GATE_CALIBRATION_FILE,
     GateCalibration,
     calibrate_from_signals,
     calibrate_gate,
+    fit_gate,
+    fitted_gate,
+    gate_routes,
+    write_gate_calibration,
 )
 from reflective_memory.recall.rfmem import (
     MODES,
@@ -41,4 +46,9 @@ __all__ = [
     "recall",
     "calibrate_gate",
     "calibrate_from_signals",
+    "fit_gate",
+    "gate_routes",
+    "fitted_gate",
+    "write_gate_calibration",
+    "GATE_CALIBRATION_FILE",
 ]

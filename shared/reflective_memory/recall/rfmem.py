@@ -67,9 +67,10 @@ class RecallConfig:
         kmeans_iters: Lloyd iterations per clustering.
         seed: Random seed of the clustering; fixed seed = deterministic results.
         calibrate: With `mode="rfmem"` and the thresholds left at their defaults, a
-            `ReflectiveMemory` calibrates the gate's θ_high, θ_low and τ on each user's own
-            index (stored vectors as pseudo-queries, cached per index version) instead of using
-            the numbers above (`reflective_memory.recall.calibrate_gate`).
+            `ReflectiveMemory` gates with the θ_high, θ_low and τ fitted for its embedder on the
+            dev sets (`reflective_memory.recall.fitted_gate`; `reflective-memory bench
+            fit-gate` re-fits them) instead of the numbers above, which stay for an embedder
+            without a fit.
     """
 
     mode: str = "familiarity"
