@@ -109,7 +109,10 @@ def test_features_read_the_question_cues_of_each_turn() -> None:
     got = turn_features(
         votes, sessions.__getitem__, own, signals, rrf_k=60, quiet=frozenset({("new", 1)})
     )
-    row = {key: dict(zip(FEATURES, r, strict=True)) for key, r in zip(got.keys, got.matrix)}
+    row = {
+        key: dict(zip(FEATURES, r, strict=True))
+        for key, r in zip(got.keys, got.matrix, strict=True)
+    }
     assert row[("old", 1)]["other_speaker"] == 1.0 and row[("old", 0)]["other_speaker"] == 0.0
     assert row[("new", 0)]["recent"] == 1.0 and row[("old", 0)]["recent"] == 0.0
     assert row[("new", 0)]["change"] == 1.0 and row[("old", 0)]["change"] == 0.0

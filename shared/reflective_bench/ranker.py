@@ -4,7 +4,8 @@ Collect: every conversation of each `--data FILE[:ROLES]` (ROLES `names` or `ua`
 `bench retrieval --roles`) is ingested into the default memory; each question with evidence is
 asked once (a budget of 1,000 words, its date as `now`), and the feature rows of its voted
 turns (`reflective_memory.ranking.features`) are kept with whether each turn is evidence. The
-rows are cached in `--table` (npz), so refitting needs no new run (`--table` alone).
+rows are cached in `--table` (npz), so refitting needs no new run (`--table` alone, as many as
+there are row files).
 
 Fit: the model on every question (written to `--out`, by default the file the package ships);
 with `--folds DIR`, one model per fold fitted without that fold's questions. A conversation of
@@ -111,10 +112,12 @@ def _run(args: argparse.Namespace) -> int:
             convs, _ = store_roles(convs, roles, path)
             got = collect_rows(convs, embedder)
             rows += [(f"{Path(path).name}:{roles}", f, x, y) for f, x, y in got]
+        if len(args.table) > 1:
+            raise SystemExit("with --data, give one --table to write the rows to")
         if args.table:
-            _save_table(args.table, rows)
+            _save_table(args.table[0], rows)
     elif args.table:
-        rows = _load_table(args.table)
+        rows = [row for path in args.table for row in _load_table(path)]
     else:
         raise SystemExit("give --data (to collect rows) or --table (rows collected before)")
     data = sorted({d for d, _, _, _ in rows})
@@ -156,7 +159,12 @@ def register(bench: Any) -> None:
         help="conversation file, optionally ':names' or ':ua' (repeatable)",
     )
     p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
-    p.add_argument("--table", default=None, help="npz of collected rows: written, or read alone")
+    p.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        help="npz of collected rows: written (with --data), or read (repeatable, without --data)",
+    )
     p.add_argument("--out", default=str(_PACKAGE_MODEL), help="model file to write")
     p.add_argument("--folds", default=None, help="folder for one model per fold")
     add_embedder_arguments(p)
