@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from reflective_memory import tracing
 from reflective_memory.config import MemoryConfig
 from reflective_memory.denoise import Denoiser, make_denoiser
 from reflective_memory.embed import Embedder, default_embedder
@@ -365,19 +366,24 @@ class ReflectiveMemory:
             reranker's record and the time of every pipeline stage in ms.
         """
         self._open()
-        return self.retriever.retrieve(
-            user_id,
-            query,
-            k=k,
-            budget_tokens=budget_tokens,
-            mode=mode,
-            recall=recall,
-            views=views,
-            reflect=reflect,
-            explore=explore,
-            exclude_turns=exclude_turns,
-            now=now,
-        )
+        name, attrs = tracing.RETRIEVAL_SPAN, tracing.RETRIEVAL_ATTRIBUTES
+        with tracing.span(name, attrs, user_id=user_id) as span:
+            out = self.retriever.retrieve(
+                user_id,
+                query,
+                k=k,
+                budget_tokens=budget_tokens,
+                mode=mode,
+                recall=recall,
+                views=views,
+                reflect=reflect,
+                explore=explore,
+                exclude_turns=exclude_turns,
+                now=now,
+            )
+            if span is not None:
+                span.set_attributes(tracing.retrieval_attributes(out))
+        return out
 
     # -- feedback (RMM) --------------------------------------------------------------------
     # Forwarding façade of `self.rerank_stage` (`reflective_memory.rmm.feedback.RerankStage`).
@@ -488,9 +494,13 @@ class ReflectiveMemory:
         if cited is not None:
             check_numbers("cited", cited)
         check_numbering("numbering", numbering)
-        return self.rerank_stage.feedback(
-            shown, answer, cited, self.indexes.get, numbering=numbering
-        )
+        with tracing.span("feedback") as span:
+            out = self.rerank_stage.feedback(
+                shown, answer, cited, self.indexes.get, numbering=numbering
+            )
+            if span is not None:
+                span.set_attributes(tracing.feedback_attributes(out))
+        return out
 
     # -- records ------------------------------------------------------------------------
     @typed_errors

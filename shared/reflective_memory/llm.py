@@ -8,7 +8,8 @@ Any of these is accepted wherever the core takes an `llm`:
 
 LLM-backed steps always go through `LLMClient.complete`, which counts calls, characters and
 tokens into a `Usage`, bounds every call in time (`timeout_s`) and size (`max_chars`), and turns
-exceptions and timeouts into `LLMError` so callers can fall back offline.
+exceptions and timeouts into `LLMError` so callers can fall back offline. With a tracer provider
+set, each call is a `text_completion` span with its token usage (`reflective_memory.tracing`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from reflective_memory import tracing
 from reflective_memory.errors import InvalidInputError, LLMError
 from reflective_memory.settings import check_int, check_number
 from reflective_memory.types import Usage
@@ -86,6 +88,16 @@ class LLM(Protocol):
         ...
 
 
+def _model_name(llm: Any) -> str | None:
+    """The model's name for traces (`gen_ai.request.model`), when the object tells it."""
+    for obj in (llm, getattr(llm, "model", None)):
+        for field in ("model_name", "model", "model_id"):
+            name = getattr(obj, field, None)
+            if isinstance(name, str) and name:
+                return name
+    return None
+
+
 class LLMClient:
     """Wraps any supported LLM object, counts usage, bounds calls and normalises failures.
 
@@ -137,8 +149,26 @@ class LLMClient:
         )
         self.usage = Usage()
         self._lock = threading.Lock()
+        model = _model_name(llm)
+        self._span_name = "text_completion" if model is None else f"text_completion {model}"
+        self._span_attributes = {"gen_ai.operation.name": "text_completion"}
+        if model is not None:
+            self._span_attributes["gen_ai.request.model"] = model
 
-    def _record(self, prompt: str, out: str | None, usage: Usage | None) -> None:
+    def _record(self, prompt: str, out: str | None, usage: Usage | None) -> tuple[int, int]:
+        """Count one call into the usages; return its prompt and completion tokens."""
+        counted = (0, 0)
+        if out is not None:
+            reported = getattr(self.llm, "last_usage", None)
+            counted = (count_tokens(prompt), count_tokens(out))
+            if isinstance(reported, dict) and reported.get("prompt_tokens") is not None:
+                try:
+                    counted = (
+                        int(reported.get("prompt_tokens") or 0),
+                        int(reported.get("completion_tokens") or 0),
+                    )
+                except (TypeError, ValueError):
+                    pass  # unusable report: our own count stands
         with self._lock:
             for u in (self.usage, usage):
                 if u is None:
@@ -149,20 +179,9 @@ class LLMClient:
                     u.failures += 1
                     continue
                 u.completion_chars += len(out)
-                reported = getattr(self.llm, "last_usage", None)
-                counted = None
-                if isinstance(reported, dict) and reported.get("prompt_tokens") is not None:
-                    try:
-                        counted = (
-                            int(reported.get("prompt_tokens") or 0),
-                            int(reported.get("completion_tokens") or 0),
-                        )
-                    except (TypeError, ValueError):
-                        counted = None  # unusable report: count ourselves
-                if counted is None:
-                    counted = (count_tokens(prompt), count_tokens(out))
                 u.prompt_tokens += counted[0]
                 u.completion_tokens += counted[1]
+        return counted
 
     def _text(self, out: Any) -> str:
         if not isinstance(out, str):
@@ -219,27 +238,33 @@ class LLMClient:
         Raises:
             LLMError: The LLM raised, timed out or returned nothing usable.
         """
-        try:
-            out = self._text(self._bounded(prompt))
-        except Exception as exc:
-            self._record(prompt, None, usage)
-            logger.warning("LLM call failed: %s", exc)
-            raise LLMError(f"LLM call failed: {exc}") from exc
-        self._record(prompt, out, usage)
+        with tracing.span(self._span_name, self._span_attributes, kind="client") as span:
+            try:
+                out = self._text(self._bounded(prompt))
+            except Exception as exc:
+                self._record(prompt, None, usage)
+                logger.warning("LLM call failed: %s", exc)
+                raise LLMError(f"LLM call failed: {exc}") from exc
+            counted = self._record(prompt, out, usage)
+            if span is not None:
+                span.set_attributes(tracing.usage_attributes(*counted))
         return out
 
     async def acomplete(self, prompt: str, usage: Usage | None = None) -> str:
         """Async twin of `complete`; runs a sync-only LLM in a worker thread."""
-        try:
-            if self._async is not None:
-                out = self._text(await asyncio.wait_for(self._async(prompt), self.timeout_s))
-            else:
-                out = self._text(await asyncio.to_thread(self._bounded, prompt))
-        except Exception as exc:
-            self._record(prompt, None, usage)
-            logger.warning("LLM call failed: %s", exc)
-            raise LLMError(f"LLM call failed: {exc}") from exc
-        self._record(prompt, out, usage)
+        with tracing.span(self._span_name, self._span_attributes, kind="client") as span:
+            try:
+                if self._async is not None:
+                    out = self._text(await asyncio.wait_for(self._async(prompt), self.timeout_s))
+                else:
+                    out = self._text(await asyncio.to_thread(self._bounded, prompt))
+            except Exception as exc:
+                self._record(prompt, None, usage)
+                logger.warning("LLM call failed: %s", exc)
+                raise LLMError(f"LLM call failed: {exc}") from exc
+            counted = self._record(prompt, out, usage)
+            if span is not None:
+                span.set_attributes(tracing.usage_attributes(*counted))
         return out
 
 
