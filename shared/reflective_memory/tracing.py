@@ -274,6 +274,9 @@ def retrieval_attributes(out: Retrieval) -> dict[str, AttributeValue]:
     if "rounds" in diag:
         attrs["reflective_memory.recall.rounds"] = int(diag["rounds"])
     attrs["reflective_memory.reranked"] = out.rerank is not None
+    reflection = diag.get("reflection")
+    if reflection is not None:  # its rounds hold queries and keywords: only the outcome
+        attrs["reflective_memory.reflection.stopped"] = str(reflection["stopped"])
     passages = diag.get("passages")
     if passages is not None:
         for key in ("units_ranked", "turns_voted", "turns_packed", "tokens_used"):
