@@ -303,10 +303,24 @@ def test_a_global_provider_set_by_the_application_is_used() -> None:
         "exporter = InMemorySpanExporter()\n"
         "provider = TracerProvider()\n"
         "provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+        "from reflective_memory import tracing\n"
+        "assert tracing.tracer() is None  # asked before the application sets its provider\n"
         "trace.set_tracer_provider(provider)\n"
+        "assert tracing.tracer() is not None\n"
         + _WORKLOAD
         + "print(json.dumps([s.name for s in exporter.get_finished_spans()]))"
     )
     names = _run(code)
     for name in ("add_turns", "end_session", "text_completion", tracing.RETRIEVAL_SPAN, "feedback"):
         assert name in names
+
+
+def test_a_provider_the_environment_names_is_used() -> None:
+    code = (
+        "import json, opentelemetry.trace\n"
+        "from reflective_memory import tracing\n"
+        "print(json.dumps(type(tracing.tracer()).__module__))"
+    )
+    assert _run(code, OTEL_PYTHON_TRACER_PROVIDER="sdk_tracer_provider").startswith(
+        "opentelemetry.sdk"
+    )
