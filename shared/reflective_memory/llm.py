@@ -19,13 +19,17 @@ import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from reflective_memory import tracing
 from reflective_memory.errors import InvalidInputError, LLMError
 from reflective_memory.settings import check_int, check_number
 from reflective_memory.types import Usage
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["LLM", "LLMClient", "LLMConfig", "as_llm", "count_tokens"]
 
@@ -155,12 +159,23 @@ class LLMClient:
         if model is not None:
             self._span_attributes["gen_ai.request.model"] = model
 
-    def _record(self, prompt: str, out: str | None, usage: Usage | None) -> tuple[int, int]:
-        """Count one call into the usages; return its prompt and completion tokens."""
-        counted = (0, 0)
+    def _span(self) -> AbstractContextManager[Span | None]:
+        """The span of one call (`reflective_memory.tracing`)."""
+        return tracing.span(self._span_name, self._span_attributes, kind="client")
+
+    def _failed(self, prompt: str, usage: Usage | None, exc: Exception) -> LLMError:
+        """Count and log a failed call; the error to raise from `exc`."""
+        self._record(prompt, None, usage)
+        logger.warning("LLM call failed: %s", exc)
+        return LLMError(f"LLM call failed: {exc}")
+
+    def _record(
+        self, prompt: str, out: str | None, usage: Usage | None, span: Span | None = None
+    ) -> None:
+        """Count one call into the usages (and its tokens into its span)."""
+        counted = None
         if out is not None:
             reported = getattr(self.llm, "last_usage", None)
-            counted = (count_tokens(prompt), count_tokens(out))
             if isinstance(reported, dict) and reported.get("prompt_tokens") is not None:
                 try:
                     counted = (
@@ -168,7 +183,9 @@ class LLMClient:
                         int(reported.get("completion_tokens") or 0),
                     )
                 except (TypeError, ValueError):
-                    pass  # unusable report: our own count stands
+                    counted = None  # unusable report: count ourselves
+            if counted is None:
+                counted = (count_tokens(prompt), count_tokens(out))
         with self._lock:
             for u in (self.usage, usage):
                 if u is None:
@@ -179,9 +196,11 @@ class LLMClient:
                     u.failures += 1
                     continue
                 u.completion_chars += len(out)
+                assert counted is not None
                 u.prompt_tokens += counted[0]
                 u.completion_tokens += counted[1]
-        return counted
+        if span is not None and counted is not None:
+            span.set_attributes(tracing.usage_attributes(*counted))
 
     def _text(self, out: Any) -> str:
         if not isinstance(out, str):
@@ -238,33 +257,25 @@ class LLMClient:
         Raises:
             LLMError: The LLM raised, timed out or returned nothing usable.
         """
-        with tracing.span(self._span_name, self._span_attributes, kind="client") as span:
+        with self._span() as span:
             try:
                 out = self._text(self._bounded(prompt))
             except Exception as exc:
-                self._record(prompt, None, usage)
-                logger.warning("LLM call failed: %s", exc)
-                raise LLMError(f"LLM call failed: {exc}") from exc
-            counted = self._record(prompt, out, usage)
-            if span is not None:
-                span.set_attributes(tracing.usage_attributes(*counted))
+                raise self._failed(prompt, usage, exc) from exc
+            self._record(prompt, out, usage, span)
         return out
 
     async def acomplete(self, prompt: str, usage: Usage | None = None) -> str:
         """Async twin of `complete`; runs a sync-only LLM in a worker thread."""
-        with tracing.span(self._span_name, self._span_attributes, kind="client") as span:
+        with self._span() as span:
             try:
                 if self._async is not None:
                     out = self._text(await asyncio.wait_for(self._async(prompt), self.timeout_s))
                 else:
                     out = self._text(await asyncio.to_thread(self._bounded, prompt))
             except Exception as exc:
-                self._record(prompt, None, usage)
-                logger.warning("LLM call failed: %s", exc)
-                raise LLMError(f"LLM call failed: {exc}") from exc
-            counted = self._record(prompt, out, usage)
-            if span is not None:
-                span.set_attributes(tracing.usage_attributes(*counted))
+                raise self._failed(prompt, usage, exc) from exc
+            self._record(prompt, out, usage, span)
         return out
 
 
