@@ -4,7 +4,8 @@ Write path (`SessionWriter`): `add_turn` commits a turn at once and indexes it; 
 turns a session into memory units (turns, whole sessions or topical segments). Read path
 (`Retriever`): `retrieve` runs the retrieval pipeline (RF-Mem dense + BM25 candidates, fusion,
 RMM reranking, small-to-big passages). Learning (`RerankStage`): `feedback` trains the reranker
-from an answer's citations.
+from an answer's citations. With a tracer provider set, each of these is an OpenTelemetry span
+(`reflective_memory.tracing`).
 """
 
 from __future__ import annotations
