@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from reflective_memory import tracing
+from reflective_memory.serve.answer import LLMAnswerer
 from serve_helpers import ANA_S1, client_for, csrf, live_server
 
 from tests.conftest import assert_no_text
@@ -36,7 +37,8 @@ def _ancestors(finished: Any, span: Any) -> list[str]:
 def test_a_web_request_is_a_server_span_of_its_route_around_the_memory_calls(
     smem: Any, spans: Any
 ) -> None:
-    client = client_for(smem)
+    answer = "Pixel chewed your running shoes. [0]"
+    client = client_for(smem, answerer=LLMAnswerer(lambda prompt: answer))
     query = "what did the puppy chew"
     r = client.get(
         "/api/users/ana/search", params={"q": query}, headers={"traceparent": TRACEPARENT}
@@ -65,10 +67,10 @@ def test_a_web_request_is_a_server_span_of_its_route_around_the_memory_calls(
     assert retrieval.attributes["enduser.pseudo.id"] == tracing.pseudonym("ana")
     chat = next(s for s in finished if s.name == "POST /api/users/{user_id}/chat")
     inside = {s.name for s in finished if chat.name in _ancestors(finished, s)}
-    assert {"add_turns", tracing.RETRIEVAL_SPAN, "dense"} <= inside
+    assert {"add_turns", tracing.RETRIEVAL_SPAN, "dense", "text_completion"} <= inside
     missing = [s for s in finished if s.attributes.get("http.response.status_code") == 404]
     assert missing and missing[0].status.status_code.name == "UNSET"  # a client's error
-    assert_no_text(finished, query, message, "nobody-here", *ANA_S1, "/api/users/ana")
+    assert_no_text(finished, query, message, answer, "nobody-here", *ANA_S1, "/api/users/ana")
     assert not [s for s in finished if "ana" in s.attributes.values()]
 
 
