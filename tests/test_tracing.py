@@ -222,7 +222,9 @@ def test_a_refused_call_is_an_error_span_without_the_message(spans: Any) -> None
         spans.clear()
         with pytest.raises(InvalidInputError, match="Lisbon-mode"):
             mem.retrieve(USER, QUERY, mode="Lisbon-mode")
-    (root,) = spans.get_finished_spans()
+        with pytest.raises(InvalidInputError):
+            mem.retrieve(7, QUERY)  # type: ignore[arg-type]  # refused by the call, not the span
+    root, _ = spans.get_finished_spans()
     assert root.attributes["error.type"] == "reflective_memory.errors.InvalidInputError"
     assert root.status.status_code.name == "ERROR"
     assert_no_text([root], "Lisbon", USER)
@@ -324,3 +326,18 @@ def test_a_provider_the_environment_names_is_used() -> None:
     assert _run(code, OTEL_PYTHON_TRACER_PROVIDER="sdk_tracer_provider").startswith(
         "opentelemetry.sdk"
     )
+
+
+def test_a_span_that_cannot_be_described_never_fails_the_call(
+    spans: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(out: Any) -> dict[str, Any]:
+        raise KeyError("path")
+
+    monkeypatch.setattr(tracing, "retrieval_attributes", broken)
+    with _memory() as mem:
+        _write(mem)
+        assert mem.retrieve(USER, QUERY, k=3).hits
+    (root,) = _by_name(spans.get_finished_spans(), tracing.RETRIEVAL_SPAN)
+    assert root.status.status_code.name == "UNSET"
+    assert "could not describe the span" in caplog.text

@@ -382,8 +382,7 @@ class ReflectiveMemory:
                 exclude_turns=exclude_turns,
                 now=now,
             )
-            if span is not None:
-                span.set_attributes(tracing.retrieval_attributes(out))
+            tracing.describe(span, tracing.retrieval_attributes, out)
         return out
 
     # -- feedback (RMM) --------------------------------------------------------------------
@@ -499,8 +498,7 @@ class ReflectiveMemory:
             out = self.rerank_stage.feedback(
                 shown, answer, cited, self.indexes.get, numbering=numbering
             )
-            if span is not None:
-                span.set_attributes(tracing.feedback_attributes(out))
+            tracing.describe(span, tracing.feedback_attributes, out)
         return out
 
     # -- records ------------------------------------------------------------------------

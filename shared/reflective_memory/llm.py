@@ -199,8 +199,8 @@ class LLMClient:
                 assert counted is not None
                 u.prompt_tokens += counted[0]
                 u.completion_tokens += counted[1]
-        if span is not None and counted is not None:
-            span.set_attributes(tracing.usage_attributes(*counted))
+        if counted is not None:
+            tracing.describe(span, tracing.usage_attributes, *counted)
 
     def _text(self, out: Any) -> str:
         if not isinstance(out, str):

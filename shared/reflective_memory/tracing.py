@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,7 @@ __all__ = [
     "pseudonym",
     "tracer",
     "span",
+    "describe",
     "retrieval_attributes",
     "stage_attributes",
     "usage_attributes",
@@ -73,6 +75,8 @@ __all__ = [
     "turns_attributes",
     "TracedASGI",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Environment variable holding the key of the user and session pseudonyms.
 KEY_ENV = "REFLECTIVE_MEMORY_TRACE_KEY"
@@ -216,6 +220,25 @@ def span(
     return _live(active, name, attributes, user_id, session_id, kind, headers)
 
 
+def describe(span: Span | None, attributes: Callable[..., Mapping[str, Any]], *args: Any) -> None:
+    """Set `attributes(*args)` on `span`, if any; a failure is logged, never raised.
+
+    What a span says about an operation is worked out only while the span records, and a
+    mistake in it never fails the operation.
+
+    Args:
+        span: The span (`None`: nothing is computed).
+        attributes: Makes the attributes from `args` (e.g. `retrieval_attributes`).
+        args: Its arguments.
+    """
+    if span is None:
+        return
+    try:
+        span.set_attributes(attributes(*args))
+    except Exception:
+        logger.exception("could not describe the span %s", getattr(span, "name", "?"))
+
+
 def _error_type(exc: BaseException) -> str:
     cls = type(exc)
     name = cls.__qualname__
@@ -235,9 +258,9 @@ def _live(
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     attrs: dict[str, AttributeValue] = {} if attributes is None else dict(attributes)
-    if user_id is not None:
+    if isinstance(user_id, str):  # not checked yet: a call's own check refuses a bad one
         attrs["enduser.pseudo.id"] = pseudonym(user_id)
-        if session_id is not None:
+        if isinstance(session_id, str):
             attrs["gen_ai.conversation.id"] = pseudonym(user_id, session_id)
     context = None
     if headers is not None:

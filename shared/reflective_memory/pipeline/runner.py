@@ -55,10 +55,7 @@ class Pipeline:
                     t0 = time.perf_counter()
                     stage.run(state)
                     ms = state.timings[stage.name] = (time.perf_counter() - t0) * 1000
-                    if span is not None:
-                        span.set_attributes(
-                            tracing.stage_attributes(stage.name, widened, state, ms)
-                        )
+                    tracing.describe(span, tracing.stage_attributes, stage.name, widened, state, ms)
             if state.filled or state.n >= len(state.index):
                 return state
             state.n = min(len(state.index), state.n * 4)

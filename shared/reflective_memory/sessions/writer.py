@@ -168,8 +168,7 @@ class SessionWriter:
         """Store many turns in one transaction (all or none); see `ReflectiveMemory.add_turns`."""
         with tracing.span("add_turns") as span:
             stored = self._add_turns(turns)
-            if span is not None:
-                span.set_attributes(tracing.turns_attributes(stored))
+            tracing.describe(span, tracing.turns_attributes, stored)
         return stored
 
     def _add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
@@ -333,9 +332,8 @@ class SessionWriter:
             else:
                 with self.store.session_build(user_id, session_id) as built:
                     memories = self._end_session(user_id, session_id) if built is None else built
-            if span is not None:
-                here = type(self.segmenter).__name__ if built is None else None
-                span.set_attributes(tracing.session_attributes(memories, here))
+            here = type(self.segmenter).__name__ if built is None else None
+            tracing.describe(span, tracing.session_attributes, memories, here)
         return list(memories)
 
     def _end_session(self, user_id: str, session_id: str) -> list[Memory]:
