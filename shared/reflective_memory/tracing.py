@@ -198,9 +198,9 @@ def span(
 ) -> AbstractContextManager[Span | None]:
     """A span around a block, current inside it; yields `None` when nobody collects it.
 
-    Compute attributes only when the span is not `None`. An exception ends the span with an
-    error status and `error.type` (its class; `reflective_memory.error.cause`: its cause's),
-    never its message, which may quote user text.
+    Set what the block found with `describe` (worked out only while the span records). An
+    exception ends the span with an error status and `error.type` (its class;
+    `reflective_memory.error.cause`: its cause's), never its message, which may quote user text.
 
     Args:
         name: The span's name.
