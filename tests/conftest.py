@@ -7,6 +7,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pg_cluster as _pg
 import pytest
@@ -96,3 +97,49 @@ def pg_dsn(pg_cluster: _pg.Cluster, request: pytest.FixtureRequest) -> str:
     """DSN of a fresh database for this test module."""
     base = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
     return pg_cluster.create_database(f"{base[:40]}_{uuid.uuid4().hex[:8]}")
+
+
+# -- OpenTelemetry: the library's spans, collected in memory ------------------------------------
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """An `InMemorySpanExporter` receiving this test's spans (the SDK's own, no fake).
+
+    The provider is given to `reflective_memory.tracing` (not set globally, which OpenTelemetry
+    allows once per process) and taken back after the test.
+    """
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from reflective_memory import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.set_tracer_provider(None)
+        provider.shutdown()
+
+
+def span_texts(finished: Any) -> list[str]:
+    """Every string a list of finished spans carries: names, attributes, events, statuses."""
+    out: list[str] = []
+    for s in finished:
+        out += [s.name, s.status.description or ""]
+        for attrs in [s.attributes, s.resource.attributes] + [e.attributes for e in s.events]:
+            for key, value in (attrs or {}).items():
+                values = value if isinstance(value, (list, tuple)) else [value]
+                out += [key, *(str(v) for v in values)]
+    return out
+
+
+def assert_no_text(finished: Any, *texts: str) -> None:
+    """No span names, holds or hides (as an attribute, event or status) any of `texts`."""
+    carried = span_texts(finished)
+    assert finished, "no spans to check"
+    for text in texts:
+        leaks = [c for c in carried if text in c]
+        assert not leaks, f"{text!r} in span data: {leaks}"

@@ -185,7 +185,7 @@ def test_hnsw_path_with_iterative_scan_matches_exact(pg_dsn) -> None:
         assert "memories_hnsw_64" in plan
 
 
-def test_two_engines_ending_one_session_build_it_once(pg_dsn) -> None:
+def test_two_engines_ending_one_session_build_it_once(pg_dsn, spans) -> None:
     schema = pg_schema()
     with _mem(pg_dsn, schema) as a, _mem(pg_dsn, schema) as b:
         for i in range(6):
@@ -204,6 +204,9 @@ def test_two_engines_ending_one_session_build_it_once(pg_dsn) -> None:
             t.join()
         assert results["a"] == results["b"] and len(results["a"]) == 6
         assert a.store.session_builds("u", "s") == 1
+        ends = [s for s in spans.get_finished_spans() if s.name == "end_session"]
+        paths = sorted(s.attributes["reflective_memory.path"] for s in ends)
+        assert paths == ["built", "built_elsewhere"]  # the traces say who built it
         a.add_turn("u", "s", "user", "one more fact")  # new turns: the next end rebuilds
         assert len(b.end_session("u", "s")) == 7
         assert a.store.session_builds("u", "s") == 2

@@ -11,15 +11,22 @@ A block is preceded by an HTML comment that says how the test runs it (invisible
 Every python block of the README runs. The quick start also runs with the real MiniLM
 (integration). Install blocks (`pip ...`) and blocks that need a server are not run. A python
 block that starts the `reflective-memory` command (the MCP server over stdio) finds this
-checkout's CLI, with the hashing embedder, first on PATH (`tests/hashing_cli.py`).
+checkout's CLI, with the hashing embedder, first on PATH (`tests/hashing_cli.py`). The block
+that sends traces to OTLP runs in a subprocess (it sets the process's tracer provider) against a
+local collector.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import re
 import shlex
+import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,6 +89,75 @@ def _needs(code: str) -> None:
         pytest.importorskip("langchain_classic")
     if "llama_index" in code:
         pytest.importorskip("llama_index.core")
+    if "opentelemetry" in code:
+        pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+
+
+@contextlib.contextmanager
+def _otlp_collector() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+    """A local OTLP/HTTP endpoint that keeps what it is sent: its URL and `(path, body)` pairs."""
+    received: list[tuple[str, bytes]] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the handler's name
+            body = self.rfile.read(int(self.headers["content-length"]))
+            received.append((self.path, body))
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+#: Work after the README's tracing block: a write and a retrieval, then the batch is flushed.
+_TRACED_WORK = """
+from reflective_memory import HashingEmbedder, ReflectiveMemory
+with ReflectiveMemory(embedder=HashingEmbedder(64)) as mem:
+    mem.add_turn("ana", "s1", "user", "My dog Pixel loves the beach.")
+    mem.retrieve("ana", "What is my dog called?", k=1)
+provider.shutdown()
+"""
+
+
+def _sends_traces_to_a_collector(where: str, code: str) -> None:
+    """Run the tracing block (it sets the process's provider: in a subprocess) against a
+    local collector; the collector receives the spans of the work that follows, no user text."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from reflective_memory import tracing
+
+    with _otlp_collector() as (url, received):
+        env = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT)]),
+        }
+        run = subprocess.run(
+            [sys.executable, "-c", code + _TRACED_WORK],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert run.returncode == 0, f"{where}: {run.stderr}"
+    assert received and all(path == "/v1/traces" for path, _ in received)
+    names = set()
+    for _, body in received:
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource in request.resource_spans:
+            for scope in resource.scope_spans:
+                names |= {s.name for s in scope.spans}
+    assert {"add_turns", tracing.RETRIEVAL_SPAN, "dense"} <= names
+    assert not [body for _, body in received if b"Pixel" in body or b"dog" in body]
 
 
 def test_the_readme_has_runnable_blocks() -> None:
@@ -98,6 +174,9 @@ def test_the_readme_has_runnable_blocks() -> None:
 def test_python_block_runs(where, marker, code, tmp_path, monkeypatch, capfd) -> None:
     """Each block runs; capfd, so a subprocess the block starts gets a real stderr."""
     _needs(code)
+    if "OTLPSpanExporter" in code:  # sets the global tracer provider: not in this process
+        _sends_traces_to_a_collector(where, code)
+        return
     _use_hashing_embedder(monkeypatch)
     if '"command": "reflective-memory"' in code:
         _cli_on_path(tmp_path / "bin", monkeypatch)

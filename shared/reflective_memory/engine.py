@@ -4,7 +4,8 @@ Write path (`SessionWriter`): `add_turn` commits a turn at once and indexes it; 
 turns a session into memory units (turns, whole sessions or topical segments). Read path
 (`Retriever`): `retrieve` runs the retrieval pipeline (RF-Mem dense + BM25 candidates, fusion,
 RMM reranking, small-to-big passages). Learning (`RerankStage`): `feedback` trains the reranker
-from an answer's citations.
+from an answer's citations. With a tracer provider set, each of these is an OpenTelemetry span
+(`reflective_memory.tracing`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from reflective_memory import tracing
 from reflective_memory.config import MemoryConfig
 from reflective_memory.denoise import Denoiser, make_denoiser
 from reflective_memory.embed import Embedder, default_embedder
@@ -365,19 +367,23 @@ class ReflectiveMemory:
             reranker's record and the time of every pipeline stage in ms.
         """
         self._open()
-        return self.retriever.retrieve(
-            user_id,
-            query,
-            k=k,
-            budget_tokens=budget_tokens,
-            mode=mode,
-            recall=recall,
-            views=views,
-            reflect=reflect,
-            explore=explore,
-            exclude_turns=exclude_turns,
-            now=now,
-        )
+        name, attrs = tracing.RETRIEVAL_SPAN, tracing.RETRIEVAL_ATTRIBUTES
+        with tracing.span(name, attrs, user_id=user_id) as span:
+            out = self.retriever.retrieve(
+                user_id,
+                query,
+                k=k,
+                budget_tokens=budget_tokens,
+                mode=mode,
+                recall=recall,
+                views=views,
+                reflect=reflect,
+                explore=explore,
+                exclude_turns=exclude_turns,
+                now=now,
+            )
+            tracing.describe(span, tracing.retrieval_attributes, out)
+        return out
 
     # -- feedback (RMM) --------------------------------------------------------------------
     # Forwarding façade of `self.rerank_stage` (`reflective_memory.rmm.feedback.RerankStage`).
@@ -488,9 +494,12 @@ class ReflectiveMemory:
         if cited is not None:
             check_numbers("cited", cited)
         check_numbering("numbering", numbering)
-        return self.rerank_stage.feedback(
-            shown, answer, cited, self.indexes.get, numbering=numbering
-        )
+        with tracing.span("feedback") as span:
+            out = self.rerank_stage.feedback(
+                shown, answer, cited, self.indexes.get, numbering=numbering
+            )
+            tracing.describe(span, tracing.feedback_attributes, out)
+        return out
 
     # -- records ------------------------------------------------------------------------
     @typed_errors

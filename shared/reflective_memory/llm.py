@@ -8,7 +8,8 @@ Any of these is accepted wherever the core takes an `llm`:
 
 LLM-backed steps always go through `LLMClient.complete`, which counts calls, characters and
 tokens into a `Usage`, bounds every call in time (`timeout_s`) and size (`max_chars`), and turns
-exceptions and timeouts into `LLMError` so callers can fall back offline.
+exceptions and timeouts into `LLMError` so callers can fall back offline. With a tracer provider
+set, each call is a `text_completion` span with its token usage (`reflective_memory.tracing`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,17 @@ import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from reflective_memory import tracing
 from reflective_memory.errors import InvalidInputError, LLMError
 from reflective_memory.settings import check_int, check_number
 from reflective_memory.types import Usage
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["LLM", "LLMClient", "LLMConfig", "as_llm", "count_tokens"]
 
@@ -86,6 +92,16 @@ class LLM(Protocol):
         ...
 
 
+def _model_name(llm: Any) -> str | None:
+    """The model's name for traces (`gen_ai.request.model`), when the object tells it."""
+    for obj in (llm, getattr(llm, "model", None)):
+        for field in ("model_name", "model", "model_id"):
+            name = getattr(obj, field, None)
+            if isinstance(name, str) and name:
+                return name
+    return None
+
+
 class LLMClient:
     """Wraps any supported LLM object, counts usage, bounds calls and normalises failures.
 
@@ -137,8 +153,39 @@ class LLMClient:
         )
         self.usage = Usage()
         self._lock = threading.Lock()
+        model = _model_name(llm)
+        self._span_name = "text_completion" if model is None else f"text_completion {model}"
+        self._span_attributes = {"gen_ai.operation.name": "text_completion"}
+        if model is not None:
+            self._span_attributes["gen_ai.request.model"] = model
 
-    def _record(self, prompt: str, out: str | None, usage: Usage | None) -> None:
+    def _span(self) -> AbstractContextManager[Span | None]:
+        """The span of one call (`reflective_memory.tracing`)."""
+        return tracing.span(self._span_name, self._span_attributes, kind="client")
+
+    def _failed(self, prompt: str, usage: Usage | None, exc: Exception) -> LLMError:
+        """Count and log a failed call; the error to raise from `exc`."""
+        self._record(prompt, None, usage)
+        logger.warning("LLM call failed: %s", exc)
+        return LLMError(f"LLM call failed: {exc}")
+
+    def _record(
+        self, prompt: str, out: str | None, usage: Usage | None, span: Span | None = None
+    ) -> None:
+        """Count one call into the usages (and its tokens into its span)."""
+        counted = None
+        if out is not None:
+            reported = getattr(self.llm, "last_usage", None)
+            if isinstance(reported, dict) and reported.get("prompt_tokens") is not None:
+                try:
+                    counted = (
+                        int(reported.get("prompt_tokens") or 0),
+                        int(reported.get("completion_tokens") or 0),
+                    )
+                except (TypeError, ValueError):
+                    counted = None  # unusable report: count ourselves
+            if counted is None:
+                counted = (count_tokens(prompt), count_tokens(out))
         with self._lock:
             for u in (self.usage, usage):
                 if u is None:
@@ -149,20 +196,11 @@ class LLMClient:
                     u.failures += 1
                     continue
                 u.completion_chars += len(out)
-                reported = getattr(self.llm, "last_usage", None)
-                counted = None
-                if isinstance(reported, dict) and reported.get("prompt_tokens") is not None:
-                    try:
-                        counted = (
-                            int(reported.get("prompt_tokens") or 0),
-                            int(reported.get("completion_tokens") or 0),
-                        )
-                    except (TypeError, ValueError):
-                        counted = None  # unusable report: count ourselves
-                if counted is None:
-                    counted = (count_tokens(prompt), count_tokens(out))
+                assert counted is not None
                 u.prompt_tokens += counted[0]
                 u.completion_tokens += counted[1]
+        if counted is not None:
+            tracing.describe(span, tracing.usage_attributes, *counted)
 
     def _text(self, out: Any) -> str:
         if not isinstance(out, str):
@@ -219,27 +257,25 @@ class LLMClient:
         Raises:
             LLMError: The LLM raised, timed out or returned nothing usable.
         """
-        try:
-            out = self._text(self._bounded(prompt))
-        except Exception as exc:
-            self._record(prompt, None, usage)
-            logger.warning("LLM call failed: %s", exc)
-            raise LLMError(f"LLM call failed: {exc}") from exc
-        self._record(prompt, out, usage)
+        with self._span() as span:
+            try:
+                out = self._text(self._bounded(prompt))
+            except Exception as exc:
+                raise self._failed(prompt, usage, exc) from exc
+            self._record(prompt, out, usage, span)
         return out
 
     async def acomplete(self, prompt: str, usage: Usage | None = None) -> str:
         """Async twin of `complete`; runs a sync-only LLM in a worker thread."""
-        try:
-            if self._async is not None:
-                out = self._text(await asyncio.wait_for(self._async(prompt), self.timeout_s))
-            else:
-                out = self._text(await asyncio.to_thread(self._bounded, prompt))
-        except Exception as exc:
-            self._record(prompt, None, usage)
-            logger.warning("LLM call failed: %s", exc)
-            raise LLMError(f"LLM call failed: {exc}") from exc
-        self._record(prompt, out, usage)
+        with self._span() as span:
+            try:
+                if self._async is not None:
+                    out = self._text(await asyncio.wait_for(self._async(prompt), self.timeout_s))
+                else:
+                    out = self._text(await asyncio.to_thread(self._bounded, prompt))
+            except Exception as exc:
+                raise self._failed(prompt, usage, exc) from exc
+            self._record(prompt, out, usage, span)
         return out
 
 

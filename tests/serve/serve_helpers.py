@@ -74,15 +74,18 @@ def form_value(html: str, name: str) -> str:
 
 
 @contextmanager
-def live_server(app: Any) -> Iterator[int]:
-    """Serve `app` with uvicorn in a thread of this process on a free loopback port; yield it."""
+def live_server(app: Any, *, lifespan: str = "off") -> Iterator[int]:
+    """Serve `app` with uvicorn in a thread of this process on a free loopback port; yield it.
+
+    `lifespan="on"` runs the app's startup (the MCP server's session manager needs it).
+    """
     import uvicorn
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan)
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from reflective_memory import tracing
 from reflective_memory.conditional.reflection import reflective_retrieve
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.llm import LLMClient
@@ -195,9 +196,9 @@ class Retriever:
         rows of `state.features`.
         """
         t0 = time.perf_counter()
-        index = (
-            None if self.store.version(request.user_id) == 0 else self.indexes.get(request.user_id)
-        )
+        with tracing.span("index"):
+            stored = self.store.version(request.user_id) != 0
+            index = self.indexes.get(request.user_id) if stored else None
         state = RetrievalState(request, index, request.query)  # type: ignore[arg-type]
         state.timings["index"] = (time.perf_counter() - t0) * 1000
         if index is not None and len(index) > 0:

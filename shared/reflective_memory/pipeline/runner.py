@@ -1,4 +1,8 @@
-"""`Pipeline`: retrieval as an ordered list of stages over one typed state, each timed."""
+"""`Pipeline`: retrieval as an ordered list of stages over one typed state, each timed.
+
+With a tracer provider set, each stage run is a span named for the stage
+(`reflective_memory.tracing`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from reflective_memory import tracing
 from reflective_memory.pipeline.state import RetrievalState
 
 __all__ = ["Stage", "Pipeline"]
@@ -43,16 +48,18 @@ class Pipeline:
 
     def run(self, state: RetrievalState) -> RetrievalState:
         """Run the stages on `state` and return it."""
-        todo = self.stages
+        todo, widened = self.stages, 0
         while True:
             for stage in todo:
-                t0 = time.perf_counter()
-                stage.run(state)
-                state.timings[stage.name] = (time.perf_counter() - t0) * 1000
+                with tracing.span(stage.name) as span:
+                    t0 = time.perf_counter()
+                    stage.run(state)
+                    ms = state.timings[stage.name] = (time.perf_counter() - t0) * 1000
+                    tracing.describe(span, tracing.stage_attributes, stage.name, widened, state, ms)
             if state.filled or state.n >= len(state.index):
                 return state
             state.n = min(len(state.index), state.n * 4)
-            todo = tuple(s for s in self.stages if s.repeat)
+            todo, widened = tuple(s for s in self.stages if s.repeat), widened + 1
 
     @property
     def names(self) -> list[str]:

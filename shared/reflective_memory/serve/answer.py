@@ -14,6 +14,7 @@ given, numbered as `reflective_memory.rmm.citations.build_answer_prompt` numbers
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import re
 import threading
@@ -268,8 +269,12 @@ class LLMAnswerer:
             except LLMError as exc:
                 box["error"] = exc
 
-        # A daemon thread: a hung LLM call is abandoned and never blocks the process exit.
-        worker = threading.Thread(target=call, name="rm-serve-llm", daemon=True)
+        # A daemon thread: a hung LLM call is abandoned and never blocks the process exit. It
+        # runs in this request's context, so its trace span is the request's child.
+        context = contextvars.copy_context()
+        worker = threading.Thread(
+            target=context.run, args=(call,), name="rm-serve-llm", daemon=True
+        )
         worker.start()
         worker.join(self.timeout_s)
         if worker.is_alive():

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from reflective_memory import __version__
+from reflective_memory import __version__, tracing
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import (
     ConfigError,
@@ -213,7 +213,8 @@ def create_app(
             problems.append(f"{where}: {err.get('msg', 'invalid')}")
         return _error(request, 400, "bad request: " + "; ".join(problems))
 
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # outermost: runs first
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(tracing.TracedASGI)  # outermost: runs first (a span per request)
     static = resources.files("reflective_memory.serve") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     app.include_router(api.router)

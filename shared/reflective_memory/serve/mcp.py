@@ -63,6 +63,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
+from reflective_memory import tracing
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
 from reflective_memory.memory_block import shown_memories
@@ -509,6 +510,10 @@ def strict_arguments(fn: Callable[..., Any]) -> type[BaseModel]:
     return type(f"{base.__name__}Strict", (base,), {"model_config": config})
 
 
+#: The MCP and GenAI conventions' attributes of a tool call's span (`reflective_memory.tracing`).
+_TOOL_SPAN = {"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool"}
+
+
 class StrictFastMCP(FastMCP):
     """`FastMCP` whose tool calls are checked against strict argument models first.
 
@@ -542,13 +547,16 @@ class StrictFastMCP(FastMCP):
         Raises:
             ToolError: An argument is missing, unknown or of the wrong JSON type.
         """
-        if name in self._strict:
-            model, meta = self._strict[name]
-            try:
-                model.model_validate(meta.pre_parse_json(arguments))
-            except ValidationError as exc:
-                raise ToolError(_argument_problems(name, exc)) from None
-        return await super().call_tool(name, arguments)
+        tool = name if name in self._strict else "unknown"  # a client's name is not recorded
+        attrs = {**_TOOL_SPAN, "gen_ai.tool.name": tool}
+        with tracing.span(f"tools/call {tool}", attrs, kind="server"):
+            if name in self._strict:
+                model, meta = self._strict[name]
+                try:
+                    model.model_validate(meta.pre_parse_json(arguments))
+                except ValidationError as exc:
+                    raise ToolError(_argument_problems(name, exc)) from None
+            return await super().call_tool(name, arguments)
 
 
 def build_server(
@@ -808,7 +816,7 @@ def http_app(
     idle_seconds: float = SESSION_IDLE_SECONDS,
     per_minute: int = MAX_REQUESTS_PER_MINUTE,
     known: Callable[[str], bool] | None = None,
-) -> RequestRate:
+) -> tracing.TracedASGI:
     """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request limits.
 
     A token past `per_minute` requests in the last minute gets 429 and a JSON-RPC error
@@ -817,10 +825,12 @@ def http_app(
     deep, holds an over-long integer or is not JSON gets 400 with a JSON-RPC parse error before
     the SDK parses it (its parser would raise and answer 500). Each token may hold `per_token`
     sessions open (`SessionQuota`); give `server` the same `idle_seconds` (`build_server`).
+    With a tracer provider set, each request is a `POST /mcp` span (`TracedASGI`).
     """
     quota = SessionQuota(server.streamable_http_app(), per_token, idle_seconds)
     body = BodyLimit(quota, max_body_bytes, check=check_jsonrpc_body, jsonrpc=True)
-    return RequestRate(body, per_minute, window=RATE_WINDOW_SECONDS, known=known)
+    rate = RequestRate(body, per_minute, window=RATE_WINDOW_SECONDS, known=known)
+    return tracing.TracedASGI(rate, route="/mcp")
 
 
 # -- the command -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reflective_memory import tracing
 from reflective_memory.conditional.notes import NOTE_GRANULARITY, build_note_drafts
 from reflective_memory.denoise.base import Denoiser, denoiser_name
 from reflective_memory.embed import in_model_thread
@@ -165,6 +166,12 @@ class SessionWriter:
 
     def add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
         """Store many turns in one transaction (all or none); see `ReflectiveMemory.add_turns`."""
+        with tracing.span("add_turns") as span:
+            stored = self._add_turns(turns)
+            tracing.describe(span, tracing.turns_attributes, stored)
+        return stored
+
+    def _add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
         self._open()
         if isinstance(turns, (str, bytes, dict)) or not isinstance(turns, Iterable):
             raise InvalidInputError(
@@ -318,12 +325,16 @@ class SessionWriter:
         self._open()
         check_id("user_id", user_id)
         check_id("session_id", session_id)
-        if not isinstance(self.store, SessionBuildLock):
-            return self._end_session(user_id, session_id)
-        with self.store.session_build(user_id, session_id) as built:
-            if built is not None:
-                return list(built)
-            return self._end_session(user_id, session_id)
+        with tracing.span("end_session", user_id=user_id, session_id=session_id) as span:
+            built = None
+            if not isinstance(self.store, SessionBuildLock):
+                memories = self._end_session(user_id, session_id)
+            else:
+                with self.store.session_build(user_id, session_id) as built:
+                    memories = self._end_session(user_id, session_id) if built is None else built
+            here = type(self.segmenter).__name__ if built is None else None
+            tracing.describe(span, tracing.session_attributes, memories, here)
+        return list(memories)
 
     def _end_session(self, user_id: str, session_id: str) -> list[Memory]:
         """Build a session's memories for `end_session` (ids already checked).
