@@ -55,6 +55,7 @@ __all__ = [
     "BenchResult",
     "coverage_at_budget",
     "session_recall",
+    "session_ndcg",
     "run_retrieval_bench",
     "format_table",
     "register",
@@ -93,16 +94,32 @@ def coverage_at_budget(
     return (len(evidence & covered) / len(evidence) if evidence else 0.0), used
 
 
-def session_recall(retrieval: Retrieval, sessions: set[str], k: int) -> tuple[float, float]:
-    """`(recall_any@k, recall_all@k)` over the first `k` distinct sessions of the ranking."""
+def _ranked_sessions(retrieval: Retrieval, k: int) -> list[str]:
+    """The first `k` distinct sessions of a ranking, in the order they first appear."""
     ranked: list[str] = []
     for hit in retrieval.hits:
         if hit.memory.session_id not in ranked:
             ranked.append(hit.memory.session_id)
         if len(ranked) >= k:
             break
-    top = set(ranked)
+    return ranked
+
+
+def session_recall(retrieval: Retrieval, sessions: set[str], k: int) -> tuple[float, float]:
+    """`(recall_any@k, recall_all@k)` over the first `k` distinct sessions of the ranking."""
+    top = set(_ranked_sessions(retrieval, k))
     return float(bool(top & sessions)), float(sessions <= top)
+
+
+def session_ndcg(retrieval: Retrieval, sessions: set[str], k: int = 10) -> float:
+    """NDCG@k of the distinct sessions of a ranking, evidence sessions relevant (binary)."""
+    if not sessions:
+        return 0.0
+    dcg = sum(
+        1.0 / np.log2(i + 2) for i, s in enumerate(_ranked_sessions(retrieval, k)) if s in sessions
+    )
+    ideal = sum(1.0 / np.log2(i + 2) for i in range(min(k, len(sessions))))
+    return float(dcg / ideal)
 
 
 @dataclass

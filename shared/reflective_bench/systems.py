@@ -26,9 +26,10 @@ Two tables follow the budget tables:
   the call the adapters make by default: `retrieve(user, question)` on the default system as
   shipped (its budget counted in tokens, `search.default_budget_tokens`), a second copy of the
   default ingested for it (in-memory runs only);
-* **session recall**: recall_any@k / recall_all@k over the first k distinct sessions of each
-  system's whole ranking (`retrieve(k=<all units>)`: turns for passage systems, units for plain
-  ones), as LongMemEval's session-level recall counts them (its R@5 is `any@5`).
+* **session recall**: recall_any@k / recall_all@k and NDCG@10 over the first k distinct
+  sessions of each system's whole ranking (`retrieve(k=<all units>)`: turns for passage
+  systems, units for plain ones), as LongMemEval's session-level recall counts them (its
+  R@5 is `any@5`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from reflective_memory.io import Conversation, ingest_conversations
 from reflective_memory.segment.base import FixedWindowSegmenter
 from reflective_memory.types import Retrieval
 from tqdm import tqdm
+
+from reflective_bench.retrieval import session_ndcg
 
 __all__ = [
     "FOLDS",
@@ -441,6 +444,8 @@ def run_systems(
                         ra, rall = session_recall_fn(ranking, set(q.evidence_sessions), kk)
                         res.recall[(system.name, f"any@{kk}")].append(ra)
                         res.recall[(system.name, f"all@{kk}")].append(rall)
+                    ndcg = session_ndcg(ranking, set(q.evidence_sessions), 10)
+                    res.recall[(system.name, "ndcg@10")].append(ndcg)
                 if topk > 0:
                     repeat.forget()
                     t2 = time.perf_counter()
@@ -536,14 +541,17 @@ def format_systems(
                 f"{top['p50_ms']:.1f} |"
             )
     names = sorted(
-        {n for (_, n) in res.recall}, key=lambda n: (int(n.split("@")[1]), n.startswith("all"))
+        {n for (_, n) in res.recall},
+        key=lambda n: (n.startswith("ndcg"), int(n.split("@")[1]), n.startswith("all")),
     )
     rows = [x.name for x in (*main, *ablations) if names and (x.name, names[0]) in res.recall]
     if rows:
         lines += [
             "",
             "session recall (first k distinct sessions of the whole ranking):",
-            "| system | " + " | ".join(f"recall_{n}" for n in names) + " |",
+            "| system | "
+            + " | ".join(n if n.startswith("ndcg") else f"recall_{n}" for n in names)
+            + " |",
             "|---|" + "---|" * len(names),
         ]
         for name in rows:
