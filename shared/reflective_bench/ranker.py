@@ -48,7 +48,9 @@ def collect_rows(
     conversations: Sequence[Conversation], embedder: Embedder, *, progress: bool = True
 ) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """Per question with evidence: `(fold, feature rows, evidence labels)`."""
-    system = replace(DEFAULT, config={"passages": {"ranker": "learned"}})
+    system = replace(
+        DEFAULT, config={"passages": {"ranker": "learned"}}
+    )  # rows, whatever the default
     out: list[tuple[str, np.ndarray, np.ndarray]] = []
     for conv in tqdm(conversations, desc="collect ranker rows", disable=not progress):
         with system.build(embedder) as mem:
