@@ -41,7 +41,7 @@ def _hits(retrieval: Any) -> list[tuple[str, tuple[str, ...], str]]:
 
 
 #: What may run in a worker thread during a native async call: the embedding model (issue 41).
-MODEL_CALLS = {"encode_query", "_embed_batches"}
+MODEL_CALLS = {"_embed_queries", "_embed_batches"}
 
 
 def _forbid_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -115,7 +115,7 @@ def test_no_thread_hop_on_postgres(pg_dsn: str, monkeypatch: pytest.MonkeyPatch)
             await amem.aturns("ben")  # opens this loop's pool (connecting is not the point)
             hops = _forbid_threads(monkeypatch)
             assert _hits(await amem.aretrieve("ben", "who plays the violin", k=3)) == expected
-            assert hops == ["encode_query"]  # the model, off the loop; no I/O in a thread
+            assert hops == ["_embed_queries"]  # the model, off the loop; no I/O in a thread
             await amem.aadd_turn("ben", "s2", "user", "I moved to Berlin.")
             assert len(await amem.aend_session("ben", "s2")) == 2
             got = await amem.aretrieve("ben", "where did I move", k=1)

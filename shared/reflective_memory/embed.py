@@ -22,6 +22,7 @@ import logging
 import re
 import sqlite3
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,7 @@ from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
 
-from reflective_memory.errors import InvalidInputError, ModelLoadError
+from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 from reflective_memory.quiet import quiet_model_loading
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "encode_query",
     "aencode_query",
     "in_model_thread",
+    "QueryBatcher",
     "SentenceTransformerEmbedder",
     "HashingEmbedder",
     "default_embedder",
@@ -186,6 +188,149 @@ def _model_executor() -> ThreadPoolExecutor:
         if not _EXECUTOR:
             _EXECUTOR.append(ThreadPoolExecutor(1, thread_name_prefix="reflective-model"))
         return _EXECUTOR[0]
+
+
+#: Queries per model call of `QueryBatcher`, measured in BENCHMARKS.md ("Native async on
+#: PostgreSQL"): the queries a sentence-transformers model embeds with one torch thread.
+QUERY_BATCH = 8
+
+
+class _Lane:
+    """One event loop's queries waiting for the model, and the task that embeds them."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        self.runner: asyncio.Task[None] | None = None
+
+    def take(self, n: int) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
+        """Remove and return the first `n` queries whose callers still wait (FIFO)."""
+        live = [w for w in self.waiting if not w[1].done()]
+        batch, self.waiting = live[:n], live[n:]
+        return batch
+
+
+class QueryBatcher:
+    """Embeds the queries of concurrent async callers together, in the model thread.
+
+    A caller's query waits in its event loop's queue; while the model thread embeds one batch,
+    the queries that arrive meanwhile gather and go to the model as the next batch (one
+    `encode_query` call for up to `max_batch` of them), so a loop serving many retrievals
+    embeds their queries at the cost of a few batched model calls instead of one call each.
+    Each caller gets the row of its own query. When a batched call raises (or returns the
+    wrong shape), each of its queries is embedded alone, so an error reaches only the caller
+    whose query caused it. A caller cancelled while waiting is dropped from its batch; the
+    others are not affected. An embedder with its own `aencode_query` (`AsyncQueryEmbedder`,
+    e.g. a remote model) is awaited directly, query by query, as `aencode_query` does.
+
+    The model call runs in the context (`contextvars`) of the caller that started the queue's
+    task.
+
+    Args:
+        embedder: The embedder whose `encode_query` (else `encode`) embeds the queries.
+        max_batch: At most this many queries per model call; more wait for the next call.
+
+    Raises:
+        ConfigError: `max_batch` is not a positive int.
+
+    Example:
+        >>> batcher = QueryBatcher(HashingEmbedder(16))
+        >>> async def three():
+        ...     return await asyncio.gather(*(batcher.encode(q) for q in ["a", "b", "c"]))
+        >>> [v.shape for v in asyncio.run(three())], batcher.counts
+        ([(16,), (16,), (16,)], {'calls': 1, 'queries': 3})
+    """
+
+    def __init__(self, embedder: Embedder, max_batch: int = QUERY_BATCH) -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ConfigError(f"max_batch must be a positive int, got {max_batch!r}")
+        self.embedder = embedder
+        self.max_batch = max_batch
+        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+        #: Model calls made and queries embedded by them (for benchmarks and tests).
+        self.counts = {"calls": 0, "queries": 0}
+
+    async def encode(self, text: str) -> np.ndarray:
+        """Embed one query (shape `(dim,)`) off the event loop, batched with concurrent ones.
+
+        Raises:
+            Exception: Whatever the embedder raised for this query.
+        """
+        if isinstance(self.embedder, AsyncQueryEmbedder):
+            return await self.embedder.aencode_query(text)
+        loop = asyncio.get_running_loop()
+        with self._lock:  # loops of other threads share the mapping
+            lane = self._lanes.get(loop)
+            if lane is None:
+                lane = self._lanes[loop] = _Lane()
+        future: asyncio.Future[np.ndarray] = loop.create_future()
+        lane.waiting.append((text, future))
+        if lane.runner is None:
+            lane.runner = loop.create_task(self._run(lane))
+        return await future
+
+    async def _run(self, lane: _Lane) -> None:
+        """Embed the lane's waiting queries, batch after batch, until none wait."""
+        batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        try:
+            while batch := lane.take(self.max_batch):
+                texts = [text for text, _ in batch]
+                try:
+                    outcomes = await in_model_thread(self._embed_queries, texts)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - handed to this batch's callers
+                    outcomes = [exc] * len(batch)
+                for (_, future), out in zip(batch, outcomes, strict=True):
+                    if future.done():  # its caller was cancelled meanwhile
+                        continue
+                    if isinstance(out, BaseException):
+                        future.set_exception(out)
+                    else:
+                        future.set_result(out)
+        except asyncio.CancelledError:  # the loop is shutting down: nobody gets a vector
+            for _, future in batch + lane.waiting:
+                future.cancel()
+            lane.waiting.clear()
+            raise
+        finally:
+            lane.runner = None
+
+    def _embed_queries(self, texts: list[str]) -> list[np.ndarray | Exception]:
+        """In the model thread: one row (or the error) per text, in order."""
+        self.counts["calls"] += 1
+        self.counts["queries"] += len(texts)
+        if len(texts) > 1:
+            try:
+                mat = np.asarray(encode_query(self.embedder, texts))
+                if mat.ndim == 2 and mat.shape[0] == len(texts):
+                    return list(mat)
+                logger.warning(
+                    "encode_query returned shape %s for %d queries; embedding them one by one",
+                    mat.shape,
+                    len(texts),
+                )
+            except Exception:  # noqa: BLE001 - retried one by one to find whose query fails
+                logger.debug("a batch of %d queries failed; one by one", len(texts), exc_info=True)
+        out: list[np.ndarray | Exception] = []
+        for text in texts:
+            try:
+                out.append(encode_query(self.embedder, text))
+            except Exception as exc:  # noqa: BLE001 - goes to this query's caller
+                out.append(exc)
+        return out
+
+    async def aclose(self) -> None:
+        """Let the running loop's waiting queries be embedded, then forget the loop (idempotent)."""
+        with self._lock:
+            lane = self._lanes.pop(asyncio.get_running_loop(), None)
+        if lane is not None and lane.runner is not None:
+            await asyncio.wait({lane.runner})
+
+    def __repr__(self) -> str:
+        return f"QueryBatcher({self.embedder!r}, max_batch={self.max_batch})"
 
 
 def check_texts(texts: str | list[str]) -> tuple[list[str], bool]:
