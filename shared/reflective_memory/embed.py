@@ -272,13 +272,18 @@ class QueryBatcher:
         return await future
 
     async def _run(self, lane: _Lane) -> None:
-        """Embed the lane's waiting queries, batch after batch, until none wait."""
+        """Embed the lane's waiting queries, batch after batch, until none wait.
+
+        Each batch's callers are woken together: the steps they run next on the loop (until
+        their next query to the database) are short, so waking them one per loop iteration
+        was measured to make no difference to the loop's lag.
+        """
         batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
         try:
             while batch := lane.take(self.max_batch):
                 texts = [text for text, _ in batch]
                 try:
-                    outcomes = await in_model_thread(self._embed_queries, texts)
+                    outcomes: list[Any] = await in_model_thread(self._embed_queries, texts)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:  # noqa: BLE001 - handed to this batch's callers
