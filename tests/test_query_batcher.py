@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import sys
 import threading
 from typing import Any
 
@@ -232,3 +234,15 @@ def test_docstring_examples_run() -> None:
     import reflective_memory.embed
 
     assert doctest.testmod(reflective_memory.embed).failed == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_the_model_thread_yields_the_cores_to_the_event_loop() -> None:
+    from reflective_memory.embed import MODEL_THREAD_NICE, in_model_thread
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = nice()
+    assert asyncio.run(in_model_thread(nice)) == min(19, mine + MODEL_THREAD_NICE)
+    assert nice() == mine  # the loop's thread (and the process) keep their priority
