@@ -62,7 +62,7 @@ async def _queued(batcher: QueryBatcher, texts: list[str]) -> list[asyncio.Task[
 
 def test_concurrent_queries_share_model_calls_and_each_gets_its_own_row() -> None:
     emb = Gated()
-    batcher = QueryBatcher(emb, max_batch=8)
+    batcher = QueryBatcher(emb)
 
     async def main() -> list[np.ndarray]:
         tasks = await _queued(batcher, TEXTS)
@@ -76,6 +76,22 @@ def test_concurrent_queries_share_model_calls_and_each_gets_its_own_row() -> Non
     assert [len(c) for c in emb.calls] == [1, 8, 8, 3]  # the first alone; then FIFO batches
     assert [t for c in emb.calls for t in c] == TEXTS
     assert batcher.counts == {"calls": 4, "queries": 20}
+
+
+def test_batches_are_cut_by_max_batch_and_calls_by_call_size() -> None:
+    emb = Gated()
+    batcher = QueryBatcher(emb, max_batch=5, call_size=2)
+
+    async def main() -> list[np.ndarray]:
+        tasks = await _queued(batcher, TEXTS[:14])
+        emb.gate.set()
+        return await asyncio.gather(*tasks)
+
+    got = asyncio.run(main())
+    assert [len(c) for c in emb.calls] == [1, 2, 2, 1, 2, 2, 1, 2, 1]
+    assert [t for c in emb.calls for t in c] == TEXTS[:14]
+    for text, vec in zip(TEXTS[:14], got, strict=True):
+        np.testing.assert_allclose(vec, HashingEmbedder(32).encode(text), rtol=1e-6)
 
 
 def test_an_error_reaches_only_the_caller_whose_query_failed() -> None:
@@ -223,9 +239,10 @@ def test_an_embedder_with_its_own_async_method_is_awaited_directly() -> None:
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "8"])
-def test_max_batch_must_be_a_positive_int(bad: Any) -> None:
-    with pytest.raises(ConfigError):
-        QueryBatcher(HashingEmbedder(16), max_batch=bad)
+@pytest.mark.parametrize("name", ["max_batch", "call_size"])
+def test_batch_sizes_must_be_positive_ints(name: str, bad: Any) -> None:
+    with pytest.raises(ConfigError, match=name):
+        QueryBatcher(HashingEmbedder(16), **{name: bad})
 
 
 def test_docstring_examples_run() -> None:

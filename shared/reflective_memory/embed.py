@@ -221,19 +221,25 @@ def _model_executor() -> ThreadPoolExecutor:
         return _EXECUTOR[0]
 
 
-#: Queries per model call of `QueryBatcher`, measured in BENCHMARKS.md ("Native async on
-#: PostgreSQL"): the queries a sentence-transformers model embeds with one torch thread.
-QUERY_BATCH = 8
+#: Queries per `encode_query` call of `QueryBatcher`: a sentence-transformers model embeds up
+#: to `small_batch` (8) texts on one torch thread, the fast setting on a busy CPU.
+QUERY_CALL = 8
+#: Waiting queries `QueryBatcher` hands to the model thread at once (embedded `QUERY_CALL` at a
+#: time): fewer hand-overs to a thread that must be woken, measured in BENCHMARKS.md ("Native
+#: async on PostgreSQL").
+QUERY_BATCH = 64
+
+_Waiting = tuple[str, "asyncio.Future[np.ndarray]"]
 
 
 class _Lane:
     """One event loop's queries waiting for the model, and the task that embeds them."""
 
     def __init__(self) -> None:
-        self.waiting: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        self.waiting: list[_Waiting] = []
         self.runner: asyncio.Task[None] | None = None
 
-    def take(self, n: int) -> list[tuple[str, asyncio.Future[np.ndarray]]]:
+    def take(self, n: int) -> list[_Waiting]:
         """Remove and return the first `n` queries whose callers still wait (FIFO)."""
         live = [w for w in self.waiting if not w[1].done()]
         batch, self.waiting = live[:n], live[n:]
@@ -243,25 +249,27 @@ class _Lane:
 class QueryBatcher:
     """Embeds the queries of concurrent async callers together, in the model thread.
 
-    A caller's query waits in its event loop's queue; while the model thread embeds one batch,
-    the queries that arrive meanwhile gather and go to the model as the next batch (one
-    `encode_query` call for up to `max_batch` of them), so a loop serving many retrievals
-    embeds their queries at the cost of a few batched model calls instead of one call each.
-    Each caller gets the row of its own query. When a batched call raises (or returns the
-    wrong shape), each of its queries is embedded alone, so an error reaches only the caller
-    whose query caused it. A caller cancelled while waiting is dropped from its batch; the
-    others are not affected. An embedder with its own `aencode_query` (`AsyncQueryEmbedder`,
-    e.g. a remote model) is awaited directly, query by query, as `aencode_query` does.
+    A caller's query waits in its event loop's queue. While the model thread embeds one batch,
+    the queries that arrive meanwhile gather and go to it as the next batch (up to
+    `max_batch`), which the thread embeds `call_size` queries per `encode_query` call, waking
+    the callers of each call as it ends. So a loop serving many retrievals embeds their queries
+    in a few batched model calls instead of one call each. Each caller gets the row of its own
+    query. When a batched call raises (or returns the wrong shape), each of its queries is
+    embedded alone, so an error reaches only the caller whose query caused it. A caller
+    cancelled while waiting is dropped from its batch; the others are not affected. An
+    embedder with its own `aencode_query` (`AsyncQueryEmbedder`, e.g. a remote model) is
+    awaited directly, query by query, as `aencode_query` does.
 
-    The model call runs in the context (`contextvars`) of the caller that started the queue's
+    The model calls run in the context (`contextvars`) of the caller that started the queue's
     task.
 
     Args:
         embedder: The embedder whose `encode_query` (else `encode`) embeds the queries.
-        max_batch: At most this many queries per model call; more wait for the next call.
+        max_batch: At most this many waiting queries go to the model thread at once.
+        call_size: At most this many queries per `encode_query` call.
 
     Raises:
-        ConfigError: `max_batch` is not a positive int.
+        ConfigError: `max_batch` or `call_size` is not a positive int.
 
     Example:
         >>> batcher = QueryBatcher(HashingEmbedder(16))
@@ -271,11 +279,15 @@ class QueryBatcher:
         ([(16,), (16,), (16,)], {'calls': 1, 'queries': 3})
     """
 
-    def __init__(self, embedder: Embedder, max_batch: int = QUERY_BATCH) -> None:
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ConfigError(f"max_batch must be a positive int, got {max_batch!r}")
+    def __init__(
+        self, embedder: Embedder, max_batch: int = QUERY_BATCH, call_size: int = QUERY_CALL
+    ) -> None:
+        for label, n in (("max_batch", max_batch), ("call_size", call_size)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigError(f"{label} must be a positive int, got {n!r}")
         self.embedder = embedder
         self.max_batch = max_batch
+        self.call_size = call_size
         self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = (
             weakref.WeakKeyDictionary()
         )
@@ -303,29 +315,25 @@ class QueryBatcher:
         return await future
 
     async def _run(self, lane: _Lane) -> None:
-        """Embed the lane's waiting queries, batch after batch, until none wait.
+        """Hand the lane's waiting queries to the model thread, batch after batch, until none wait.
 
-        Each batch's callers are woken together: the steps they run next on the loop (until
-        their next query to the database) are short, so waking them one per loop iteration
-        was measured to make no difference to the loop's lag.
+        The thread wakes each call's callers as the call ends (`_embed_batch`); whoever is left
+        waiting after a batch (the model thread failed as a whole) gets its error.
         """
-        batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        loop = asyncio.get_running_loop()
+        batch: list[_Waiting] = []
         try:
             while batch := lane.take(self.max_batch):
-                texts = [text for text, _ in batch]
+                error: BaseException | None = None
                 try:
-                    outcomes: list[Any] = await in_model_thread(self._embed_queries, texts)
+                    await in_model_thread(self._embed_batch, loop, batch)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:  # noqa: BLE001 - handed to this batch's callers
-                    outcomes = [exc] * len(batch)
-                for (_, future), out in zip(batch, outcomes, strict=True):
-                    if future.done():  # its caller was cancelled meanwhile
-                        continue
-                    if isinstance(out, BaseException):
-                        future.set_exception(out)
-                    else:
-                        future.set_result(out)
+                    error = exc
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error or RuntimeError("query not embedded"))
         except asyncio.CancelledError:  # the loop is shutting down: nobody gets a vector
             for _, future in batch + lane.waiting:
                 future.cancel()
@@ -334,8 +342,18 @@ class QueryBatcher:
         finally:
             lane.runner = None
 
+    def _embed_batch(self, loop: asyncio.AbstractEventLoop, batch: list[_Waiting]) -> None:
+        """In the model thread: embed `call_size` queries per call, waking their callers."""
+        for i in range(0, len(batch), self.call_size):
+            part = batch[i : i + self.call_size]
+            outcomes = self._embed_queries([text for text, _ in part])
+            try:
+                loop.call_soon_threadsafe(_deliver, part, outcomes)
+            except RuntimeError:  # the loop was closed: nobody waits any more
+                return
+
     def _embed_queries(self, texts: list[str]) -> list[np.ndarray | Exception]:
-        """In the model thread: one row (or the error) per text, in order."""
+        """One model call: one row (or the error) per text, in order."""
         self.counts["calls"] += 1
         self.counts["queries"] += len(texts)
         if len(texts) > 1:
@@ -366,7 +384,21 @@ class QueryBatcher:
             await asyncio.wait({lane.runner})
 
     def __repr__(self) -> str:
-        return f"QueryBatcher({self.embedder!r}, max_batch={self.max_batch})"
+        return (
+            f"QueryBatcher({self.embedder!r}, max_batch={self.max_batch}, "
+            f"call_size={self.call_size})"
+        )
+
+
+def _deliver(part: list[_Waiting], outcomes: list[np.ndarray | Exception]) -> None:
+    """On the loop: give each caller of a model call its row or its error (unless cancelled)."""
+    for (_, future), out in zip(part, outcomes, strict=True):
+        if future.done():  # its caller was cancelled meanwhile
+            continue
+        if isinstance(out, BaseException):
+            future.set_exception(out)
+        else:
+            future.set_result(out)
 
 
 def check_texts(texts: str | list[str]) -> tuple[list[str], bool]:
