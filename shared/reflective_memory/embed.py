@@ -180,10 +180,11 @@ _EXECUTOR: list[ThreadPoolExecutor] = []
 
 #: How much lower the model thread's scheduling priority is than the process's (Linux nice
 #: steps), so that the event loop's thread runs first when both want a core. Measured in
-#: BENCHMARKS.md ("Native async on PostgreSQL"): on the busy 2-core box, 64 `aretrieve` at once
-#: had a loop lag p95 of 18-19 ms at +0, 11 at +3, 7-9 at +5 and 6-7 at +10, at about the
-#: same calls/s.
-MODEL_THREAD_NICE = 10
+#: BENCHMARKS.md ("Native async on PostgreSQL"), 64 `aretrieve` at once on the shared 2-core
+#: box: at load 11-12 the loop lag p95 was 18-19 ms at +0, 11 at +3, 7-9 at +5, 6-7 at +10;
+#: at load 3-4, 6.8-7.5 ms at +0, 3.7-4.8 at +5, 3.0-3.9 at +10, where +5 kept the calls/s
+#: of +0 and +10 lost 6-12 % of them.
+MODEL_THREAD_NICE = 5
 
 
 def _lower_priority() -> None:
@@ -207,8 +208,8 @@ def _model_executor() -> ThreadPoolExecutor:
 
     One thread, not the loop's default executor: on a small machine several model calls at
     once only contend for the cores and the GIL with the event loop's own thread, which then
-    lags. For the same reason the thread runs at a lower priority (`MODEL_THREAD_NICE`): a
-    model uses the cores the loop leaves free. Both measured in BENCHMARKS.md ("Native async
+    lags. For the same reason the thread runs at a lower priority (`MODEL_THREAD_NICE`): the
+    loop's thread gets a core first. Both measured in BENCHMARKS.md ("Native async
     on PostgreSQL").
     """
     with _MODEL_LOCK:
