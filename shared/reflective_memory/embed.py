@@ -182,8 +182,8 @@ _EXECUTOR: list[ThreadPoolExecutor] = []
 #: steps), so that the event loop's thread runs first when both want a core. Measured in
 #: BENCHMARKS.md ("Native async on PostgreSQL"), 64 `aretrieve` at once on the shared 2-core
 #: box: at load 11-12 the loop lag p95 was 18-19 ms at +0, 11 at +3, 7-9 at +5, 6-7 at +10;
-#: at load 3-4, 6.8-7.5 ms at +0, 3.7-4.8 at +5, 3.0-3.9 at +10, where +5 kept the calls/s
-#: of +0 and +10 lost 6-12 % of them.
+#: at load 3-4, 6.8-7.5 ms at +0, 3.7-4.8 at +5, 3.0-3.9 at +10, with 1.25-1.60x the thread
+#: twins' calls/s at +0, 1.29-1.47x at +5 and 1.13-1.41x at +10.
 MODEL_THREAD_NICE = 5
 
 
