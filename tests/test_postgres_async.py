@@ -41,7 +41,7 @@ def _hits(retrieval: Any) -> list[tuple[str, tuple[str, ...], str]]:
 
 
 #: What may run in a worker thread during a native async call: the embedding model (issue 41).
-MODEL_CALLS = {"encode_query", "_embed_batches"}
+MODEL_CALLS = {"_embed_queries", "_embed_batches"}
 
 
 def _forbid_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -115,7 +115,7 @@ def test_no_thread_hop_on_postgres(pg_dsn: str, monkeypatch: pytest.MonkeyPatch)
             await amem.aturns("ben")  # opens this loop's pool (connecting is not the point)
             hops = _forbid_threads(monkeypatch)
             assert _hits(await amem.aretrieve("ben", "who plays the violin", k=3)) == expected
-            assert hops == ["encode_query"]  # the model, off the loop; no I/O in a thread
+            assert hops == ["_embed_queries"]  # the model, off the loop; no I/O in a thread
             await amem.aadd_turn("ben", "s2", "user", "I moved to Berlin.")
             assert len(await amem.aend_session("ben", "s2")) == 2
             got = await amem.aretrieve("ben", "where did I move", k=1)
@@ -165,6 +165,122 @@ def test_the_loop_stays_free_while_the_model_embeds(pg_dsn: str) -> None:
     assert asyncio.run(main()) < 0.15  # the embedding on the loop: >= 0.3 s
 
     asyncio.run(main())
+
+
+class Boom(RuntimeError):
+    """The error `FailingQueries` raises."""
+
+
+class FailingQueries(SlowQueries):
+    """A slow query model that cannot embed any query containing "boom"."""
+
+    def encode_query(self, texts: Any) -> Any:
+        if any("boom" in t for t in ([texts] if isinstance(texts, str) else texts)):
+            time.sleep(self.seconds)
+            raise Boom(f"cannot embed {texts!r}")
+        return super().encode_query(texts)
+
+
+async def _all_returned(mem: ReflectiveMemory) -> bool:
+    """Whether every connection of the loop's pool is back in it (within 5 s: a connection
+    the pool grew by may still be connecting)."""
+    pool = mem.store.db.async_route._pools[asyncio.get_running_loop()]  # type: ignore[attr-defined]
+    for _ in range(100):
+        stats = pool.get_stats()
+        if stats["pool_available"] == stats["pool_size"]:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def _loaded(dsn: str) -> str:
+    schema = pg_schema()
+    with _mem(dsn, schema) as mem:
+        for i, t in enumerate(FACTS):
+            mem.add_turn("ben", "s1", "user", t, turn_id=f"b{i}")
+    return schema
+
+
+def test_concurrent_aretrieve_embed_their_queries_in_batches(pg_dsn: str) -> None:
+    """Issue 41: queries that wait for the model are embedded together, with the same hits."""
+    schema = _loaded(pg_dsn)
+    queries = [f"{q} please ({i})" for i, q in enumerate(QUERIES * 4)]
+    with _mem(pg_dsn, schema) as mem:
+        expected = [_hits(mem.retrieve("ben", q, k=3)) for q in queries]
+
+    async def main() -> tuple[list[Any], dict[str, int]]:
+        async with _mem(pg_dsn, schema, embedder=SlowQueries(0.1)) as amem:
+            got = await asyncio.gather(*(amem.aretrieve("ben", q, k=3) for q in queries))
+            return [_hits(r) for r in got], dict(amem.retriever.query.batcher.counts)
+
+    got, counts = asyncio.run(main())
+    assert got == expected  # each call got its own query's vector
+    assert counts["queries"] == len(queries) and counts["calls"] < len(queries)
+
+
+def test_a_failing_query_embedding_fails_only_its_own_aretrieve(pg_dsn: str) -> None:
+    schema = _loaded(pg_dsn)
+    queries = [*QUERIES, "boom", *QUERIES]
+    with _mem(pg_dsn, schema) as mem:
+        expected = [_hits(mem.retrieve("ben", q, k=3)) for q in QUERIES]
+
+    async def main() -> list[Any]:
+        async with _mem(pg_dsn, schema, embedder=FailingQueries(0.05)) as amem:
+            got = await asyncio.gather(
+                *(amem.aretrieve("ben", q, k=3) for q in queries), return_exceptions=True
+            )
+            assert await _all_returned(amem)
+            assert amem.retriever.query.batcher.counts["calls"] < len(queries) + 8
+            return got
+
+    got = asyncio.run(main())
+    assert isinstance(got[4], Boom)
+    assert [_hits(r) for r in got[:4]] == expected and [_hits(r) for r in got[5:]] == expected
+
+
+def test_cancelling_an_aretrieve_that_waits_for_the_model_leaves_the_others(pg_dsn: str) -> None:
+    schema = _loaded(pg_dsn)
+    with _mem(pg_dsn, schema) as mem:
+        expected = [_hits(mem.retrieve("ben", q, k=3)) for q in QUERIES]
+
+    async def main() -> list[Any]:
+        async with _mem(pg_dsn, schema, embedder=SlowQueries(0.2)) as amem:
+            batcher = amem.retriever.query.batcher
+            first = asyncio.create_task(amem.aretrieve("ben", "violin", k=1))
+            while batcher.counts["calls"] == 0:  # the first query holds the model thread
+                await asyncio.sleep(0.005)
+            tasks = [asyncio.create_task(amem.aretrieve("ben", q, k=3)) for q in QUERIES]
+            victim = asyncio.create_task(amem.aretrieve("ben", "where do I work", k=3))
+            await asyncio.sleep(0.05)  # they all wait for the model now
+            victim.cancel()
+            got = await asyncio.gather(*tasks)
+            with pytest.raises(asyncio.CancelledError):
+                await victim
+            assert (await first).hits
+            assert await _all_returned(amem)
+            assert batcher.counts["queries"] == 1 + len(QUERIES)  # the victim's never ran
+            return [_hits(r) for r in got]
+
+    assert asyncio.run(main()) == expected
+
+
+def test_aclose_ends_the_query_batches_and_leaves_no_thread(pg_dsn: str) -> None:
+    import threading
+
+    schema = _loaded(pg_dsn)
+
+    async def main() -> None:
+        amem = _mem(pg_dsn, schema, embedder=SlowQueries(0.01))
+        got = await asyncio.gather(*(amem.aretrieve("ben", q, k=2) for q in QUERIES * 3))
+        assert all(r.hits for r in got)
+        await amem.aclose()
+        assert not amem.retriever.query.batcher._lanes  # this loop's queue is gone
+
+    asyncio.run(main())
+    before = {t.ident for t in threading.enumerate()}
+    for _ in range(3):
+        asyncio.run(main())
+    assert {t.ident for t in threading.enumerate()} == before
 
 
 def test_concurrent_calls_on_one_loop_stay_isolated(pg_dsn: str) -> None:

@@ -7,7 +7,8 @@ in one event loop, batches of `--concurrency` (default 64) retrievals, one per u
 that alternate batch by batch so a noisy machine loads them alike:
 
 - `native`: `await mem.aretrieve(...)`: the queries awaited on psycopg's `AsyncConnectionPool`
-  (no thread; embedding and the pipeline run on the loop between them);
+  (no thread for I/O; the query embeddings batched in the model thread, `embed.QueryBatcher`;
+  the pipeline on the loop between them);
 - `threads`: `await asyncio.to_thread(mem.retrieve, ...)`: the sync call in the default
   executor's worker threads, on the sync pool (what every `a*` method did before).
 

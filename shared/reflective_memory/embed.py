@@ -19,9 +19,12 @@ import contextvars
 import functools
 import hashlib
 import logging
+import os
 import re
 import sqlite3
+import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +34,7 @@ from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
 
-from reflective_memory.errors import InvalidInputError, ModelLoadError
+from reflective_memory.errors import ConfigError, InvalidInputError, ModelLoadError
 from reflective_memory.quiet import quiet_model_loading
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "encode_query",
     "aencode_query",
     "in_model_thread",
+    "QueryBatcher",
     "SentenceTransformerEmbedder",
     "HashingEmbedder",
     "default_embedder",
@@ -174,18 +178,228 @@ async def in_model_thread(fn: Callable[..., T], /, *args: Any) -> T:
 
 _EXECUTOR: list[ThreadPoolExecutor] = []
 
+#: How much lower the model thread's scheduling priority is than the process's (Linux nice
+#: steps), so that the event loop's thread runs first when both want a core. Measured in
+#: BENCHMARKS.md ("Native async on PostgreSQL"), 64 `aretrieve` at once on the shared 2-core
+#: box: at load 11-12 the loop lag p95 was 18-19 ms at +0, 11 at +3, 7-9 at +5, 6-7 at +10;
+#: at load 3-4, 6.8-7.5 ms at +0, 3.7-4.8 at +5, 3.0-3.9 at +10, with 1.25-1.60x the thread
+#: twins' calls/s at +0, 1.29-1.47x at +5 and 1.13-1.41x at +10.
+MODEL_THREAD_NICE = 5
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's priority by `MODEL_THREAD_NICE` (Linux; elsewhere a no-op).
+
+    Linux keeps a nice value per thread; on other systems the same call would change the whole
+    process, so it is not made there.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    tid = threading.get_native_id()
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, nice + MODEL_THREAD_NICE))
+    except OSError as exc:  # pragma: no cover - a sandbox may forbid it: keep the priority
+        logger.debug("could not lower the model thread's priority: %s", exc)
+
 
 def _model_executor() -> ThreadPoolExecutor:
     """The one worker thread that runs models for the async path (created on first use).
 
     One thread, not the loop's default executor: on a small machine several model calls at
     once only contend for the cores and the GIL with the event loop's own thread, which then
-    lags (measured in BENCHMARKS.md, "Native async on PostgreSQL").
+    lags. For the same reason the thread runs at a lower priority (`MODEL_THREAD_NICE`): the
+    loop's thread gets a core first. Both measured in BENCHMARKS.md ("Native async
+    on PostgreSQL").
     """
     with _MODEL_LOCK:
         if not _EXECUTOR:
-            _EXECUTOR.append(ThreadPoolExecutor(1, thread_name_prefix="reflective-model"))
+            _EXECUTOR.append(
+                ThreadPoolExecutor(
+                    1, thread_name_prefix="reflective-model", initializer=_lower_priority
+                )
+            )
         return _EXECUTOR[0]
+
+
+#: Queries per `encode_query` call of `QueryBatcher`: a sentence-transformers model embeds up
+#: to `small_batch` (8) texts on one torch thread, the fast setting on a busy CPU.
+QUERY_CALL = 8
+#: Waiting queries `QueryBatcher` hands to the model thread at once (embedded `QUERY_CALL` at a
+#: time): fewer hand-overs to a thread that must be woken, measured in BENCHMARKS.md ("Native
+#: async on PostgreSQL").
+QUERY_BATCH = 64
+
+_Waiting = tuple[str, "asyncio.Future[np.ndarray]"]
+
+
+class _Lane:
+    """One event loop's queries waiting for the model, and the task that embeds them."""
+
+    def __init__(self) -> None:
+        self.waiting: list[_Waiting] = []
+        self.runner: asyncio.Task[None] | None = None
+
+    def take(self, n: int) -> list[_Waiting]:
+        """Remove and return the first `n` queries whose callers still wait (FIFO)."""
+        live = [w for w in self.waiting if not w[1].done()]
+        batch, self.waiting = live[:n], live[n:]
+        return batch
+
+
+class QueryBatcher:
+    """Embeds the queries of concurrent async callers together, in the model thread.
+
+    A caller's query waits in its event loop's queue. While the model thread embeds one batch,
+    the queries that arrive meanwhile gather and go to it as the next batch (up to
+    `max_batch`), which the thread embeds `call_size` queries per `encode_query` call, waking
+    the callers of each call as it ends. So a loop serving many retrievals embeds their queries
+    in a few batched model calls instead of one call each. Each caller gets the row of its own
+    query. When a batched call raises (or returns the wrong shape), each of its queries is
+    embedded alone, so an error reaches only the caller whose query caused it. A caller
+    cancelled while waiting is dropped from its batch; the others are not affected. An
+    embedder with its own `aencode_query` (`AsyncQueryEmbedder`, e.g. a remote model) is
+    awaited directly, query by query, as `aencode_query` does.
+
+    The model calls run in the context (`contextvars`) of the caller that started the queue's
+    task.
+
+    Args:
+        embedder: The embedder whose `encode_query` (else `encode`) embeds the queries.
+        max_batch: At most this many waiting queries go to the model thread at once.
+        call_size: At most this many queries per `encode_query` call.
+
+    Raises:
+        ConfigError: `max_batch` or `call_size` is not a positive int.
+
+    Example:
+        >>> batcher = QueryBatcher(HashingEmbedder(16))
+        >>> async def three():
+        ...     return await asyncio.gather(*(batcher.encode(q) for q in ["a", "b", "c"]))
+        >>> [v.shape for v in asyncio.run(three())], batcher.counts
+        ([(16,), (16,), (16,)], {'calls': 1, 'queries': 3})
+    """
+
+    def __init__(
+        self, embedder: Embedder, max_batch: int = QUERY_BATCH, call_size: int = QUERY_CALL
+    ) -> None:
+        for label, n in (("max_batch", max_batch), ("call_size", call_size)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigError(f"{label} must be a positive int, got {n!r}")
+        self.embedder = embedder
+        self.max_batch = max_batch
+        self.call_size = call_size
+        self._lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+        #: Model calls made and queries embedded by them (for benchmarks and tests).
+        self.counts = {"calls": 0, "queries": 0}
+
+    async def encode(self, text: str) -> np.ndarray:
+        """Embed one query (shape `(dim,)`) off the event loop, batched with concurrent ones.
+
+        Raises:
+            Exception: Whatever the embedder raised for this query.
+        """
+        if isinstance(self.embedder, AsyncQueryEmbedder):
+            return await self.embedder.aencode_query(text)
+        loop = asyncio.get_running_loop()
+        with self._lock:  # loops of other threads share the mapping
+            lane = self._lanes.get(loop)
+            if lane is None:
+                lane = self._lanes[loop] = _Lane()
+        future: asyncio.Future[np.ndarray] = loop.create_future()
+        lane.waiting.append((text, future))
+        if lane.runner is None:
+            lane.runner = loop.create_task(self._run(lane))
+        return await future
+
+    async def _run(self, lane: _Lane) -> None:
+        """Hand the lane's waiting queries to the model thread, batch after batch, until none wait.
+
+        The thread wakes each call's callers as the call ends (`_embed_batch`); whoever is left
+        waiting after a batch (the model thread failed as a whole) gets its error.
+        """
+        loop = asyncio.get_running_loop()
+        batch: list[_Waiting] = []
+        try:
+            while batch := lane.take(self.max_batch):
+                error: BaseException | None = None
+                try:
+                    await in_model_thread(self._embed_batch, loop, batch)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - handed to this batch's callers
+                    error = exc
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error or RuntimeError("query not embedded"))
+        except asyncio.CancelledError:  # the loop is shutting down: nobody gets a vector
+            for _, future in batch + lane.waiting:
+                future.cancel()
+            lane.waiting.clear()
+            raise
+        finally:
+            lane.runner = None
+
+    def _embed_batch(self, loop: asyncio.AbstractEventLoop, batch: list[_Waiting]) -> None:
+        """In the model thread: embed `call_size` queries per call, waking their callers."""
+        for i in range(0, len(batch), self.call_size):
+            part = batch[i : i + self.call_size]
+            outcomes = self._embed_queries([text for text, _ in part])
+            try:
+                loop.call_soon_threadsafe(_deliver, part, outcomes)
+            except RuntimeError:  # the loop was closed: nobody waits any more
+                return
+
+    def _embed_queries(self, texts: list[str]) -> list[np.ndarray | Exception]:
+        """One model call: one row (or the error) per text, in order."""
+        self.counts["calls"] += 1
+        self.counts["queries"] += len(texts)
+        if len(texts) > 1:
+            try:
+                mat = np.asarray(encode_query(self.embedder, texts))
+                if mat.ndim == 2 and mat.shape[0] == len(texts):
+                    return list(mat)
+                logger.warning(
+                    "encode_query returned shape %s for %d queries; embedding them one by one",
+                    mat.shape,
+                    len(texts),
+                )
+            except Exception:  # noqa: BLE001 - retried one by one to find whose query fails
+                logger.debug("a batch of %d queries failed; one by one", len(texts), exc_info=True)
+        out: list[np.ndarray | Exception] = []
+        for text in texts:
+            try:
+                out.append(encode_query(self.embedder, text))
+            except Exception as exc:  # noqa: BLE001 - goes to this query's caller
+                out.append(exc)
+        return out
+
+    async def aclose(self) -> None:
+        """Let the running loop's waiting queries be embedded, then forget the loop (idempotent)."""
+        with self._lock:
+            lane = self._lanes.pop(asyncio.get_running_loop(), None)
+        if lane is not None and lane.runner is not None:
+            await asyncio.wait({lane.runner})
+
+    def __repr__(self) -> str:
+        return (
+            f"QueryBatcher({self.embedder!r}, max_batch={self.max_batch}, "
+            f"call_size={self.call_size})"
+        )
+
+
+def _deliver(part: list[_Waiting], outcomes: list[np.ndarray | Exception]) -> None:
+    """On the loop: give each caller of a model call its row or its error (unless cancelled)."""
+    for (_, future), out in zip(part, outcomes, strict=True):
+        if future.done():  # its caller was cancelled meanwhile
+            continue
+        if isinstance(out, BaseException):
+            future.set_exception(out)
+        else:
+            future.set_result(out)
 
 
 def check_texts(texts: str | list[str]) -> tuple[list[str], bool]:

@@ -581,7 +581,8 @@ class ReflectiveMemory:
     # -- async twins ------------------------------------------------------------------------
     # On PostgreSQL (a `NativeAsync` store) the queries are awaited on the running loop through
     # psycopg's async pool, with no thread; the embedding model runs in the model thread
-    # (`embed.in_model_thread`) and the rest of the pipeline on the loop between them.
+    # (`embed.in_model_thread`; concurrent queries batched by `embed.QueryBatcher`) and the
+    # rest of the pipeline on the loop between them.
     # Elsewhere (SQLite) each twin runs its sync method in a worker thread.
     async def arun(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run synchronous code that calls this memory (e.g. an adapter's method) as a coroutine.
@@ -622,7 +623,8 @@ class ReflectiveMemory:
         return await self.arun(self.feedback, shown, answer, **kw)
 
     async def aclose(self) -> None:
-        """Close the running loop's async pool, then the store (see `close`)."""
+        """Finish the running loop's query embeddings, close its async pool, then the store."""
+        await self.retriever.aclose()
         if self._async_io is not None:
             await self._async_io.aclose()
         self.close()

@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 
-from reflective_memory.embed import Embedder, aencode_query, encode_query
+from reflective_memory.embed import Embedder, QueryBatcher, encode_query
 from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.recall import RecallConfig, fitted_gate
 from reflective_memory.recall import recall as rf_recall
@@ -43,18 +43,24 @@ class EmbedQuery:
     def __init__(self, embedder: Embedder, max_chars: int) -> None:
         self.embedder = embedder
         self.max_chars = max_chars
+        self.batcher = QueryBatcher(embedder)
 
     def vector(self, text: str) -> np.ndarray:
         """The query embedding of `text` (cut to `max_chars`; see `embed.encode_query`).
 
         Inside a native async call (a bridged `aretrieve` on PostgreSQL) the model runs off the
-        event loop: `embed.aencode_query` (the embedder's own async method, else a worker
-        thread) is awaited on the loop, which serves other coroutines meanwhile.
+        event loop: the query waits on the loop, which serves other coroutines meanwhile, and
+        is embedded in the model thread together with the queries of the loop's concurrent
+        calls (`embed.QueryBatcher`; an embedder's own async method is awaited instead).
         """
         text = text[: self.max_chars]
         if bridged():
-            return await_io(aencode_query(self.embedder, text))
+            return await_io(self.batcher.encode(text))
         return encode_query(self.embedder, text)
+
+    async def aclose(self) -> None:
+        """Let the running loop's waiting queries be embedded (see `QueryBatcher.aclose`)."""
+        await self.batcher.aclose()
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.qvec`."""

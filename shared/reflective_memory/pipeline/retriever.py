@@ -82,6 +82,10 @@ class Retriever:
         self.passages = PassagePacking(config.passages, config.units.date_prefix, turns, count)
         self.units = UnitPacking(store, count)
 
+    async def aclose(self) -> None:
+        """Finish the running loop's batched query embeddings (native async; see `EmbedQuery`)."""
+        await self.query.aclose()
+
     def stages(self, request: RetrievalRequest) -> list[Stage]:
         """The pipeline for one call (an ablation is the same list without a stage)."""
         cfg = self.config
