@@ -88,3 +88,27 @@ def test_demo_where_do_i_live_now_ranks_berlin_above_lisbon() -> None:
         # a question about the past is not pushed to the newest sessions
         past = mem.retrieve("maya", "Where was I living in January?", budget_tokens=600)
         assert past.diagnostics["passages"]["present_tense"] is False
+
+
+def test_demo_when_is_my_sisters_wedding_puts_the_dated_turn_first() -> None:
+    """The turn that gives the (moved) date answers "when", at k=5 and within 300 tokens."""
+    import json
+    from pathlib import Path
+
+    import reflective_memory
+
+    demo = Path(reflective_memory.__file__).parent / "data" / "demo_conversation.json"
+    data = json.loads(demo.read_text())
+    with ReflectiveMemory() as mem:
+        for s in data["sessions"]:
+            mem.add_turns(
+                [{**t, "user_id": "maya", "session_id": s["session_id"]} for t in s["turns"]]
+            )
+            mem.end_session("maya", s["session_id"])
+        top = mem.retrieve("maya", "When is my sister's wedding?", k=5)
+        assert "September 6" in top.hits[0].memory.text
+        block = mem.retrieve("maya", "When is my sister's wedding?", budget_tokens=300)
+        assert "September 6" in block.hits[0].memory.text
+        assert block.diagnostics["passages"]["tokens_used"] <= 300
+        move = mem.retrieve("maya", "Where do I live now?", k=5)
+        assert "Berlin" in move.hits[0].memory.text and "moved" in move.hits[0].memory.text

@@ -43,12 +43,6 @@ _PAST = re.compile(
 )
 
 
-_ASKS_WHEN = re.compile(  # a question for a date or time: "when is my sister's wedding?"
-    r"^\W*(?:when|what (?:time|date|day)|which (?:date|day))\b",
-    re.IGNORECASE,
-)
-
-
 def present_tense(query: str) -> bool:
     """Whether a question asks about the present state of things.
 
@@ -59,22 +53,16 @@ def present_tense(query: str) -> bool:
         True when it holds a cue such as "now", "currently", "these days", "still", "latest",
         or asks about the user's state in the simple present ("where do I live?", "what is
         my job?" read as "is my") without a cue of the past ("initially", "before", "ago").
-        A question for a date ("When is my sister's wedding?") asks when something happens,
-        not how things stand now: it is not present tense without an explicit cue.
 
     Example:
         >>> present_tense("Where do I live now?"), present_tense("Where did I live in 2020?")
         (True, False)
         >>> present_tense("Where do I live?"), present_tense("Where do I initially keep it?")
         (True, False)
-        >>> present_tense("When is my sister's wedding?"), present_tense("When is it now?")
-        (False, True)
     """
     if _PRESENT.search(query):
         return True
-    if _ASKS_WHEN.search(query) or _PAST.search(query):
-        return False
-    return bool(_STATE_NOW.search(query))
+    return bool(_STATE_NOW.search(query)) and not _PAST.search(query)
 
 
 def without_present_cue(query: str) -> str:
