@@ -63,21 +63,23 @@ def test_small_inputs_use_query_threads_and_restore_the_setting() -> None:
     assert torch.get_num_threads() == before
 
 
-def test_demo_where_do_i_live_now_ranks_berlin_above_lisbon() -> None:
-    """Time-aware ranking on the bundled demo: the newest home wins a present-tense question."""
+def _demo(mem: ReflectiveMemory) -> ReflectiveMemory:
+    """`mem` with the bundled demo conversation (user `maya`) ingested, sessions ended."""
     import json
     from pathlib import Path
 
     import reflective_memory
 
     demo = Path(reflective_memory.__file__).parent / "data" / "demo_conversation.json"
-    data = json.loads(demo.read_text())
-    with ReflectiveMemory() as mem:
-        for s in data["sessions"]:
-            mem.add_turns(
-                [{**t, "user_id": "maya", "session_id": s["session_id"]} for t in s["turns"]]
-            )
-            mem.end_session("maya", s["session_id"])
+    for s in json.loads(demo.read_text())["sessions"]:
+        mem.add_turns([{**t, "user_id": "maya", "session_id": s["session_id"]} for t in s["turns"]])
+        mem.end_session("maya", s["session_id"])
+    return mem
+
+
+def test_demo_where_do_i_live_now_ranks_berlin_above_lisbon() -> None:
+    """Time-aware ranking on the bundled demo: the newest home wins a present-tense question."""
+    with _demo(ReflectiveMemory()) as mem:
         r = mem.retrieve("maya", "Where do I live now?", budget_tokens=600)
         assert r.diagnostics["passages"]["present_tense"] is True
         sessions = [h.memory.session_id for h in r.hits]
@@ -92,19 +94,7 @@ def test_demo_where_do_i_live_now_ranks_berlin_above_lisbon() -> None:
 
 def test_demo_when_is_my_sisters_wedding_puts_the_dated_turn_first() -> None:
     """The turn that gives the (moved) date answers "when", at k=5 and within 300 tokens."""
-    import json
-    from pathlib import Path
-
-    import reflective_memory
-
-    demo = Path(reflective_memory.__file__).parent / "data" / "demo_conversation.json"
-    data = json.loads(demo.read_text())
-    with ReflectiveMemory() as mem:
-        for s in data["sessions"]:
-            mem.add_turns(
-                [{**t, "user_id": "maya", "session_id": s["session_id"]} for t in s["turns"]]
-            )
-            mem.end_session("maya", s["session_id"])
+    with _demo(ReflectiveMemory()) as mem:
         top = mem.retrieve("maya", "When is my sister's wedding?", k=5)
         assert "September 6" in top.hits[0].memory.text
         block = mem.retrieve("maya", "When is my sister's wedding?", budget_tokens=300)
