@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
@@ -91,7 +92,7 @@ class QuestionSignals:
     speakers: tuple[str, ...] = ()
     keep: Callable[[Turn], bool] | None = None
     present: bool = False
-    frame: tuple[object, object] | None = None
+    frame: tuple[datetime, datetime] | None = None
 
 
 def turn_features(
@@ -137,7 +138,7 @@ def turn_features(
     ranks = recency_ranks(votes, session_turns, relevance=relevance) if signals.present else {}
     pool = set(sorted(votes.turn, key=lambda k: -votes.turn[k])[:10]) if signals.present else set()
     frame = (
-        set(in_time_frame(votes, session_turns, *signals.frame))  # type: ignore[arg-type]
+        set(in_time_frame(votes, session_turns, *signals.frame))
         if signals.frame is not None
         else set()
     )
@@ -148,11 +149,12 @@ def turn_features(
         row = x[i]
         row[_COL["log_vote"]] = math.log(max(votes.turn[key] * (rrf_k + 1), 1e-6))
         row[_COL["own_rank"]] = 0.0 if rank is None else rrf_k / (rrf_k + rank + 1)
-        if cosines[i] is not None and best_cos is not None:
-            row[_COL["cosine"]] = cosines[i]
-            row[_COL["cosine_gap"]] = cosines[i] - best_cos
-        if bm25s[i] is not None and best_bm25 > 0:
-            row[_COL["bm25"]] = bm25s[i] / best_bm25
+        cos, bm25 = cosines[i], bm25s[i]
+        if cos is not None and best_cos is not None:
+            row[_COL["cosine"]] = cos
+            row[_COL["cosine_gap"]] = cos - best_cos
+        if bm25 is not None and best_bm25 > 0:
+            row[_COL["bm25"]] = bm25 / best_bm25
         if key in others:
             row[_COL["other_person" if person else "other_speaker"]] = 1.0
         row[_COL["recent"]] = ranks.get(key, 0.0)
