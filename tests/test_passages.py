@@ -678,7 +678,9 @@ def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
     ]
 
     def top_role(person_focus: float, question: str) -> str:
-        cfg = _cfg(units={"granularities": ("turn",)}, passages={"person_focus": person_focus})
+        # the rules' multiplier (the learned ranker reads person focus as a feature)
+        passages = {"person_focus": person_focus, "ranker": "rules"}
+        cfg = _cfg(units={"granularities": ("turn",)}, passages=passages)
         with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
             for i, (role, text) in enumerate(chat):
                 mem.add_turn("u", "s1", role, text, timestamp=f"2026-02-0{1 + i}")

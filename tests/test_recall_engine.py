@@ -88,7 +88,7 @@ def test_lexical_mode_and_unknown_user():
 
 
 def test_familiarity_equals_plain_dense_search():
-    with _memory(users=("ana",)) as mem:
+    with _memory(users=("ana",), passages={"enabled": False}) as mem:  # the ranked units
         r = mem.retrieve("ana", "trip to Lisbon", k=8, mode="dense", recall={"mode": "familiarity"})
         idx = mem.indexes.get("ana")
         q = mem.embedder.encode("trip to Lisbon")

@@ -44,20 +44,29 @@ COLLECT_BUDGET = 1000
 _PACKAGE_MODEL = Path(__file__).resolve().parent.parent / "reflective_memory/data/turn_ranker.json"
 
 
+#: One question's rows: `(fold, feature rows, evidence labels, newness)`; `newness` is each
+#: row's turn time (epoch seconds, its position within a session added as a fraction) when the
+#: question asks about the present, else None (`fit_ranker`'s order pairs).
+Rows = tuple[str, np.ndarray, np.ndarray, "np.ndarray | None"]
+
+
 def collect_rows(
     conversations: Sequence[Conversation], embedder: Embedder, *, progress: bool = True
-) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Per question with evidence: `(fold, feature rows, evidence labels)`."""
+) -> list[Rows]:
+    """Per question with evidence: `(fold, feature rows, evidence labels, newness)`."""
     system = replace(
         DEFAULT, config={"passages": {"ranker": "learned"}}
     )  # rows, whatever the default
-    out: list[tuple[str, np.ndarray, np.ndarray]] = []
+    out: list[Rows] = []
     for conv in tqdm(conversations, desc="collect ranker rows", disable=not progress):
         with system.build(embedder) as mem:
             ingest_conversations(mem, [conv], progress=False)
             turn_ids: dict[str, list[str]] = {}
+            times: dict[str, list[float]] = {}
             for t in sorted(mem.store.turns(conv.user_id), key=lambda t: t.position):
                 turn_ids.setdefault(t.session_id, []).append(t.turn_id)
+                when = t.timestamp.timestamp() if t.timestamp is not None else 0.0
+                times.setdefault(t.session_id, []).append(when + t.position / 1e6)
             fold = fold_of(conv)
             for q in conv.questions:
                 evidence = set(q.evidence)
@@ -68,39 +77,48 @@ def collect_rows(
                     conv.user_id, q.question, None, COLLECT_BUDGET, None, None, None, None,
                     None, q.date,
                 )  # fmt: skip
-                feats = r.state(req).features
+                state = r.state(req)
+                feats = state.features
                 if feats is None or not feats.keys:
                     continue
                 labels = np.array([turn_ids[s][p] in evidence for s, p in feats.keys])
-                out.append((fold, feats.matrix, labels))
+                newness = np.array([times[s][p] for s, p in feats.keys]) if state.recency else None
+                out.append((fold, feats.matrix, labels, newness))
     return out
 
 
-def _save_table(path: str, rows: list[tuple[str, str, np.ndarray, np.ndarray]]) -> None:
+def _save_table(path: str, rows: list[tuple[str, Rows]]) -> None:
     np.savez_compressed(
         path,
         features=np.array(FEATURES),
-        data=np.array([d for d, _, _, _ in rows]),
-        folds=np.array([f for _, f, _, _ in rows]),
-        sizes=np.array([len(x) for _, _, x, _ in rows]),
-        matrix=np.vstack([x for _, _, x, _ in rows]),
-        labels=np.concatenate([y for _, _, _, y in rows]),
+        data=np.array([d for d, _ in rows]),
+        folds=np.array([r[0] for _, r in rows]),
+        sizes=np.array([len(r[1]) for _, r in rows]),
+        matrix=np.vstack([r[1] for _, r in rows]),
+        labels=np.concatenate([r[2] for _, r in rows]),
+        present=np.array([r[3] is not None for _, r in rows]),
+        newness=np.concatenate(
+            [r[3] if r[3] is not None else np.zeros(len(r[1])) for _, r in rows]
+        ),
     )
 
 
-def _load_table(path: str) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
+def _load_table(path: str) -> list[tuple[str, Rows]]:
     z = np.load(path)
-    if tuple(z["features"].tolist()) != FEATURES:
+    if tuple(z["features"].tolist()) != FEATURES or "newness" not in z:
         raise SystemExit(f"{path}: rows of other features; collect them again")
-    out, at = [], 0
-    for d, f, n in zip(z["data"], z["folds"], z["sizes"], strict=True):
-        out.append((str(d), str(f), z["matrix"][at : at + n], z["labels"][at : at + n]))
+    out: list[tuple[str, Rows]] = []
+    at = 0
+    for d, f, n, present in zip(z["data"], z["folds"], z["sizes"], z["present"], strict=True):
+        part = slice(at, at + int(n))
+        newness = z["newness"][part] if present else None
+        out.append((str(d), (str(f), z["matrix"][part], z["labels"][part], newness)))
         at += int(n)
     return out
 
 
 def _run(args: argparse.Namespace) -> int:
-    rows: list[tuple[str, str, np.ndarray, np.ndarray]] = []
+    rows: list[tuple[str, Rows]] = []
     if args.data:
         embedder = make_embedder(args.embedder, args.cache)
         for spec in args.data:
@@ -113,7 +131,7 @@ def _run(args: argparse.Namespace) -> int:
                 convs = convs[: args.limit]
             convs, _ = store_roles(convs, roles, path)
             got = collect_rows(convs, embedder)
-            rows += [(f"{Path(path).name}:{roles}", f, x, y) for f, x, y in got]
+            rows += [(f"{Path(path).name}:{roles}", r) for r in got]
         if len(args.table) > 1:
             raise SystemExit("with --data, give one --table to write the rows to")
         if args.table:
@@ -122,9 +140,9 @@ def _run(args: argparse.Namespace) -> int:
         rows = [row for path in args.table for row in _load_table(path)]
     else:
         raise SystemExit("give --data (to collect rows) or --table (rows collected before)")
-    data = sorted({d for d, _, _, _ in rows})
+    data = sorted({d for d, _ in rows})
     model = fit_ranker(
-        [(x, y) for _, _, x, y in rows],
+        [r[1:] for _, r in rows],
         fitted={"data": data, "collect_budget_words": COLLECT_BUDGET},
     )
     model.save(args.out)
@@ -135,10 +153,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.folds:
         out = Path(args.folds)
         out.mkdir(parents=True, exist_ok=True)
-        folds = sorted({f for _, f, _, _ in rows})
+        folds = sorted({r[0] for _, r in rows})
         for fold in folds:
             m = fit_ranker(
-                [(x, y) for _, f, x, y in rows if f != fold],
+                [r[1:] for _, r in rows if r[0] != fold],
                 fitted={"data": data, "without_fold": fold},
             )
             m.save(out / f"{fold}.json")

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from reflective_memory.text import lexical_tokens
 
 __all__ = [
+    "asks_when",
     "present_tense",
     "without_present_cue",
     "named_speaker",
@@ -32,6 +33,12 @@ _PRESENT = re.compile(
 
 _STATE_NOW = re.compile(  # the user's state, in the simple present: "where do I live?"
     r"\b(?:do I|am I|is my|are my|what's my|who's my|where's my)\b",
+    re.IGNORECASE,
+)
+
+
+_WHEN = re.compile(
+    r"^\W*(?:when|what (?:date|day|time|year|month)|which (?:date|day|year|month))\b",
     re.IGNORECASE,
 )
 
@@ -63,6 +70,16 @@ def present_tense(query: str) -> bool:
     if _PRESENT.search(query):
         return True
     return bool(_STATE_NOW.search(query)) and not _PAST.search(query)
+
+
+def asks_when(query: str) -> bool:
+    """Whether a question asks for a time ("When is ...?", "What date ...?").
+
+    Example:
+        >>> asks_when("When is my sister's wedding?"), asks_when("Where do I live?")
+        (True, False)
+    """
+    return bool(_WHEN.match(query))
 
 
 def without_present_cue(query: str) -> str:

@@ -112,7 +112,7 @@ class PassageConfig:
     length_keep_share: float = 0.25
     budget_unit: str = "tokens"
     excerpt_length: int = 50
-    ranker: str = "rules"
+    ranker: str = "learned"
 
     def __post_init__(self) -> None:
         check_bool("passages.enabled", self.enabled)

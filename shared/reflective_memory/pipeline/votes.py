@@ -16,6 +16,7 @@ from typing import Any
 
 from reflective_memory.cues import (
     addressed_role,
+    asks_when,
     named_speaker,
     present_tense,
     without_name,
@@ -472,6 +473,7 @@ class Votes:
             keep=keep,
             present=present,
             frame=None if state.frame is None else (state.frame.start, state.frame.end),
+            when=asks_when(req.query),
         )
         feats = turn_features(
             votes,

@@ -18,6 +18,8 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
   (`turn_votes.recency_ranks`, 0 oldest to 1 newest; 0 otherwise);
 - `change`: for a present-tense question, one of the best ten that says something changed;
 - `in_frame`: said inside the period the question names ("two weeks ago");
+- `dated`: the question asks for a time ("When is ...?", `cues.asks_when`) and the turn names
+  one ("on September 6", "yesterday": `timeframe.time_frame` finds a period in it);
 - `small_talk`: a contentless turn kept as the context of the turn before it;
 - `neighbour`: the best vote of the turns next to it, over the best vote;
 - `user`: said under the `user` role;
@@ -29,10 +31,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
+from functools import lru_cache
 
 import numpy as np
 
+from reflective_memory.timeframe import time_frame
 from reflective_memory.turn_votes import (
     TurnVotes,
     in_time_frame,
@@ -42,7 +46,10 @@ from reflective_memory.turn_votes import (
 )
 from reflective_memory.types import Turn
 
-__all__ = ["FEATURES", "TurnFeatures", "turn_features"]
+__all__ = ["FEATURES", "TurnFeatures", "names_a_time", "turn_features"]
+
+#: Any fixed day: `names_a_time` asks only whether a period is named, not which.
+_SOME_DAY = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 FEATURES: tuple[str, ...] = (
     "log_vote",
@@ -55,6 +62,7 @@ FEATURES: tuple[str, ...] = (
     "recent",
     "change",
     "in_frame",
+    "dated",
     "small_talk",
     "neighbour",
     "user",
@@ -86,6 +94,7 @@ class QuestionSignals:
         keep: Turns never counted as another's (a turn quoting the question).
         present: Whether the question asks about the present.
         frame: `(start, end)` of the period the question names, if any.
+        when: Whether the question asks for a time.
     """
 
     speaker: str | None = None
@@ -93,6 +102,17 @@ class QuestionSignals:
     keep: Callable[[Turn], bool] | None = None
     present: bool = False
     frame: tuple[datetime, datetime] | None = None
+    when: bool = False
+
+
+def names_a_time(turn: Turn) -> bool:
+    """Whether a turn's text names a date or a period (`timeframe.time_frame` finds one)."""
+    return _names_a_time(turn.text)
+
+
+@lru_cache(maxsize=65536)
+def _names_a_time(text: str) -> bool:
+    return time_frame(text, _SOME_DAY) is not None
 
 
 def turn_features(
@@ -161,6 +181,7 @@ def turn_features(
         if key in pool and states_a_change(turn.text):
             row[_COL["change"]] = 1.0
         row[_COL["in_frame"]] = float(key in frame)
+        row[_COL["dated"]] = float(signals.when and names_a_time(turn))
         row[_COL["small_talk"]] = float(key in quiet)
         near = [votes.turn.get((key[0], key[1] + d), 0.0) for d in (-1, 1)]
         row[_COL["neighbour"]] = max(near) / best_vote if best_vote > 0 else 0.0

@@ -37,6 +37,8 @@ FORMAT = "reflective-memory/turn-ranker/1"
 #: each is of order one, and a cue that seldom fires (present tense on REALTALK: 2 questions
 #: of 714) keeps a small weight instead of one blown up by its tiny spread.
 C = 1.0
+#: How much a question's order pairs weigh against its coverage pairs (`fit_ranker`).
+ORDER_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
@@ -132,28 +134,60 @@ def _pairs(matrix: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarr
     neg = np.flatnonzero(~labels)
     if len(pos) == 0 or len(neg) == 0:
         return None
-    diffs = (matrix[pos][:, None, :] - matrix[neg][None, :, :]).reshape(-1, matrix.shape[1])
+    return _diffs(matrix, pos, neg)
+
+
+def _order_pairs(
+    matrix: np.ndarray, labels: np.ndarray, newness: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """A present-tense question's (newest evidence row - older evidence row) differences."""
+    pos = np.flatnonzero(labels)
+    if len(pos) < 2:
+        return None
+    newest = newness[pos].max()
+    new, old = pos[newness[pos] == newest], pos[newness[pos] < newest]
+    if len(old) == 0:
+        return None
+    return _diffs(matrix, new, old)
+
+
+def _diffs(
+    matrix: np.ndarray, first: np.ndarray, second: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows `first` minus rows `second`, every pair, weighing one in total."""
+    diffs = (matrix[first][:, None, :] - matrix[second][None, :, :]).reshape(-1, matrix.shape[1])
     return diffs, np.full(len(diffs), 1.0 / len(diffs))
 
 
 def fit_ranker(
-    questions: Iterable[tuple[np.ndarray, Sequence[bool]]],
+    questions: Iterable[
+        tuple[np.ndarray, Sequence[bool]] | tuple[np.ndarray, Sequence[bool], np.ndarray | None]
+    ],
     *,
     c: float = C,
+    order_weight: float = ORDER_WEIGHT,
     fitted: dict[str, Any] | None = None,
 ) -> TurnRanker:
     """Fit the weights on questions' feature rows and evidence labels.
 
-    Every evidence turn of a question is paired with every other candidate turn of the
-    question (pairing only with the best-voted ones taught the model what tells evidence from
-    near misses, and it then ranked the rest of the candidates badly); a logistic regression
-    without intercept on the differences (each
-    pair also mirrored) learns which row is the evidence. Each question weighs the same.
+    Two kinds of pairs, each question's pairs of a kind weighing as much as another's:
+
+    - *coverage*: every evidence turn of a question against every other candidate turn
+      (pairing only with the best-voted ones taught the model what tells evidence from near
+      misses, and it then ranked the rest of the candidates badly);
+    - *order*: for a question about the present (a `newness` given), its newest evidence
+      turns against its older evidence turns. Coverage cannot see which of two evidence turns
+      comes first; "Where do I live now?" needs the move before the old address.
+
+    A logistic regression without intercept on the differences (each pair also mirrored)
+    learns which row is the better one.
 
     Args:
-        questions: Per question, its feature rows (`FEATURES` columns) and whether each row's
-            turn is evidence.
+        questions: Per question, its feature rows (`FEATURES` columns), whether each row's
+            turn is evidence, and optionally each row's time (any increasing number) when the
+            question asks about the present (None otherwise).
         c: Inverse L2 strength.
+        order_weight: What a question's order pairs weigh against its coverage pairs.
         fitted: Notes stored with the model (data, counts).
 
     Returns:
@@ -164,19 +198,35 @@ def fit_ranker(
     """
     from sklearn.linear_model import LogisticRegression
 
-    diffs, weights, used = [], [], 0
-    for matrix, labels in questions:
-        got = _pairs(np.asarray(matrix, dtype=float), np.asarray(labels, dtype=bool))
+    diffs, weights, used, ordered = [], [], 0, 0
+    for question in questions:
+        matrix = np.asarray(question[0], dtype=float)
+        labels = np.asarray(question[1], dtype=bool)
+        newness = question[2] if len(question) > 2 else None  # type: ignore[misc]
+        got = _pairs(matrix, labels)
         if got is not None:
             diffs.append(got[0])
             weights.append(got[1])
             used += 1
-    if not diffs:
+        if newness is not None:
+            order = _order_pairs(matrix, labels, np.asarray(newness, dtype=float))
+            if order is not None:
+                diffs.append(order[0])
+                weights.append(order[1] * order_weight)
+                ordered += 1
+    if not used:
         raise ConfigError("no question has both an evidence turn and another candidate turn")
     d = np.vstack(diffs)
     w = np.concatenate(weights)
     model = LogisticRegression(C=c, fit_intercept=False, max_iter=2000)
     model.fit(np.vstack([d, -d]), np.r_[np.ones(len(d)), np.zeros(len(d))], np.r_[w, w])
     coef = model.coef_[0]
-    notes = {**(fitted or {}), "questions": used, "pairs": int(len(d)), "C": c}
+    notes = {
+        **(fitted or {}),
+        "questions": used,
+        "ordered_questions": ordered,
+        "pairs": int(len(d)),
+        "C": c,
+        "order_weight": order_weight,
+    }
     return TurnRanker({n: round(float(v), 6) for n, v in zip(FEATURES, coef, strict=True)}, notes)
