@@ -230,9 +230,9 @@ ABLATIONS = (
         what="I/my questions do not favour the user's turns, nor 'you said' the assistant's",
     ),
     System(
-        "+ learned ranker",
-        {"passages": {"ranker": "learned"}},
-        what="cues weighed by the shipped learned model (in-sample on the dev sets)",
+        "- learned ranker",
+        {"passages": {"ranker": "rules"}},
+        what="each cue multiplies the vote by its hand-set weight (the rules)",
     ),
     System(
         "learned ranker, cross-validated",

@@ -89,14 +89,13 @@ class PassageConfig:
             when it fits, else as an excerpt of the room the budget leaves beside the next
             turn that fits. 0 reads whole turns only. At 50: +6.3 points at 250 words on
             LongMemEval dev100, +6.8 on REALTALK (BENCHMARKS.md, issue 27).
-        ranker: How the cues weigh a voted turn. `rules`: each cue multiplies the vote by its
-            setting. `learned`: one log-linear model over every cue
-            (`reflective_memory.ranking`, fitted on the dev sets and shipped with the package;
-            cross-validated in BENCHMARKS.md); the cue settings above (`speaker_focus`,
-            `person_focus`, `recency_weight`, `time_weight`) then only switch a cue on (> 0) or
-            off (0). Opt-in: fitted for coverage, it does not put the newest of two statements
-            first. Any other value is the path of a model file written by
-            `reflective-memory bench fit-ranker`.
+        ranker: How the cues weigh a voted turn. `learned`: one log-linear model over every
+            cue (`reflective_memory.ranking`, fitted on the dev sets for coverage and for
+            putting the newest statement first, shipped with the package; cross-validated in
+            BENCHMARKS.md); the cue settings above (`speaker_focus`, `person_focus`,
+            `recency_weight`, `time_weight`) then only switch a cue on (> 0) or off (0).
+            `rules`: each cue multiplies the vote by its setting. Any other value is the path
+            of a model file written by `reflective-memory bench fit-ranker`.
     """
 
     enabled: bool = True
