@@ -60,8 +60,9 @@ class PassageConfig:
         recency_weight: Present-tense questions ("now", "currently", "these days", "still")
             multiply the votes of the best turns by `1 + recency_weight * r`, r from 0 (the
             oldest of them) to 1 (the newest); 0 turns it off.
-        recency_margin: Only the 10 best turns whose vote is within this fraction of the best
-            vote compete on time (a clearly less relevant turn is never pulled up by its date).
+        recency_margin: With the ranker `rules`, only the 10 best turns whose vote is within
+            this fraction of the best vote compete on time (a clearly less relevant turn is never
+            pulled up by its date); the learned ranker weighs how new each of the best ten is.
         time_weight: A question anchored in time ("two weeks ago", "last summer", "on 29 Dec
             2023"; `reflective_memory.timeframe`) multiplies the votes of the turns said in that
             period by `1 + time_weight`, resolved against the call's `now`; 0 turns it off.
