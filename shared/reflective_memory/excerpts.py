@@ -27,9 +27,15 @@ CUT_MARK = "…"
 
 _WORD = re.compile(r"[^\W_]+")  # what `lexical_tokens` reads as a word: `str.isalnum` characters
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_RUN = re.compile(r"\S+")
 #: Lines longer than this (in words) are cut at sentence ends, and sentences into runs of it.
 _PIECE_WORDS = 40
 _SHORT = 2 * _PIECE_WORDS  # characters: a text this short cannot hold more words than that
+
+
+def _few_words(text: str) -> bool:
+    """`len(text.split()) <= _PIECE_WORDS`, splitting no further than it takes to tell."""
+    return len(text.split(None, _PIECE_WORDS)) <= _PIECE_WORDS
 
 
 @dataclass(frozen=True)
@@ -74,16 +80,16 @@ class Pieces:
             if not body:
                 continue
             a += len(line) - len(line.lstrip())
-            if len(body) <= _SHORT or len(body.split()) <= _PIECE_WORDS:  # a line is one piece
+            if len(body) <= _SHORT or _few_words(body):  # a line is one piece
                 spans.append((a, a + len(body)))
                 continue
             cuts = [a, *(a + m.end() for m in _SENTENCE_END.finditer(body))]
             for x, y in zip(cuts, [*cuts[1:], a + len(body)], strict=True):
                 sentence = text[x:y].rstrip()
-                if len(sentence) <= _SHORT or len(sentence.split()) <= _PIECE_WORDS:
+                if len(sentence) <= _SHORT or _few_words(sentence):
                     spans.append((x, x + len(sentence)))
                     continue
-                words = list(re.finditer(r"\S+", sentence))
+                words = list(_RUN.finditer(sentence))
                 for i in range(0, len(words), _PIECE_WORDS):
                     run = words[i : i + _PIECE_WORDS]
                     spans.append((x + run[0].start(), x + run[-1].end()))

@@ -183,17 +183,19 @@ class WordCounts:
         False
     """
 
-    __slots__ = ("turns_holding", "sessions_holding", "turns")
+    __slots__ = ("turns_holding", "sessions_holding", "turns", "_common")
 
     def __init__(self, sessions: Iterable[Iterable[str]] = ()) -> None:
         self.turns_holding: Counter[str] = Counter()
         self.sessions_holding: Counter[str] = Counter()
         self.turns = 0
+        self._common: dict[str, bool] = {}  # `common` of the words asked, until counts change
         for texts in sessions:
             self.add(texts)
 
     def add(self, texts: Iterable[str], sign: int = 1) -> None:
         """Count the turns of one more session (`sign=-1`: one session fewer)."""
+        self._common = {}
         said: set[str] = set()
         n = 0
         for text in texts:
@@ -243,11 +245,17 @@ class WordCounts:
         """
         least, most = COMMON_SHARE * self.turns, COMMON_SESSIONS
         turns, sessions = self.turns_holding.get, self.sessions_holding.get
+        known = self._common
         for n, m in enumerate(_WORD.finditer(low), 1):  # stops at the first uncommon word
             if not complete and m.end() == len(low):
                 return None
+            if n > _SMALL_TALK_MAX_WORDS:
+                return False
             w = m.group()
-            if n > _SMALL_TALK_MAX_WORDS or turns(w, 0) < least or sessions(w, 0) < most:
+            common = known.get(w)
+            if common is None:
+                common = known[w] = turns(w, 0) >= least and sessions(w, 0) >= most
+            if not common:
                 return False
         return True if complete else None
 

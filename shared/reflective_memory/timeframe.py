@@ -270,6 +270,64 @@ _PATTERNS: list[tuple[str, _Resolver]] = [
     ),
 ]
 _RULES = [(re.compile(pattern, re.IGNORECASE), resolve) for pattern, resolve in _PATTERNS]
+_UNITS = ("day", "week", "month", "year")
+_MONTH_STEMS = tuple(_MONTH_KEYS)
+#: A month's name as `_MONTH` finds it: its stem at the start of a word (in a lower-cased
+#: ASCII text, where `\b` reads as in the text).
+_MONTH_START = re.compile(r"\b(?:" + "|".join(_MONTH_STEMS) + ")")
+#: What every match of each rule of `_PATTERNS` holds, case aside: each group's words (one of
+#: them) or pattern of digits. A text without all of a rule's groups is not searched with that
+#: rule: the rules are slow on long texts (milliseconds for a long turn), and most texts name
+#: no time.
+_NEEDS: list[tuple[tuple[str, ...] | str, ...]] = [
+    (("yesterday", "today", "night", "morning", "afternoon", "evening"),),
+    (("ago",), _UNITS),
+    (tuple(_WEEKDAYS), ("on", "last", "past", "next")),
+    (("last", "past"), _UNITS),
+    (("last", "this", "next"), _UNITS),
+    (tuple(_SEASONS),),
+    (("new",), ("year",)),
+    (r"(?:19|20)\d\d[-/]",),
+    (r"\d\.\d",),
+    (_MONTH_STEMS, r"\d"),
+    (_MONTH_STEMS, r"\d"),
+    (_MONTH_STEMS,),
+    (("early", "mid", "late"),),
+    (("week",), ("first", "second", "third", "fourth", "last")),
+    (_YEAR,),
+]
+assert len(_NEEDS) == len(_RULES)
+_DIGITS = {g: re.compile(g) for groups in _NEEDS for g in groups if isinstance(g, str)}
+#: The only characters besides their own two cases that `re.IGNORECASE` matches to ASCII
+#: letters (found by trying every code point).
+_TO_ASCII = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
+def _rules_for(text: str) -> list[tuple[re.Pattern[str], _Resolver]]:
+    """The rules of `_RULES` whose needs (`_NEEDS`) `text` holds: the only ones that can match.
+
+    The words are looked for in the text lower-cased, with the few characters that
+    `re.IGNORECASE` also reads as ASCII letters mapped to them: a word is found there exactly
+    when the rules' case-insensitive matching would find it.
+    """
+    ascii_ = text.isascii()
+    low = text.lower() if ascii_ else text.translate(_TO_ASCII).lower()
+
+    known: dict[tuple[str, ...] | str, bool] = {}  # rules share groups
+
+    def holds(group: tuple[str, ...] | str) -> bool:
+        got = known.get(group)
+        if got is None:
+            if isinstance(group, str):
+                got = _DIGITS[group].search(text) is not None
+            elif group is _MONTH_STEMS and ascii_:
+                got = _MONTH_START.search(low) is not None
+            else:
+                got = any(word in low for word in group)
+            known[group] = got
+        return got
+
+    return [rule for rule, groups in zip(_RULES, _NEEDS, strict=True) if all(map(holds, groups))]
 
 
 def time_frame(query: str, now: datetime) -> TimeFrame | None:
@@ -294,7 +352,7 @@ def time_frame(query: str, now: datetime) -> TimeFrame | None:
     local = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
     today = local.date()
     found: list[tuple[tuple[int, int], Window]] = []
-    for pattern, resolve in _RULES:
+    for pattern, resolve in _rules_for(query):
         for m in pattern.finditer(query):
             try:
                 window = resolve(m, today)

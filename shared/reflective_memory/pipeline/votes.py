@@ -63,35 +63,35 @@ class UserTurns:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
-    def sessions(self, user_id: str, index: UserIndex) -> dict[str, list[Turn]]:
+    def sessions(self, user_id: str, index: UserIndex) -> SessionCache:
         """The user's turns by session.
 
         A user with up to `PRELOAD_TURNS` memories has all turns read in one query the first
         time (a question's candidates span many sessions); larger users read sessions on demand
         through `session_turns`.
         """
-        cache: dict[str, list[Turn]] | None = index.extras.get("session_turns")
+        cache: SessionCache | None = index.extras.get("session_turns")
         if cache is None:
             preload = len(index) <= PRELOAD_TURNS
             before = self._carried(index, "session_turns")
             if before is not None:  # the sessions the new memories are of are read again
                 touched = self._touched(user_id, index)
                 # dict() copies in one step: readers of the older version may still add to it
-                cache = {sid: ts for sid, ts in dict(before).items() if sid not in touched}
+                got = {sid: ts for sid, ts in dict(before).items() if sid not in touched}
                 if preload:
                     for sid in touched:
                         turns = self.store.turns(user_id, sid)
                         if turns:
-                            cache[sid] = turns
+                            got[sid] = turns
             else:
-                cache = {}
+                got = {}
                 if preload:
                     for t in self.store.turns(user_id):
-                        cache.setdefault(t.session_id, []).append(t)
-                    for turns in cache.values():
+                        got.setdefault(t.session_id, []).append(t)
+                    for turns in got.values():
                         turns.sort(key=lambda t: t.position)
             # the first reader's copy wins: every stage of this version reads the same turns
-            cache = index.extras.setdefault("session_turns", cache)
+            cache = index.extras.setdefault("session_turns", SessionCache(self.store, user_id, got))
         return cache
 
     @staticmethod
@@ -141,9 +141,9 @@ class UserTurns:
             got = index.extras.setdefault("text_costs", before if before is not None else {})
         return got
 
-    def reader(self, user_id: str, index: UserIndex) -> SessionReader:
+    def reader(self, user_id: str, index: UserIndex) -> Callable[[str], list[Turn]]:
         """A `session_id -> turns` function over the cache (reads missing sessions)."""
-        return SessionReader(self.store, user_id, self.sessions(user_id, index))
+        return self.sessions(user_id, index).__getitem__
 
     def speakers(self, user_id: str, index: UserIndex) -> list[str]:
         """Who speaks in the user's turns (of the sessions read so far above `PRELOAD_TURNS`).
@@ -295,16 +295,26 @@ class UserTurns:
         return got
 
 
-class SessionReader:
-    """`session_id -> turns in order`, from the cache or the store (then cached)."""
+class SessionCache(dict[str, list[Turn]]):
+    """A user's turns by session; a session not read yet is read from the store (then kept).
 
-    def __init__(self, store: MemoryStore, user_id: str, cache: dict[str, list[Turn]]) -> None:
-        self.store, self.user_id, self.cache = store, user_id, cache
+    Its `__getitem__` is the `session_id -> turns in order` function the stages call hundreds
+    of times per retrieval: a hit is a plain dict lookup.
 
-    def __call__(self, session_id: str) -> list[Turn]:
-        got = self.cache.get(session_id)
-        if got is None:
-            got = self.cache[session_id] = self.store.turns(self.user_id, session_id)
+    Args:
+        store: The store of record.
+        user_id: Whose turns.
+        sessions: The sessions read already.
+    """
+
+    def __init__(
+        self, store: MemoryStore, user_id: str, sessions: dict[str, list[Turn]] | None = None
+    ) -> None:
+        super().__init__(sessions or {})
+        self.store, self.user_id = store, user_id
+
+    def __missing__(self, session_id: str) -> list[Turn]:
+        got = self[session_id] = self.store.turns(self.user_id, session_id)
         return got
 
 
@@ -563,25 +573,26 @@ def _drop_unshowable(
     known: dict[tuple[str, str], bool] = (
         index.extras.setdefault("contentless", {}) if len(index) <= PRELOAD_TURNS else {}
     )
-    before = dict(votes.turn)
+    voted = votes.turn
+    before = dict(voted)
     kept: list[tuple[str, int]] = []
     for key in sorted(before):
-        turns = session_turns(key[0])
-        turn = turns[key[1]]
+        sid, p = key
+        turn = session_turns(sid)[p]
         if turn.turn_id in exclude:
-            del votes.turn[key]
+            del voted[key]
             continue
-        ref = (key[0], turn.turn_id)
+        ref = (sid, turn.turn_id)
         quiet = known.get(ref)
         if quiet is None:
             quiet = known[ref] = counts.contentless(turn.text)
         if not quiet:
             continue
-        anchor = votes.turn.get((key[0], key[1] - 1)) if passages and key[1] > 0 else None
+        anchor = voted.get((sid, p - 1)) if passages and p > 0 else None
         if anchor is None:  # the turn before has no vote, or lost it (excluded, small talk alone)
-            del votes.turn[key]
+            del voted[key]
         else:
-            votes.turn[key] = min(before[key], anchor * 0.999)
+            voted[key] = min(before[key], anchor * 0.999)
             kept.append(key)
     return kept
 

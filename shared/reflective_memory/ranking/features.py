@@ -68,7 +68,8 @@ FEATURES: tuple[str, ...] = (
     "user",
     "position",
 )
-_COL = {name: i for i, name in enumerate(FEATURES)}
+#: `own`'s entry of a turn whose own key was not ranked.
+_UNRANKED: tuple[int | None, dict[str, float]] = (None, {})
 
 
 @dataclass(frozen=True)
@@ -141,12 +142,13 @@ def turn_features(
         The rows, in the order of `votes.turn`.
     """
     keys = list(votes.turn)
-    x = np.zeros((len(keys), len(FEATURES)))
     if not keys:
-        return TurnFeatures(keys, x)
-    best_vote = max(votes.turn.values())
-    cosines = [own.get(k, (None, {}))[1].get("dense") for k in keys]
-    bm25s = [own.get(k, (None, {}))[1].get("lexical") for k in keys]
+        return TurnFeatures(keys, np.zeros((0, len(FEATURES))))
+    vote = votes.turn
+    best_vote = max(vote.values())
+    mine = [own.get(k, _UNRANKED) for k in keys]
+    cosines = [m[1].get("dense") for m in mine]
+    bm25s = [m[1].get("lexical") for m in mine]
     best_cos = max((c for c in cosines if c is not None), default=None)
     best_bm25 = max((b for b in bm25s if b is not None), default=0.0)
     others = (
@@ -156,35 +158,38 @@ def turn_features(
     )
     person = signals.speakers == ("user", "assistant")
     ranks = recency_ranks(votes, session_turns, relevance=relevance) if signals.present else {}
-    pool = set(sorted(votes.turn, key=lambda k: -votes.turn[k])[:10]) if signals.present else set()
+    pool = set(sorted(vote, key=lambda k: -vote[k])[:10]) if signals.present else set()
     frame = (
         set(in_time_frame(votes, session_turns, *signals.frame))
         if signals.frame is not None
         else set()
     )
-    for i, key in enumerate(keys):
-        turns = session_turns(key[0])
-        turn = turns[key[1]]
-        rank = own.get(key, (None, {}))[0]
-        row = x[i]
-        row[_COL["log_vote"]] = math.log(max(votes.turn[key] * (rrf_k + 1), 1e-6))
-        row[_COL["own_rank"]] = 0.0 if rank is None else rrf_k / (rrf_k + rank + 1)
-        cos, bm25 = cosines[i], bm25s[i]
-        if cos is not None and best_cos is not None:
-            row[_COL["cosine"]] = cos
-            row[_COL["cosine_gap"]] = cos - best_cos
-        if bm25 is not None and best_bm25 > 0:
-            row[_COL["bm25"]] = bm25 / best_bm25
-        if key in others:
-            row[_COL["other_person" if person else "other_speaker"]] = 1.0
-        row[_COL["recent"]] = ranks.get(key, 0.0)
-        if key in pool and states_a_change(turn.text):
-            row[_COL["change"]] = 1.0
-        row[_COL["in_frame"]] = float(key in frame)
-        row[_COL["dated"]] = float(signals.when and names_a_time(turn))
-        row[_COL["small_talk"]] = float(key in quiet)
-        near = [votes.turn.get((key[0], key[1] + d), 0.0) for d in (-1, 1)]
-        row[_COL["neighbour"]] = max(near) / best_vote if best_vote > 0 else 0.0
-        row[_COL["user"]] = float(turn.role == "user")
-        row[_COL["position"]] = key[1] / (len(turns) - 1) if len(turns) > 1 else 0.0
-    return TurnFeatures(keys, x)
+    scale = rrf_k + 1
+    rows: list[tuple[float, ...]] = []
+    for key, (rank, _), cos, bm25 in zip(keys, mine, cosines, bm25s, strict=True):
+        sid, p = key
+        turns = session_turns(sid)
+        turn = turns[p]
+        cosine, gap = (cos, cos - best_cos) if cos is not None and best_cos is not None else (0, 0)
+        other = key in others
+        near = max(vote.get((sid, p - 1), 0.0), vote.get((sid, p + 1), 0.0))
+        rows.append(  # in `FEATURES` order
+            (
+                math.log(max(vote[key] * scale, 1e-6)),  # log_vote
+                0.0 if rank is None else rrf_k / (rrf_k + rank + 1),  # own_rank
+                cosine,
+                gap,  # cosine_gap
+                bm25 / best_bm25 if bm25 is not None and best_bm25 > 0 else 0.0,  # bm25
+                float(other and not person),  # other_speaker
+                float(other and person),  # other_person
+                ranks.get(key, 0.0),  # recent
+                float(key in pool and states_a_change(turn.text)),  # change
+                float(key in frame),  # in_frame
+                float(signals.when and names_a_time(turn)),  # dated
+                float(key in quiet),  # small_talk
+                near / best_vote if best_vote > 0 else 0.0,  # neighbour
+                float(turn.role == "user"),  # user
+                p / (len(turns) - 1) if len(turns) > 1 else 0.0,  # position
+            )
+        )
+    return TurnFeatures(keys, np.array(rows, dtype=np.float64))
