@@ -152,12 +152,35 @@ def test_tiny_run_end_to_end(tmp_path, capsys):
         assert f"| **{cond}, change** |" in out
     none_change = next(ln for ln in out.splitlines() if ln.startswith("| **none, change**"))
     assert [float(c) for c in none_change.split("|")[2:7]] == [0.0] * 5  # nothing learned
+    assert "| citations, worst split |" in out
+    for u in ("chat0", "chat1", "chat2"):  # one row per user and condition
+        assert f"| {u} | before |" in out
+        none_u = next(ln for ln in out.splitlines() if ln.startswith(f"| {u} | none, change"))
+        assert none_u.count("+0.00 (+0.00)") == 5
     assert "feedback:" in out and "ms per episode" in out
     assert (tmp_path / "vectors.sqlite").exists()  # vectors went through the cache
     res = json.loads((tmp_path / "c.json").read_text())
     assert [r["split"] for r in res] == [0, 1]
+    assert set(res[0]["before_by_user"]) == set(res[0]["runs"]["noise"]["test_by_user"])
     assert len(res[0]["runs"]["citations"]["curve"]) == 3 and (tmp_path / "p.png").exists()
     assert not (tmp_path / "store" / "rerankers").exists()  # learned state cleaned up
+
+
+def test_per_user_table_mean_and_worst_split():
+    from reflective_bench.feedback_report import _per_user
+
+    def split(before, after):
+        run = bench._Run([], {}, {}, [], [], test_by_user=after)
+        return {"before_by_user": before, "runs": {"citations": run}}
+
+    per_split = [
+        split({"a": {250: 60.0}, "b": {250: 50.0}}, {"a": {250: 61.0}, "b": {250: 49.0}}),
+        split({"a": {250: 70.0}, "b": {250: 50.0}}, {"a": {250: 70.0}, "b": {250: 50.5}}),
+    ]
+    lines = _per_user(per_split, ["citations"], [250])
+    assert "| a | before | 65.0 |" in lines and "| b | before | 50.0 |" in lines
+    assert "| a | citations, change | +0.50 (+0.00) |" in lines
+    assert "| b | citations, change | -0.25 (-1.00) |" in lines
 
 
 def test_register_adds_parser():

@@ -203,28 +203,37 @@ def _evaluate(
     budgets: Sequence[int],
     times: list[float] | None = None,
     memo: dict[tuple[str, str, int], float] | None = None,
+    by_user: dict[str, dict[int, float]] | None = None,
 ) -> dict[int, float]:
     """Mean coverage (%) of `retrieve(budget_tokens=B)` per budget.
 
     `memo` caches per (user, question, budget) results of an untrained engine (its rankings do
-    not depend on the split); `times` collects the latency of the 1,000-word retrievals.
+    not depend on the split); `times` collects the latency of the 1,000-word retrievals;
+    `by_user` receives the same means per user.
     """
-    tot = dict.fromkeys(budgets, 0.0)
+    per: dict[str, list[dict[int, float]]] = {}
     for it in items:
+        got = per.setdefault(it.user, [])
+        got.append({})
         for b in budgets:
             key = (it.user, it.question.question, b)
             if memo is not None and key in memo and times is None:
-                tot[b] += memo[key]
+                got[-1][b] = memo[key]
                 continue
             t0 = time.perf_counter()
             r = mem.retrieve(it.user, it.question.question, budget_tokens=b, explore=False)
             if times is not None and b == TEACH_BUDGET:
                 times.append((time.perf_counter() - t0) * 1000)
-            v = coverage(r, it.evidence)
+            got[-1][b] = coverage(r, it.evidence)
             if memo is not None:
-                memo[key] = v
-            tot[b] += v
-    return {b: 100.0 * v / max(len(items), 1) for b, v in tot.items()}
+                memo[key] = got[-1][b]
+    if by_user is not None:
+        by_user.update({u: _percent(rows, budgets) for u, rows in per.items()})
+    return _percent([row for rows in per.values() for row in rows], budgets)
+
+
+def _percent(rows: Sequence[dict[int, float]], budgets: Sequence[int]) -> dict[int, float]:
+    return {b: 100.0 * sum(r[b] for r in rows) / max(len(rows), 1) for b in budgets}
 
 
 def _calibrate(mem: ReflectiveMemory, train: Sequence[_Item]) -> tuple[float, float]:
@@ -248,6 +257,7 @@ class _Run:
     train_after: dict[int, float]
     feedback_ms: list[float]
     retrieve_ms_after: list[float]
+    test_by_user: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
 def _train(
@@ -296,9 +306,10 @@ def _train(
             if done in marks and done < total:
                 curve.append((done / users, _evaluate(mem, split.test, (TEACH_BUDGET,))))
     after_ms: list[float] = []
-    curve.append((done / users, _evaluate(mem, split.test, budgets, after_ms)))
+    by_user: dict[str, dict[int, float]] = {}
+    curve.append((done / users, _evaluate(mem, split.test, budgets, after_ms, by_user=by_user)))
     train_after = _evaluate(mem, split.train, (TEACH_BUDGET,))
-    return _Run(curve, train_before, train_after, fb_ms, after_ms)
+    return _Run(curve, train_before, train_after, fb_ms, after_ms, by_user)
 
 
 def _config(args: argparse.Namespace) -> MemoryConfig:
@@ -355,7 +366,8 @@ def run(args: argparse.Namespace) -> int:
             ms_before: list[float] = []
             _evaluate(mem, sp.test[:20], (TEACH_BUDGET,))  # warm caches
             _evaluate(mem, sp.test, (TEACH_BUDGET,), ms_before)
-            before = _evaluate(mem, sp.test, budgets, memo=untrained)
+            before_by_user: dict[str, dict[int, float]] = {}
+            before = _evaluate(mem, sp.test, budgets, memo=untrained, by_user=before_by_user)
             train_before = _evaluate(mem, sp.train, (TEACH_BUDGET,), memo=untrained)
         runs: dict[str, _Run] = {}
         for cond in tqdm(conditions, desc=f"split {sp.seed}", unit="condition"):
@@ -370,7 +382,15 @@ def run(args: argparse.Namespace) -> int:
                     before=before,
                     train_before=train_before,
                 )
-        per_split.append({"split": sp, "before": before, "runs": runs, "ms": ms_before})
+        per_split.append(
+            {
+                "split": sp,
+                "before": before,
+                "before_by_user": before_by_user,
+                "runs": runs,
+                "ms": ms_before,
+            }
+        )
     shutil.rmtree(store / "rerankers", ignore_errors=True)
     text = report(
         args,

@@ -77,6 +77,43 @@ def _mean(dicts: Sequence[dict[int, float]], b: int) -> float:
     return float(np.mean([d[b] for d in dicts])) if dicts else float("nan")
 
 
+def _changes(
+    per_split: list[dict[str, Any]], c: str, b: int, user: str | None = None
+) -> list[float]:
+    """Per split, held-out coverage change at budget `b` (of one user's questions if given)."""
+    if user is None:
+        return [p["runs"][c].curve[-1][1][b] - p["before"][b] for p in per_split]
+    return [
+        p["runs"][c].test_by_user[user][b] - p["before_by_user"][user][b]
+        for p in per_split
+        if user in p["before_by_user"]
+    ]
+
+
+def _per_user(
+    per_split: list[dict[str, Any]], conditions: Sequence[str], budgets: Sequence[int]
+) -> list[str]:
+    """Per user, the held-out coverage change (condition minus prior alone): mean (worst split)."""
+    users = list(dict.fromkeys(u for p in per_split for u in p["before_by_user"]))
+    lines = [
+        "",
+        "Per user, held-out coverage (%) before learning, and its change by each condition: "
+        "mean over splits (worst split):",
+        "",
+        "| user | run | " + " | ".join(f"cov@{b}" for b in budgets) + " |",
+        "|---|---|" + "---|" * len(budgets),
+    ]
+    for u in users:
+        own = [p["before_by_user"][u] for p in per_split if u in p["before_by_user"]]
+        cells = " | ".join(f"{_mean(own, b):.1f}" for b in budgets)
+        lines.append(f"| {u} | before | {cells} |")
+        for c in conditions:
+            ch = [_changes(per_split, c, b, u) for b in budgets]
+            cells = " | ".join(f"{np.mean(x):+.2f} ({min(x):+.2f})" for x in ch)
+            lines.append(f"| {u} | {c}, change | {cells} |")
+    return lines
+
+
 def report(
     args: argparse.Namespace,
     cfg: MemoryConfig,
@@ -125,6 +162,13 @@ def report(
         lines.append(f"| {c}, after | {cells} | {_mean(tr_a, 1000):.1f} |")
         delta = " | ".join(f"{_mean(afters, b) - _mean(befores, b):+.1f}" for b in budgets)
         lines.append(f"| **{c}, change** | {delta} | {_mean(tr_a, 1000) - _mean(tb, 1000):+.1f} |")
+    for c in conditions:
+        worst = " | ".join(f"{min(_changes(per_split, c, b)):+.2f}" for b in budgets)
+        tr_w = min(
+            p["runs"][c].train_after[1000] - p["runs"][c].train_before[1000] for p in per_split
+        )
+        lines.append(f"| {c}, worst split | {worst} | {tr_w:+.2f} |")
+    lines += _per_user(per_split, conditions, budgets)
     lines += [
         "",
         "Per split, change of held-out coverage@1000 (and @500):",
@@ -192,11 +236,13 @@ def as_json(per_split: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {
             "split": p["split"].seed,
             "before": p["before"],
+            "before_by_user": p["before_by_user"],
             "runs": {
                 c: {
                     "curve": [{"episodes_per_user": x, "test": cov} for x, cov in r.curve],
                     "train_before": r.train_before,
                     "train_after": r.train_after,
+                    "test_by_user": r.test_by_user,
                     "feedback_ms_mean": float(np.mean(r.feedback_ms)) if r.feedback_ms else None,
                 }
                 for c, r in p["runs"].items()
