@@ -95,7 +95,7 @@ class RerankConfig:
     features: tuple[str, ...] = ("overlap", "dense", "lexical", "rank", "both", "question")
     feature_learning_rate: float | None = None
     signed_features: bool = True
-    user_learning_rate: float = 0.001
+    user_learning_rate: float = 1e-5
     user_decay: float = 1.0
     seed: int | None = None
     attribution_fallback: bool = True
