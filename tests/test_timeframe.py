@@ -297,3 +297,12 @@ def test_the_frame_is_frozen() -> None:
 def test_docstring_examples_run() -> None:
     result = doctest.testmod(timeframe)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_unicode_case_variants_of_a_season_or_month_resolve_instead_of_raising() -> None:
+    # `re.IGNORECASE` matches "ſ" (long s) as "s"; the lookup must fold it the same way
+    now = datetime(2023, 5, 1)
+    spring = time_frame("What did I do in ſpring 2021?", now)
+    assert spring is not None and spring.start.date().isoformat() == "2021-03-01"
+    sept = time_frame("Where was I in ſeptember?", now)
+    assert sept is not None and sept.start.date().isoformat() == "2022-09-01"

@@ -170,7 +170,7 @@ def excerpt(
                 continue
             new = terms[j] - seen
             seen |= new
-            score += sum(weight[t] for t in new)
+            score += sum(weight[t] for t in sorted(new))  # one order: the same float sum
             if best is None or (score, -spent) > best[:2]:
                 best = (score, -spent, i, j, spent)
     if best is None:  # no word of the question in the text: its opening; words only in

@@ -90,7 +90,7 @@ def _day(d: date) -> Window:
 
 
 def _month_number(text: str) -> int:
-    return int(text) if text.isdigit() else _MONTH_KEYS.index(text[:3].lower()) + 1  # "Dec."
+    return int(text) if text.isdigit() else _MONTH_KEYS.index(text.casefold()[:3]) + 1  # "Dec."
 
 
 def _month(name: str, year: str | None, today: date) -> Window:
@@ -116,7 +116,7 @@ def _ago(m: re.Match[str], today: date) -> Window:
     if m["wd"]:
         shift = (_WEEKDAYS.index(m["wd"].lower()) - anchor.weekday() + 3) % 7 - 3
         return _day(anchor + timedelta(days=shift))
-    slack = timedelta(days=_SLACK_DAYS[m["u"].lower()])
+    slack = timedelta(days=_SLACK_DAYS[m["u"].casefold()])
     return anchor - slack, anchor + _ONE_DAY + slack
 
 
@@ -147,7 +147,7 @@ def _calendar(m: re.Match[str], today: date) -> Window:
 
 
 def _season(m: re.Match[str], today: date) -> Window | None:
-    first = _SEASONS[m["s"].lower()]
+    first = _SEASONS[m["s"].casefold()]
 
     def occurrence(year: int) -> Window:
         return date(year, first, 1), _add_months(date(year, first, 1), 3)
