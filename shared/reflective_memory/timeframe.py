@@ -217,20 +217,41 @@ def _week_of(m: re.Match[str], today: date) -> Window:
 _Resolver = Callable[[re.Match[str], date], "Window | None"]
 _ON = r"(?:\bon\s+)?(?:the\s+)?"
 _IN = r"(?:\b(?:in|on|at|for|over|during|within|around)\s+)?"
-_PATTERNS: list[tuple[str, _Resolver]] = [
+_UNITS = ("day", "week", "month", "year")
+_MONTH_STEMS = tuple(_MONTH_KEYS)
+#: What every match of a rule holds, case aside: per group, one of its words or a match of its
+#: pattern of digits. A text lacking a group is not searched with the rule: the rules are slow
+#: on long texts (milliseconds for a long turn), and most texts name no time.
+_Needs = tuple[tuple[str, ...] | str, ...]
+#: The rules: a pattern, its resolver, and what its matches need (`_Needs`).
+_PATTERNS: list[tuple[str, _Resolver, _Needs]] = [
     (
         r"\b(?P<w>the\s+day\s+before\s+yesterday|yesterday|today|tonight|last\s+night|"
         r"this\s+(?:morning|afternoon|evening))\b",
         _relative_day,
+        (("yesterday", "today", "night", "morning", "afternoon", "evening"),),
     ),
-    (rf"(?:(?:\bon\s+)?\b(?:the|that)\s+{_WEEKDAY}\s+)?\b(?P<n>{_NUM})\s+{_UNIT}\s+ago\b", _ago),
-    (rf"\b(?P<rel>on|last|this\s+past|past|next)\s+(?:the\s+)?{_WEEKDAY}(?!s)", _weekday),
+    (
+        rf"(?:(?:\bon\s+)?\b(?:the|that)\s+{_WEEKDAY}\s+)?\b(?P<n>{_NUM})\s+{_UNIT}\s+ago\b",
+        _ago,
+        (("ago",), _UNITS),
+    ),
+    (
+        rf"\b(?P<rel>on|last|this\s+past|past|next)\s+(?:the\s+)?{_WEEKDAY}(?!s)",
+        _weekday,
+        (tuple(_WEEKDAYS), ("on", "last", "past", "next")),
+    ),
     (
         rf"(?:\b(?:in|over|during|within|for)\s+)?(?P<the>the\s+)?\b(?P<rel>last|past)\s+"
         rf"(?:(?P<n>{_NUM})\s+)?{_UNIT}\b",
         _rolling,
+        (("last", "past"), _UNITS),
     ),
-    (rf"{_IN}\b(?P<rel>last|this\s+past|this|next)\s+(?P<u>weekend|week|month|year)\b", _calendar),
+    (
+        rf"{_IN}\b(?P<rel>last|this\s+past|this|next)\s+(?P<u>weekend|week|month|year)\b",
+        _calendar,
+        (("last", "this", "next"), _UNITS),
+    ),
     (
         r"(?:\b(?P<pre>in|during|over|since|by|of|throughout)\s+)?(?:the\s+)?"
         r"(?:(?P<rel>last|this|next|past)\s+)?\b(?P<s>spring|summer|autumn|fall|winter)\b"
@@ -238,73 +259,69 @@ _PATTERNS: list[tuple[str, _Resolver]] = [
         r"(?!\s+(?:break|camp|semester|term|vacation|holidays?|sale|school|job|clothes|"
         r"asleep|ill|sick|down|over|off|apart|behind|for)\b)",
         _season,
+        (tuple(_SEASONS),),
     ),
     (
         rf"{_IN}(?:the\s+)?\bnew\s+year(?!['’]?s?\s+resol)(?:['’]?s)?(?P<eve>\s+eve)?"
         rf"(?:\s+(?:of\s+)?(?P<y>{_YEAR}))?",
         _new_year,
+        (("new",), ("year",)),
     ),
-    (rf"{_ON}\b(?P<y>{_YEAR})[-/](?P<m>\d\d?)[-/](?P<d>\d\d?)\b", _exact_day),
-    (rf"{_ON}\b(?P<d>\d\d?)\.(?P<m>\d\d?)\.(?P<y>{_YEAR})", _exact_day),
-    (rf"{_ON}\b(?P<d>\d\d?)(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_YEAR}", _exact_day),
+    (
+        rf"{_ON}\b(?P<y>{_YEAR})[-/](?P<m>\d\d?)[-/](?P<d>\d\d?)\b",
+        _exact_day,
+        (r"(?:19|20)\d\d[-/]",),
+    ),
+    (rf"{_ON}\b(?P<d>\d\d?)\.(?P<m>\d\d?)\.(?P<y>{_YEAR})", _exact_day, (r"\d\.\d",)),
+    (
+        rf"{_ON}\b(?P<d>\d\d?)(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_YEAR}",
+        _exact_day,
+        (_MONTH_STEMS, r"\d"),
+    ),
     (
         rf"{_ON}(?P<m>{_MONTH})\s+(?:the\s+)?(?P<d>\d\d?)(?:st|nd|rd|th)?\b(?!:)"
         rf"(?:,?\s+(?P<y>{_YEAR}))?",
         _exact_day,
+        (_MONTH_STEMS, r"\d"),
     ),
     (
         r"(?:\b(?P<pre>in|during|since|by|of|between|from|throughout|until|till)\s+"
         rf"(?:the\s+month\s+of\s+)?)?{_MONTH_LIST}",
         _months,
+        (_MONTH_STEMS,),
     ),
-    (rf"{_IN}\b(?P<part>early|mid|late)(?:\s+|-)(?:{_MONTH_YEAR}|(?P<yr>{_YEAR}))", _part),
+    (
+        rf"{_IN}\b(?P<part>early|mid|late)(?:\s+|-)(?:{_MONTH_YEAR}|(?P<yr>{_YEAR}))",
+        _part,
+        (("early", "mid", "late"),),
+    ),
     (
         rf"{_IN}(?:the\s+)?\b(?P<nth>first|second|third|fourth|last)\s+week\s+of\s+"
         rf"(?:{_MONTH_YEAR}|(?P<yr>{_YEAR}))",
         _week_of,
+        (("week",), ("first", "second", "third", "fourth", "last")),
     ),
     (
         rf"(?:\b(?:in|during|of|since|by|from|throughout)\s+(?:the\s+year\s+)?|\bthe\s+year\s+)"
         rf"(?P<yr>{_YEAR})",
         lambda m, today: _year(m["yr"]),
+        (_YEAR,),
     ),
 ]
-_RULES = [(re.compile(pattern, re.IGNORECASE), resolve) for pattern, resolve in _PATTERNS]
-_UNITS = ("day", "week", "month", "year")
-_MONTH_STEMS = tuple(_MONTH_KEYS)
+_RULES = [
+    (re.compile(pattern, re.IGNORECASE), resolve, needs) for pattern, resolve, needs in _PATTERNS
+]
 #: A month's name as `_MONTH` finds it: its stem at the start of a word (in a lower-cased
 #: ASCII text, where `\b` reads as in the text).
 _MONTH_START = re.compile(r"\b(?:" + "|".join(_MONTH_STEMS) + ")")
-#: What every match of each rule of `_PATTERNS` holds, case aside: each group's words (one of
-#: them) or pattern of digits. A text without all of a rule's groups is not searched with that
-#: rule: the rules are slow on long texts (milliseconds for a long turn), and most texts name
-#: no time.
-_NEEDS: list[tuple[tuple[str, ...] | str, ...]] = [
-    (("yesterday", "today", "night", "morning", "afternoon", "evening"),),
-    (("ago",), _UNITS),
-    (tuple(_WEEKDAYS), ("on", "last", "past", "next")),
-    (("last", "past"), _UNITS),
-    (("last", "this", "next"), _UNITS),
-    (tuple(_SEASONS),),
-    (("new",), ("year",)),
-    (r"(?:19|20)\d\d[-/]",),
-    (r"\d\.\d",),
-    (_MONTH_STEMS, r"\d"),
-    (_MONTH_STEMS, r"\d"),
-    (_MONTH_STEMS,),
-    (("early", "mid", "late"),),
-    (("week",), ("first", "second", "third", "fourth", "last")),
-    (_YEAR,),
-]
-assert len(_NEEDS) == len(_RULES)
-_DIGITS = {g: re.compile(g) for groups in _NEEDS for g in groups if isinstance(g, str)}
+_DIGITS = {g: re.compile(g) for *_, needs in _PATTERNS for g in needs if isinstance(g, str)}
 #: The only characters besides their own two cases that `re.IGNORECASE` matches to ASCII
 #: letters (found by trying every code point).
 _TO_ASCII = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
 
 
 def _rules_for(text: str) -> list[tuple[re.Pattern[str], _Resolver]]:
-    """The rules of `_RULES` whose needs (`_NEEDS`) `text` holds: the only ones that can match.
+    """The rules of `_RULES` whose needs `text` holds: the only ones that can match.
 
     The words are looked for in the text lower-cased, with the few characters that
     `re.IGNORECASE` also reads as ASCII letters mapped to them: a word is found there exactly
@@ -327,7 +344,7 @@ def _rules_for(text: str) -> list[tuple[re.Pattern[str], _Resolver]]:
             known[group] = got
         return got
 
-    return [rule for rule, groups in zip(_RULES, _NEEDS, strict=True) if all(map(holds, groups))]
+    return [(rule, resolve) for rule, resolve, needs in _RULES if all(map(holds, needs))]
 
 
 def time_frame(query: str, now: datetime) -> TimeFrame | None:
