@@ -11,8 +11,8 @@ import pytest
 from reflective_bench.retrieval import session_ndcg
 from reflective_bench.systems import fold_of
 from reflective_memory.io import Conversation, Question, load_conversations
-from reflective_memory.ranking.features import FEATURES
-from reflective_memory.ranking.model import load_ranker
+from reflective_memory.retrieval.features import FEATURES
+from reflective_memory.retrieval.ranker import load_ranker
 from reflective_memory.types import Hit, Memory, Retrieval
 
 

@@ -208,24 +208,24 @@ def test_async_twins(mem: ReflectiveMemory) -> None:
 def test_docstring_example_runs() -> None:
     import doctest
 
-    import reflective_memory.cues
     import reflective_memory.engine
-    import reflective_memory.excerpts
     import reflective_memory.llm
-    import reflective_memory.passages
+    import reflective_memory.retrieval.cues
+    import reflective_memory.retrieval.excerpts
+    import reflective_memory.retrieval.passages
+    import reflective_memory.retrieval.turn_votes
     import reflective_memory.segment.base
     import reflective_memory.text
-    import reflective_memory.turn_votes
 
     for module in (
-        reflective_memory.cues,
+        reflective_memory.retrieval.cues,
         reflective_memory.engine,
-        reflective_memory.excerpts,
+        reflective_memory.retrieval.excerpts,
         reflective_memory.llm,
-        reflective_memory.passages,
+        reflective_memory.retrieval.passages,
         reflective_memory.segment.base,
         reflective_memory.text,
-        reflective_memory.turn_votes,
+        reflective_memory.retrieval.turn_votes,
     ):
         assert doctest.testmod(module).failed == 0
 

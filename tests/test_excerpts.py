@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reflective_memory import count_tokens
-from reflective_memory.excerpts import CUT_MARK, Pieces, excerpt
+from reflective_memory.retrieval.excerpts import CUT_MARK, Pieces, excerpt
 from reflective_memory.text import lexical_tokens
 
 ONE_SHOT = "\n".join(

@@ -12,9 +12,9 @@ from importlib import resources
 import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 from reflective_memory.io import load_conversations
-from reflective_memory.pipeline.votes import UserTurns
+from reflective_memory.retrieval.turn_votes import collect_votes
+from reflective_memory.retrieval.votes import UserTurns
 from reflective_memory.text import WordCounts, contentless
-from reflective_memory.turn_votes import collect_votes
 from reflective_memory.types import Turn
 
 SESSIONS = {

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory, count_tokens
-from reflective_memory.cues import present_tense
-from reflective_memory.passages import GAP_MARK
+from reflective_memory.retrieval.cues import present_tense
+from reflective_memory.retrieval.passages import GAP_MARK
 from reflective_memory.text import lexical_tokens
 
 PETS = [
@@ -312,7 +312,7 @@ LONG_ANSWER = " ".join(["Here is a long general explanation about travel insuran
 
 
 def _votes(order: list[tuple[str, int]]):
-    from reflective_memory.turn_votes import TurnVotes
+    from reflective_memory.retrieval.turn_votes import TurnVotes
 
     votes = TurnVotes()
     for rank, key in enumerate(order):
@@ -321,7 +321,7 @@ def _votes(order: list[tuple[str, int]]):
 
 
 def _pack(votes, sessions, budget, **kw):
-    from reflective_memory.passages import pack_passages
+    from reflective_memory.retrieval.passages import pack_passages
 
     hits, used, _ = pack_passages(
         "u", votes, sessions.__getitem__, lambda t: len(t.split()), k=None, budget=budget, **kw
@@ -364,7 +364,7 @@ STAT_BLOCK = "\n".join(
 
 
 def _pack_cut(order, sessions, budget, query, length):
-    from reflective_memory.passages import pack_passages
+    from reflective_memory.retrieval.passages import pack_passages
 
     hits, used, _ = pack_passages(
         "u", _votes(order), sessions.__getitem__, lambda t: len(t.split()), k=None,
@@ -428,7 +428,7 @@ def test_long_turns_are_read_as_excerpts_of_the_set_length() -> None:
     st.sampled_from(["words", "tokens"]),
 )
 def test_a_capped_cost_is_the_cost_up_to_the_cap(parts: list[str], cap: int, unit: str) -> None:
-    from reflective_memory.passages import _Costs
+    from reflective_memory.retrieval.passages import _Costs
 
     text = " ".join(parts) or "x"
     base = count_tokens if unit == "tokens" else (lambda t: len(t.split()))
@@ -459,7 +459,7 @@ def test_a_long_line_is_not_counted_whole_to_be_cut() -> None:
         counted.append(len(t))
         return len(t.split())
 
-    from reflective_memory.passages import pack_passages
+    from reflective_memory.retrieval.passages import pack_passages
 
     order = [(f"s{i}", 0) for i in range(6)]
     hits, used, _ = pack_passages(
@@ -494,7 +494,7 @@ def test_retrieve_reads_the_part_of_a_long_answer_that_holds_the_question() -> N
 
 
 def test_recency_only_reorders_turns_about_as_relevant_as_the_best() -> None:
-    from reflective_memory.turn_votes import apply_recency
+    from reflective_memory.retrieval.turn_votes import apply_recency
 
     sessions = {
         "old": _turns("old", ["I live in Lisbon."], "2025-01-10"),
@@ -512,7 +512,7 @@ def test_recency_only_reorders_turns_about_as_relevant_as_the_best() -> None:
 
 def test_a_recent_turn_far_from_the_question_does_not_compete_on_time() -> None:
     """Close fused votes (a small history) do not let "Tusen takk!" win on recency alone."""
-    from reflective_memory.turn_votes import RECENCY_RELEVANCE, apply_recency
+    from reflective_memory.retrieval.turn_votes import RECENCY_RELEVANCE, apply_recency
 
     sessions = {
         "old": _turns("old", ["I'm allergic to peanuts."], "2025-01-12"),
@@ -590,13 +590,13 @@ def test_passage_settings_are_validated(bad: dict) -> None:
     ],
 )
 def test_named_speaker(query: str, expected: str | None) -> None:
-    from reflective_memory.cues import named_speaker
+    from reflective_memory.retrieval.cues import named_speaker
 
     assert named_speaker(query, ["Kate", "Sam"]) == expected
 
 
 def test_without_name_keeps_what_the_question_asks() -> None:
-    from reflective_memory.cues import without_name
+    from reflective_memory.retrieval.cues import without_name
 
     assert without_name("What are Kate's hobbies?", "Kate") == "What are hobbies?"
     assert without_name("Is Kate’s dog big?", "kate") == "Is dog big?"
@@ -658,7 +658,7 @@ def test_speaker_focus_reads_names_written_into_user_assistant_turns() -> None:
 
 def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
     """In a user/assistant chat "I/my" asks for the user's words, "you said" the assistant's."""
-    from reflective_memory.cues import addressed_role
+    from reflective_memory.retrieval.cues import addressed_role
 
     assert addressed_role("What did you suggest for my trip to Lisbon?") == "assistant"
     assert addressed_role("Where did I say my sister lives?") == "user"
@@ -695,7 +695,7 @@ def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
 
 
 def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
-    from reflective_memory.turn_votes import apply_speaker_focus
+    from reflective_memory.retrieval.turn_votes import apply_speaker_focus
 
     sessions = {"s": _turns("s", ["I love badminton.", "Kate loves badminton!"], "2026-01-01")}
     sessions["s"][1] = replace(sessions["s"][1], role="Sam")
@@ -722,8 +722,8 @@ def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
     st.sampled_from(["user", "Emi", "kate", "assistant"]),
 )
 def test_speaker_focus_reads_labels_only_where_they_can_count(turns, speakers, speaker) -> None:
-    from reflective_memory.speakers import speaker_of
-    from reflective_memory.turn_votes import apply_speaker_focus
+    from reflective_memory.retrieval.speakers import speaker_of
+    from reflective_memory.retrieval.turn_votes import apply_speaker_focus
 
     texts = [f"{label}we met at the lake" for _, label in turns]
     sessions = {"s": _turns("s", texts, "2026-01-01")}
@@ -740,7 +740,7 @@ def test_speaker_focus_reads_labels_only_where_they_can_count(turns, speakers, s
 
 def test_a_lone_label_is_not_a_speaker_and_quoted_turns_keep_their_vote() -> None:
     """ "Remember: ..." from the user is the user's turn; a query quoting a turn finds it."""
-    from reflective_memory.turn_votes import apply_speaker_focus
+    from reflective_memory.retrieval.turn_votes import apply_speaker_focus
 
     texts = ["Remember: my sister Lea lives in Porto.", "Saved: my sister Lea lives in Porto."]
     sessions = {"s": _turns("s", texts, "2026-01-01")}
@@ -856,7 +856,7 @@ def test_labelled_speakers_read_without_the_role_in_passages() -> None:
 
 def test_lowercase_labels_name_speakers_and_stay_out_of_dense_vectors() -> None:
     """`elise: ...` names a speaker as `Elise: ...` does; vectors are of the words said."""
-    from reflective_memory.speakers import speaker_of, utterance
+    from reflective_memory.retrieval.speakers import speaker_of, utterance
     from reflective_memory.types import Turn
 
     turn = Turn("u", "s", "assistant", "elise: I bought a blue kettle today.", "s:0", 0)
@@ -889,7 +889,7 @@ def test_lowercase_labels_name_speakers_and_stay_out_of_dense_vectors() -> None:
 
 def test_a_stated_change_competes_for_the_present_even_when_it_matches_less() -> None:
     """ "I'm moving to Neukölln" competes with "I live in Alfama" for "where do I live now"."""
-    from reflective_memory.turn_votes import TurnVotes, apply_recency, states_a_change
+    from reflective_memory.retrieval.turn_votes import TurnVotes, apply_recency, states_a_change
 
     sessions = {
         "old": _turns("old", ["I live in Alfama in Lisbon."], "2025-01-12"),
@@ -912,7 +912,7 @@ def test_a_stated_change_competes_for_the_present_even_when_it_matches_less() ->
 
 def test_recency_orders_sessions_not_turns_within_one() -> None:
     """A later turn of the same conversation is no update: recency compares session times."""
-    from reflective_memory.turn_votes import TurnVotes, apply_recency
+    from reflective_memory.retrieval.turn_votes import TurnVotes, apply_recency
 
     sessions = {
         "old": _turns("old", ["I live in Alfama."], "2025-01-12"),

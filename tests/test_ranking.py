@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 from reflective_memory.errors import ConfigError
-from reflective_memory.ranking.features import FEATURES, QuestionSignals, turn_features
-from reflective_memory.ranking.model import (
+from reflective_memory.retrieval.features import FEATURES, QuestionSignals, turn_features
+from reflective_memory.retrieval.ranker import (
     TurnRanker,
     fit_ranker,
     load_ranker,
     model_checksum,
 )
-from reflective_memory.turn_votes import TurnVotes
+from reflective_memory.retrieval.turn_votes import TurnVotes
 from reflective_memory.types import Turn
 
 COL = {n: i for i, n in enumerate(FEATURES)}

@@ -7,8 +7,8 @@ import logging
 
 import numpy as np
 import pytest
-import reflective_memory.pipeline.candidates as candidates
 import reflective_memory.recall.calibration as calibration
+import reflective_memory.retrieval.candidates as candidates
 from reflective_memory.embed import DEFAULT_MODEL, HashingEmbedder
 from reflective_memory.errors import InvalidFileError, InvalidInputError
 from reflective_memory.recall import (
@@ -141,7 +141,7 @@ def test_rfmem_without_a_fit_uses_the_papers_gate_and_says_why_once(
 ) -> None:
     monkeypatch.setattr(candidates, "_UNFITTED", set())
     gate_file.write_text(json.dumps({"embedders": {}, "sha256": calibration._digest({})}))
-    caplog.set_level(logging.INFO, logger="reflective_memory.pipeline.candidates")
+    caplog.set_level(logging.INFO, logger="reflective_memory.retrieval.candidates")
     with _memory(recall={"mode": "rfmem"}) as mem:
         for q in ("which instrument am I learning", "tomatoes", "where is my sister"):
             d = mem.retrieve("ana", q, k=5).diagnostics

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from reflective_memory import HashingEmbedder, InvalidInputError, ReflectiveMemory
-from reflective_memory.units import turn_unit_id
+from reflective_memory.retrieval.units import turn_unit_id
 
 
 @pytest.fixture

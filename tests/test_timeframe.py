@@ -7,8 +7,8 @@ import doctest
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
-from reflective_memory import timeframe
-from reflective_memory.timeframe import TimeFrame, time_frame
+from reflective_memory.retrieval import timeframe
+from reflective_memory.retrieval.timeframe import TimeFrame, time_frame
 
 UTC = timezone.utc
 

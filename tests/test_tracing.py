@@ -97,7 +97,7 @@ def test_one_retrieve_is_a_span_with_one_child_per_stage(spans: Any) -> None:
     assert a["reflective_memory.hits"] == len(r.hits) > 0
     assert a["reflective_memory.retrieval.id"] == r.retrieval_id
     assert a["reflective_memory.candidates.dense"] == r.diagnostics["candidates"]["dense"]
-    assert a["reflective_memory.passages.turns_packed"] > 0
+    assert a["reflective_memory.retrieval.passages.turns_packed"] > 0
     assert a["reflective_memory.duration_ms"] == timings["total"]
     assert_no_text(finished, QUERY, USER, SESSION, *TURNS, *WORDS)
 

@@ -109,7 +109,7 @@ def test_small_talk_never_is_one_of_k_turns_in_any_language(lang):
 
 
 def test_a_history_read_on_demand_counts_the_sessions_it_read(monkeypatch):
-    from reflective_memory.pipeline import votes
+    from reflective_memory.retrieval import votes
 
     monkeypatch.setattr(votes, "PRELOAD_TURNS", 0)  # sessions are read as candidates need them
     question, answer = ASKED["no"]

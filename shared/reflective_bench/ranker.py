@@ -3,7 +3,7 @@
 Collect: every conversation of each `--data FILE[:ROLES]` (ROLES `names` or `ua`, see
 `bench retrieval --roles`) is ingested into the default memory; each question with evidence is
 asked once (a budget of 1,000 words, its date as `now`), and the feature rows of its voted
-turns (`reflective_memory.ranking.features`) are kept with whether each turn is evidence. The
+turns (`reflective_memory.retrieval.features`) are kept with whether each turn is evidence. The
 rows are cached in `--table` (npz), so refitting needs no new run (`--table` alone, as many as
 there are row files).
 
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 from reflective_memory.embed import Embedder
 from reflective_memory.io import Conversation, ingest_conversations, load_conversations
-from reflective_memory.ranking.features import FEATURES
-from reflective_memory.ranking.model import fit_ranker
+from reflective_memory.retrieval.features import FEATURES
+from reflective_memory.retrieval.ranker import fit_ranker
 from tqdm import tqdm
 
 from reflective_bench.retrieval import add_embedder_arguments, make_embedder

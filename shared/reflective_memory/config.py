@@ -22,15 +22,15 @@ from reflective_memory.conditional.config import ConditionalConfig
 from reflective_memory.denoise.config import DenoiseConfig
 from reflective_memory.errors import ConfigError
 from reflective_memory.llm import LLMConfig
-from reflective_memory.passages import PassageConfig
-from reflective_memory.pipeline.fusion import SearchConfig
 from reflective_memory.recall import RecallConfig
+from reflective_memory.retrieval.fusion import SearchConfig
+from reflective_memory.retrieval.passages import PassageConfig
+from reflective_memory.retrieval.units import UnitConfig
 from reflective_memory.rmm.config import RerankConfig, TopicConfig
 from reflective_memory.segment.config import SegmentConfig
 from reflective_memory.sessions.config import SessionConfig
 from reflective_memory.settings import coerce
 from reflective_memory.storage.ann import IndexConfig
-from reflective_memory.units import UnitConfig
 
 __all__ = ["MemoryConfig", "FLAT_NAMES", "REMOVED"]
 

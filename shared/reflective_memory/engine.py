@@ -23,9 +23,9 @@ from reflective_memory.denoise import Denoiser, make_denoiser
 from reflective_memory.embed import Embedder, default_embedder
 from reflective_memory.errors import ConfigError, InvalidInputError
 from reflective_memory.llm import LLMClient, as_llm, count_tokens
-from reflective_memory.pipeline.retriever import Retriever
 from reflective_memory.recall import RecallConfig
 from reflective_memory.records import Records
+from reflective_memory.retrieval.retriever import Retriever
 from reflective_memory.rmm.episodes import RankedTexts
 from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
 from reflective_memory.rmm.personal import PersonalReranker

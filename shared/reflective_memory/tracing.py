@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from reflective_memory.pipeline.state import RetrievalState
+    from reflective_memory.retrieval.state import RetrievalState
     from reflective_memory.rmm.answer_feedback import FeedbackResult
     from reflective_memory.types import Memory, Retrieval, Turn
 
@@ -318,7 +318,7 @@ def retrieval_attributes(out: Retrieval) -> dict[str, AttributeValue]:
     passages = diag.get("passages")
     if passages is not None:
         for key in ("units_ranked", "turns_voted", "turns_packed", "tokens_used"):
-            attrs[f"reflective_memory.passages.{key}"] = int(passages[key])
+            attrs[f"reflective_memory.retrieval.passages.{key}"] = int(passages[key])
     timings = diag.get("timings_ms", {})
     if "total" in timings:
         attrs["reflective_memory.duration_ms"] = float(timings["total"])

@@ -15,9 +15,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
+from reflective_memory.retrieval.units import turn_unit_id
 from reflective_memory.storage.base import MemoryStore, TurnUnitAudit
 from reflective_memory.types import Turn
-from reflective_memory.units import turn_unit_id
 
 __all__ = ["LostTurns"]
 

@@ -21,10 +21,19 @@ from reflective_memory.errors import (
     UnknownSessionError,
 )
 from reflective_memory.llm import LLMClient
+from reflective_memory.retrieval.speakers import utterance
+from reflective_memory.retrieval.units import (
+    BASE_UNITS,
+    build_units,
+    denoise_drafts,
+    raw_key,
+    source_turns,
+    turn_unit_id,
+    unit_draft,
+)
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.sessions.recovery import LostTurns
-from reflective_memory.speakers import utterance
 from reflective_memory.storage.base import (
     MemoryDraft,
     MemoryStore,
@@ -36,15 +45,6 @@ from reflective_memory.storage.bridge import await_io, bridged
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import Memory, Turn, Usage
-from reflective_memory.units import (
-    BASE_UNITS,
-    build_units,
-    denoise_drafts,
-    raw_key,
-    source_turns,
-    turn_unit_id,
-    unit_draft,
-)
 from reflective_memory.validation import check_flag, check_id, check_role, check_text
 
 if TYPE_CHECKING:

@@ -12,14 +12,14 @@ from reflective_memory import tracing
 from reflective_memory.conditional.reflection import reflective_retrieve
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.llm import LLMClient
-from reflective_memory.pipeline.candidates import DenseCandidates, EmbedQuery, LexicalCandidates
-from reflective_memory.pipeline.fusion import SEARCH_MODES, Fusion
-from reflective_memory.pipeline.packing import PassagePacking, UnitPacking, wanted
-from reflective_memory.pipeline.rerank import Rerank
-from reflective_memory.pipeline.runner import Pipeline, Stage
-from reflective_memory.pipeline.state import RetrievalRequest, RetrievalState
-from reflective_memory.pipeline.votes import CONTEXT_UNITS, QuestionCues, UserTurns, Votes
 from reflective_memory.recall import RecallConfig
+from reflective_memory.retrieval.candidates import DenseCandidates, EmbedQuery, LexicalCandidates
+from reflective_memory.retrieval.fusion import SEARCH_MODES, Fusion
+from reflective_memory.retrieval.packing import PassagePacking, UnitPacking, wanted
+from reflective_memory.retrieval.rerank import Rerank
+from reflective_memory.retrieval.runner import Pipeline, Stage
+from reflective_memory.retrieval.state import RetrievalRequest, RetrievalState
+from reflective_memory.retrieval.votes import CONTEXT_UNITS, QuestionCues, UserTurns, Votes
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.text import parse_timestamp

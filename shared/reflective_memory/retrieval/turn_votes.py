@@ -3,9 +3,9 @@
 Every ranked unit votes for its turns with a reciprocal-rank weight (`weight / (rrf_k + rank +
 1)`, the fusion's rule), so a turn found by its own key and inside a well-ranked segment rises
 above a turn found once (`collect_votes`). The votes are then adjusted by what the question asks
-(`reflective_memory.cues`): the newest evidence for a question about the present
+(`retrieval.cues`): the newest evidence for a question about the present
 (`apply_recency`), turns inside a question's time frame (`apply_time_frame`), the asked-about
-speaker's turns (`apply_speaker_focus`). `reflective_memory.passages` packs the voted turns.
+speaker's turns (`apply_speaker_focus`). `retrieval.passages` packs the voted turns.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from reflective_memory.speakers import speaker_of
+from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.types import Memory, Turn
 
 __all__ = [

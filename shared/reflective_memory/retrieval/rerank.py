@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reflective_memory.pipeline.candidates import EmbedQuery
-from reflective_memory.pipeline.state import RetrievalState
+from reflective_memory.retrieval.candidates import EmbedQuery
+from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.storage.base import MemoryStore
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from reflective_memory import tracing
-from reflective_memory.pipeline.state import RetrievalState
+from reflective_memory.retrieval.state import RetrievalState
 
 __all__ = ["Stage", "Pipeline"]
 

@@ -11,10 +11,10 @@ import numpy as np
 from reflective_memory.recall import RecallConfig
 
 if TYPE_CHECKING:
-    from reflective_memory.ranking.features import TurnFeatures
+    from reflective_memory.retrieval.features import TurnFeatures
+    from reflective_memory.retrieval.timeframe import TimeFrame
+    from reflective_memory.retrieval.turn_votes import TurnVotes
     from reflective_memory.storage.index import UserIndex
-    from reflective_memory.timeframe import TimeFrame
-    from reflective_memory.turn_votes import TurnVotes
     from reflective_memory.types import Hit, RerankRecord
 
 __all__ = ["RetrievalRequest", "RetrievalState"]

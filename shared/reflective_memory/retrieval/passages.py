@@ -1,10 +1,10 @@
 """Passages of whole turns for the reader: voted turns packed into a budget, grouped by session.
 
-Turns (`reflective_memory.turn_votes`) are taken in vote order while they fit the token budget
+Turns (`retrieval.turn_votes`) are taken in vote order while they fit the token budget
 and grouped per session into `passage` memories: one date header per session, the session's
 chosen turns in their original order, `…` where turns are skipped. No turn appears twice, and the
 budget counts every token the reader gets, headers and role labels included. Long turns are read
-as excerpts (`reflective_memory.excerpts`); with a budget, long items are offered later unless
+as excerpts (`retrieval.excerpts`); with a budget, long items are offered later unless
 they out-vote what they would crowd out (`PassageConfig.length_exponent`). Units that carry no
 turns (memories written with `put_memory`) compete as they are.
 """
@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from reflective_memory.errors import ConfigError
-from reflective_memory.excerpts import Pieces, excerpt
+from reflective_memory.retrieval.excerpts import Pieces, excerpt
+from reflective_memory.retrieval.speakers import speaker_of
+from reflective_memory.retrieval.turn_votes import TurnVotes
 from reflective_memory.settings import check_bool, check_choice, check_int, check_number
-from reflective_memory.speakers import speaker_of
 from reflective_memory.text import format_date
-from reflective_memory.turn_votes import TurnVotes
 from reflective_memory.types import Hit, Memory, Turn
 
 __all__ = [
@@ -64,7 +64,7 @@ class PassageConfig:
             this fraction of the best vote compete on time (a clearly less relevant turn is never
             pulled up by its date); the learned ranker weighs how new each of the best ten is.
         time_weight: A question anchored in time ("two weeks ago", "last summer", "on 29 Dec
-            2023"; `reflective_memory.timeframe`) multiplies the votes of the turns said in that
+            2023"; `retrieval.timeframe`) multiplies the votes of the turns said in that
             period by `1 + time_weight`, resolved against the call's `now`; 0 turns it off.
         speaker_focus: When a question names exactly one of the speakers of the user's turns
             ("What does Kate do on weekends?"), it is searched without the name and the other
@@ -86,12 +86,12 @@ class PassageConfig:
             or `words` (whitespace words, the retrieval bench's unit).
         excerpt_length: With a budget, a turn longer than this (in `budget_unit`s) is read as
             an excerpt of this length: the run of its sentences that holds most of the
-            question's words (`reflective_memory.excerpts`). The best-voted turn is read whole
+            question's words (`retrieval.excerpts`). The best-voted turn is read whole
             when it fits, else as an excerpt of the room the budget leaves beside the next
             turn that fits. 0 reads whole turns only. At 50: +6.3 points at 250 words on
             LongMemEval dev100, +6.8 on REALTALK (BENCHMARKS.md, issue 27).
         ranker: How the cues weigh a voted turn. `learned`: one log-linear model over every
-            cue (`reflective_memory.ranking`, fitted on the dev sets for coverage and for
+            cue (`reflective_memory.retrieval`, fitted on the dev sets for coverage and for
             putting the newest statement first, shipped with the package; cross-validated in
             BENCHMARKS.md); the cue settings above (`speaker_focus`, `person_focus`,
             `recency_weight`, `time_weight`) then only switch a cue on (> 0) or off (0).

@@ -4,8 +4,8 @@ Read from the question's text by patterns, no model: a present-tense question ("
 now?") wants the newest evidence (`present_tense`); a question naming a speaker ("What does Kate
 do on weekends?") is answered by what that person said (`named_speaker`); in a two-role chat,
 "I / my" asks for the user's words and "you said / you recommended" for the assistant's
-(`addressed_role`). The retrieval pipeline (`reflective_memory.pipeline.votes`) turns these cues
-into vote adjustments (`reflective_memory.turn_votes`).
+(`addressed_role`). The retrieval pipeline (`reflective_memory.retrieval.votes`) turns these cues
+into vote adjustments (`reflective_memory.retrieval.turn_votes`).
 """
 
 from __future__ import annotations

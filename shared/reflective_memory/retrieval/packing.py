@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from reflective_memory.passages import PassageConfig, pack_passages
-from reflective_memory.pipeline.state import RetrievalState
-from reflective_memory.pipeline.votes import UserTurns
+from reflective_memory.retrieval.passages import PassageConfig, pack_passages
+from reflective_memory.retrieval.state import RetrievalState
+from reflective_memory.retrieval.units import turn_unit_id
+from reflective_memory.retrieval.votes import UserTurns
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.text import lexical_tokens
 from reflective_memory.types import Hit
-from reflective_memory.units import turn_unit_id
 
 __all__ = ["PassagePacking", "UnitPacking", "wanted"]
 

@@ -1,6 +1,6 @@
 """`TurnRanker`: one log-linear model that weighs every cue of a candidate turn.
 
-A turn's score is `exp(w · x)` over its feature row (`reflective_memory.ranking.features`):
+A turn's score is `exp(w · x)` over its feature row (`reflective_memory.retrieval.features`):
 `log_vote` carries the small-to-big vote, the other columns raise or lower it (a named
 speaker's other side, the newest of the best turns for a present-tense question, the period
 the question names, ...). The weights are fitted offline by pairwise logistic regression
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from reflective_memory.errors import ConfigError
-from reflective_memory.ranking.features import FEATURES
+from reflective_memory.retrieval.features import FEATURES
 
 __all__ = ["FORMAT", "TurnRanker", "load_ranker", "fit_ranker", "model_checksum"]
 

@@ -1,7 +1,7 @@
 """Small-to-big stages: speaker focus on the question, and ranked units become turn votes.
 
-The algorithms are `reflective_memory.cues` (what the question asks) and
-`reflective_memory.turn_votes` (votes, speaker focus, recency, time frames); these stages feed
+The algorithms are `retrieval.cues` (what the question asks) and
+`retrieval.turn_votes` (votes, speaker focus, recency, time frames); these stages feed
 them the user's turns, read once per index version.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from reflective_memory.cues import (
+from reflective_memory.retrieval.cues import (
     addressed_role,
     asks_when,
     named_speaker,
@@ -22,16 +22,13 @@ from reflective_memory.cues import (
     without_name,
     without_present_cue,
 )
-from reflective_memory.passages import PassageConfig
-from reflective_memory.pipeline.state import RetrievalState
-from reflective_memory.ranking.features import QuestionSignals, turn_features
-from reflective_memory.ranking.model import TurnRanker, load_ranker
-from reflective_memory.speakers import speaker_of
-from reflective_memory.storage.base import MemoryStore
-from reflective_memory.storage.index import UserIndex
-from reflective_memory.text import WordCounts
-from reflective_memory.timeframe import time_frame
-from reflective_memory.turn_votes import (
+from reflective_memory.retrieval.features import QuestionSignals, turn_features
+from reflective_memory.retrieval.passages import PassageConfig
+from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
+from reflective_memory.retrieval.speakers import speaker_of
+from reflective_memory.retrieval.state import RetrievalState
+from reflective_memory.retrieval.timeframe import time_frame
+from reflective_memory.retrieval.turn_votes import (
     RECENCY_POOL,
     TurnVotes,
     apply_recency,
@@ -39,8 +36,11 @@ from reflective_memory.turn_votes import (
     apply_time_frame,
     collect_votes,
 )
+from reflective_memory.retrieval.units import turn_unit_id
+from reflective_memory.storage.base import MemoryStore
+from reflective_memory.storage.index import UserIndex
+from reflective_memory.text import WordCounts
 from reflective_memory.types import Memory, Turn
-from reflective_memory.units import turn_unit_id
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "Votes"]
 

@@ -36,8 +36,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from reflective_memory.timeframe import time_frame
-from reflective_memory.turn_votes import (
+from reflective_memory.retrieval.timeframe import time_frame
+from reflective_memory.retrieval.turn_votes import (
     TurnVotes,
     in_time_frame,
     other_speakers,

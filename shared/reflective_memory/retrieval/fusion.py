@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reflective_memory.errors import ConfigError
-from reflective_memory.pipeline.state import RetrievalState
+from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.settings import check_choice, check_int, check_names, check_number, set_field
 from reflective_memory.types import GRANULARITIES
 

@@ -7,9 +7,9 @@ import logging
 import numpy as np
 
 from reflective_memory.embed import Embedder, QueryBatcher, encode_query
-from reflective_memory.pipeline.state import RetrievalState
 from reflective_memory.recall import RecallConfig, fitted_gate
 from reflective_memory.recall import recall as rf_recall
+from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.storage.bridge import await_io, bridged
 
 __all__ = ["EmbedQuery", "DenseCandidates", "LexicalCandidates", "default_gate"]
