@@ -418,6 +418,7 @@ def _run_systems(
         format_systems,
         run_systems,
         system_by_name,
+        variant_system,
     )
 
     main = [DEFAULT, *BASELINES]
@@ -427,6 +428,7 @@ def _run_systems(
         ablations = []
     else:
         ablations = [system_by_name(n) for n in args.ablations.split(";") if n.strip()]
+    ablations += [variant_system(v, args.ranker_folds is not None) for v in args.variant]
     if args.ranker_folds is not None:
         ablations.append(system_by_name("learned ranker, cross-validated"))
     denoiser = None if args.denoiser == "default" else parse_denoiser(args.denoiser)
@@ -561,5 +563,14 @@ def register(bench: Any) -> None:
         "--dsn",
         default=None,
         help="run every system on PostgreSQL + pgvector (a fresh schema each, dropped after)",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="GROUP.FIELD=VALUE",
+        help="add a row: the default with one setting changed, e.g. passages.context_weight=0.5 "
+        "(repeatable; with --ranker-folds each conversation is scored by its fold's model). "
+        "`bench cv-settings` then picks each setting's value by cross-validation",
     )
     p.set_defaults(func=_run)

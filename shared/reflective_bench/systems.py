@@ -35,6 +35,7 @@ Two tables follow the budget tables:
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -247,6 +248,31 @@ ABLATIONS = (
 )
 
 
+def variant_system(spec: str, folds: bool = False) -> System:
+    """The default with one setting changed: `GROUP.FIELD=VALUE` (VALUE read as JSON).
+
+    The row is named by the spec itself, so `bench cv-settings` can read back which setting
+    and value it ran. With `folds`, each conversation is scored by its fold's ranker model.
+    """
+    path, sep, raw = spec.partition("=")
+    group, dot, name = path.strip().partition(".")
+    if not sep or not dot or not group or not name:
+        raise ConfigError(
+            f"a variant is GROUP.FIELD=VALUE, e.g. passages.context_weight=0.5: {spec!r}"
+        )
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw.strip()
+    config: dict[str, dict[str, Any]] = {group: {name: value}}
+    if folds:
+        config.setdefault("passages", {})["ranker"] = FOLDS
+    MemoryConfig().replace(**{group: {name: value}})  # a bad setting fails before any work
+    return System(
+        f"{group}.{name}={json.dumps(value)}", config, what="the default, one setting changed"
+    )
+
+
 def system_by_name(name: str) -> System:
     """Look a system up by its row name (default, baselines, ablations)."""
     for s in (DEFAULT, *BASELINES, *ABLATIONS):
@@ -273,6 +299,19 @@ class SystemsResult:
     topk_words: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     topk_latency_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     recall: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: (system, conversation id, budget or `k=5`) -> each question's coverage
+    by_conversation: dict[tuple[str, str, str], list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    #: conversation id -> its cross-validation fold (`fold_of`)
+    folds: dict[str, str] = field(default_factory=dict)
+
+    def _by_conversation(self) -> dict[str, dict[str, dict[str, list[float]]]]:
+        """`{system: {conversation: {cell: [sum of coverage, questions]}}}`."""
+        out: dict[str, dict[str, dict[str, list[float]]]] = {}
+        for (s, c, b), v in self.by_conversation.items():
+            out.setdefault(s, {}).setdefault(c, {})[b] = [float(np.sum(v)), len(v)]
+        return out
 
     def summary(self) -> dict[str, Any]:
         """Plain-dict means (JSON-friendly)."""
@@ -303,6 +342,8 @@ class SystemsResult:
                 for s, v in self.topk_coverage.items()
             },
             "session_recall": {f"{s}/{n}": float(np.mean(v)) for (s, n), v in self.recall.items()},
+            "coverage_by_conversation": self._by_conversation(),
+            "folds": dict(self.folds),
         }
 
 
@@ -388,6 +429,7 @@ def run_systems(
     for conv in conversations:  # every system then reads the turn vectors on equal terms
         repeat.encode([t["text"][:4000] for s in conv.sessions for t in s.turns])
     todo = [(c, s) for c in conversations for s in systems]
+    res.folds = {conv.user_id: fold_of(conv) for conv in conversations}
     for conv, system in tqdm(todo, desc="bench retrieval", disable=not progress):
         store, cleanup = stores() if stores is not None else (None, None)
         built = system
@@ -436,6 +478,7 @@ def run_systems(
                     else:
                         cov, _ = coverage_fn(ranking, evidence, b)
                     res.coverage[(system.name, b)].append(cov)
+                    res.by_conversation[(system.name, conv.user_id, str(b))].append(cov)
                     res.by_type[(system.name, q.qtype or "-", b)].append(cov)
                 if session_recall_fn is not None and q.evidence_sessions:
                     if ranking is None:  # passage systems: their whole ranking of turns
@@ -455,6 +498,7 @@ def run_systems(
                     res.topk_latency_ms[system.name].append((time.perf_counter() - t2) * 1000)
                     cov, words = covered(top, evidence, topk)
                     res.topk_coverage[system.name].append(cov)
+                    res.by_conversation[(system.name, conv.user_id, f"k={topk}")].append(cov)
                     res.topk_words[system.name].append(words)
                 if shipped is not None:
                     repeat.forget()

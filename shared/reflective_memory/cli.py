@@ -64,6 +64,7 @@ BENCH_MODULES = [
     "reflective_bench.async_pg",
     "reflective_bench.surfaces",
     "reflective_bench.ranker",
+    "reflective_bench.settings_cv",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.
