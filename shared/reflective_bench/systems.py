@@ -182,11 +182,6 @@ ABLATIONS = (
         {"passages": {"context_weight": 0.0}},
         what="segments searched, no vote",
     ),
-    System(
-        "- small-budget context scaling",
-        {"passages": {"context_full_budget": 0}},
-        what="segment votes at full weight at every budget",
-    ),
     System("- recency", {"passages": {"recency_weight": 0.0}}, what="no time-aware boost"),
     System("- time frame", {"passages": {"time_weight": 0.0}}, what="no time-anchored boost"),
     System("time frame 0.2", {"passages": {"time_weight": 0.2}}, what="a weaker time boost"),

@@ -77,7 +77,6 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "attribution_fallback": ("rerank", "attribution_fallback"),
     "attribution_threshold": ("rerank", "attribution_threshold"),
     "context_weight": ("passages", "context_weight"),
-    "context_full_budget": ("passages", "context_full_budget"),
     "recency_weight": ("passages", "recency_weight"),
     "recency_margin": ("passages", "recency_margin"),
     "speaker_focus": ("passages", "speaker_focus"),
@@ -116,6 +115,7 @@ REMOVED = frozenset(
         "rerank_turn_prior",
         "rerank_turn_prior_learning_rate",
         "extra",
+        "context_full_budget",
     }
 )
 

@@ -53,10 +53,6 @@ class PassageConfig:
             reader (see `ReflectiveMemory.retrieve`); `False` returns the ranked units.
         context_weight: Vote of a coarse unit (segment, session, topic, note) for each of its
             turns, relative to a turn's own key (1.0).
-        context_full_budget: Below this budget (in `budget_unit`s) the coarse units' votes
-            shrink in proportion (`context_weight * budget / context_full_budget`): when only
-            a few turns fit, the turn that matches the question should win over its topical
-            neighbours. 0 keeps the full context weight at every budget.
         recency_weight: Present-tense questions ("now", "currently", "these days", "still")
             multiply the votes of the best turns by `1 + recency_weight * r`, r from 0 (the
             oldest of them) to 1 (the newest); 0 turns it off.
@@ -101,7 +97,6 @@ class PassageConfig:
 
     enabled: bool = True
     context_weight: float = 0.25
-    context_full_budget: int = 1000
     recency_weight: float = 0.25
     recency_margin: float = 0.1
     time_weight: float = 0.5
@@ -122,7 +117,6 @@ class PassageConfig:
             )
         for name in ("context_weight", "recency_weight", "time_weight", "length_exponent"):
             check_number(f"passages.{name}", getattr(self, name), 0)
-        check_int("passages.context_full_budget", self.context_full_budget, 0)
         check_int("passages.excerpt_length", self.excerpt_length, 0)
         for name in ("length_keep_share", "speaker_focus", "person_focus"):
             check_number(f"passages.{name}", getattr(self, name), 0, 1)

@@ -369,13 +369,12 @@ class QuestionCues:
 class Votes:
     """Resolve the ranked units to votes for turns (small-to-big), then scale them.
 
-    Coarse units (segments, topics, notes) vote for their turns at `context_weight`, shrunk
-    below `context_full_budget`; a focused speaker's other speakers keep `1 - speaker_focus`
-    of their votes; present-tense questions lift the newest of the best turns. Turns the caller
-    excludes get no vote; nor does a turn with no content of its own (an acknowledgement, a
-    greeting: a short turn of words common in the user's turns, `text.WordCounts`, in any
-    language) unless the turn before it is voted: it then follows that turn, never alone, and
-    never as one of `k` bare turns.
+    Coarse units (segments, topics, notes) vote for their turns at `context_weight`; a focused
+    speaker's other speakers keep `1 - speaker_focus` of their votes; present-tense questions
+    lift the newest of the best turns. Turns the caller excludes get no vote; nor does a turn
+    with no content of its own (an acknowledgement, a greeting: a short turn of words common in
+    the user's turns, `text.WordCounts`, in any language) unless the turn before it is voted: it
+    then follows that turn, never alone, and never as one of `k` bare turns.
 
     When sessions are cut into segments or session units (`context_units`), a turn no such
     unit covers yet (its session is open) gets, from its own key, the context vote of a unit
@@ -408,8 +407,6 @@ class Votes:
         ranked = self._ranked(state)
         session_turns = self.turns.reader(req.user_id, state.index)
         context = cfg.context_weight
-        if req.budget is not None and 0 < req.budget < cfg.context_full_budget:
-            context = context * req.budget / cfg.context_full_budget  # direct matches first
         provisional = (
             self.turns.provisional(req.user_id, state.index)
             if self.context_units and context > 0
