@@ -21,7 +21,7 @@ import argparse
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -82,14 +82,20 @@ class Run:
 
         With `cell`, of that cell only; else the mean over every cell.
         """
+        return self.mean_of(lambda fold: row if keep is None or fold in keep else None, cell)
+
+    def mean_of(self, row_of: Callable[[str], str | None], cell: str | None = None) -> float | None:
+        """Mean coverage with each fold's questions read from the row `row_of(fold)` (None: skip).
+
+        With `cell`, of that cell only; else the mean over every cell.
+        """
         cells = [cell] if cell is not None else self.cell_names()
         per_cell = []
         for c in cells:
             total = n = 0.0
             for conv, fold in self.folds.items():
-                if keep is not None and fold not in keep:
-                    continue
-                got = self.cells.get((row, conv, c))
+                row = row_of(fold)
+                got = None if row is None else self.cells.get((row, conv, c))
                 if got is not None:
                     total += got[0]
                     n += got[1]
@@ -158,15 +164,10 @@ def cross_validate(runs: Sequence[Run], setting: str, variants: Mapping[Any, str
     for run in runs:
         cv[run.name], shipped[run.name] = {}, {}
         for cell in run.cell_names():
-            total = n = 0.0
-            for conv, fold in run.folds.items():
-                got = run.cells.get((candidates[chosen[fold]], conv, cell))
-                if got is not None:
-                    total += got[0]
-                    n += got[1]
+            got = run.mean_of(lambda fold: candidates[chosen[fold]], cell)
             base = run.mean(DEFAULT_ROW, None, cell)
-            if n and base is not None:
-                cv[run.name][cell] = total / n
+            if got is not None and base is not None:
+                cv[run.name][cell] = got
                 shipped[run.name][cell] = base
     return SettingReport(
         setting, default, chosen, cv, shipped, choose(runs, candidates, set(folds))
