@@ -19,6 +19,7 @@ __all__ = [
     "time_key",
     "STOPWORDS",
     "contentless",
+    "short_words",
     "WordCounts",
     "words_of",
     "COMMON_SHARE",
@@ -228,36 +229,49 @@ class WordCounts:
         )
 
     def contentless(self, text: str) -> bool:
-        """Whether a turn carries no content of its own for this user (see the class).
+        """Whether a turn carries no content of its own for this user (see the class)."""
+        words = short_words(text)
+        return words is not None and self.all_common(words)
 
-        Read word by word up to the first word that is not common, so a long turn is decided
-        in its opening (12 words of small talk fit in 240 characters).
-        """
-        head = text[:_SMALL_TALK_CHARS]
-        got = self._quiet(head.casefold(), complete=len(head) == len(text))
-        return self._quiet(text.casefold(), complete=True) if got is None else got
+    def all_common(self, words: Iterable[str]) -> bool:
+        """Whether every one of `words` (case-folded) is common for the user.
 
-    def _quiet(self, low: str, complete: bool) -> bool | None:
-        """Whether case-folded `low` is small talk; None when an opening cannot tell.
-
-        An opening (`complete=False`) cannot tell when it ends before an uncommon word or the
-        13th word, or when its last word may be cut.
+        `contentless` of a text whose `short_words` are known: a caller that keeps a turn's
+        words decides again, as counts change, without reading its text.
         """
         least, most = COMMON_SHARE * self.turns, COMMON_SESSIONS
         turns, sessions = self.turns_holding.get, self.sessions_holding.get
         known = self._common
-        for n, m in enumerate(_WORD.finditer(low), 1):  # stops at the first uncommon word
-            if not complete and m.end() == len(low):
-                return None
-            if n > _SMALL_TALK_MAX_WORDS:
-                return False
-            w = m.group()
+        for w in words:  # stops at the first uncommon word
             common = known.get(w)
             if common is None:
                 common = known[w] = turns(w, 0) >= least and sessions(w, 0) >= most
             if not common:
                 return False
-        return True if complete else None
+        return True
+
+
+def short_words(text: str) -> tuple[str, ...] | None:
+    """The case-folded words of a text of at most 12 words; None for a longer text.
+
+    Only such a text can be small talk (`WordCounts.contentless`). A long text is told in
+    its opening: 13 words fit in 240 characters.
+
+    Example:
+        >>> short_words("Got it, THANKS!"), short_words("one two three " * 5)
+        (('got', 'it', 'thanks'), None)
+    """
+    head = text[:_SMALL_TALK_CHARS]
+    words: list[str] = []
+    for m in _WORD.finditer(head.casefold()):  # a word cut at the end is still a word
+        words.append(m.group())
+        if len(words) > _SMALL_TALK_MAX_WORDS:
+            return None
+    if len(head) < len(text):  # few words in a long opening: read the whole text
+        words = _WORD.findall(text.casefold())
+        if len(words) > _SMALL_TALK_MAX_WORDS:
+            return None
+    return tuple(words)
 
 
 def contentless(text: str, counts: WordCounts) -> bool:

@@ -24,7 +24,7 @@ from reflective_memory.retrieval.excerpts import Pieces, excerpt
 from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.retrieval.turn_votes import TurnVotes
 from reflective_memory.settings import check_bool, check_choice, check_int, check_number
-from reflective_memory.text import format_date
+from reflective_memory.text import format_date, short_words
 from reflective_memory.types import Hit, Memory, Turn
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "GAP_MARK",
     "PassageConfig",
     "pack_passages",
+    "prepare_turns",
     "turn_line",
 ]
 
@@ -318,6 +319,31 @@ class _Costs:
             text = _header(self.session_turns(sid), self.date_header)
             n = self.cache[slot] = self.count(text) if text else 0
         return int(n)
+
+
+def prepare_turns(
+    cache: dict[Any, Any],
+    session_id: str,
+    turns: Sequence[Turn],
+    labels: Collection[str],
+    *,
+    count: Callable[[str], int],
+    excerpt_length: int,
+) -> None:
+    """Fill `pack_passages`' cost cache for one session's turns ahead of any question.
+
+    Per turn: its line's cost, its `short_words` (what tells small talk), and, for a line
+    longer than `excerpt_length`, its pieces for excerpts. Entries already there are kept.
+    """
+    for p, turn in enumerate(turns):
+        key = (session_id, p)
+        n = cache.get(key)
+        if n is None:
+            n = cache[key] = count(turn_line(turn, labels))
+        if excerpt_length and n > excerpt_length and ("pieces", session_id, p) not in cache:
+            cache["pieces", session_id, p] = Pieces.of(turn.text, count)
+        if ("words", session_id, p) not in cache:
+            cache["words", session_id, p] = short_words(turn.text)
 
 
 def pack_passages(

@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timezone
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory import tracing
@@ -16,6 +17,7 @@ from reflective_memory.recall import RecallConfig
 from reflective_memory.retrieval.candidates import DenseCandidates, EmbedQuery, LexicalCandidates
 from reflective_memory.retrieval.fusion import SEARCH_MODES, Fusion
 from reflective_memory.retrieval.packing import PassagePacking, UnitPacking, wanted
+from reflective_memory.retrieval.passages import prepare_turns
 from reflective_memory.retrieval.rerank import Rerank
 from reflective_memory.retrieval.runner import Pipeline, Stage
 from reflective_memory.retrieval.state import RetrievalRequest, RetrievalState
@@ -71,7 +73,8 @@ class Retriever:
         count: Callable[[str], int],
     ) -> None:
         self.config, self.store, self.indexes, self.llm = config, store, indexes, llm
-        turns = UserTurns(store)
+        prepare = partial(prepare_turns, count=count, excerpt_length=config.passages.excerpt_length)
+        turns = UserTurns(store, prepare if config.passages.enabled else None)
         self.query = EmbedQuery(embedder, config.units.embed_max_chars)
         self.cues = QuestionCues(config.passages, turns)
         self.dense, self.lexical = DenseCandidates(embedder.name), LexicalCandidates()

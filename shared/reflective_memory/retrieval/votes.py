@@ -39,7 +39,7 @@ from reflective_memory.retrieval.turn_votes import (
 from reflective_memory.retrieval.units import turn_unit_id
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
-from reflective_memory.text import WordCounts
+from reflective_memory.text import WordCounts, short_words
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "Votes"]
@@ -53,15 +53,22 @@ MIN_LABELLED = 3
 CONTEXT_UNITS = ("segment", "session")
 
 
+#: Fills a version's text cache for one session's turns: `(cache, session_id, turns, labels)`.
+Prepare = Callable[[dict[Any, Any], str, Sequence[Turn], frozenset[str]], None]
+
+
 class UserTurns:
     """A user's turns and unit table, cached on their index (so per store version).
 
     Args:
         store: The store of record.
+        prepare: Fills the text cache (`costs`) for the sessions an index version is the
+            first to hold, when it is made (`passages.prepare_turns`); None fills it as
+            queries ask.
     """
 
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
+    def __init__(self, store: MemoryStore, prepare: Prepare | None = None) -> None:
+        self.store, self.prepare = store, prepare
 
     def sessions(self, user_id: str, index: UserIndex) -> SessionCache:
         """The user's turns by session.
@@ -122,23 +129,31 @@ class UserTurns:
         return got
 
     def costs(self, user_id: str, index: UserIndex) -> dict[Any, Any]:
-        """Token counts of turn lines and date headers (`passages.pack_passages`' cache).
+        """What the turns' texts cost and hold (`passages.pack_passages`' cache).
 
         Carried from the previous index version when the speaker labels did not change,
-        without the sessions it appended to.
+        without the sessions it appended to; `prepare` fills in the sessions not carried
+        (all of them for a user of up to `PRELOAD_TURNS` memories, whose turns are read at
+        once), so a version's first question finds its candidates counted.
         """
         got = index.extras.get("text_costs")
         if got is None:
             before = self._carried(index, "text_costs")
             labels = self.labels(user_id, index)
+            fresh: frozenset[str] | None = None  # sessions to prepare (None: every one)
             if before is not None and index.carried is not None:
                 if index.carried.extras.get("labels") == labels:
-                    touched = self._touched(user_id, index)
-                    # keys: (session, position) of a line, ("header", session, dated)
-                    before = {k: v for k, v in dict(before).items() if k[-2] not in touched}
+                    fresh = self._touched(user_id, index)
+                    # keys: (session, position) of a line, ("header", session, dated), ...
+                    before = {k: v for k, v in dict(before).items() if k[-2] not in fresh}
                 else:
                     before = None
-            got = index.extras.setdefault("text_costs", before if before is not None else {})
+            got = before if before is not None else {}
+            if self.prepare is not None and len(index) <= PRELOAD_TURNS:
+                read = dict(self.sessions(user_id, index))  # readers may add sessions meanwhile
+                for sid in read if fresh is None else fresh & read.keys():
+                    self.prepare(got, sid, read[sid], labels)
+            got = index.extras.setdefault("text_costs", got)
         return got
 
     def reader(self, user_id: str, index: UserIndex) -> Callable[[str], list[Turn]]:
@@ -417,7 +432,12 @@ class Votes:
         )
         counts = self.turns.word_counts(req.user_id, state.index)
         quiet = _drop_unshowable(
-            votes, session_turns, req.exclude, req.budget is not None, state.index, counts
+            votes,
+            session_turns,
+            req.exclude,
+            req.budget is not None,
+            counts,
+            self.turns.costs(req.user_id, state.index),
         )
         votes.labels = self.turns.labels(req.user_id, state.index)
         keep = None
@@ -553,12 +573,13 @@ def _drop_unshowable(
     session_turns: Callable[[str], Sequence[Turn]],
     exclude: frozenset[str],
     passages: bool,
-    index: UserIndex,
     counts: WordCounts,
+    cache: dict[Any, Any],
 ) -> list[tuple[str, int]]:
     """Remove the votes of excluded turns and of contentless turns that would stand alone.
 
-    A turn is contentless when `counts` (the user's `WordCounts`) says so. It keeps a vote
+    A turn is contentless when `counts` (the user's `WordCounts`) says so, read from its
+    `short_words` (kept in `cache`, the text cache of `UserTurns.costs`). It keeps a vote
     just below the turn before it when that turn keeps one and the hits are passages (where it
     reads as that turn's context); otherwise it has none. Turns are read in order, so a run of
     small talk ("Thanks!", "You're welcome!") stays only after a turn with content.
@@ -566,10 +587,6 @@ def _drop_unshowable(
     Returns:
         The contentless turns that kept a vote, in turn order.
     """
-    # the decisions hold for this version, unless its counts grow as sessions are read
-    known: dict[tuple[str, str], bool] = (
-        index.extras.setdefault("contentless", {}) if len(index) <= PRELOAD_TURNS else {}
-    )
     voted = votes.turn
     before = dict(voted)
     kept: list[tuple[str, int]] = []
@@ -579,11 +596,9 @@ def _drop_unshowable(
         if turn.turn_id in exclude:
             del voted[key]
             continue
-        ref = (sid, turn.turn_id)
-        quiet = known.get(ref)
-        if quiet is None:
-            quiet = known[ref] = counts.contentless(turn.text)
-        if not quiet:
+        slot = ("words", sid, p)
+        words = cache[slot] if slot in cache else cache.setdefault(slot, short_words(turn.text))
+        if words is None or not counts.all_common(words):
             continue
         anchor = voted.get((sid, p - 1)) if passages and p > 0 else None
         if anchor is None:  # the turn before has no vote, or lost it (excluded, small talk alone)
