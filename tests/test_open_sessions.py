@@ -7,11 +7,13 @@ must come back in the top 5, in open and ended sessions alike.
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 
 import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 from reflective_memory.io import load_conversations
+from reflective_memory.retrieval.features import FEATURES
 from reflective_memory.retrieval.turn_votes import collect_votes
 from reflective_memory.retrieval.votes import UserTurns
 from reflective_memory.text import WordCounts, contentless
@@ -110,21 +112,30 @@ def test_open_session_turns_are_found_by_their_own_text() -> None:
         assert _misses(mem, "u") == {True: [], False: []}
 
 
-@pytest.mark.parametrize("ranker", ["learned", "rules"])
-def test_an_open_turn_votes_as_it_will_once_its_session_ends(ranker: str) -> None:
-    cfg = MemoryConfig(passages={"ranker": ranker})
-    with ReflectiveMemory(embedder=HashingEmbedder(), config=cfg) as mem:
+def _vote_of(mem: ReflectiveMemory, query: str, key: tuple[str, int]) -> float:
+    """A turn's vote as `collect_votes` casts it, before the learned ranker weighs it."""
+    r = mem.retriever
+    state = r.state(r.request("u", query, 1, None, *[None] * 6))
+    assert state.features is not None
+    row = state.features.keys.index(key)
+    log_vote = state.features.matrix[row, FEATURES.index("log_vote")]
+    return math.exp(log_vote) / (mem.config.search.rrf_k + 1)
+
+
+def test_an_open_turn_votes_as_it_will_once_its_session_ends() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
         _fill(mem, SESSIONS, "open")
         text = SESSIONS["open"][2][1]
         before = mem.retrieve("u", text, k=1).hits[0]
+        vote_before = _vote_of(mem, text, ("open", 2))
         mem.end_session("u", "open")
         after = mem.retrieve("u", text, k=1).hits[0]
+        vote_after = _vote_of(mem, text, ("open", 2))
     assert before.memory.turn_ids == after.memory.turn_ids == ("open-2",)
-    if ranker == "rules":  # the votes themselves, before any model weighs them
-        # own key at rank 0 plus a context vote from a unit ranked like itself: what an ended
-        # turn gets when its segment is ranked right behind it, and never more than that
-        assert after.score <= before.score == pytest.approx(1.25 / 61)
-        assert after.score > 1 / 61
+    # own key at rank 0 plus a context vote from a unit ranked like itself: what an ended
+    # turn gets when its segment is ranked right behind it, and never more than that
+    assert vote_after <= vote_before == pytest.approx(1.25 / 61)
+    assert vote_after > 1 / 61
 
 
 def test_only_turns_no_segment_covers_are_provisional() -> None:
@@ -142,12 +153,13 @@ def test_only_turns_no_segment_covers_are_provisional() -> None:
 
 
 def test_turn_only_units_get_no_stand_in_vote() -> None:
-    # the votes as `collect_votes` casts them (the learned ranker re-weighs them)
-    cfg = MemoryConfig(units={"granularities": ("turn",)}, passages={"ranker": "rules"})
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
     with ReflectiveMemory(config=cfg, embedder=HashingEmbedder()) as mem:
         _fill(mem, SESSIONS, "open")
-        hit = mem.retrieve("u", SESSIONS["open"][2][1], k=1).hits[0]
-    assert hit.memory.turn_ids == ("open-2",) and hit.score == pytest.approx(1 / 61)
+        text = SESSIONS["open"][2][1]
+        hit = mem.retrieve("u", text, k=1).hits[0]
+        vote = _vote_of(mem, text, ("open", 2))
+    assert hit.memory.turn_ids == ("open-2",) and vote == pytest.approx(1 / 61)
 
 
 def test_collect_votes_adds_the_context_vote_to_provisional_turns_only() -> None:

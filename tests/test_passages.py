@@ -241,7 +241,7 @@ def test_present_tense_questions_prefer_the_newest_evidence() -> None:
             embedder=HashingEmbedder(128),
             config=_cfg(
                 units={"granularities": ("turn",)},
-                passages={"recency_weight": 0},
+                passages={"recency": False},
             ),
         )
         with off:
@@ -493,26 +493,9 @@ def test_retrieve_reads_the_part_of_a_long_answer_that_holds_the_question() -> N
         assert count_tokens(STAT_BLOCK) > 120
 
 
-def test_recency_only_reorders_turns_about_as_relevant_as_the_best() -> None:
-    from reflective_memory.retrieval.turn_votes import apply_recency
-
-    sessions = {
-        "old": _turns("old", ["I live in Lisbon."], "2025-01-10"),
-        "new": _turns("new", ["I moved to Berlin."], "2026-02-10"),
-        "chat": _turns("chat", ["Nice weather in Berlin today."], "2026-03-10"),
-    }
-    votes = _votes([("old", 0), ("new", 0)])
-    votes.add(("chat", 0), 0.5 / 61, None)  # a recent but much weaker match
-    before = dict(votes.turn)
-    assert apply_recency(votes, sessions.__getitem__, 0.25, margin=0.1)
-    assert votes.turn[("new", 0)] > votes.turn[("old", 0)]  # the newer answer wins the tie
-    assert votes.turn[("chat", 0)] == before[("chat", 0)]  # the weak match is not pulled up
-    assert votes.turn[("chat", 0)] < votes.turn[("old", 0)]
-
-
 def test_a_recent_turn_far_from_the_question_does_not_compete_on_time() -> None:
     """Close fused votes (a small history) do not let "Tusen takk!" win on recency alone."""
-    from reflective_memory.retrieval.turn_votes import RECENCY_RELEVANCE, apply_recency
+    from reflective_memory.retrieval.turn_votes import RECENCY_RELEVANCE, recency_ranks
 
     sessions = {
         "old": _turns("old", ["I'm allergic to peanuts."], "2025-01-12"),
@@ -520,16 +503,14 @@ def test_a_recent_turn_far_from_the_question_does_not_compete_on_time() -> None:
         "move": _turns("move", ["I moved to Oslo last month."], "2026-03-11"),
     }
     cosine = {("old", 0): 0.46, ("new", 0): 0.09, ("move", 0): 0.05}
-    votes = _votes([("old", 0), ("new", 0)])  # within the 10% vote margin of each other
+    votes = _votes([("old", 0), ("new", 0)])
     votes.add(("move", 0), 0.2 / 61, None)
-    before = dict(votes.turn)
     assert cosine[("new", 0)] < RECENCY_RELEVANCE * cosine[("old", 0)]
-    assert apply_recency(votes, sessions.__getitem__, 0.25, 10, 0.1, relevance=cosine.get)
-    assert votes.turn[("new", 0)] == before[("new", 0)]  # not lifted: it answers nothing
-    assert votes.turn[("move", 0)] > before[("move", 0)]  # a stated change still competes
-    again = _votes([("old", 0), ("new", 0)])  # without cosines, the vote margin alone decides
-    assert apply_recency(again, sessions.__getitem__, 0.25, 10, 0.1)
-    assert again.turn[("new", 0)] > again.turn[("old", 0)]
+    ranks = recency_ranks(votes, sessions.__getitem__, relevance=cosine.get)
+    assert ("new", 0) not in ranks  # not newer than anything: it answers nothing
+    assert ranks[("move", 0)] == 1.0 and ranks[("old", 0)] == 0.0  # a stated change competes
+    again = recency_ranks(votes, sessions.__getitem__)  # without cosines, every one competes
+    assert again[("new", 0)] > again[("old", 0)]
 
 
 @pytest.mark.integration
@@ -566,9 +547,9 @@ def test_passage_hits_carry_relevance_from_the_units_that_voted() -> None:
         {"passages": {"length_exponent": -1}},
         {"passages": {"length_free": 0}},
         {"passages": {"length_keep_share": 1.5}},
-        {"passages": {"recency_margin": 0}},
         {"passages": {"context_weight": "high"}},
-        {"passages": {"speaker_focus": 1.5}},
+        {"passages": {"speaker_focus": 1}},
+        {"passages": {"recency": "yes"}},
     ],
 )
 def test_passage_settings_are_validated(bad: dict) -> None:
@@ -632,7 +613,7 @@ def test_a_question_about_one_speaker_is_answered_from_what_they_said() -> None:
         assert all("Kate: " in t and "Sam: " not in t for t in texts), texts
         neutral = mem.retrieve("u", "What sports were played?", k=2)  # nobody named
         assert "speaker" not in neutral.diagnostics
-    off = _cfg(units={"granularities": ("turn",)}, passages={"speaker_focus": 0.0})
+    off = _cfg(units={"granularities": ("turn",)}, passages={"speaker_focus": False})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=off) as mem:
         _chat(mem)
         r = mem.retrieve("u", "What sports does Kate play?", k=2)
@@ -677,35 +658,44 @@ def test_person_focus_picks_the_users_or_the_assistants_turns() -> None:
         ("user", "Every May."),
     ]
 
-    def top_role(person_focus: float, question: str) -> str:
-        # the rules' multiplier (the learned ranker reads person focus as a feature)
-        passages = {"person_focus": person_focus, "ranker": "rules"}
-        cfg = _cfg(units={"granularities": ("turn",)}, passages=passages)
+    def scored(person_focus: bool, question: str) -> tuple[str | None, dict[str, float]]:
+        cfg = _cfg(units={"granularities": ("turn",)}, passages={"person_focus": person_focus})
         with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
             for i, (role, text) in enumerate(chat):
                 mem.add_turn("u", "s1", role, text, timestamp=f"2026-02-0{1 + i}")
             mem.end_session("u", "s1")
-            return mem.retrieve("u", question, k=1).hits[0].memory.text.split("\n")[1]
+            r = mem.retrieve("u", question, k=len(chat))
+            lines = {h.memory.text.split("\n")[1]: h.score for h in r.hits}
+            return r.diagnostics.get("speaker"), lines
+
+    def top(lines: dict[str, float]) -> str:
+        return max(lines, key=lines.__getitem__)
 
     asked_you, asked_i = "Which restaurant in Lisbon did you recommend?", "When do I visit Porto?"
-    assert top_role(0.0, asked_you).startswith("user:")  # the question's words are the user's
-    assert top_role(0.6, asked_you).startswith("assistant:")
-    assert top_role(0.0, asked_i).startswith("assistant:")
-    assert top_role(0.6, asked_i).startswith("user:")
+    off_you, off_i = scored(False, asked_you), scored(False, asked_i)
+    assert off_you[0] is None and top(off_you[1]).startswith("user:")  # the user's words
+    assert off_i[0] is None and top(off_i[1]).startswith("assistant:")
+    on_i = scored(True, asked_i)
+    assert on_i[0] == "user" and top(on_i[1]).startswith("user:")
+    # "you recommended": the user's turns lose the same share of their weight, the assistant's
+    # keep theirs (here the user's words still lead; the ranker weighs words and person alike)
+    on_you = scored(True, asked_you)
+    assert on_you[0] == "assistant"
+    kept = {line: on_you[1][line] / off_you[1][line] for line in off_you[1]}
+    assert all(v == pytest.approx(1.0) for line, v in kept.items() if line.startswith("assistant"))
+    shrunk = [v for line, v in kept.items() if line.startswith("user:")]
+    assert shrunk and shrunk[0] < 0.5 and all(v == pytest.approx(shrunk[0]) for v in shrunk)
 
 
-def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
-    from reflective_memory.retrieval.turn_votes import apply_speaker_focus
+def test_other_speakers_are_the_turns_the_named_speaker_did_not_say() -> None:
+    from reflective_memory.retrieval.turn_votes import other_speakers
 
     sessions = {"s": _turns("s", ["I love badminton.", "Kate loves badminton!"], "2026-01-01")}
     sessions["s"][1] = replace(sessions["s"][1], role="Sam")
     sessions["s"][0] = replace(sessions["s"][0], role="Kate")
     votes = _votes([("s", 1), ("s", 0)])
-    before = dict(votes.turn)
-    assert apply_speaker_focus(votes, sessions.__getitem__, "kate", 0.8) == 1
-    assert votes.turn[("s", 0)] == before[("s", 0)]
-    assert votes.turn[("s", 1)] == pytest.approx(0.2 * before[("s", 1)])
-    assert apply_speaker_focus(votes, sessions.__getitem__, "Kate", 0.0) == 0
+    assert other_speakers(votes, sessions.__getitem__, "kate") == [("s", 1)]
+    assert other_speakers(votes, sessions.__getitem__, "Sam") == [("s", 0)]
 
 
 @settings(max_examples=200, deadline=None)
@@ -723,41 +713,38 @@ def test_speaker_focus_scales_only_the_other_speakers_votes() -> None:
 )
 def test_speaker_focus_reads_labels_only_where_they_can_count(turns, speakers, speaker) -> None:
     from reflective_memory.retrieval.speakers import speaker_of
-    from reflective_memory.retrieval.turn_votes import apply_speaker_focus
+    from reflective_memory.retrieval.turn_votes import other_speakers
 
     texts = [f"{label}we met at the lake" for _, label in turns]
     sessions = {"s": _turns("s", texts, "2026-01-01")}
     sessions["s"] = [replace(t, role=r) for t, (r, _) in zip(sessions["s"], turns, strict=True)]
     votes = _votes([("s", i) for i in range(len(turns))])
-    before = dict(votes.turn)
-    apply_speaker_focus(votes, sessions.__getitem__, speaker, 0.5, speakers)
+    others = set(other_speakers(votes, sessions.__getitem__, speaker, speakers))
     for i, t in enumerate(sessions["s"]):  # the rule, read from every turn's label
         who = speaker_of(t)
         who = t.role if speakers is not None and who not in speakers else who
         same = who.strip().casefold() == speaker.casefold()
-        assert votes.turn[("s", i)] == before[("s", i)] * (1.0 if same else 0.5)
+        assert (("s", i) in others) is not same
 
 
 def test_a_lone_label_is_not_a_speaker_and_quoted_turns_keep_their_vote() -> None:
     """ "Remember: ..." from the user is the user's turn; a query quoting a turn finds it."""
-    from reflective_memory.retrieval.turn_votes import apply_speaker_focus
+    from reflective_memory.retrieval.turn_votes import other_speakers
 
     texts = ["Remember: my sister Lea lives in Porto.", "Saved: my sister Lea lives in Porto."]
     sessions = {"s": _turns("s", texts, "2026-01-01")}
     sessions["s"][1] = replace(sessions["s"][1], role="assistant")
     votes = _votes([("s", 0), ("s", 1)])
-    before = dict(votes.turn)
     roles = ("user", "assistant")
-    assert apply_speaker_focus(votes, sessions.__getitem__, "user", 0.5, roles) == 1
-    assert votes.turn[("s", 0)] == before[("s", 0)]  # not "Remember"'s turn
-    votes = _votes([("s", 0), ("s", 1)])
+    # not "Remember"'s turn: the user's
+    assert other_speakers(votes, sessions.__getitem__, "user", roles) == [("s", 1)]
     asked: list[str] = []
 
     def quoted(turn) -> bool:
         asked.append(turn.turn_id)
         return turn.turn_id == "s:1"
 
-    assert apply_speaker_focus(votes, sessions.__getitem__, "user", 0.5, roles, quoted) == 0
+    assert other_speakers(votes, sessions.__getitem__, "user", roles, quoted) == []
     assert asked == ["s:1"]  # only the other speaker's turns are asked
     # end to end: a first-person question finds the user's "Remember: ..." turn, and the
     # assistant's "I ..." turn is found by its own words
@@ -769,7 +756,7 @@ def test_a_lone_label_is_not_a_speaker_and_quoted_turns_keep_their_vote() -> Non
         ("user", "I'm also training for the Lyon half marathon in April."),
         ("assistant", "I think a 12-week plan with one long run a week works well."),
     ]
-    cfg = _cfg(passages={"person_focus": 0.6})
+    cfg = _cfg(passages={"person_focus": True})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         for i, (role, text) in enumerate(chat):
             mem.add_turn("u", "s1", role, text, timestamp=f"2026-02-0{1 + i}")
@@ -807,6 +794,67 @@ def test_segment_votes_weigh_the_same_at_every_budget() -> None:
         MemoryConfig(passages={"context_full_budget": 1000})
     with pytest.raises(ConfigError, match="removed"):
         MemoryConfig(context_full_budget=1000)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"passages": {"ranker": "rules"}}, "'rules' was removed: the learned ranker replaces it"),
+        ({"passages": {"recency_weight": 0.25}}, "passages.recency_weight is now passages.recency"),
+        ({"passages": {"time_weight": 0.5}}, "passages.time_weight is now passages.time_frame"),
+        ({"passages": {"recency_margin": 0.1}}, "passages.recency_margin was removed"),
+        ({"passages": {"speaker_focus": 0.8}}, "passages.speaker_focus must be True or False"),
+        ({"passages": {"person_focus": 0.3}}, "passages.person_focus must be True or False"),
+        ({"recency_margin": 0.1}, "recency_margin was removed"),
+        ({"recency_weight": 0.25}, "passages.recency must be True or False, got 0.25"),
+    ],
+)
+def test_the_rules_rankers_settings_say_what_replaced_them(given: dict, said: str) -> None:
+    """The cue settings switch cues on or off; their old weights and the rules are gone."""
+    import re
+    import warnings
+
+    from reflective_memory.errors import ConfigError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the flat names of 0.1
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            MemoryConfig(**given)
+    if "passages" in given:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            MemoryConfig().replace(**given)
+
+
+#: Per cue switch: a question that raises the cue, and whether the retrieval state shows it.
+CUE_QUESTIONS = {
+    "speaker_focus": ("What sports does Kate play?", lambda st: st.speaker == "Kate"),
+    "person_focus": ("Where do I play badminton?", lambda st: st.speaker == "user"),
+    "recency": ("What sport do I play these days?", lambda st: st.recency),
+    "time_frame": ("Which sport did I play two days ago?", lambda st: st.frame is not None),
+}
+
+
+@pytest.mark.parametrize("switch", sorted(CUE_QUESTIONS))
+def test_each_cue_switch_turns_its_cue_off(switch: str) -> None:
+    question, shows = CUE_QUESTIONS[switch]
+    for on in (True, False):
+        cfg = _cfg(units={"granularities": ("turn",)}, passages={switch: on})
+        with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
+            for i, (who, text) in enumerate(KATE_AND_SAM):
+                # Kate and Sam by name, or the two roles of a user/assistant chat
+                role = who if switch == "speaker_focus" else ("user", "assistant")[i % 2]
+                mem.add_turn("u", "s1", role, text, timestamp=f"2026-01-0{1 + i // 2}")
+            mem.end_session("u", "s1")
+            state = mem.retriever.state(mem.retriever.request("u", question, 2, None, *[None] * 6))
+            assert bool(shows(state)) is on, (switch, on)
+
+
+def test_with_every_cue_off_the_cue_stage_does_not_run() -> None:
+    off = dict.fromkeys(CUE_QUESTIONS, False)
+    for passages, runs in ((off, False), ({**off, "recency": True}, True), ({}, True)):
+        with ReflectiveMemory(embedder=HashingEmbedder(128), config=_cfg(passages=passages)) as m:
+            request = m.retriever.request("u", "What sports does Kate play?", 2, None, *[None] * 6)
+            assert ("cues" in [stage.name for stage in m.retriever.stages(request)]) is runs
 
 
 def test_a_present_tense_cue_is_not_searched_as_words() -> None:
@@ -884,7 +932,7 @@ def test_lowercase_labels_name_speakers_and_stay_out_of_dense_vectors() -> None:
 
 def test_a_stated_change_competes_for_the_present_even_when_it_matches_less() -> None:
     """ "I'm moving to Neukölln" competes with "I live in Alfama" for "where do I live now"."""
-    from reflective_memory.retrieval.turn_votes import TurnVotes, apply_recency, states_a_change
+    from reflective_memory.retrieval.turn_votes import TurnVotes, recency_ranks, states_a_change
 
     sessions = {
         "old": _turns("old", ["I live in Alfama in Lisbon."], "2025-01-12"),
@@ -893,21 +941,21 @@ def test_a_stated_change_competes_for_the_present_even_when_it_matches_less() ->
     }
     assert states_a_change(sessions["new"][0].text)
     assert not any(states_a_change(t.text) for t in sessions["old"] + sessions["mid"])
-    start = {("old", 0): 1.0, ("mid", 0): 0.6, ("new", 0): 0.5}
+    votes = TurnVotes()
+    for key, v in {("old", 0): 1.0, ("mid", 0): 0.6, ("new", 0): 0.5}.items():
+        votes.add(key, v, None)
+    cosine = {("old", 0): 0.5, ("mid", 0): 0.4, ("new", 0): 0.1}  # the move matches far less
     for changes in (False, True):
-        votes = TurnVotes()
-        for key, v in start.items():
-            votes.add(key, v, None)
-        # the move is far below the 10% margin of the best: only as a stated change it competes
-        assert apply_recency(votes, sessions.__getitem__, 0.25, 10, 0.1, changes=changes) is changes
-        assert votes.turn[("new", 0)] == pytest.approx(0.5 * 1.25 if changes else 0.5)
-        assert votes.turn[("old", 0)] == 1.0  # the oldest competitor keeps its vote
-        assert votes.turn[("mid", 0)] == 0.6  # a newer turn below the margin is never lifted
+        ranks = recency_ranks(votes, sessions.__getitem__, changes=changes, relevance=cosine.get)
+        # only as a stated change does the move compete, and then it is the newest
+        assert (("new", 0) in ranks) is changes
+        assert ranks[("old", 0)] == 0.0
+        assert ranks[("new" if changes else "mid", 0)] == 1.0
 
 
 def test_recency_orders_sessions_not_turns_within_one() -> None:
     """A later turn of the same conversation is no update: recency compares session times."""
-    from reflective_memory.retrieval.turn_votes import TurnVotes, apply_recency
+    from reflective_memory.retrieval.turn_votes import TurnVotes, recency_ranks
 
     sessions = {
         "old": _turns("old", ["I live in Alfama."], "2025-01-12"),
@@ -916,10 +964,7 @@ def test_recency_orders_sessions_not_turns_within_one() -> None:
     votes = TurnVotes()
     for key, v in {("new", 0): 1.0, ("new", 1): 0.97}.items():
         votes.add(key, v, None)
-    assert apply_recency(votes, sessions.__getitem__, 0.25, 10, 0.1) is False  # one session
-    assert votes.turn == {("new", 0): 1.0, ("new", 1): 0.97}
+    assert recency_ranks(votes, sessions.__getitem__) == {}  # one session: no order in time
     votes.add(("old", 0), 0.99, None)
-    assert apply_recency(votes, sessions.__getitem__, 0.25, 10, 0.1) is True
-    assert votes.turn[("new", 0)] == pytest.approx(1.25)
-    assert votes.turn[("new", 1)] == pytest.approx(0.97 * 1.25)  # its order within the session kept
-    assert votes.turn[("old", 0)] == 0.99
+    ranks = recency_ranks(votes, sessions.__getitem__)
+    assert ranks == {("new", 0): 1.0, ("new", 1): 1.0, ("old", 0): 0.0}

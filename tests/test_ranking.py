@@ -159,7 +159,7 @@ def test_the_learned_ranker_scores_every_voted_turn_by_its_model(tmp_path: Path)
         assert {h.memory.turn_ids[0] for h in hits} == {"t1", "t3"}
 
 
-def test_rules_and_learned_are_the_choices_and_a_bad_model_fails_at_construction(
+def test_learned_or_a_model_file_are_the_choices_and_a_bad_model_fails_at_construction(
     tmp_path: Path,
 ) -> None:
     with pytest.raises(ConfigError, match="passages.ranker"):
@@ -169,11 +169,6 @@ def test_rules_and_learned_are_the_choices_and_a_bad_model_fails_at_construction
             embedder=HashingEmbedder(dim=32),
             config=MemoryConfig(passages={"ranker": str(tmp_path / "none.json")}),
         )
-    with ReflectiveMemory(
-        embedder=HashingEmbedder(dim=128), config=MemoryConfig(passages={"ranker": "rules"})
-    ) as mem:
-        _chat(mem)
-        state = mem.retriever.state(
-            mem.retriever.request("u", "What does Sam do on weekends?", 2, None, *[None] * 6)
-        )
-        assert state.features is None  # the hand-set multipliers ran instead
+    # the hand-set rules are gone: saying so, and what replaces them
+    with pytest.raises(ConfigError, match="'rules' was removed: the learned ranker replaces it"):
+        MemoryConfig(passages={"ranker": "rules"})

@@ -53,8 +53,8 @@ def test_passages_carry_their_dates(mem):
     assert {h.memory.session_id for h in r.hits[:2]} <= {"s1", "s2"}  # April, asked in May
 
 
-def test_time_weight_zero_turns_it_off():
-    cfg = MemoryConfig(units={"granularities": ("turn",)}, passages={"time_weight": 0.0})
+def test_time_frame_false_turns_it_off():
+    cfg = MemoryConfig(units={"granularities": ("turn",)}, passages={"time_frame": False})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as m:
         for i, (day, text) in enumerate(COOKING):
             m.add_turn("ana", f"s{i}", "user", text, timestamp=day)

@@ -95,7 +95,7 @@ def test_small_talk_never_is_one_of_k_turns_in_any_language(lang):
     # the small-talk rule alone: turns stored now are stamped seconds apart, and a present-tense
     # question ("what am I allergic to?") would lift the newest near-tie of the crude hashing
     # embedder (tests/test_passages.py covers recency)
-    alone = MemoryConfig(passages={"recency_weight": 0.0})
+    alone = MemoryConfig(passages={"recency": False})
     with ReflectiveMemory(embedder=HashingEmbedder(), config=alone) as m:
         for i, session in enumerate(HISTORIES[lang]):
             for role, text in session:

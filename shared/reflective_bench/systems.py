@@ -182,19 +182,8 @@ ABLATIONS = (
         {"passages": {"context_weight": 0.0}},
         what="segments searched, no vote",
     ),
-    System("- recency", {"passages": {"recency_weight": 0.0}}, what="no time-aware boost"),
-    System("- time frame", {"passages": {"time_weight": 0.0}}, what="no time-anchored boost"),
-    System("time frame 0.2", {"passages": {"time_weight": 0.2}}, what="a weaker time boost"),
-    System(
-        "recency 0.5 within 20%",
-        {"passages": {"recency_weight": 0.5, "recency_margin": 0.2}},
-        what="present-tense boost twice as strong, over turns within 20% of the best",
-    ),
-    System(
-        "recency 0.25 within 20%",
-        {"passages": {"recency_margin": 0.2}},
-        what="present-tense boost over turns within 20% of the best",
-    ),
+    System("- recency", {"passages": {"recency": False}}, what="no time-aware boost"),
+    System("- time frame", {"passages": {"time_frame": False}}, what="no time-anchored boost"),
     System(
         "- length-aware packing",
         {"passages": {"length_exponent": 0.0}},
@@ -205,7 +194,7 @@ ABLATIONS = (
     ),
     System(
         "- speaker focus",
-        {"passages": {"speaker_focus": 0.0}},
+        {"passages": {"speaker_focus": False}},
         what="a named speaker is searched for like any word",
     ),
     System(
@@ -222,13 +211,8 @@ ABLATIONS = (
     ),
     System(
         "- person focus",
-        {"passages": {"person_focus": 0.0}},
+        {"passages": {"person_focus": False}},
         what="I/my questions do not favour the user's turns, nor 'you said' the assistant's",
-    ),
-    System(
-        "- learned ranker",
-        {"passages": {"ranker": "rules"}},
-        what="each cue multiplies the vote by its hand-set weight (the rules)",
     ),
     System(
         "learned ranker, cross-validated",

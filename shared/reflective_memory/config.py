@@ -3,9 +3,9 @@
 Every stage owns a small frozen config that validates itself and holds the one copy of its
 defaults; `MemoryConfig` only composes them. Nested groups accept a dict of the fields to change:
 
->>> cfg = MemoryConfig(rerank={"top_k": 10}, passages={"speaker_focus": 0.5})
+>>> cfg = MemoryConfig(rerank={"top_k": 10}, passages={"speaker_focus": False})
 >>> cfg.rerank.top_k, cfg.passages.speaker_focus, cfg.search.rrf_k
-(10, 0.5, 60)
+(10, False, 60)
 
 The flat names of 0.1 (`rerank_top_k=10`) still work for one release, with a
 `DeprecationWarning` naming the new place; settings removed in 0.2 raise `ConfigError`.
@@ -29,7 +29,7 @@ from reflective_memory.retrieval.units import UnitConfig
 from reflective_memory.rmm.config import RerankConfig, TopicConfig
 from reflective_memory.segment.config import SegmentConfig
 from reflective_memory.sessions.config import SessionConfig
-from reflective_memory.settings import coerce
+from reflective_memory.settings import check_fields, coerce
 from reflective_memory.storage.ann import IndexConfig
 
 __all__ = ["MemoryConfig", "FLAT_NAMES", "REMOVED"]
@@ -77,8 +77,7 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "attribution_fallback": ("rerank", "attribution_fallback"),
     "attribution_threshold": ("rerank", "attribution_threshold"),
     "context_weight": ("passages", "context_weight"),
-    "recency_weight": ("passages", "recency_weight"),
-    "recency_margin": ("passages", "recency_margin"),
+    "recency_weight": ("passages", "recency"),
     "speaker_focus": ("passages", "speaker_focus"),
     "length_exponent": ("passages", "length_exponent"),
     "length_free": ("passages", "length_free"),
@@ -116,6 +115,7 @@ REMOVED = frozenset(
         "rerank_turn_prior_learning_rate",
         "extra",
         "context_full_budget",
+        "recency_margin",
     }
 )
 
@@ -216,9 +216,7 @@ class MemoryConfig:
         for name, value in changes.items():
             current = out.get(name)
             if isinstance(value, dict) and current is not None:
-                unknown = sorted(set(value) - {f.name for f in dataclasses.fields(current)})
-                if unknown:
-                    raise ConfigError(f"unknown {name} settings: {unknown}")
+                check_fields(type(current), value, name)
                 value = dataclasses.replace(current, **value)
             out[name] = value
         return MemoryConfig(**out)

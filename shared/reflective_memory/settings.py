@@ -17,6 +17,7 @@ __all__ = [
     "check_int",
     "check_number",
     "check_names",
+    "check_fields",
     "coerce",
     "set_field",
 ]
@@ -102,19 +103,33 @@ def set_field(obj: Any, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)
 
 
+def check_fields(cls: type, names: Iterable[str], group: str) -> None:
+    """Every name must be a field of the config class `cls`.
+
+    A name the class lists in its `RETIRED` mapping (an old field -> what took its place)
+    raises `ConfigError` saying so; any other unknown name raises one listing the fields.
+    """
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(names) - known)
+    retired: Mapping[str, str] = getattr(cls, "RETIRED", {})
+    for name in unknown:
+        if name in retired:
+            raise ConfigError(f"{group}.{name} {retired[name]}")
+    if unknown:
+        raise ConfigError(f"unknown {group} settings: {unknown}; known: {sorted(known)}")
+
+
 def coerce(cls: type[C], value: Any, name: str) -> C:
     """An instance of the config class `cls` from an instance, a dict of fields or None.
 
-    A dict gives only the fields it changes; unknown keys raise `ConfigError` naming them.
+    A dict gives only the fields it changes; unknown keys raise `ConfigError` naming them
+    (`check_fields`).
     """
     if value is None:
         return cls()
     if isinstance(value, cls):
         return value
     if isinstance(value, Mapping):
-        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ConfigError(f"unknown {name} settings: {unknown}; known: {sorted(known)}")
+        check_fields(cls, value, name)
         return cls(**value)
     raise ConfigError(f"{name} must be a {cls.__name__} or a dict of its fields, got {value!r}")

@@ -18,7 +18,7 @@ What the stages use:
 - `speakers`: who said a turn (names and roles in stored text).
 - `timeframe`: the period a question is anchored in, resolved against `now`.
 - `units`: `UnitConfig`; the units (turns, exchanges, segments) a session is indexed as.
-- `turn_votes`: votes per turn and the hand-set rules (`ranker="rules"`).
+- `turn_votes`: votes per turn, and the question's cues read against the voted turns.
 - `features`: one feature row per voted turn (`FEATURES`, `turn_features`).
 - `ranker`: `TurnRanker`, the learned log-linear model shipped as checksummed JSON
   (`reflective_memory/data/turn_ranker.json`); `fit_ranker` refits it.

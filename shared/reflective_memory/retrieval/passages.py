@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -54,24 +54,19 @@ class PassageConfig:
             reader (see `ReflectiveMemory.retrieve`); `False` returns the ranked units.
         context_weight: Vote of a coarse unit (segment, session, topic, note) for each of its
             turns, relative to a turn's own key (1.0).
-        recency_weight: Present-tense questions ("now", "currently", "these days", "still")
-            multiply the votes of the best turns by `1 + recency_weight * r`, r from 0 (the
-            oldest of them) to 1 (the newest); 0 turns it off.
-        recency_margin: With the ranker `rules`, only the 10 best turns whose vote is within
-            this fraction of the best vote compete on time (a clearly less relevant turn is never
-            pulled up by its date); the learned ranker weighs how new each of the best ten is.
-        time_weight: A question anchored in time ("two weeks ago", "last summer", "on 29 Dec
-            2023"; `retrieval.timeframe`) multiplies the votes of the turns said in that
-            period by `1 + time_weight`, resolved against the call's `now`; 0 turns it off.
-        speaker_focus: When a question names exactly one of the speakers of the user's turns
-            ("What does Kate do on weekends?"), it is searched without the name and the other
-            speakers' turns' votes are multiplied by `1 - speaker_focus` (0: off).
+        recency: Present-tense questions ("now", "currently", "these days", "still") lift the
+            newest of the best turns, and the cue's words are left out of the search (`False`:
+            off).
+        time_frame: A question anchored in time ("two weeks ago", "last summer", "on 29 Dec
+            2023"; `retrieval.timeframe`) lifts the turns said in that period, resolved
+            against the call's `now` (`False`: off).
+        speaker_focus: A question naming exactly one of the speakers of the user's turns
+            ("What does Kate do on weekends?") is searched without the name, and what that
+            speaker said is preferred (`False`: off).
         person_focus: In a chat of `user` and `assistant` turns, a question that names no
-            speaker but asks in the first person ("where do I work?") scales the assistant's
-            turns by `1 - person_focus`, one that asks what "you said / recommended" the
-            user's (0: off). At 0.3: LongMemEval dev100 +8.3 points at 500 words, top-5
-            0.722 -> 0.810; neutral on REALTALK (BENCHMARKS.md, issue 27). A turn holding the
-            question word for word keeps its vote.
+            speaker but asks in the first person ("where do I work?") prefers the user's
+            turns, one that asks what "you said / recommended" the assistant's; a turn
+            holding the question word for word is not held back (`False`: off).
         length_exponent: Packing order is `vote / (cost / (length_free * median)) **
             length_exponent` for turns longer than `length_free` times the median candidate, so
             a long turn must out-vote the several short ones whose room it would take (the
@@ -87,22 +82,20 @@ class PassageConfig:
             when it fits, else as an excerpt of the room the budget leaves beside the next
             turn that fits. 0 reads whole turns only. At 50: +6.3 points at 250 words on
             LongMemEval dev100, +6.8 on REALTALK (BENCHMARKS.md, issue 27).
-        ranker: How the cues weigh a voted turn. `learned`: one log-linear model over every
+        ranker: How the cues weigh a voted turn: `learned`, one log-linear model over every
             cue (`reflective_memory.retrieval`, fitted on the dev sets for coverage and for
             putting the newest statement first, shipped with the package; cross-validated in
-            BENCHMARKS.md); the cue settings above (`speaker_focus`, `person_focus`,
-            `recency_weight`, `time_weight`) then only switch a cue on (> 0) or off (0).
-            `rules`: each cue multiplies the vote by its setting. Any other value is the path
-            of a model file written by `reflective-memory bench fit-ranker`.
+            BENCHMARKS.md), or the path of a model file written by
+            `reflective-memory bench fit-ranker`. The cue settings above only switch a cue
+            on or off; the model weighs it.
     """
 
     enabled: bool = True
     context_weight: float = 0.25
-    recency_weight: float = 0.25
-    recency_margin: float = 0.1
-    time_weight: float = 0.5
-    speaker_focus: float = 0.8
-    person_focus: float = 0.3
+    recency: bool = True
+    time_frame: bool = True
+    speaker_focus: bool = True
+    person_focus: bool = True
     length_exponent: float = 0.5
     length_free: float = 2.0
     length_keep_share: float = 0.25
@@ -110,19 +103,33 @@ class PassageConfig:
     excerpt_length: int = 50
     ranker: str = "learned"
 
+    #: Settings of earlier versions: what took their place (`settings.coerce` raises it).
+    RETIRED: ClassVar[dict[str, str]] = {
+        "recency_weight": "is now passages.recency, True or False (the learned ranker weighs "
+        "the cue; its strength is no setting)",
+        "time_weight": "is now passages.time_frame, True or False (the learned ranker weighs "
+        "the cue; its strength is no setting)",
+        "recency_margin": "was removed with passages.ranker='rules', the only ranker that read it",
+    }
+
     def __post_init__(self) -> None:
-        check_bool("passages.enabled", self.enabled)
+        for name in ("enabled", "recency", "time_frame", "speaker_focus", "person_focus"):
+            check_bool(f"passages.{name}", getattr(self, name))
+        if self.ranker == "rules":
+            raise ConfigError(
+                "passages.ranker='rules' was removed: the learned ranker replaces it (it weighs "
+                "the same cues and cross-validated better, BENCHMARKS.md); use 'learned' or a "
+                "model file"
+            )
         if not isinstance(self.ranker, str) or not self.ranker.strip():
             raise ConfigError(
-                f"passages.ranker must be 'learned', 'rules' or a model file, got {self.ranker!r}"
+                f"passages.ranker must be 'learned' or a model file, got {self.ranker!r}"
             )
-        for name in ("context_weight", "recency_weight", "time_weight", "length_exponent"):
+        for name in ("context_weight", "length_exponent"):
             check_number(f"passages.{name}", getattr(self, name), 0)
         check_int("passages.excerpt_length", self.excerpt_length, 0)
-        for name in ("length_keep_share", "speaker_focus", "person_focus"):
-            check_number(f"passages.{name}", getattr(self, name), 0, 1)
-        for name in ("recency_margin", "length_free"):
-            check_number(f"passages.{name}", getattr(self, name), 0, open_low=True)
+        check_number("passages.length_keep_share", self.length_keep_share, 0, 1)
+        check_number("passages.length_free", self.length_free, 0, open_low=True)
         check_choice("passages.budget_unit", self.budget_unit, ("tokens", "words"))
 
 

@@ -95,8 +95,7 @@ class Retriever:
         passages = cfg.passages.enabled and request.views is None
         out: list[Stage] = []
         p = cfg.passages
-        cues = (p.speaker_focus, p.person_focus, p.recency_weight, p.time_weight)
-        if passages and any(w > 0 for w in cues):
+        if passages and (p.speaker_focus or p.person_focus or p.recency or p.time_frame):
             out.append(self.cues)
         if request.mode != "lexical":
             out += [self.query, self.dense]

@@ -63,7 +63,6 @@ class RetrievalState:
             speaker's name).
         speaker: The one speaker the question names (or asks about in the first or second
             person), if speaker focus applies.
-        focus: How much the other speakers' turn votes shrink (`1 - focus`).
         speakers: Who counts as a speaker for the focus: the user's speakers, or only the two
             chat roles when the question's person (not a name) chose the speaker (a turn that
             holds the question word for word is then kept whoever said it: the words of an
@@ -81,8 +80,7 @@ class RetrievalState:
         scores: Each ranked position's scores by ranker.
         rerank: What the reranker showed (the typed record feedback learns from), when it ran.
         votes: Turn votes of the small-to-big stage.
-        recency: Whether present-tense recency changed any vote (with the learned ranker:
-            whether the question read as present tense).
+        recency: Whether the question read as present tense (with `passages.recency` on).
         features: The voted turns' feature rows, when the learned ranker scored them.
         hits: The result, best first.
         filled: Whether the hits reached `k` or the budget (else: candidates ran out).
@@ -96,7 +94,6 @@ class RetrievalState:
     index: UserIndex | None
     search_query: str
     speaker: str | None = None
-    focus: float = 0.0
     speakers: tuple[str, ...] = ()
     frame: TimeFrame | None = None
     qvec: np.ndarray | None = None

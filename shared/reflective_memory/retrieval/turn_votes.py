@@ -2,10 +2,12 @@
 
 Every ranked unit votes for its turns with a reciprocal-rank weight (`weight / (rrf_k + rank +
 1)`, the fusion's rule), so a turn found by its own key and inside a well-ranked segment rises
-above a turn found once (`collect_votes`). The votes are then adjusted by what the question asks
-(`retrieval.cues`): the newest evidence for a question about the present
-(`apply_recency`), turns inside a question's time frame (`apply_time_frame`), the asked-about
-speaker's turns (`apply_speaker_focus`). `retrieval.passages` packs the voted turns.
+above a turn found once (`collect_votes`). What the question asks (`retrieval.cues`) is read
+against the voted turns here: how new each of the best turns is for a question about the
+present (`recency_ranks`), the turns inside a question's time frame (`in_time_frame`), the
+turns someone other than the asked-about speaker said (`other_speakers`). These become
+features the learned ranker weighs (`retrieval.features`); `retrieval.passages` packs the
+voted turns.
 """
 
 from __future__ import annotations
@@ -20,12 +22,9 @@ from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.types import Memory, Turn
 
 __all__ = [
-    "RECENCY_POOL",
+    "RECENCY_RELEVANCE",
     "TurnVotes",
     "collect_votes",
-    "apply_recency",
-    "apply_time_frame",
-    "apply_speaker_focus",
     "recency_ranks",
     "in_time_frame",
     "other_speakers",
@@ -33,9 +32,8 @@ __all__ = [
     "turn_time",
 ]
 
-#: Turns that compete on time for a present-tense question.
-RECENCY_POOL = 10
-#: ... and the share of the best of them's query cosine a turn's own must reach to compete.
+#: The share of the best competing turn's query cosine a turn's own must reach to compete on
+#: time for a present-tense question (`recency_ranks`).
 RECENCY_RELEVANCE = 0.5
 
 
@@ -140,28 +138,25 @@ def recency_ranks(
     votes: TurnVotes,
     session_turns: Callable[[str], Sequence[Turn]],
     top: int = 10,
-    margin: float = 1.0,
     changes: bool = True,
     relevance: Callable[[tuple[str, int]], float | None] | None = None,
 ) -> dict[tuple[str, int], float]:
     """How new each turn competing on time is: 0 for the oldest of them, 1 for the newest.
 
-    The turns that compete are the `top` best whose vote is at least `(1 - margin)` times the
-    best vote, and (with `changes`) those of the `top` that state a change
-    (`states_a_change`: "I'm moving to Neukölln" competes with an older "I live in Alfama"
-    even when it matches the question's words less). Time is their session's (a later turn of
-    the same conversation is no update, so turns of one session keep their order). With
-    `relevance` (a turn's own query cosine, None when its key was not ranked), a turn whose
-    cosine is below `RECENCY_RELEVANCE` of the best one's does not compete either (unless it
-    states a change): fused votes of a small history are close, but "Tusen takk!" is no answer
-    to "What am I allergic to?" however new.
+    The turns that compete are the `top` best. With `relevance` (a turn's own query cosine,
+    None when its key was not ranked), one whose cosine is below `RECENCY_RELEVANCE` of the
+    best one's does not compete: fused votes of a small history are close, but "Tusen takk!"
+    is no answer to "What am I allergic to?" however new. With `changes`, a turn of the `top`
+    that states a change competes even so (`states_a_change`: "I'm moving to Neukölln"
+    competes with an older "I live in Alfama" even when it matches the question's words less).
+    Time is their session's (a later turn of the same conversation is no update, so turns of
+    one session keep their order).
 
     Returns:
         `r` per competing turn; empty when fewer than two distinct times are known.
     """
     pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
     if pool:
-        floor = (1.0 - margin) * votes.turn[pool[0]]
         cosines = {key: relevance(key) for key in pool} if relevance is not None else {}
         known = [c for c in cosines.values() if c is not None]
         near = RECENCY_RELEVANCE * max(known) if known else None
@@ -173,8 +168,7 @@ def recency_ranks(
         pool = [
             key
             for key in pool
-            if (votes.turn[key] >= floor and close(key))
-            or (changes and states_a_change(session_turns(key[0])[key[1]].text))
+            if close(key) or (changes and states_a_change(session_turns(key[0])[key[1]].text))
         ]
     times: dict[tuple[str, int], float] = {}
     for key in pool:
@@ -185,31 +179,6 @@ def recency_ranks(
         return {}
     lo, hi = min(times.values()), max(times.values())
     return {key: (e - lo) / (hi - lo) for key, e in times.items()}
-
-
-def apply_recency(
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    weight: float,
-    top: int = 10,
-    margin: float = 1.0,
-    changes: bool = True,
-    relevance: Callable[[tuple[str, int]], float | None] | None = None,
-) -> bool:
-    """Scale the votes of the turns competing on time by `1 + weight * r` (`recency_ranks`).
-
-    The newest of the memories that answer wins; weaker turns are left alone (a recent but
-    unrelated turn is not pulled up).
-
-    Returns:
-        Whether any vote changed (False when fewer than two distinct times are known).
-    """
-    ranks = recency_ranks(votes, session_turns, top, margin, changes, relevance)
-    if weight <= 0 or not ranks:
-        return False
-    for key, r in ranks.items():
-        votes.turn[key] *= 1.0 + weight * r
-    return True
 
 
 #: The lookahead (the alternatives' first letters) changes no match; it only makes the
@@ -261,26 +230,6 @@ def in_time_frame(
     return out
 
 
-def apply_time_frame(
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    start: datetime,
-    end: datetime,
-    weight: float,
-) -> int:
-    """Multiply the votes of the turns said in `[start, end)` by `1 + weight`.
-
-    Returns:
-        How many turn votes were raised.
-    """
-    if weight <= 0:
-        return 0
-    inside = in_time_frame(votes, session_turns, start, end)
-    for key in inside:
-        votes.turn[key] *= 1.0 + weight
-    return len(inside)
-
-
 def other_speakers(
     votes: TurnVotes,
     session_turns: Callable[[str], Sequence[Turn]],
@@ -314,27 +263,3 @@ def other_speakers(
         if name != want and not (keep is not None and keep(turn)):
             out.append(key)
     return out
-
-
-def apply_speaker_focus(
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    speaker: str,
-    focus: float,
-    speakers: Collection[str] | None = None,
-    keep: Callable[[Turn], bool] | None = None,
-) -> int:
-    """Scale the votes of turns not spoken by `speaker` (`other_speakers`) by `1 - focus`.
-
-    A question about one person ("What does Kate do on weekends?") is answered by what that
-    person said; the other side's turns still count, less.
-
-    Returns:
-        How many turn votes were scaled down.
-    """
-    if focus <= 0:
-        return 0
-    others = other_speakers(votes, session_turns, speaker, speakers, keep)
-    for key in others:
-        votes.turn[key] *= 1.0 - focus
-    return len(others)

@@ -1,8 +1,8 @@
-"""Small-to-big stages: speaker focus on the question, and ranked units become turn votes.
+"""Small-to-big stages: the question's cues, and ranked units become turn votes.
 
-The algorithms are `retrieval.cues` (what the question asks) and
-`retrieval.turn_votes` (votes, speaker focus, recency, time frames); these stages feed
-them the user's turns, read once per index version.
+The algorithms are `retrieval.cues` (what the question asks), `retrieval.turn_votes`
+(votes per turn) and `retrieval.features` with `retrieval.ranker` (the learned model that
+weighs every cue); these stages feed them the user's turns, read once per index version.
 """
 
 from __future__ import annotations
@@ -28,14 +28,7 @@ from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
 from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.retrieval.timeframe import time_frame
-from reflective_memory.retrieval.turn_votes import (
-    RECENCY_POOL,
-    TurnVotes,
-    apply_recency,
-    apply_speaker_focus,
-    apply_time_frame,
-    collect_votes,
-)
+from reflective_memory.retrieval.turn_votes import TurnVotes, collect_votes
 from reflective_memory.retrieval.units import turn_unit_id
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
@@ -338,15 +331,18 @@ class QuestionCues:
 
     - A question naming exactly one speaker of the user's turns is searched without the name:
       "What does Kate do on weekends?" as "What does do on weekends?". The name says whose
-      turns answer (the `Votes` stage scales the others' down), not what they are about, and
-      would otherwise pull up every turn that mentions or addresses that person. In a
-      `user` / `assistant` chat the question's person does the same (person focus).
+      turns answer (the `Votes` stage weighs the other speakers' turns), not what they are
+      about, and would otherwise pull up every turn that mentions or addresses that person. In
+      a `user` / `assistant` chat the question's person does the same (person focus).
     - A present-tense cue ("these days", "currently") is left out of the searched text; it
       lifts the newest answers in the `Votes` stage instead.
     - A time the question is anchored in ("two weeks ago", "on 29 Dec 2023") is resolved
-      against the call's `now` (default: the user's newest turn); the `Votes` stage raises
+      against the call's `now` (default: the user's newest turn); the `Votes` stage lifts
       the turns said in that period. Its words stay in the searched text (taking them out
       cost 0.8 to 1.7 points at 1,000–2,000 words on REALTALK).
+
+    Each cue runs only when its setting is on (`speaker_focus`, `person_focus`, `recency`,
+    `time_frame`).
 
     Args:
         config: Passage settings.
@@ -360,36 +356,37 @@ class QuestionCues:
         self.config, self.turns = config, turns
 
     def run(self, state: RetrievalState) -> None:
-        """Set `state.speaker`, `state.focus`, `state.frame` and `state.search_query`."""
+        """Set `state.speaker`, `state.speakers`, `state.frame` and `state.search_query`."""
         req, cfg = state.request, self.config
         speakers = self.turns.speakers(req.user_id, state.index)
-        speaker = named_speaker(req.query, speakers) if cfg.speaker_focus > 0 else None
+        speaker = named_speaker(req.query, speakers) if cfg.speaker_focus else None
         if speaker is not None:
-            state.speaker, state.focus = speaker, cfg.speaker_focus
+            state.speaker = speaker
             state.speakers = tuple(speakers)
             state.search_query = without_name(req.query, speaker)
-        elif cfg.person_focus > 0 and {"user", "assistant"} <= set(speakers):
+        elif cfg.person_focus and {"user", "assistant"} <= set(speakers):
             role = addressed_role(req.query)
             if role is not None:
-                state.speaker, state.focus = role, cfg.person_focus
+                state.speaker = role
                 state.speakers = ("user", "assistant")  # compared by role
-        if cfg.recency_weight > 0:  # the cue goes to the recency boost, not the search
+        if cfg.recency:  # the cue goes to the ranker's recency feature, not the search
             state.search_query = without_present_cue(state.search_query)
-        if cfg.time_weight > 0:
+        if cfg.time_frame:
             now = req.now or self.turns.newest(req.user_id, state.index)
             if now is not None:  # the phrase stays searched (measured: removing it costs)
                 state.frame = time_frame(state.search_query, now)
 
 
 class Votes:
-    """Resolve the ranked units to votes for turns (small-to-big), then scale them.
+    """Resolve the ranked units to votes for turns (small-to-big), then weigh them.
 
-    Coarse units (segments, topics, notes) vote for their turns at `context_weight`; a focused
-    speaker's other speakers keep `1 - speaker_focus` of their votes; present-tense questions
-    lift the newest of the best turns. Turns the caller excludes get no vote; nor does a turn
-    with no content of its own (an acknowledgement, a greeting: a short turn of words common in
-    the user's turns, `text.WordCounts`, in any language) unless the turn before it is voted: it
-    then follows that turn, never alone, and never as one of `k` bare turns.
+    Coarse units (segments, topics, notes) vote for their turns at `context_weight`; the
+    learned ranker (`TurnRanker`) then weighs every voted turn by its features, the question's
+    cues among them (whose turn it is, how new, inside the asked-for period). Turns the caller
+    excludes get no vote; nor does a turn with no content of its own (an acknowledgement, a
+    greeting: a short turn of words common in the user's turns, `text.WordCounts`, in any
+    language) unless the turn before it is voted: it then follows that turn, never alone, and
+    never as one of `k` bare turns.
 
     When sessions are cut into segments or session units (`context_units`), a turn no such
     unit covers yet (its session is open) gets, from its own key, the context vote of a unit
@@ -412,9 +409,7 @@ class Votes:
     ) -> None:
         self.config, self.rrf_k, self.turns = config, rrf_k, turns
         self.context_units = context_units
-        self.ranker: TurnRanker | None = None
-        if config.ranker != "rules":
-            self.ranker = load_ranker(None if config.ranker == "learned" else config.ranker)
+        self.ranker: TurnRanker = load_ranker(None if config.ranker == "learned" else config.ranker)
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.votes`, `state.unit_scores`, `state.ranked_units` and `state.recency`."""
@@ -443,40 +438,9 @@ class Votes:
         keep = None
         if state.speaker is not None and state.speakers == ("user", "assistant"):
             keep = _quotes(req.query)
-        if self.ranker is not None:
-            self._learned(state, votes, ranked, session_turns, quiet, keep)
-        else:
-            self._rules(state, votes, session_turns, keep)
+        self._learned(state, votes, ranked, session_turns, quiet, keep)
         state.votes = votes
         state.ranked_units = len(ranked)
-
-    def _rules(
-        self,
-        state: RetrievalState,
-        votes: TurnVotes,
-        session_turns: Callable[[str], Sequence[Turn]],
-        keep: Callable[[Turn], bool] | None,
-    ) -> None:
-        """Each cue multiplies the votes by its hand-set weight (`passages.ranker="rules"`)."""
-        req, cfg = state.request, self.config
-        if state.speaker is not None:
-            apply_speaker_focus(
-                votes, session_turns, state.speaker, state.focus, state.speakers, keep
-            )
-        state.recency = False
-        if cfg.recency_weight > 0 and present_tense(req.query):
-            state.recency = apply_recency(
-                votes,
-                session_turns,
-                cfg.recency_weight,
-                RECENCY_POOL,
-                cfg.recency_margin,
-                relevance=self._relevance(state, session_turns),
-            )
-        if state.frame is not None:
-            apply_time_frame(
-                votes, session_turns, state.frame.start, state.frame.end, cfg.time_weight
-            )
 
     def _learned(
         self,
@@ -491,9 +455,8 @@ class Votes:
 
         Small talk kept beside the turn before it stays just below that turn.
         """
-        assert self.ranker is not None
-        req, cfg = state.request, self.config
-        present = cfg.recency_weight > 0 and present_tense(req.query)
+        req = state.request
+        present = self.config.recency and present_tense(req.query)
         signals = QuestionSignals(
             speaker=state.speaker,
             speakers=state.speakers,
