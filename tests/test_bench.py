@@ -166,3 +166,22 @@ def test_bench_chat_times_retrieval_after_a_write_on_both_backends(tmp_path, pg_
         assert [r["system"] for r in rows] == ["default · retrieve()", "plain turn dense top-5"]
         assert all(r["size"] == 30 and r["after_write"][0] > 0 for r in rows)
         assert "| 30 | default · retrieve() |" in format_chat_table(rows)
+
+
+def test_a_timed_query_is_embedded_for_real_after_an_untimed_one() -> None:
+    from reflective_bench.systems import RepeatQuery
+
+    seen: list[object] = []
+
+    class Counting(HashingEmbedder):
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            seen.append(texts)
+            return super().encode(texts)
+
+    rep = RepeatQuery(Counting(32))
+    first = rep.encode("where do I live")
+    assert rep.encode("where do I live") is first and len(seen) == 1  # a repeat reuses it
+    rep.forget()
+    assert len(seen) == 2 and seen[-1] != "where do I live"  # the untimed primer
+    again = rep.encode("where do I live")
+    assert len(seen) == 3 and again is not first  # the timed call embeds for real
