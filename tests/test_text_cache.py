@@ -98,3 +98,24 @@ def test_a_prepared_cache_gives_the_hits_a_cache_filled_by_questions_gives() -> 
                     got.append([(h.memory.id, h.memory.text, h.score) for h in hits])
     half = len(got) // 2
     assert got[:half] == got[half:] and half >= 3 * 5
+
+
+def test_a_when_question_keeps_which_turns_name_a_time_in_the_text_cache() -> None:
+    from reflective_memory.retrieval.features import names_a_time
+
+    with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        mem.add_turns(
+            [
+                {"user_id": "u", "session_id": "s", "role": "user", "text": text}
+                for text in (
+                    "My sister's wedding is on 14 June 2025 in Porto.",
+                    "I booked the flights to Porto for the wedding yesterday.",
+                    "The wedding dinner will be at a small place by the river.",
+                )
+            ]
+        )
+        mem.retrieve("u", "When is my sister's wedding?", budget_tokens=200)
+        cache, turns = _cache(mem, "u"), _turns(mem, "u")["s"]
+        dated = {k[2]: v for k, v in cache.items() if k[0] == "dated"}
+        assert dated and all(v == names_a_time(turns[p]) for p, v in dated.items())
+        assert dated.get(0) is True

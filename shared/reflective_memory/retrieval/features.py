@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -108,12 +108,7 @@ class QuestionSignals:
 
 def names_a_time(turn: Turn) -> bool:
     """Whether a turn's text names a date or a period (`timeframe.time_frame` finds one)."""
-    return _names_a_time(turn.text)
-
-
-@lru_cache(maxsize=65536)
-def _names_a_time(text: str) -> bool:
-    return time_frame(text, _SOME_DAY) is not None
+    return time_frame(turn.text, _SOME_DAY) is not None
 
 
 def turn_features(
@@ -125,6 +120,7 @@ def turn_features(
     rrf_k: int,
     quiet: Collection[tuple[str, int]] = frozenset(),
     relevance: Callable[[tuple[str, int]], float | None] | None = None,
+    cache: dict[Any, Any] | None = None,
 ) -> TurnFeatures:
     """The feature rows of the voted turns (see the module for each column).
 
@@ -137,6 +133,8 @@ def turn_features(
         rrf_k: The fusion constant.
         quiet: The turns kept as small talk beside the turn before them.
         relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
+        cache: Where a turn's `names_a_time` is kept (`("dated", session_id, position)`; the
+            text cache of `UserTurns.costs`, which lives as long as the turns do).
 
     Returns:
         The rows, in the order of `votes.turn`.
@@ -165,6 +163,14 @@ def turn_features(
         else set()
     )
     scale = rrf_k + 1
+    known = {} if cache is None else cache
+
+    def dated(sid: str, p: int, turn: Turn) -> bool:
+        got = known.get(("dated", sid, p))
+        if got is None:
+            got = known["dated", sid, p] = names_a_time(turn)
+        return bool(got)
+
     rows: list[tuple[float, ...]] = []
     for key, (rank, _), cos, bm25 in zip(keys, mine, cosines, bm25s, strict=True):
         sid, p = key
@@ -185,7 +191,7 @@ def turn_features(
                 ranks.get(key, 0.0),  # recent
                 float(key in pool and states_a_change(turn.text)),  # change
                 float(key in frame),  # in_frame
-                float(signals.when and names_a_time(turn)),  # dated
+                float(signals.when and dated(sid, p, turn)),  # dated
                 float(key in quiet),  # small_talk
                 near / best_vote if best_vote > 0 else 0.0,  # neighbour
                 float(turn.role == "user"),  # user

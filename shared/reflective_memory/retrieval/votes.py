@@ -473,6 +473,7 @@ class Votes:
             rrf_k=self.rrf_k,
             quiet=frozenset(quiet),
             relevance=self._relevance(state, session_turns),
+            cache=self.turns.costs(req.user_id, state.index),
         )
         state.features = feats
         scores = self.ranker.score(feats.matrix)
