@@ -1,4 +1,4 @@
-"""The text cache a version's first question finds filled (`UserTurns.costs`, `prepare_turns`).
+"""The text cache a version's first question finds filled (`UserTurns.text_cache`, `prepare_turns`).
 
 Every turn's line cost, its `short_words` (small talk) and, for a long line, its excerpt pieces
 are counted when an index version is made, for the sessions it is the first to hold; later
@@ -30,7 +30,7 @@ def _turns(mem: ReflectiveMemory, user: str) -> dict[str, list]:
 
 
 def _cache(mem: ReflectiveMemory, user: str) -> dict:
-    return mem.retriever.votes.turns.costs(user, mem.indexes.get(user))
+    return mem.retriever.votes.turns.text_cache(user, mem.indexes.get(user))
 
 
 _WORDS = st.lists(

@@ -134,7 +134,7 @@ def turn_features(
         quiet: The turns kept as small talk beside the turn before them.
         relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
         cache: Where a turn's `names_a_time` is kept (`("dated", session_id, position)`; the
-            text cache of `UserTurns.costs`, which lives as long as the turns do).
+            text cache of `UserTurns.text_cache`, which lives as long as the turns do).
 
     Returns:
         The rows, in the order of `votes.turn`.

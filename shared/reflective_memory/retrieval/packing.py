@@ -80,7 +80,7 @@ class PassagePacking:
             length_exponent=cfg.length_exponent,
             length_free=cfg.length_free,
             length_keep_share=cfg.length_keep_share,
-            cost_cache=self.turns.costs(req.user_id, state.index),
+            cost_cache=self.turns.text_cache(req.user_id, state.index),
             query_terms=lexical_tokens(state.search_query) if req.budget is not None else None,
             excerpt_length=cfg.excerpt_length,
         )

@@ -55,7 +55,7 @@ class UserTurns:
 
     Args:
         store: The store of record.
-        prepare: Fills the text cache (`costs`) for the sessions an index version is the
+        prepare: Fills the text cache (`text_cache`) for the sessions an index version is the
             first to hold, when it is made (`passages.prepare_turns`); None fills it as
             queries ask.
     """
@@ -121,7 +121,7 @@ class UserTurns:
             )
         return got
 
-    def costs(self, user_id: str, index: UserIndex) -> dict[Any, Any]:
+    def text_cache(self, user_id: str, index: UserIndex) -> dict[Any, Any]:
         """What the turns' texts cost and hold (`passages.pack_passages`' cache).
 
         Carried from the previous index version when the speaker labels did not change,
@@ -129,9 +129,9 @@ class UserTurns:
         (all of them for a user of up to `PRELOAD_TURNS` memories, whose turns are read at
         once), so a version's first question finds its candidates counted.
         """
-        got = index.extras.get("text_costs")
+        got = index.extras.get("text_cache")
         if got is None:
-            before = self._carried(index, "text_costs")
+            before = self._carried(index, "text_cache")
             labels = self.labels(user_id, index)
             fresh: frozenset[str] | None = None  # sessions to prepare (None: every one)
             if before is not None and index.carried is not None:
@@ -146,7 +146,7 @@ class UserTurns:
                 read = dict(self.sessions(user_id, index))  # readers may add sessions meanwhile
                 for sid in read if fresh is None else fresh & read.keys():
                     self.prepare(got, sid, read[sid], labels)
-            got = index.extras.setdefault("text_costs", got)
+            got = index.extras.setdefault("text_cache", got)
         return got
 
     def reader(self, user_id: str, index: UserIndex) -> Callable[[str], list[Turn]]:
@@ -426,19 +426,15 @@ class Votes:
             ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
         )
         counts = self.turns.word_counts(req.user_id, state.index)
+        texts = self.turns.text_cache(req.user_id, state.index)
         quiet = _drop_unshowable(
-            votes,
-            session_turns,
-            req.exclude,
-            req.budget is not None,
-            counts,
-            self.turns.costs(req.user_id, state.index),
+            votes, session_turns, req.exclude, req.budget is not None, counts, texts
         )
         votes.labels = self.turns.labels(req.user_id, state.index)
         keep = None
         if state.speaker is not None and state.speakers == ("user", "assistant"):
             keep = _quotes(req.query)
-        self._learned(state, votes, ranked, session_turns, quiet, keep)
+        self._learned(state, votes, ranked, session_turns, quiet, keep, texts)
         state.votes = votes
         state.ranked_units = len(ranked)
 
@@ -450,6 +446,7 @@ class Votes:
         session_turns: Callable[[str], Sequence[Turn]],
         quiet: list[tuple[str, int]],
         keep: Callable[[Turn], bool] | None,
+        texts: dict[Any, Any],
     ) -> None:
         """Every voted turn's vote becomes `exp(w · x)` of its features (`TurnRanker`).
 
@@ -473,7 +470,7 @@ class Votes:
             rrf_k=self.rrf_k,
             quiet=frozenset(quiet),
             relevance=self._relevance(state, session_turns),
-            cache=self.turns.costs(req.user_id, state.index),
+            cache=texts,
         )
         state.features = feats
         scores = self.ranker.score(feats.matrix)
@@ -543,7 +540,7 @@ def _drop_unshowable(
     """Remove the votes of excluded turns and of contentless turns that would stand alone.
 
     A turn is contentless when `counts` (the user's `WordCounts`) says so, read from its
-    `short_words` (kept in `cache`, the text cache of `UserTurns.costs`). It keeps a vote
+    `short_words` (kept in `cache`, the text cache of `UserTurns.text_cache`). It keeps a vote
     just below the turn before it when that turn keeps one and the hits are passages (where it
     reads as that turn's context); otherwise it has none. Turns are read in order, so a run of
     small talk ("Thanks!", "You're welcome!") stays only after a turn with content.
