@@ -107,8 +107,14 @@ class QuestionSignals:
 
 
 def names_a_time(turn: Turn) -> bool:
-    """Whether a turn's text names a date or a period (`timeframe.time_frame` finds one)."""
-    return time_frame(turn.text, _SOME_DAY) is not None
+    """Whether a turn's text dates something beyond its own day.
+
+    `timeframe.time_frame` finds a period in it that is not the day it was said: "on 6
+    September", "yesterday", "last March" date something; "today" or "this week" only say
+    when the turn itself was said, which its passage's date header tells already.
+    """
+    frame = time_frame(turn.text, _SOME_DAY)
+    return frame is not None and not frame.start <= _SOME_DAY < frame.end
 
 
 def turn_features(

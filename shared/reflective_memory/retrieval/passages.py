@@ -597,9 +597,17 @@ class _Selection:
         entries: list[tuple[float, int, Memory]] = []
         for sid, have in self.chosen.items():
             turns = session_turns(sid)
-            groups = [sorted(have)] if self.by_session else [[q] for q in sorted(have)]
+            riders = self.votes.riders
+            groups = (
+                [sorted(have)]
+                if self.by_session
+                else [sorted({q, *riders.get((sid, q), ())}) for q in sorted(have)]
+            )
             for positions in groups:
-                best = max((self.best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
+                best = max(
+                    (self.best[(sid, q)] for q in positions if (sid, q) in self.best),
+                    key=lambda b: (b[0], -b[1]),
+                )
                 cut = {q: t for q, t in self.cut.get(sid, {}).items() if q in positions}
                 mem = _passage(user_id, sid, turns, positions, self.votes, date_header, cut)
                 entries.append((best[0], best[1], mem))

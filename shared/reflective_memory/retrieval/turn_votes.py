@@ -30,6 +30,7 @@ __all__ = [
     "other_speakers",
     "states_a_change",
     "turn_time",
+    "unit_positions",
 ]
 
 #: The share of the best competing turn's query cosine a turn's own must reach to compete on
@@ -51,6 +52,7 @@ class TurnVotes:
     sources: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     first_seen: dict[Any, int] = field(default_factory=dict)
     labels: frozenset[str] = frozenset()
+    riders: dict[tuple[str, int], list[int]] = field(default_factory=dict)
 
     def add(self, key: tuple[str, int], vote: float, source: str | None) -> None:
         """Add a vote for a turn (and remember which memory gave it)."""
@@ -71,7 +73,7 @@ class TurnVotes:
                     srcs.append(source)
 
 
-def _positions(mem: Memory, session_turns: Sequence[Turn]) -> list[int]:
+def unit_positions(mem: Memory, session_turns: Sequence[Turn]) -> list[int]:
     """Positions (indices into `session_turns`) of a memory's source turns."""
     pos = mem.metadata.get("positions")
     if isinstance(pos, (list, tuple)) and len(pos) == 2 and len(mem.turn_ids) == pos[1] - pos[0]:
@@ -112,7 +114,7 @@ def collect_votes(
     for rank, mem in enumerate(ranked):
         base = 1.0 / (rrf_k + rank + 1)
         turns = session_turns(mem.session_id) if mem.turn_ids else ()
-        pos = _positions(mem, turns) if turns else []
+        pos = unit_positions(mem, turns) if turns else []
         if not pos:
             if not mem.turn_ids:  # a memory written directly: it competes as it is
                 votes.loose[mem.id] = votes.loose.get(mem.id, 0.0) + base

@@ -14,6 +14,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
+
 from reflective_memory.retrieval.cues import (
     addressed_role,
     asks_when,
@@ -25,17 +27,18 @@ from reflective_memory.retrieval.cues import (
 from reflective_memory.retrieval.features import QuestionSignals, turn_features
 from reflective_memory.retrieval.passages import PassageConfig
 from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
+from reflective_memory.retrieval.redundancy import Distinct, collapse_duplicates, ride, riders
 from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.retrieval.timeframe import time_frame
-from reflective_memory.retrieval.turn_votes import TurnVotes, collect_votes
+from reflective_memory.retrieval.turn_votes import TurnVotes, collect_votes, unit_positions
 from reflective_memory.retrieval.units import turn_unit_id
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
-from reflective_memory.text import WordCounts, short_words
+from reflective_memory.text import WordCounts
 from reflective_memory.types import Memory, Turn
 
-__all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "Votes"]
+__all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "DistinctCandidates", "Votes"]
 
 #: Users with at most this many indexed memories have all their turns read in one query.
 PRELOAD_TURNS = 20_000
@@ -268,6 +271,22 @@ class UserTurns:
             table = index.extras.setdefault("units", table)
         return table
 
+    def turn_at(self, user_id: str, index: UserIndex, position: int) -> tuple[str, int] | None:
+        """`(session_id, position)` of the turn a `turn` unit at an index position keys.
+
+        None for other units. Kept per index version.
+        """
+        known: dict[int, tuple[str, int] | None] = index.extras.setdefault("turn_at", {})
+        if position in known:
+            return known[position]
+        mem = self.units(user_id, index)[position]
+        got = None
+        if mem is not None and mem.granularity == "turn" and len(mem.turn_ids) == 1:
+            at = unit_positions(mem, self.reader(user_id, index)(mem.session_id))
+            got = (mem.session_id, at[0]) if at else None
+        known[position] = got
+        return got
+
     def provisional(self, user_id: str, index: UserIndex) -> frozenset[str]:
         """Ids of the `turn` units whose turn no segment or session unit covers yet.
 
@@ -377,6 +396,69 @@ class QuestionCues:
                 state.frame = time_frame(state.search_query, now)
 
 
+class DistinctCandidates:
+    """Near-duplicate turns take one candidate slot (`redundancy.Distinct`).
+
+    In each candidate list (dense, lexical), a `turn` unit whose turn near-duplicates a better
+    ranked one's loses its place; when any did, the list is refilled to its length from a
+    wider plain search of the same ranker, so a flood of one request ("dinner idea number 1",
+    "2", ...) cannot push the turn that answers out of the candidates.
+
+    Args:
+        turns: The user's turns.
+    """
+
+    name = "distinct"
+    repeat = True
+
+    def __init__(self, turns: UserTurns) -> None:
+        self.turns = turns
+
+    def run(self, state: RetrievalState) -> None:
+        """Replace `state.dense` and `state.lexical` by their distinct candidates."""
+        index = state.index
+        assert index is not None
+        for name in ("dense", "lexical"):
+            got: tuple[np.ndarray, np.ndarray] | None = getattr(state, name)
+            if got is None or len(got[0]) < 2:
+                continue
+            positions, scores_in = got
+            keep = self._distinct(state, positions.tolist(), len(positions))
+            if len(keep) == len(positions):
+                continue
+            wanted = len(positions)
+            taken = {int(positions[i]) for i in keep}
+            more = 4 * wanted
+            if name == "dense":
+                scores, pos = index.dense.search(state.qvec, min(more, index.dense.ntotal))
+                scores, pos = scores[0], pos[0]
+            else:
+                scores, pos = index.lexical.search(state.search_query, more)
+            extra = [(int(p), float(x)) for p, x in zip(pos, scores) if p >= 0 and p not in taken]
+            picked = [(int(positions[i]), float(scores_in[i])) for i in keep]
+            for p, x in extra:
+                if len(picked) >= wanted:
+                    break
+                if self._fresh(state, p):
+                    picked.append((p, x))
+            pos_out = np.array([p for p, _ in picked], dtype=np.int64)
+            sc_out = np.array([x for _, x in picked], dtype=np.float32)
+            setattr(state, name, (pos_out, sc_out))
+
+    def _distinct(self, state: RetrievalState, positions: list[int], n: int) -> list[int]:
+        """Indices of the candidates that near-duplicate no better one."""
+        req = state.request
+        self._seen = Distinct(
+            self.turns.text_cache(req.user_id, state.index),  # type: ignore[arg-type]
+            self.turns.reader(req.user_id, state.index),  # type: ignore[arg-type]
+        )
+        return [i for i, p in enumerate(positions) if self._fresh(state, p)]
+
+    def _fresh(self, state: RetrievalState, position: int) -> bool:
+        key = self.turns.turn_at(state.request.user_id, state.index, position)  # type: ignore[arg-type]
+        return key is None or self._seen.fresh(key)
+
+
 class Votes:
     """Resolve the ranked units to votes for turns (small-to-big), then weigh them.
 
@@ -425,16 +507,14 @@ class Votes:
         votes = collect_votes(
             ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
         )
-        counts = self.turns.word_counts(req.user_id, state.index)
         texts = self.turns.text_cache(req.user_id, state.index)
-        quiet = _drop_unshowable(
-            votes, session_turns, req.exclude, req.budget is not None, counts, texts
-        )
+        collapse_duplicates(votes, session_turns, texts)
+        anchors = riders(votes, session_turns, req.exclude, texts)
         votes.labels = self.turns.labels(req.user_id, state.index)
         keep = None
         if state.speaker is not None and state.speakers == ("user", "assistant"):
             keep = _quotes(req.query)
-        self._learned(state, votes, ranked, session_turns, quiet, keep, texts)
+        self._learned(state, votes, ranked, session_turns, anchors, keep, texts)
         state.votes = votes
         state.ranked_units = len(ranked)
 
@@ -444,7 +524,7 @@ class Votes:
         votes: TurnVotes,
         ranked: Sequence[Memory],
         session_turns: Callable[[str], Sequence[Turn]],
-        quiet: list[tuple[str, int]],
+        anchors: dict[tuple[str, int], tuple[str, int]],
         keep: Callable[[Turn], bool] | None,
         texts: dict[Any, Any],
     ) -> None:
@@ -468,7 +548,7 @@ class Votes:
             self._own(state, ranked, votes, session_turns),
             signals,
             rrf_k=self.rrf_k,
-            quiet=frozenset(quiet),
+            quiet=frozenset(anchors),
             relevance=self._relevance(state, session_turns),
             cache=texts,
         )
@@ -476,10 +556,7 @@ class Votes:
         scores = self.ranker.score(feats.matrix)
         for key, s in zip(feats.keys, scores.tolist(), strict=True):
             votes.turn[key] = math.exp(min(s, 50.0))
-        for key in quiet:  # in turn order: a run of small talk stays behind its anchor
-            anchor = votes.turn.get((key[0], key[1] - 1))
-            if anchor is not None and key in votes.turn:
-                votes.turn[key] = min(votes.turn[key], anchor * 0.999)
+        ride(votes, anchors, req.budget is not None)
         state.recency = present
 
     def _own(
@@ -527,47 +604,6 @@ class Votes:
             full = {m.id: m for m in self.turns.store.memories(state.request.user_id, loose)}
             ranked = [full.get(m.id, m) if not m.turn_ids else m for m in ranked]
         return ranked
-
-
-def _drop_unshowable(
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    exclude: frozenset[str],
-    passages: bool,
-    counts: WordCounts,
-    cache: dict[Any, Any],
-) -> list[tuple[str, int]]:
-    """Remove the votes of excluded turns and of contentless turns that would stand alone.
-
-    A turn is contentless when `counts` (the user's `WordCounts`) says so, read from its
-    `short_words` (kept in `cache`, the text cache of `UserTurns.text_cache`). It keeps a vote
-    just below the turn before it when that turn keeps one and the hits are passages (where it
-    reads as that turn's context); otherwise it has none. Turns are read in order, so a run of
-    small talk ("Thanks!", "You're welcome!") stays only after a turn with content.
-
-    Returns:
-        The contentless turns that kept a vote, in turn order.
-    """
-    voted = votes.turn
-    before = dict(voted)
-    kept: list[tuple[str, int]] = []
-    for key in sorted(before):
-        sid, p = key
-        turn = session_turns(sid)[p]
-        if turn.turn_id in exclude:
-            del voted[key]
-            continue
-        slot = ("words", sid, p)
-        words = cache[slot] if slot in cache else cache.setdefault(slot, short_words(turn.text))
-        if words is None or not counts.all_common(words):
-            continue
-        anchor = voted.get((sid, p - 1)) if passages and p > 0 else None
-        if anchor is None:  # the turn before has no vote, or lost it (excluded, small talk alone)
-            del voted[key]
-        else:
-            voted[key] = min(before[key], anchor * 0.999)
-            kept.append(key)
-    return kept
 
 
 def _quotes(query: str) -> Callable[[Turn], bool] | None:
