@@ -265,5 +265,9 @@ def test_session_gap_flag(tmp_path, capsys) -> None:
     assert main(argv) == 0, capsys.readouterr().err
     with ReflectiveMemory(db) as mem:
         assert sorted({t.session_id for t in mem.turns("u")}) == ["day", "day-2"]
-    assert main([*argv[:-1], "0"]) == 2
+    one = tmp_path / "one"
+    assert main([*argv[:5], str(one), "--quiet", "--session-gap", "720"]) == 0
+    with ReflectiveMemory(one) as mem:  # twelve hours apart: one session at 720 minutes
+        assert sorted({t.session_id for t in mem.turns("u")}) == ["day"]
+    assert main([*argv[:-1], "-1"]) == 2
     assert "--session-gap" in capsys.readouterr().err

@@ -482,19 +482,22 @@ def _new_turns(mem: ReflectiveMemory, uid: str, session: SessionData) -> list[di
     A file turn is stored already when the session holds its id, or a turn of the same role,
     text and time; a file turn without a time (stamped when it was first stored) matches on
     role and text. Each stored turn matches one file turn, so a turn said twice counts twice.
+    Roles compare as stored (`canonical_role`): an older version stored aliases as given.
     """
     stored = mem.turns(uid, session.session_id)
     if not stored:
         return list(session.turns)
     ids = {t.turn_id for t in stored}
     unmatched: dict[tuple[Any, Any], list[str | None]] = {}
-    for t in stored:  # an older version stored role aliases as given
+    for t in stored:
         unmatched.setdefault((canonical_role(t.role), t.text), []).append(_when(t.timestamp))
     new = []
     for t in session.turns:
         if t.get("turn_id") in ids:
             continue
-        times = unmatched.get((t.get("role"), t.get("text")), [])
+        role = t.get("role")
+        role = canonical_role(role) if isinstance(role, str) else role
+        times = unmatched.get((role, t.get("text")), [])
         when = _when(t.get("timestamp"))
         if when is None and times:
             times.pop()
