@@ -32,11 +32,11 @@ LISBON = [
     ("assistant", "Try the old bakery in Belém; go early.", "2025-01-12T09:05:30"),
 ]
 PORTO = [
-    ("user", "Big news: I moved to Porto last week. My new flat is in Bonfim.", "2025-06-03T18:00:00"),
+    ("user", "Big news: I moved to Porto last week. My flat is in Bonfim.", "2025-06-03T18:00:00"),
     ("assistant", "Congratulations on the move to Porto!", "2025-06-03T18:00:20"),
     ("user", "Could you recommend a running route along the Douro?", "2025-06-03T18:03:00"),
-    ("assistant", "Run from Ribeira to Foz along the river: about seven kilometres.", "2025-06-03T18:03:30"),
-]  # fmt: skip
+    ("assistant", "Run from Ribeira to Foz along the river.", "2025-06-03T18:03:30"),
+]
 #: Where a LangChain message may carry its session id: `messages_to_dict` writes each under `data`.
 LANGCHAIN_PLACES = ["field", "additional_kwargs", "response_metadata"]
 
@@ -220,8 +220,13 @@ def test_conversation_objects_without_ids_split_too(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "sessions"),
-    [(None, ["maria", "maria-2"]), ("0", ["maria"]), ("none", ["maria"]), ("60", ["maria", "maria-2"])],
-)  # fmt: skip
+    [
+        (None, ["maria", "maria-2"]),
+        ("0", ["maria"]),
+        ("none", ["maria"]),
+        ("60", ["maria", "maria-2"]),
+    ],
+)
 def test_the_cli_splits_by_default_and_session_gap_overrides(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str | None, sessions: list[str]
 ) -> None:

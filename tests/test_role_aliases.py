@@ -108,9 +108,7 @@ def test_jsonl_ingest_maps_every_alias(tmp_path: Path, capsys) -> None:
 def test_our_json_schema_maps_aliases(tmp_path: Path) -> None:
     path = tmp_path / "conv.json"
     turns = [{"role": "Human", "text": "I moved."}, {"role": "AI", "text": "Where to?"}]
-    path.write_text(
-        json.dumps({"format": "reflective-memory/v1", "sessions": [{"turns": turns}]})
-    )
+    path.write_text(json.dumps({"format": "reflective-memory/v1", "sessions": [{"turns": turns}]}))
     (conv,) = load_conversations(path, default_user="ana")
     assert [t["role"] for t in conv.sessions[0].turns] == ["user", "assistant"]
 
