@@ -31,7 +31,7 @@ as every adapter does).
 
 What a message says about itself (`MESSAGE_FIELDS`) is looked up on the message (LangChain's
 `data`), then in its `additional_kwargs` (LangChain, LlamaIndex), `response_metadata`
-(LangChain) and `metadata` (OpenAI), first found first: its session (`session_id`,
+(LangChain) and `metadata` (OpenAI), the first found winning: its session (`session_id`,
 `conversation_id`, `thread_id`; text or an integer), its user (`user_id`) and its time
 (`timestamp`, `time`, `created_at`, `date` on the message, `timestamp` in those mappings: ISO
 text or Unix seconds). A `{"messages": [...]}` object may name the session and user of its
@@ -71,6 +71,7 @@ __all__ = [
     "message",
     "LANGCHAIN_ROLES",
     "MESSAGE_FIELDS",
+    "MessageFields",
     "looks_like_jsonl",
     "is_chat_log",
     "read_chat_json",
@@ -120,7 +121,8 @@ _PEEK_CHARS = 16 * 2**20
 class _Checks(Protocol):
     """The value checks of `reflective_memory.io` (its `_Reader`), shared with this module."""
 
-    shape: FileShape
+    @property
+    def shape(self) -> FileShape: ...
 
     def ident(self, value: Any, where: str) -> str: ...
     def role(self, value: Any, where: str) -> str: ...

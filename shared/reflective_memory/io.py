@@ -487,10 +487,11 @@ def _new_turns(mem: ReflectiveMemory, uid: str, session: SessionData) -> list[di
     stored = mem.turns(uid, session.session_id)
     if not stored:
         return list(session.turns)
-    ids = {t.turn_id for t in stored}
+    ids = {kept.turn_id for kept in stored}
     unmatched: dict[tuple[Any, Any], list[str | None]] = {}
-    for t in stored:
-        unmatched.setdefault((canonical_role(t.role), t.text), []).append(_when(t.timestamp))
+    for kept in stored:
+        key = (canonical_role(kept.role), kept.text)
+        unmatched.setdefault(key, []).append(_when(kept.timestamp))
     new = []
     for t in session.turns:
         if t.get("turn_id") in ids:
