@@ -5,7 +5,8 @@ Collect: every conversation of each `--data FILE[:ROLES]` (ROLES `names` or `ua`
 asked once (a budget of 1,000 words, its date as `now`), and the feature rows of its voted
 turns (`reflective_memory.retrieval.features`) are kept with whether each turn is evidence. The
 rows are cached in `--table` (npz), so refitting needs no new run (`--table` alone, as many as
-there are row files).
+there are row files). `--perturb NAME` collects them from a messy history of the data, as
+`bench retrieval --perturb` stores it (a copy of an evidence turn is labelled evidence).
 
 Fit: the model on every question (written to `--out`, by default the file the package ships);
 with `--folds DIR`, one model per fold fitted without that fold's questions. A conversation of

@@ -15,6 +15,14 @@ ua` stores the conversation as a chat app would: the user side as `user`, the ot
 `assistant`, each text as `Name: text` (the user side is the file's `speaker_a`, else the first
 turn's speaker; conversations already in `user` / `assistant` are stored as they are; see
 `reflective_bench.roles`). Every system of a run is stored the same way.
+
+`--perturb NAME` turns the data into a messy history after `--roles`, before anything is stored,
+the same for every system of the run and on every run (`reflective_bench.perturb`): `filler` (30
+and 60 near-duplicate request / answer exchanges in the middle and last session), `sessionless`
+(every turn under one session id, each with its own time), `unstamped` (only the user side's
+turns carry a time) or `repeated` (each evidence turn of the user side said again in the two
+sessions after it; a retrieved copy is scored as its original). The turn and session counts
+before and after are printed and written to `--json` (`perturb`).
 """
 
 from __future__ import annotations
