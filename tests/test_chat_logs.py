@@ -80,7 +80,8 @@ def test_jsonl_is_told_by_shape_and_read_gzipped(tmp_path) -> None:
     rows = [{k: v for k, v in m.items() if k != "session_id"} for m in CLAIRE]
     plain = _jsonl(tmp_path / "claire.txt", rows, blank=False)
     (conv,) = load_conversations(plain, default_user="u")
-    assert [s.session_id for s in conv.sessions] == ["claire"] and conv.n_turns == 4
+    # no session ids: March and April are a month apart, two sessions (the default gap)
+    assert [s.session_id for s in conv.sessions] == ["claire", "claire-2"] and conv.n_turns == 4
     packed = tmp_path / "claire.jsonl.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert _turns(load_conversations(packed, default_user="u")) == _turns([conv])
@@ -91,17 +92,16 @@ def test_session_gap_cuts_a_log_without_session_ids(tmp_path) -> None:
         {"role": "user", "content": f"message {i}", "timestamp": f"2025-03-0{day}T{hour:02d}:00:00"}
         for i, (day, hour) in enumerate([(1, 10), (1, 11), (2, 9), (2, 10), (5, 8)])
     ]
+    rows.insert(3, {"role": "assistant", "content": "no time: stays in its session"})
     path = _jsonl(tmp_path / "log.jsonl", rows)
     (conv,) = load_conversations(path, default_user="u", session_gap=6 * 3600)
     assert [(s.session_id, len(s.turns)) for s in conv.sessions] == [
         ("log", 2),
-        ("log-2", 2),
+        ("log-2", 3),
         ("log-3", 1),
     ]
-    rows.append({"role": "user", "content": "no time"})
-    path = _jsonl(tmp_path / "log.jsonl", rows)
-    with pytest.raises(InvalidFileError, match=r"line 7: has no time"):
-        load_conversations(path, default_user="u", session_gap=3600)
+    (conv,) = load_conversations(path, default_user="u", session_gap=None)
+    assert [(s.session_id, len(s.turns)) for s in conv.sessions] == [("log", 6)]
     with pytest.raises(InvalidInputError, match="session_gap"):
         load_conversations(path, default_user="u", session_gap=0)
 
@@ -265,5 +265,9 @@ def test_session_gap_flag(tmp_path, capsys) -> None:
     assert main(argv) == 0, capsys.readouterr().err
     with ReflectiveMemory(db) as mem:
         assert sorted({t.session_id for t in mem.turns("u")}) == ["day", "day-2"]
-    assert main([*argv[:-1], "0"]) == 2
+    one = tmp_path / "one"
+    assert main([*argv[:5], str(one), "--quiet", "--session-gap", "720"]) == 0
+    with ReflectiveMemory(one) as mem:  # twelve hours apart: one session at 720 minutes
+        assert sorted({t.session_id for t in mem.turns("u")}) == ["day"]
+    assert main([*argv[:-1], "-1"]) == 2
     assert "--session-gap" in capsys.readouterr().err

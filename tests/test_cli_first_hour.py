@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -279,3 +280,51 @@ def test_importing_the_engine_loads_no_torch() -> None:
         f"print(json.dumps([m for m in {MODEL!r} if m in sys.modules]))\n"
     )
     assert _import_probe(code) == []
+
+
+def _options(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """`(command path, action)` of every argument of every command (`bench`'s are its own)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if name != "bench":
+                    yield from _options(sub, (*path, name))
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield path, action
+
+
+def test_every_option_has_help_that_says_its_default(capsys) -> None:
+    """Issue 49: `search --k` / `demo --k` showed no default, `migrate` / `segment` no help."""
+    checked = 0
+    for path, action in _options(cli.build_parser(define=["segment"])):
+        name = " ".join([*path, *action.option_strings[-1:]]) or action.dest
+        assert action.help, f"{name} has no help"
+        if action.default not in (None, False, [], argparse.SUPPRESS):
+            assert "default" in action.help, f"{name}: its help does not say its default"
+        checked += 1
+    assert checked > 60
+    for argv, said in (
+        (["search", "--help"], "number of hits (default 5)"),
+        (["demo", "--help"], "passages shown per question (default 3)"),
+        (["migrate", "--help"], "--from DIR"),
+        (["segment", "--help"], ".jsonl"),
+    ):
+        assert main(argv) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert said in out, (argv, out)
+
+
+def test_segment_reads_a_jsonl_chat_log(tmp_path, capsys) -> None:
+    rows = [
+        {"role": "human", "content": f"Question {i} about my garden.", "timestamp": when}
+        for i, when in enumerate(["2025-03-01T09:00:00", "2025-03-01T09:05:00"])
+    ]
+    rows.append({"role": "ai", "content": "Water it early.", "timestamp": "2025-03-03T10:00:00"})
+    path = tmp_path / "garden.jsonl"
+    path.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    argv = ["segment", str(path), "--embedder", "hashing", "--json"]
+    assert main(argv) == 0, capsys.readouterr().err
+    got = [(s["session_id"], len(s["segments"])) for s in json.loads(capsys.readouterr().out)]
+    assert got == [("garden", 1), ("garden-2", 1)]  # two days apart: two sessions
+    assert main([*argv, "--session-gap", "none"]) == 0
+    assert [s["session_id"] for s in json.loads(capsys.readouterr().out)] == ["garden"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
 import re
 import shlex
@@ -206,27 +207,60 @@ def test_the_export_block_run_again_adds_nothing(tmp_path, monkeypatch, capsys) 
     assert "'turn': 1" in printed[0] and printed[1] == "Counter()"
     for folder in ("laptop", "desktop"):
         with ReflectiveMemory(tmp_path / folder) as mem:
-            assert [t.text for t in mem.turns("ana")] == ["I moved to Lisbon in March."]
+            assert [t.text for t in mem.turns("dan")] == ["I moved to Lisbon in March."]
+
+
+def _quick_start_output(tmp_path, monkeypatch, capsys) -> list[str]:
+    where, _, code = README_PYTHON[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
+    return capsys.readouterr().out.splitlines()
 
 
 @pytest.mark.integration
 def test_quick_start_runs_with_minilm(tmp_path, monkeypatch, capsys) -> None:
-    where, _, code = README_PYTHON[0]
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
-    first = capsys.readouterr().out.splitlines()[0]
-    assert float(first.split()[0]) >= 0.15 and "2025-03-01" in first
+    out = _quick_start_output(tmp_path, monkeypatch, capsys)
+    assert out[0] == "0 2025-03-01 ('2025-03-01:0',)" and "Berlin" in out[2]
 
 
-def test_quick_start_prints_relevance(tmp_path, monkeypatch, capsys) -> None:
-    where, _, code = README_PYTHON[0]
-    assert "ReflectiveMemory(" in code and "hit.relevance" in code
+def test_quick_start_prints_ranked_hits_and_a_short_summary(tmp_path, monkeypatch, capsys) -> None:
+    """Issue 49: hits in rank order (no relevance beside them), no feature matrices dumped."""
+    code = README_PYTHON[0][2]
+    assert "ReflectiveMemory(" in code and "print(r.diagnostics)" not in code
     _use_hashing_embedder(monkeypatch)
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, where, "exec"), {"__name__": "__readme__"})  # noqa: S102
-    first = capsys.readouterr().out.splitlines()[0]
-    relevance = float(first.split()[0])
-    assert 0.0 < relevance <= 1.0 and "2025-03-01" in first
+    out = _quick_start_output(tmp_path, monkeypatch, capsys)
+    ranks = [line.split()[0] for line in out if line.split()[-1].endswith(",)")]
+    assert ranks == [str(i) for i in range(len(ranks))] and len(ranks) >= 1
+    assert out[0].startswith("0 2025-03-01 ")
+    path, ms = out[-1].split()
+    assert path in ("familiarity", "recollection") and float(ms) > 0
+
+
+def _names(code: str) -> tuple[set[str], set[str]]:
+    """The store folders and user ids a README block uses."""
+    folders = set(re.findall(r'ReflectiveMemory\("([^"]+)"', code))
+    folders |= set(re.findall(r'"--db", "([^"]+)"', code))
+    users = set(re.findall(r'user_id="([^"]+)"', code))
+    users |= set(re.findall(r'add_turn\("([^"]+)"', code))
+    users |= set(re.findall(r'"--user", "([^"]+)"', code))
+    return {str(Path(f)) for f in folders}, users
+
+
+def test_readme_blocks_use_their_own_folders_and_users() -> None:
+    """Issue 49: run in turn in one folder, the blocks must not mix their data."""
+    seen_folders: dict[str, str] = {}
+    seen_users: dict[str, str] = {}
+    for where, _, code in README_PYTHON:
+        folders, users = _names(code)
+        if "ReflectiveMemory(" in code or "--db" in code:
+            assert folders and users, f"{where}: no store folder or user found"
+        for name, seen in [
+            *((f, seen_folders) for f in folders),
+            *((u, seen_users) for u in users),
+        ]:
+            assert name not in seen, f"{where} uses {name!r}, as {seen.get(name)} does"
+            seen[name] = where
+    assert len(seen_folders) >= 5 and len(seen_users) >= 5
 
 
 def test_cli_block_runs_line_by_line(tmp_path, monkeypatch, capsys) -> None:
@@ -247,3 +281,90 @@ def test_cli_block_runs_line_by_line(tmp_path, monkeypatch, capsys) -> None:
         if argv[0] == "stats":
             assert out.out.startswith("maya: ")
     assert (tmp_path / "conv.json").is_file() and (tmp_path / "memory" / "memory.sqlite3").is_file()
+
+
+def _requirements(extras: list[str]) -> set[str]:
+    """The distributions `pip install -e ".[extras]"` brings: the closure over what is installed."""
+    from importlib import metadata
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    Requirement = pytest.importorskip("packaging.requirements").Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    todo = [Requirement(r) for r in project["dependencies"]]
+    done: set[str] = set()
+    wanted = list(extras)
+    while wanted:
+        for r in map(Requirement, project["optional-dependencies"][wanted.pop()]):
+            if r.name == project["name"]:
+                wanted += sorted(r.extras)
+            else:
+                todo.append(r)
+    while todo:
+        r = todo.pop()
+        name = re.sub(r"[-_.]+", "-", r.name).lower()
+        if name in done or (r.marker is not None and not r.marker.evaluate({"extra": ""})):
+            continue
+        done.add(name)
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            todo += [Requirement(x) for x in metadata.requires(r.name) or []]
+    return done
+
+
+#: Runs the demo as if the named top-level modules were not installed (no finder finds them).
+_DEMO_WITHOUT = """
+import contextlib, io, json, sys
+BLOCKED = set(json.loads(sys.argv[1]))
+class Hidden:
+    def __init__(self, finder):
+        self.finder = finder
+    def __getattr__(self, name):
+        return getattr(self.finder, name)
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            return None
+        return self.finder.find_spec(name, path, target)
+sys.meta_path[:] = [Hidden(f) for f in sys.meta_path]
+from reflective_memory.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    rc = main(["demo", "--quiet", "--questions", "2"])
+print(json.dumps({"rc": rc, "out": out.getvalue(), "hidden": sorted(BLOCKED & set(sys.modules))}))
+"""
+
+
+@pytest.mark.integration
+def test_the_demo_install_line_brings_all_the_demo_needs() -> None:
+    """Issue 49: the demo line installed `.[all]` (~150 packages); the demo needs the core alone.
+
+    Every module only the extras bring (LangChain, LlamaIndex, the web app, PostgreSQL, MCP,
+    OpenTelemetry, the dev tools) is made impossible to import; the demo still runs, on MiniLM.
+    """
+    from importlib import metadata
+
+    (line,) = [
+        ln for _, _, code in _blocks("bash", [README]) for ln in code.splitlines() if " demo" in ln
+    ]
+    install = re.search(r"pip install -e (\S+) && reflective-memory demo$", line.strip())
+    assert install, line
+    extras = re.findall(r"\[([^\]]*)\]", install.group(1))
+    demo = _requirements([e for group in extras for e in group.split(",") if e])
+    only_extras = _requirements(["all"]) - demo
+    assert {"langchain-core", "llama-index-core", "fastapi", "psycopg", "mcp"} <= only_extras
+    blocked = sorted(
+        module
+        for module, dists in metadata.packages_distributions().items()
+        if all(re.sub(r"[-_.]+", "-", d).lower() in only_extras for d in dists)
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT)])}
+    run = subprocess.run(
+        [sys.executable, "-c", _DEMO_WITHOUT, json.dumps(blocked)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["rc"] == 0 and "questions got an evidence turn" in result["out"], result
+    assert result["hidden"] == []

@@ -4,7 +4,8 @@ Run them as `reflective-memory bench ...` from a checkout; the library never imp
 package. Conversation files are read with the library's own `reflective_memory.io`.
 
 - `retrieval` / `systems`: evidence coverage under a word budget, what `k=5` returns, session
-  recall, latency and ingest rate; `roles`: speaker names or user / assistant (`--roles`).
+  recall, latency and ingest rate; `roles`: speaker names or user / assistant (`--roles`);
+  `perturb`: messy histories built from the data (`--perturb`).
 - `feedback` / `feedback_report`: RMM reranker learning from simulated citations.
 - `conditional`: conditional-memory notes (memorize rate, coverage, prompt cost).
 - `latency`: RF-Mem latency at 10K-1M memories.

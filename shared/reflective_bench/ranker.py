@@ -5,7 +5,8 @@ Collect: every conversation of each `--data FILE[:ROLES]` (ROLES `names` or `ua`
 asked once (a budget of 1,000 words, its date as `now`), and the feature rows of its voted
 turns (`reflective_memory.retrieval.features`) are kept with whether each turn is evidence. The
 rows are cached in `--table` (npz), so refitting needs no new run (`--table` alone, as many as
-there are row files).
+there are row files). `--perturb NAME` collects them from a messy history of the data, as
+`bench retrieval --perturb` stores it (a copy of an evidence turn is labelled evidence).
 
 Fit: the model on every question (written to `--out`, by default the file the package ships);
 with `--folds DIR`, one model per fold fitted without that fold's questions. A conversation of
@@ -26,13 +27,14 @@ from typing import Any
 
 import numpy as np
 from reflective_memory.embed import Embedder
-from reflective_memory.io import Conversation, ingest_conversations, load_conversations
+from reflective_memory.io import Conversation, ingest_conversations
 from reflective_memory.retrieval.features import FEATURES
 from reflective_memory.retrieval.ranker import fit_ranker
 from tqdm import tqdm
 
+from reflective_bench.perturb import Copies, add_perturb_argument, load_perturbed
 from reflective_bench.retrieval import add_embedder_arguments, make_embedder
-from reflective_bench.roles import ROLES, store_roles
+from reflective_bench.roles import ROLES
 from reflective_bench.systems import DEFAULT, fold_of
 
 __all__ = ["collect_rows", "register"]
@@ -51,9 +53,17 @@ Rows = tuple[str, np.ndarray, np.ndarray, "np.ndarray | None"]
 
 
 def collect_rows(
-    conversations: Sequence[Conversation], embedder: Embedder, *, progress: bool = True
+    conversations: Sequence[Conversation],
+    embedder: Embedder,
+    *,
+    progress: bool = True,
+    copies: Copies | None = None,
 ) -> list[Rows]:
-    """Per question with evidence: `(fold, feature rows, evidence labels, newness)`."""
+    """Per question with evidence: `(fold, feature rows, evidence labels, newness)`.
+
+    With `copies` (`--perturb repeated`), a copy of an evidence turn is labelled evidence.
+    """
+    originals = Copies() if copies is None else copies
     system = replace(
         DEFAULT, config={"passages": {"ranker": "learned"}}
     )  # rows, whatever the default
@@ -81,7 +91,12 @@ def collect_rows(
                 feats = state.features
                 if feats is None or not feats.keys:
                     continue
-                labels = np.array([turn_ids[s][p] in evidence for s, p in feats.keys])
+                labels = np.array(
+                    [
+                        originals.original(conv.user_id, turn_ids[s][p]) in evidence
+                        for s, p in feats.keys
+                    ]
+                )
                 newness = np.array([times[s][p] for s, p in feats.keys]) if state.recency else None
                 out.append((fold, feats.matrix, labels, newness))
     return out
@@ -126,11 +141,10 @@ def _run(args: argparse.Namespace) -> int:
             roles = roles or "names"
             if roles not in ROLES:
                 raise SystemExit(f"--data {spec}: roles must be one of {ROLES}")
-            convs = load_conversations(path)
-            if args.limit is not None:
-                convs = convs[: args.limit]
-            convs, _ = store_roles(convs, roles, path)
-            got = collect_rows(convs, embedder)
+            data, _ = load_perturbed(path, roles, args.limit, args.perturb)
+            if data.name != "none":
+                print(f"{Path(path).name}:{roles}: {data.line()}")  # noqa: T201
+            got = collect_rows(data.conversations, embedder, copies=data.copies)
             rows += [(f"{Path(path).name}:{roles}", r) for r in got]
         if len(args.table) > 1:
             raise SystemExit("with --data, give one --table to write the rows to")
@@ -179,6 +193,7 @@ def register(bench: Any) -> None:
         help="conversation file, optionally ':names' or ':ua' (repeatable)",
     )
     p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    add_perturb_argument(p)
     p.add_argument(
         "--table",
         action="append",

@@ -15,6 +15,14 @@ ua` stores the conversation as a chat app would: the user side as `user`, the ot
 `assistant`, each text as `Name: text` (the user side is the file's `speaker_a`, else the first
 turn's speaker; conversations already in `user` / `assistant` are stored as they are; see
 `reflective_bench.roles`). Every system of a run is stored the same way.
+
+`--perturb NAME` turns the data into a messy history after `--roles`, before anything is stored,
+the same for every system of the run and on every run (`reflective_bench.perturb`): `filler` (30
+and 60 near-duplicate request / answer exchanges in the middle and last session), `sessionless`
+(every turn under one session id, each with its own time), `unstamped` (only the user side's
+turns carry a time) or `repeated` (each evidence turn of the user side said again in the two
+sessions after it; a retrieved copy is scored as its original). The turn and session counts
+before and after are printed and written to `--json` (`perturb`).
 """
 
 from __future__ import annotations
@@ -40,16 +48,13 @@ from reflective_memory.embed import (
 )
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError
-from reflective_memory.io import (
-    Conversation,
-    ingest_conversations,
-    load_conversations,
-)
+from reflective_memory.io import Conversation, ingest_conversations
 from reflective_memory.segment.base import FixedWindowSegmenter
 from reflective_memory.types import Retrieval
 from tqdm import tqdm
 
-from reflective_bench.roles import ROLES, store_roles
+from reflective_bench.perturb import Copies, Perturbed, add_perturb_argument, load_perturbed
+from reflective_bench.roles import ROLES
 
 __all__ = [
     "BenchResult",
@@ -242,6 +247,7 @@ def run_retrieval_bench(
     memory_factory: MemoryFactory | None = None,
     retrieve_kwargs: dict[str, Any] | None = None,
     progress: bool = True,
+    copies: Copies | None = None,
 ) -> BenchResult:
     """Run the retrieval benchmark.
 
@@ -257,10 +263,13 @@ def run_retrieval_bench(
         memory_factory: Builds the `ReflectiveMemory` for a unit kind (to test other settings).
         retrieve_kwargs: Extra keyword arguments for every `retrieve` call.
         progress: Show a progress bar.
+        copies: Turns that count as other turns (`--perturb repeated`): each ranking is
+            scored with its copies mapped to their originals (`Copies.originals`).
 
     Returns:
         The collected numbers.
     """
+    scored = Copies() if copies is None else copies
     factory = memory_factory if memory_factory is not None else _default_factory
     extra = retrieve_kwargs if retrieve_kwargs is not None else {}
     res = BenchResult()
@@ -289,8 +298,8 @@ def run_retrieval_bench(
                         res.signals[(unit, mode)].append(
                             (top.diagnostics["mean_score"], top.diagnostics["entropy"])
                         )
-                    ranking = mem.retrieve(
-                        conv.user_id, q.question, k=n_units, mode=base_mode, **kw
+                    ranking = scored.originals(
+                        mem.retrieve(conv.user_id, q.question, k=n_units, mode=base_mode, **kw)
                     )
                     if evidence:
                         for b in budgets:
@@ -406,7 +415,7 @@ def pg_stores(dsn: str) -> Callable[[], tuple[Any, Callable[[], None]]]:
 
 def _run_systems(
     args: argparse.Namespace,
-    convs: list[Conversation],
+    data: Perturbed,
     budgets: list[int],
     roles_line: str | None = None,
 ) -> int:
@@ -432,6 +441,7 @@ def _run_systems(
     if args.ranker_folds is not None:
         ablations.append(system_by_name("learned ranker, cross-validated"))
     denoiser = None if args.denoiser == "default" else parse_denoiser(args.denoiser)
+    convs = data.conversations
     res = run_systems(
         convs,
         [*main, *ablations],
@@ -443,6 +453,7 @@ def _run_systems(
         topk=args.topk,
         session_recall_fn=session_recall,
         ranker_folds=args.ranker_folds,
+        copies=data.copies,
     )
     where = "in-memory SQLite" if args.dsn is None else "PostgreSQL + pgvector"
     print(f"data: {args.data} ({len(convs)} conversations); store: {where}")  # noqa: T201
@@ -451,7 +462,9 @@ def _run_systems(
     print(format_systems(res, main, ablations, budgets))  # noqa: T201
     if args.json is not None:
         with open(args.json, "w") as fh:
-            json.dump({**res.summary(), "roles": args.roles}, fh, indent=2)
+            json.dump(
+                {**res.summary(), "roles": args.roles, "perturb": data.summary()}, fh, indent=2
+            )
     return 0
 
 
@@ -470,14 +483,14 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("--dsn runs the default and the baselines; it does not go with --units")
     if args.topk < 0:
         raise ConfigError(f"--topk must be 0 (off) or more, not {args.topk}")
-    convs = load_conversations(args.data)
-    if args.limit is not None:
-        convs = convs[: args.limit]
-    convs, sides = store_roles(convs, args.roles, args.data)
+    data, sides = load_perturbed(args.data, args.roles, args.limit, args.perturb)
+    convs = data.conversations
     roles_line = _roles_line(args.roles, len(convs), sides)
+    if data.name != "none":
+        roles_line = data.line() if roles_line is None else f"{roles_line}\n{data.line()}"
     budgets = [int(b) for b in _split(args.budgets)]
     if args.units is None:
-        return _run_systems(args, convs, budgets, roles_line)
+        return _run_systems(args, data, budgets, roles_line)
     denoiser = parse_denoiser(args.denoiser, args.denoiser_model)
     res = run_retrieval_bench(
         convs,
@@ -487,6 +500,7 @@ def _run(args: argparse.Namespace) -> int:
         budgets=budgets,
         memory_factory=lambda unit, emb: _default_factory(unit, emb, denoiser),
         retrieve_kwargs=None if args.recall is None else {"recall": json.loads(args.recall)},
+        copies=data.copies,
     )
     logger.info("bench retrieval done")
     print(f"data: {args.data} ({len(convs)} conversations), denoiser: {args.denoiser}")  # noqa: T201
@@ -495,7 +509,9 @@ def _run(args: argparse.Namespace) -> int:
     print(format_table(res, budgets))  # noqa: T201
     if args.json is not None:
         with open(args.json, "w") as fh:
-            json.dump({**res.summary(), "roles": args.roles}, fh, indent=2)
+            json.dump(
+                {**res.summary(), "roles": args.roles, "perturb": data.summary()}, fh, indent=2
+            )
     return 0
 
 
@@ -530,6 +546,7 @@ def register(bench: Any) -> None:
     )
     p.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="word budgets")
     p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    add_perturb_argument(p)
     p.add_argument(
         "--roles",
         choices=ROLES,

@@ -25,7 +25,15 @@ from typing import Any
 from reflective_memory.errors import ConfigError
 from reflective_memory.io import Conversation, SessionData
 
-__all__ = ["ROLES", "CHAT_ROLES", "declared_user_sides", "user_side", "as_chat", "store_roles"]
+__all__ = [
+    "ROLES",
+    "CHAT_ROLES",
+    "declared_user_sides",
+    "user_side",
+    "user_roles",
+    "as_chat",
+    "store_roles",
+]
 
 #: Values of `--roles`.
 ROLES = ("names", "ua")
@@ -79,6 +87,23 @@ def user_side(conv: Conversation, declared: dict[str, str] | None = None) -> str
     if name is not None and name in roles:
         return name
     return next(str(t["role"]) for s in conv.sessions for t in s.turns)
+
+
+def user_roles(conversations: list[Conversation], path: str | Path) -> dict[str, str]:
+    """The role each conversation's user side is stored under, by user id.
+
+    Args:
+        conversations: As they will be stored (after `store_roles`).
+        path: Their file (read again only when a conversation has named speakers, for
+            `speaker_a`).
+
+    Returns:
+        `user` for a user / assistant conversation, else its `user_side` speaker name.
+    """
+    if all(_roles(c) <= CHAT_ROLES for c in conversations):
+        return {c.user_id: "user" for c in conversations}
+    declared = declared_user_sides(path)
+    return {c.user_id: user_side(c, declared) or "user" for c in conversations}
 
 
 def as_chat(conv: Conversation, user: str | None) -> Conversation:

@@ -53,6 +53,7 @@ from reflective_memory.segment.base import FixedWindowSegmenter
 from reflective_memory.types import Retrieval
 from tqdm import tqdm
 
+from reflective_bench.perturb import Copies
 from reflective_bench.retrieval import session_ndcg
 
 __all__ = [
@@ -391,6 +392,7 @@ def run_systems(
     recall_ks: Sequence[int] = (5, 10),
     session_recall_fn: Callable[[Retrieval, set[str], int], tuple[float, float]] | None = None,
     ranker_folds: str | None = None,
+    copies: Copies | None = None,
 ) -> SystemsResult:
     """Ingest every conversation into every system and measure coverage, latency and ingest.
 
@@ -410,7 +412,10 @@ def run_systems(
             (`None`: no session recall).
         ranker_folds: Folder of `bench fit-ranker --folds` models, for the systems whose
             ranker is `FOLDS` (each conversation scored by its fold's model).
+        copies: Turns that count as other turns (`--perturb repeated`): every answer is
+            scored with its copies mapped to their originals (`Copies.originals`).
     """
+    scored = (Copies() if copies is None else copies).originals
     res = SystemsResult(topk=topk)
     default_call = f"{DEFAULT.name} · retrieve()"
     embedder.encode(["load the model before anything is timed"])
@@ -457,12 +462,16 @@ def run_systems(
                 res.paths[system.name].append(str(top.diagnostics.get("path")))
                 ranking = None
                 if not system.passages:
-                    ranking = mem.retrieve(
-                        conv.user_id, q.question, now=q.date, k=n_units, mode=system.mode
+                    ranking = scored(
+                        mem.retrieve(
+                            conv.user_id, q.question, now=q.date, k=n_units, mode=system.mode
+                        )
                     )
                 for b in budgets:
                     if ranking is None:
-                        r = mem.retrieve(conv.user_id, q.question, now=q.date, budget_tokens=b)
+                        r = scored(
+                            mem.retrieve(conv.user_id, q.question, now=q.date, budget_tokens=b)
+                        )
                         cov, words = covered(r, evidence, b)
                         res.over_budget += int(words > b)
                     else:
@@ -472,7 +481,9 @@ def run_systems(
                     res.by_type[(system.name, q.qtype or "-", b)].append(cov)
                 if session_recall_fn is not None and q.evidence_sessions:
                     if ranking is None:  # passage systems: their whole ranking of turns
-                        ranking = mem.retrieve(conv.user_id, q.question, now=q.date, k=n_units)
+                        ranking = scored(
+                            mem.retrieve(conv.user_id, q.question, now=q.date, k=n_units)
+                        )
                     for kk in recall_ks:
                         ra, rall = session_recall_fn(ranking, set(q.evidence_sessions), kk)
                         res.recall[(system.name, f"any@{kk}")].append(ra)
@@ -486,7 +497,7 @@ def run_systems(
                         conv.user_id, q.question, now=q.date, k=topk, mode=system.mode
                     )
                     res.topk_latency_ms[system.name].append((time.perf_counter() - t2) * 1000)
-                    cov, words = covered(top, evidence, topk)
+                    cov, words = covered(scored(top), evidence, topk)
                     res.topk_coverage[system.name].append(cov)
                     res.by_conversation[(system.name, conv.user_id, f"k={topk}")].append(cov)
                     res.topk_words[system.name].append(words)
@@ -495,7 +506,7 @@ def run_systems(
                     t3 = time.perf_counter()
                     top = shipped.retrieve(conv.user_id, q.question, now=q.date)
                     res.topk_latency_ms[default_call].append((time.perf_counter() - t3) * 1000)
-                    cov, words = covered(top, evidence, 0)
+                    cov, words = covered(scored(top), evidence, 0)
                     res.topk_coverage[default_call].append(cov)
                     res.topk_words[default_call].append(words)
         finally:

@@ -13,21 +13,37 @@ apart by shape (not by name):
 A message is any of:
 
 * OpenAI style: `{"role": "user", "content": "...", "name": "Claire"}`; `content` may be a
-  list of parts (`{"type": "text", "text": "..."}`; other parts are left out).
+  list of parts (`{"type": "text", "text": "..."}`, the Responses API's `input_text` /
+  `output_text`, or the Assistants API's `{"type": "text", "text": {"value": "..."}}`; other
+  parts, images for instance, are left out).
 * LangChain, as `messages_to_dict` writes it: `{"type": "human", "data": {"content": "...",
-  "additional_kwargs": {...}}}`, or a message's `model_dump()` (`type` and `content` at the top).
-  Types `human`, `ai`, `system`, `tool`, `function` become roles `user`, `assistant`, `system`,
-  `tool`, `tool`; a `chat` message keeps its `role`.
+  "additional_kwargs": {...}, "response_metadata": {...}, "id": ...}}`, or a message's
+  `model_dump()` (`type` and `content` at the top). Types `human`, `ai`, `system`, `tool`,
+  `function` become roles `user`, `assistant`, `system`, `tool`, `tool`; a `chat` message keeps
+  its `role`. (`data.id` is the message's own id, not its session's.)
 * LlamaIndex `ChatMessage.model_dump()`: `{"role": ..., "blocks": [{"block_type": "text",
   "text": ...}], "additional_kwargs": {...}}` (or `content` instead of `blocks`).
 
-Per message, optionally: a time (`timestamp`, `time`, `created_at`, `date`, or `timestamp` in
-`additional_kwargs`: ISO text or Unix seconds), a session (`session_id`, `conversation_id`,
-`thread_id`), a user (`user_id`) and a speaker `name` (kept as the role when it is a valid
-label, as every adapter does). Messages without a session go to one session named after the
-file (`claire.jsonl` -> `claire`), or, with `session_gap`, a new session starts after that many
-seconds of silence. Messages without a user go to `default_user`. A message whose text is empty
-(an assistant message holding only tool calls) is left out: there is nothing to remember.
+Roles: `user`, `assistant` and their aliases in any case (`human`, `ai`, `bot`, `model`, ...:
+`validation.ROLE_ALIASES`) are stored as `user` / `assistant`; `system` and `tool` messages are
+kept as such; any other role or speaker `name` is stored as given (when it is a valid label,
+as every adapter does).
+
+What a message says about itself (`MESSAGE_FIELDS`) is looked up on the message (LangChain's
+`data`), then in its `additional_kwargs` (LangChain, LlamaIndex), `response_metadata`
+(LangChain) and `metadata` (OpenAI), the first found winning: its session (`session_id`,
+`conversation_id`, `thread_id`; text or an integer), its user (`user_id`) and its time
+(`timestamp`, `time`, `created_at`, `date` on the message, `timestamp` in those mappings: ISO
+text or Unix seconds). A `{"messages": [...]}` object may name the session and user of its
+messages at its top or in its `metadata`.
+
+Sessions: messages without a session id go to one session named after the file (`claire.jsonl`
+-> `claire`) and start a new one (`claire-2`, ...) after `session_gap` seconds of silence
+(default `SessionConfig.idle_seconds`, 1800 s: the idle time after which a live session ends;
+`None`: never). The silence is measured between consecutive messages that have a time; a
+message without one stays in the current session, so a log without any times is one session.
+Messages without a user go to `default_user`. A message whose text is empty (an assistant
+message holding only tool calls) is left out: there is nothing to remember.
 
 A malformed file raises `InvalidFileError` naming the file, the line (JSON Lines) or position
 (`[3].content`) and the problem, before anything is returned.
@@ -40,19 +56,22 @@ import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timezone
 from pathlib import Path
 from typing import Any, Protocol
 
 from reflective_memory.errors import InvalidFileError
 from reflective_memory.jsonfile import MAX_DEPTH, FileShape, json_depth
 from reflective_memory.text import parse_timestamp
-from reflective_memory.validation import role_or
+from reflective_memory.validation import MESSAGE_TIME_KEY, role_or
 
 __all__ = [
     "ChatLog",
     "Message",
     "message",
     "LANGCHAIN_ROLES",
+    "MESSAGE_FIELDS",
+    "MessageFields",
     "looks_like_jsonl",
     "is_chat_log",
     "read_chat_json",
@@ -67,8 +86,33 @@ LANGCHAIN_ROLES = {
     "tool": "tool",
     "function": "tool",
 }
-_TIME_KEYS = ("timestamp", "time", "created_at", "date")
-_SESSION_KEYS = ("session_id", "conversation_id", "thread_id")
+
+
+@dataclass(frozen=True)
+class MessageFields:
+    """Where chat-log messages keep what they say about themselves (one place, documented).
+
+    Attributes:
+        nested: Mappings inside a message searched after the message itself, in order:
+            LangChain and LlamaIndex `additional_kwargs`, LangChain `response_metadata`, OpenAI
+            `metadata`.
+        session: Keys of a message's session id.
+        user: Keys of a message's user id.
+        time: Keys of a message's time on the message itself.
+        nested_time: Keys of its time inside the nested mappings (where the adapters write it).
+    """
+
+    nested: tuple[str, ...] = ("additional_kwargs", "response_metadata", "metadata")
+    session: tuple[str, ...] = ("session_id", "conversation_id", "thread_id")
+    user: tuple[str, ...] = ("user_id",)
+    time: tuple[str, ...] = ("timestamp", "time", "created_at", "date")
+    nested_time: tuple[str, ...] = (MESSAGE_TIME_KEY,)
+
+
+#: The keys read from every chat-log message (see `MessageFields`).
+MESSAGE_FIELDS = MessageFields()
+#: Content part types whose text is kept (OpenAI chat, Responses API; LlamaIndex blocks).
+_TEXT_PARTS = ("text", "input_text", "output_text")
 _JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 #: Longest first line read to tell JSON Lines by shape (a longer one needs a `.jsonl` name).
 _PEEK_CHARS = 16 * 2**20
@@ -77,7 +121,8 @@ _PEEK_CHARS = 16 * 2**20
 class _Checks(Protocol):
     """The value checks of `reflective_memory.io` (its `_Reader`), shared with this module."""
 
-    shape: FileShape
+    @property
+    def shape(self) -> FileShape: ...
 
     def ident(self, value: Any, where: str) -> str: ...
     def role(self, value: Any, where: str) -> str: ...
@@ -169,6 +214,17 @@ def _open_text(path: Path) -> io.TextIOBase:
     return io.TextIOWrapper(raw, encoding="utf-8-sig", newline=None)
 
 
+def _part_text(r: _Checks, part: dict[str, Any], where: str) -> str | None:
+    """The text of one content part (None: a part that holds no text, e.g. an image)."""
+    kind = part.get("type", part.get("block_type"))
+    if kind not in _TEXT_PARTS:
+        return None
+    text = r.shape.field(part, "text", where, str, dict)
+    if isinstance(text, dict):  # the Assistants API: {"value": "...", "annotations": [...]}
+        text = r.shape.field(text, "value", f"{where}.text", str)
+    return text
+
+
 def _text_of(r: _Checks, content: Any, where: str) -> str:
     """A message's text from a string or a list of parts (text parts joined by newlines)."""
     if content is None:
@@ -183,27 +239,44 @@ def _text_of(r: _Checks, content: Any, where: str) -> str:
             parts.append(part)
             continue
         r.shape.expect(part, pat, dict)
-        kind = part.get("type", part.get("block_type"))
-        if kind == "text":
-            parts.append(r.shape.field(part, "text", pat, str))
+        text = _part_text(r, part, pat)
+        if text is not None:
+            parts.append(text)
     return r.text("\n".join(p for p in parts if p.strip()), where, blank_ok=True)
 
 
-def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
-    for key in keys:
-        if obj.get(key) is not None:
-            return key, obj[key]
+#: Where a message keeps its fields: `(path, mapping)` pairs, searched in order.
+_Places = list[tuple[str, dict[str, Any]]]
+
+
+def _nested(r: _Checks, body: dict[str, Any], at: str) -> _Places:
+    """The mappings inside a message that may name its session, user or time, in order."""
+    out = []
+    for key in MESSAGE_FIELDS.nested:
+        value = body.get(key)
+        if value is not None:
+            path = f"{at}.{key}" if at else key
+            out.append((path, r.shape.expect(value, path, dict)))
+    return out
+
+
+def _lookup(places: _Places, keys: tuple[str, ...]) -> tuple[str, Any] | None:
+    """`(path, value)` of the first of `keys` set in the first place that sets one."""
+    for at, obj in places:
+        for key in keys:
+            if obj.get(key) is not None:
+                return (f"{at}.{key}" if at else key), obj[key]
     return None
 
 
-def _time(r: _Checks, obj: dict[str, Any], extra: Any, where: str) -> Any:
-    found = _first(obj, _TIME_KEYS)
-    if found is None and isinstance(extra, dict) and extra.get("timestamp") is not None:
-        found = ("additional_kwargs.timestamp", extra["timestamp"])
+def _ident(r: _Checks, found: tuple[str, Any] | None) -> str | None:
+    """A session or user id found in a message: text, or an integer (a database's row id)."""
     if found is None:
         return None
-    key, value = found
-    return r.when(value, f"{where}.{key}")
+    where, value = found
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return r.ident(value, where)
 
 
 def message(r: _Checks, obj: Any, where: str) -> Message | None:
@@ -243,47 +316,42 @@ def message(r: _Checks, obj: Any, where: str) -> Message | None:
             text = _text_of(r, shape.field(obj, "blocks", where, list), f"{where}.blocks")
         else:
             text = _text_of(r, obj.get("content"), f"{where}.content")
-    extra = body.get("additional_kwargs")
-    if extra is not None:
-        shape.expect(extra, f"{at}.additional_kwargs", dict)
     name = body.get("name")
     if name is not None:
         shape.expect(name, f"{at}.name", str)
-    stamp = _time(r, obj, extra, where) if body is obj else _time(r, body, extra, at)
-    session = _first(obj, _SESSION_KEYS)
-    user = obj.get("user_id")
+    own: _Places = [(where, obj)] if body is obj else [(where, obj), (at, body)]
+    places = own + _nested(r, body, at)
+    found = _lookup(own, MESSAGE_FIELDS.time) or _lookup(places, MESSAGE_FIELDS.nested_time)
+    stamp = None if found is None else r.when(found[1], found[0])
+    session = _ident(r, _lookup(places, MESSAGE_FIELDS.session))
+    user = _ident(r, _lookup(places, MESSAGE_FIELDS.user))
     if not text.strip():
         return None
-    return Message(
-        role_or(name, role),
-        text,
-        stamp,
-        None if session is None else r.ident(session[1], f"{where}.{session[0]}"),
-        None if user is None else r.ident(user, f"{where}.user_id"),
-    )
+    return Message(role_or(name, role), text, stamp, session, user)
 
 
 class _Sessions:
-    """Assigns messages without a session id to the file's session, cut by `session_gap`."""
+    """Names the session of each message that names none: `base`, cut at long silences.
 
-    def __init__(self, r: _Checks, base: str, session_gap: float | None) -> None:
-        self.r, self.gap = r, session_gap
-        self.base = base
+    Per user, a message more than `session_gap` seconds after the previous message with a time
+    starts the next session (`base-2`, `base-3`, ...); a message without a time stays in the
+    current one. Naive times are read as UTC.
+    """
+
+    def __init__(self, base: str, session_gap: float | None) -> None:
+        self.base, self.gap = base, session_gap
         self.count: dict[str | None, int] = {}
         self.last: dict[str | None, float] = {}
 
-    def of(self, msg: Message, where: str) -> str:
+    def of(self, msg: Message) -> str:
+        """The session of `msg` (its own when it names one)."""
         if msg.session_id is not None:
             return msg.session_id
         user = msg.user_id
         n = self.count.setdefault(user, 1)
-        if self.gap is not None:
-            when = parse_timestamp(msg.timestamp)
-            if when is None:
-                raise self.r.shape.fail(
-                    where, "has no time, and --session-gap needs one on every message"
-                )
-            t = when.timestamp()
+        when = None if self.gap is None else parse_timestamp(msg.timestamp)
+        if self.gap is not None and when is not None:
+            t = (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
             if user in self.last and t - self.last[user] > self.gap:
                 n = self.count[user] = n + 1
             self.last[user] = t
@@ -296,18 +364,27 @@ def _base(path: Path) -> str:
 
 
 def _conversation(
-    r: _Checks, log: ChatLog, obj: dict[str, Any], where: str, sid: str, user: str | None
+    r: _Checks,
+    log: ChatLog,
+    obj: dict[str, Any],
+    where: str,
+    sid: str,
+    session_gap: float | None,
 ) -> None:
-    """Add one `{"messages": [...]}` object (its own session id and user, if it names them)."""
-    shape = r.shape
-    found = _first(obj, _SESSION_KEYS)
-    sid = sid if found is None else r.ident(found[1], f"{where}.{found[0]}")
-    if obj.get("user_id") is not None:
-        user = r.ident(obj["user_id"], f"{where}.user_id")
-    for i, item in enumerate(shape.field(obj, "messages", where, list)):
+    """Add one `{"messages": [...]}` object (its own session id and user, if it names them).
+
+    Its messages that name no session go to the object's session if it names one, else to
+    `sid`, cut at long silences (`_Sessions`).
+    """
+    places = [(where, obj), *_nested(r, obj, where)]
+    named = _ident(r, _lookup(places, MESSAGE_FIELDS.session))
+    user = _ident(r, _lookup(places, MESSAGE_FIELDS.user))
+    sessions = _Sessions(sid if named is None else named, None if named else session_gap)
+    for i, item in enumerate(r.shape.field(obj, "messages", where, list)):
         msg = message(r, item, f"{where}.messages[{i}]" if where else f"messages[{i}]")
         if msg is not None:
-            log.add(msg.user_id or user, msg.session_id or sid, msg)
+            msg.user_id = msg.user_id or user
+            log.add(msg.user_id, sessions.of(msg), msg)
 
 
 def read_chat_json(r: _Checks, data: Any, session_gap: float | None) -> ChatLog:
@@ -315,20 +392,20 @@ def read_chat_json(r: _Checks, data: Any, session_gap: float | None) -> ChatLog:
     log = ChatLog()
     base = _base(r.shape.path)
     if isinstance(data, dict) and "messages" in data:
-        _conversation(r, log, data, "", base, None)
+        _conversation(r, log, data, "", base, session_gap)
         return log
     items = data if isinstance(data, list) else [data]
     if isinstance(data, list) and isinstance(data[0], dict) and "messages" in data[0]:
         for n, obj in enumerate(items):
             r.shape.expect(obj, f"[{n}]", dict)
-            _conversation(r, log, obj, f"[{n}]", f"{base}-{n + 1}", None)
+            _conversation(r, log, obj, f"[{n}]", f"{base}-{n + 1}", session_gap)
         return log
-    sessions = _Sessions(r, base, session_gap)
+    sessions = _Sessions(base, session_gap)
     for n, obj in enumerate(items):
         where = f"[{n}]" if isinstance(data, list) else ""
         msg = message(r, obj, where or "top level")
         if msg is not None:
-            log.add(msg.user_id, sessions.of(msg, where or "top level"), msg)
+            log.add(msg.user_id, sessions.of(msg), msg)
     return log
 
 
@@ -359,7 +436,7 @@ def read_chat_jsonl(r: _Checks, path: Path, max_bytes: int, session_gap: float |
     """A JSON Lines chat log (one message or one `{"messages": [...]}` per line) as sessions."""
     log = ChatLog()
     base = _base(path)
-    sessions = _Sessions(r, base, session_gap)
+    sessions = _Sessions(base, session_gap)
     for n, line in _lines(path, max_bytes):
         if not line.strip():
             continue
@@ -375,11 +452,11 @@ def read_chat_jsonl(r: _Checks, path: Path, max_bytes: int, session_gap: float |
         if json_depth(obj) > MAX_DEPTH:
             raise r.shape.fail(where, f"is nested deeper than {MAX_DEPTH} levels")
         if isinstance(obj, dict) and "messages" in obj:
-            _conversation(r, log, obj, where, f"{base}-{n}", None)
+            _conversation(r, log, obj, where, f"{base}-{n}", session_gap)
             continue
         msg = message(r, obj, where)
         if msg is not None:
-            log.add(msg.user_id, sessions.of(msg, where), msg)
+            log.add(msg.user_id, sessions.of(msg), msg)
     if not log.sessions:
         raise r.shape.fail("", "holds no message with text")
     return log

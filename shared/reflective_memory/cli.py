@@ -155,6 +155,40 @@ def _megabytes(value: str) -> int:
     return _positive_int(value) * 2**20
 
 
+def _gap_minutes(value: str) -> float | None:
+    """`--session-gap`: minutes of silence (a positive number), or `0` / `none`: never cut."""
+    if value.strip().lower() in ("0", "none"):
+        return None
+    try:
+        return _positive_float(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of minutes, or 0 / none, got {value!r}"
+        ) from None
+
+
+def _session_gap_argument(p: argparse.ArgumentParser) -> None:
+    """The `--session-gap` option of the commands that read a chat log."""
+    from reflective_memory.sessions.config import SessionConfig
+
+    idle = SessionConfig.idle_seconds
+    default = None if idle is None else idle / 60.0
+    p.add_argument(
+        "--session-gap",
+        type=_gap_minutes,
+        default=default,
+        metavar="MINUTES",
+        help="chat logs: messages that name no session start a new one after this many "
+        f"minutes of silence (default {default or 'none'}: sessions.idle_seconds, the idle "
+        "time that ends a live session; 0 or none: one session per file)",
+    )
+
+
+def _gap_seconds(args: argparse.Namespace) -> float | None:
+    """`--session-gap` in seconds (None: never cut)."""
+    return None if args.session_gap is None else args.session_gap * 60.0
+
+
 def _new_or_store_dir(value: str) -> str:
     """A directory a write command may create (or an existing store)."""
     if not value.strip():
@@ -270,9 +304,11 @@ def _ingest(args: argparse.Namespace) -> int:
     from reflective_memory.io import ingest_conversations, load_conversations
 
     # The whole file is read and checked before the store opens: a bad file writes nothing.
-    gap = None if args.session_gap is None else args.session_gap * 60.0
     convs = load_conversations(
-        args.file, default_user=args.user, max_bytes=args.max_file_bytes, session_gap=gap
+        args.file,
+        default_user=args.user,
+        max_bytes=args.max_file_bytes,
+        session_gap=_gap_seconds(args),
     )
     with _open(args.db) as mem:
         report = ingest_conversations(mem, convs, user=args.user, progress=not args.quiet)
@@ -523,7 +559,13 @@ def _segment(args: argparse.Namespace) -> int:
     embedder = HashingEmbedder(256) if args.embedder == "hashing" else default_embedder()
     seg = make_segmenter(args.segmenter, embedder=embedder, unit=args.unit, window=args.window)
     rows = []
-    for conv in load_conversations(args.file, default_user="user", max_bytes=args.max_file_bytes):
+    convs = load_conversations(
+        args.file,
+        default_user="user",
+        max_bytes=args.max_file_bytes,
+        session_gap=_gap_seconds(args),
+    )
+    for conv in convs:
         for sess in conv.sessions[: args.limit] if args.limit is not None else conv.sessions:
             turns = [
                 Turn(
@@ -565,13 +607,47 @@ def _segment_arguments(p: argparse.ArgumentParser) -> None:
     """The `segment` options (the segmenter names import the segmenters, hence only on demand)."""
     from reflective_memory.segment.embedding import SEGMENTER_KINDS
 
-    p.add_argument("file", type=_input_file, help="conversation file (.json or .json.gz)")
+    p.add_argument(
+        "file",
+        type=_input_file,
+        help="conversation file in any format `ingest` reads (.json, .jsonl, optionally .gz)",
+    )
     _file_limit(p)
-    p.add_argument("--segmenter", choices=SEGMENTER_KINDS, default="embedding")
-    p.add_argument("--unit", choices=("exchange", "turn"), default="exchange")
-    p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
-    p.add_argument("--window", type=int, default=6, help="turns per segment for 'fixed'")
-    p.add_argument("--limit", type=int, default=None, help="only the first N sessions per user")
+    _session_gap_argument(p)
+    p.add_argument(
+        "--segmenter",
+        choices=SEGMENTER_KINDS,
+        default="embedding",
+        help="offline segmenter: 'embedding' the learned boundary scorer (the library's), "
+        "'texttiling' TextTiling over embeddings, 'fixed' every --window turns "
+        "(default embedding)",
+    )
+    p.add_argument(
+        "--unit",
+        choices=("exchange", "turn"),
+        default="exchange",
+        help="what a boundary may fall between: exchanges (a turn and its reply) or single "
+        "turns (default exchange)",
+    )
+    p.add_argument(
+        "--embedder",
+        choices=("minilm", "hashing"),
+        default="minilm",
+        help="the embeddings the segmenter compares: all-MiniLM-L6-v2, or the fast, "
+        "model-free hashing embedder (default minilm)",
+    )
+    p.add_argument(
+        "--window",
+        type=_positive_int,
+        default=6,
+        help="turns per segment for --segmenter fixed (default 6)",
+    )
+    p.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=None,
+        help="only the first N sessions per user (default: all)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_segment)
 
@@ -633,14 +709,18 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
         "(the reflective-memory/v1 JSON that `ingest` reads).",
     )
     p.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
-    p.add_argument("--k", type=_positive_int, default=3, help="passages shown per question")
+    p.add_argument(
+        "--k", type=_positive_int, default=3, help="passages shown per question (default 3)"
+    )
     p.add_argument(
         "--budget",
         type=_positive_int,
         default=300,
         help="tokens of passages retrieved per question (default 300)",
     )
-    p.add_argument("--questions", type=_positive_int, default=8, help="questions to ask")
+    p.add_argument(
+        "--questions", type=_positive_int, default=8, help="questions to ask (default 8)"
+    )
     p.add_argument(
         "--export",
         type=_output_file,
@@ -665,14 +745,7 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
         "file", type=_input_file, help="conversation file (.json, .jsonl, optionally .gz)"
     )
     _file_limit(p)
-    p.add_argument(
-        "--session-gap",
-        type=_positive_float,
-        default=None,
-        metavar="MINUTES",
-        help="chat logs: start a new session after this many minutes of silence (messages "
-        "without a session id; default: one session per file)",
-    )
+    _session_gap_argument(p)
     p.add_argument("--user", type=_user_id, required=True, help="user id to store under")
     p.add_argument("--db", type=_new_or_store_dir, required=True, help="store directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -682,7 +755,7 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     p.add_argument("query", type=_text, help="query text")
     p.add_argument("--user", type=_user_id, required=True, help="user id")
     p.add_argument("--db", type=_store_dir, required=True, help="existing store directory")
-    p.add_argument("--k", type=_positive_int, default=5, help="number of hits")
+    p.add_argument("--k", type=_positive_int, default=5, help="number of hits (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
         "--allow-empty", action="store_true", help="an unknown user gives no hits, not exit 1"
@@ -713,8 +786,15 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     )
     p.add_argument("--user", type=_user_id, required=True, help="user id")
     p.add_argument("--db", type=_store_dir, required=True, help="existing store directory")
-    p.add_argument("--denoiser", default="offline", choices=["none", "offline", "llmlingua"])
-    p.add_argument("--rate", type=_rate, default=0.75, help="fraction of each key kept")
+    p.add_argument(
+        "--denoiser",
+        default="offline",
+        choices=["none", "offline", "llmlingua"],
+        help="key denoiser: raw keys, the offline one, or LLMLingua-2 (default offline)",
+    )
+    p.add_argument(
+        "--rate", type=_rate, default=0.75, help="fraction of each key kept (default 0.75)"
+    )
     p.add_argument("--model", default=None, help="local LLMLingua-2 model folder")
     p.add_argument("--only-stale", action="store_true", help="only keys made by another denoiser")
     p.set_defaults(func=_redenoise)
@@ -749,7 +829,11 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
         "to run from several hosts at once.",
     )
     p.add_argument("--dsn", required=True, help="postgresql://user@host:5432/db")
-    p.add_argument("--schema", default="reflective_memory", help="schema holding the tables")
+    p.add_argument(
+        "--schema",
+        default="reflective_memory",
+        help="schema holding the tables (default reflective_memory)",
+    )
     p.add_argument(
         "--dim",
         type=int,

@@ -256,7 +256,9 @@ class ReflectiveMemory:
         Args:
             user_id: Owner of the conversation.
             session_id: The session; a new id opens a new session.
-            role: `user`, `assistant`, `system` or any speaker label.
+            role: `user`, `assistant`, `system` or any speaker label; `user`, `assistant` and
+                their aliases in any case (`Human`, `AI`, `bot`, `model`, ...:
+                `validation.ROLE_ALIASES`) are stored as `user` / `assistant`.
             text: The utterance (stored whole, however long).
             timestamp: When it was said (datetime, Unix seconds, or a date string).
             turn_id: Your own id for the turn, kept in every memory's provenance. Sending a

@@ -32,8 +32,12 @@ sample; `dia_id` is kept as the turn id and each speaker's name is the role.
 
 Chat logs (`reflective_memory.chatlog`): JSON Lines of messages, OpenAI-style
 `{"messages": [...]}` or bare message lists, LangChain `messages_to_dict` output and LlamaIndex
-`ChatMessage` dumps, told apart by shape; messages name their session and user or get them from
-the file name (or `session_gap`) and `default_user`.
+`ChatMessage` dumps, told apart by shape; messages name their session and user (on the message
+or in its `additional_kwargs`, `response_metadata` or `metadata`) or get them from the file name,
+cut into sessions at silences longer than `session_gap`, and `default_user`.
+
+Every format stores `user`, `assistant` and their aliases (`human`, `ai`, `bot`, `model`, any
+case: `validation.ROLE_ALIASES`) as `user` / `assistant`; other roles and speaker names as given.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from reflective_memory.errors import InvalidFileError, InvalidInputError
 from reflective_memory.jsonfile import MAX_FILE_BYTES, FileShape, read_json
 from reflective_memory.sessions.config import SessionConfig
 from reflective_memory.text import parse_timestamp
-from reflective_memory.validation import check_encodable, check_id, check_role
+from reflective_memory.validation import canonical_role, check_encodable, check_id, check_role
 
 if TYPE_CHECKING:
     from reflective_memory.engine import ReflectiveMemory
@@ -137,7 +141,7 @@ class _Reader:
             raise self.shape.fail(where, str(exc).removeprefix(where + " ")) from None
 
     def role(self, value: Any, where: str) -> str:
-        """A speaker label (`check_role`)."""
+        """A speaker label, as stored (`check_role`: `user` / `assistant` for their aliases)."""
         try:
             return check_role(self.shape.expect(value, where, str))
         except InvalidFileError:
@@ -382,7 +386,7 @@ def load_conversations(
     *,
     max_bytes: int = MAX_FILE_BYTES,
     max_text_chars: int = SessionConfig.max_text_chars,
-    session_gap: float | None = None,
+    session_gap: float | None = SessionConfig.idle_seconds,
 ) -> list[Conversation]:
     """Read a conversation file in any supported format (`.json`, `.jsonl`, optionally `.gz`).
 
@@ -400,8 +404,10 @@ def load_conversations(
         max_text_chars: Longest turn or question text accepted (default: the engine's
             `sessions.max_text_chars`).
         session_gap: Chat logs: seconds of silence after which messages without a session id
-            start a new session (every such message then needs a time); `None`: one session
-            per file (per line for `{"messages": [...]}` lines).
+            start a new session (default `SessionConfig.idle_seconds`, 1800: a live session
+            ends after that long idle too); the silence is measured between messages that have
+            a time, so a log without times stays one session. `None`: one session per file
+            (per line for `{"messages": [...]}` lines).
 
     Returns:
         The conversations in file order.
@@ -476,19 +482,23 @@ def _new_turns(mem: ReflectiveMemory, uid: str, session: SessionData) -> list[di
     A file turn is stored already when the session holds its id, or a turn of the same role,
     text and time; a file turn without a time (stamped when it was first stored) matches on
     role and text. Each stored turn matches one file turn, so a turn said twice counts twice.
+    Roles compare as stored (`canonical_role`): an older version stored aliases as given.
     """
     stored = mem.turns(uid, session.session_id)
     if not stored:
         return list(session.turns)
-    ids = {t.turn_id for t in stored}
+    ids = {kept.turn_id for kept in stored}
     unmatched: dict[tuple[Any, Any], list[str | None]] = {}
-    for t in stored:
-        unmatched.setdefault((t.role, t.text), []).append(_when(t.timestamp))
+    for kept in stored:
+        key = (canonical_role(kept.role), kept.text)
+        unmatched.setdefault(key, []).append(_when(kept.timestamp))
     new = []
     for t in session.turns:
         if t.get("turn_id") in ids:
             continue
-        times = unmatched.get((t.get("role"), t.get("text")), [])
+        role = t.get("role")
+        role = canonical_role(role) if isinstance(role, str) else role
+        times = unmatched.get((role, t.get("text")), [])
         when = _when(t.get("timestamp"))
         if when is None and times:
             times.pop()

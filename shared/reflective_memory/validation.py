@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError
@@ -31,7 +32,9 @@ __all__ = [
     "check_positive",
     "check_role",
     "check_encodable",
+    "canonical_role",
     "role_or",
+    "ROLE_ALIASES",
     "message_time",
     "MESSAGE_TIME_KEY",
     "MAX_ID_CHARS",
@@ -214,11 +217,45 @@ def check_numbering(name: str, value: Any) -> dict[int, int | None] | None:
     return dict(value)
 
 
-def check_role(value: Any) -> str:
-    """Check a speaker label: one printable line of at most `MAX_ROLE_CHARS`, no brackets.
+#: The names of the two sides of a chat, in any case, and the role each is stored as. Every
+#: surface maps them alike: `add_turn` / `add_turns` (so the LangChain and LlamaIndex adapters and
+#: MCP `remember`), and conversation files and chat logs read by `reflective_memory.io`. The
+#: names are those of the common formats: LangChain's message types (`human`, `ai`), LlamaIndex's
+#: `MessageRole` (`chatbot`, `model`), Gemini's `model`, chat exports' `User` / `Assistant` /
+#: `bot`. Any other label (`system`, `tool`, a speaker's name such as `Kate`) is stored as given.
+ROLE_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "user": "user",
+        "human": "user",
+        "assistant": "assistant",
+        "ai": "assistant",
+        "bot": "assistant",
+        "chatbot": "assistant",
+        "model": "assistant",
+    }
+)
 
-    Labels are shown to LLMs as `role: text`; a newline, control character, bracket or colon
-    in a label could make a prompt show a turn that was never said.
+
+def canonical_role(value: str) -> str:
+    """The role a label is stored as: `user` / `assistant` for their aliases, else the label.
+
+    Example:
+        >>> canonical_role("Human"), canonical_role("AI"), canonical_role("Kate")
+        ('user', 'assistant', 'Kate')
+    """
+    return ROLE_ALIASES.get(value.strip().casefold(), value)
+
+
+def check_role(value: Any) -> str:
+    """Check a speaker label; return the role it is stored as (`canonical_role`).
+
+    A label is one printable line of at most `MAX_ROLE_CHARS`, without brackets, colons or
+    bars. Labels are shown to LLMs as `role: text`; a newline, control character, bracket or
+    colon in a label could make a prompt show a turn that was never said.
+
+    Example:
+        >>> check_role("User"), check_role("bot"), check_role("Kate")
+        ('user', 'assistant', 'Kate')
     """
     check_id("role", value)
     if len(value) > MAX_ROLE_CHARS:
@@ -229,7 +266,7 @@ def check_role(value: Any) -> str:
             f"role {value!r} contains {bad[0]!r}; a speaker label is one line without "
             "control characters, brackets, colons or bars"
         )
-    return value
+    return canonical_role(value)
 
 
 def role_or(name: Any, fallback: str) -> str:
@@ -237,12 +274,16 @@ def role_or(name: Any, fallback: str) -> str:
 
     Framework messages may carry the speaker's name (LangChain `name`, LlamaIndex message
     metadata); it is stored as the turn's role so questions naming that person find its turns.
+    A name that is a role alias (`ROLE_ALIASES`: `User`, `AI`, ...) names no person: the
+    message's own role (`fallback`) is kept, so a human message named `Bot` stays the user's.
 
     Example:
         >>> role_or("Kate", "user"), role_or("Kate: hi", "user"), role_or(None, "assistant")
         ('Kate', 'user', 'assistant')
+        >>> role_or("Bot", "user"), role_or("User", "user")
+        ('user', 'user')
     """
-    if isinstance(name, str) and name.strip():
+    if isinstance(name, str) and name.strip() and name.strip().casefold() not in ROLE_ALIASES:
         try:
             return check_role(name.strip())
         except InvalidInputError:

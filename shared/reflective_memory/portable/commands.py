@@ -39,7 +39,15 @@ def _where(p: argparse.ArgumentParser, db_type: Any) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--db", type=db_type, help="embedded store directory")
     where.add_argument("--dsn", type=_dsn, help="PostgreSQL store: postgresql://user@host/db")
-    p.add_argument("--schema", default="reflective_memory", help="PostgreSQL schema")
+    _schema(p)
+
+
+def _schema(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--schema",
+        default="reflective_memory",
+        help="PostgreSQL schema holding the tables (default reflective_memory)",
+    )
 
 
 def _open(db: str | None, dsn: str | None, schema: str) -> Endpoint:
@@ -207,7 +215,13 @@ def add_commands(sub: Any, types: ArgTypes) -> None:
     )
     _where(p, types.new_dir)
     p.add_argument("file", type=types.input_file, help="export file (.jsonl or .jsonl.gz)")
-    p.add_argument("--embedder", choices=("keep", "minilm", "hashing"), default="keep")
+    p.add_argument(
+        "--embedder",
+        choices=("keep", "minilm", "hashing"),
+        default="keep",
+        help="keep the file's embeddings, or embed with all-MiniLM-L6-v2 or the hashing "
+        "embedder what that one did not make (default keep)",
+    )
     p.add_argument(
         "--max-file-mb",
         type=types.megabytes,
@@ -225,7 +239,21 @@ def add_commands(sub: Any, types: ArgTypes) -> None:
         "between), then compares counts and checksums per user. Safe to run again after an "
         "interruption: what was moved is skipped. Do not serve from the target before it ends.",
     )
-    p.add_argument("--from", dest="source", type=types.store_dir, required=True, metavar="DIR")
-    p.add_argument("--to", dest="target", type=_dsn, required=True, metavar="DSN")
-    p.add_argument("--schema", default="reflective_memory", help="PostgreSQL schema")
+    p.add_argument(
+        "--from",
+        dest="source",
+        type=types.store_dir,
+        required=True,
+        metavar="DIR",
+        help="the embedded store directory to move",
+    )
+    p.add_argument(
+        "--to",
+        dest="target",
+        type=_dsn,
+        required=True,
+        metavar="DSN",
+        help="the PostgreSQL store to fill: postgresql://user@host:5432/db",
+    )
+    _schema(p)
     p.set_defaults(func=_migrate)

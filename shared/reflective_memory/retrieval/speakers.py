@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 
 from reflective_memory.types import Turn
+from reflective_memory.validation import ROLE_ALIASES
 
 __all__ = ["CHAT_ROLES", "speaker_of", "utterance"]
 
-#: Roles a chat app stores turns under; a `Name: ` at the start of such a turn names its speaker.
-CHAT_ROLES = frozenset({"user", "assistant", "human", "ai"})
+#: Roles a chat app stores turns under (`user`, `assistant` and their aliases, which stores
+#: written by older versions may hold); a `Name: ` at the start of such a turn names its speaker.
+CHAT_ROLES = frozenset(ROLE_ALIASES)
 #: A label: one to three words of letters (any case; a word may hold digits, `'`, `.`, `-`).
 _LABEL = re.compile(r"([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,2}): (?=\S)")
 

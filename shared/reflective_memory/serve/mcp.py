@@ -140,7 +140,8 @@ class TurnIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     role: str = Field(
-        description="Who spoke: 'user', 'assistant', or a speaker's name (e.g. 'Maya')"
+        description="Who spoke: 'user', 'assistant' (any case; 'human', 'ai', 'bot' and "
+        "'model' are stored as these), 'system', or a speaker's name (e.g. 'Maya')"
     )
     text: str = Field(description="What was said")
     timestamp: str | None = Field(

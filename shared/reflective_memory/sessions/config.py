@@ -22,7 +22,8 @@ class SessionConfig:
         idle_seconds: Open sessions of a user whose last turn is older than this (by turn
             timestamps) are ended when that user adds a turn to another session, and opening a
             store directory ends open sessions idle longer than this by the clock (`None`:
-            never).
+            never). Its default is also the silence that cuts a chat log without session ids
+            into sessions (`reflective_memory.io.load_conversations`).
         end_on_new_session: A user's first turn in a new session ends that user's other open
             sessions (the conversation moved on), on every surface alike. Turns added later to
             an ended session reopen it; its memories are rebuilt when it ends again.

@@ -45,7 +45,13 @@ from reflective_memory.storage.bridge import await_io, bridged
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import Memory, Turn, Usage
-from reflective_memory.validation import check_flag, check_id, check_role, check_text
+from reflective_memory.validation import (
+    canonical_role,
+    check_flag,
+    check_id,
+    check_role,
+    check_text,
+)
 
 if TYPE_CHECKING:
     from reflective_memory.config import MemoryConfig
@@ -146,7 +152,7 @@ class SessionWriter:
     ) -> dict[str, Any]:
         check_id("user_id", user_id)
         check_id("session_id", session_id)
-        check_role(role)
+        role = check_role(role)  # `user` / `assistant` for their aliases
         check_text("text", text)
         if len(text) > self.config.sessions.max_text_chars:
             raise InvalidInputError(
@@ -227,7 +233,9 @@ class SessionWriter:
             if key not in sessions:
                 sessions[key] = {t.turn_id: t for t in self.store.turns(*key)}
             got = sessions[key].get(r["turn_id"])
-            if got is not None and got.role == r["role"] and got.text == r["text"]:
+            if got is None or got.text != r["text"]:
+                continue
+            if canonical_role(got.role) == r["role"]:  # an older version stored aliases as given
                 out[i] = got
         return out
 
