@@ -113,6 +113,7 @@ def without_present_cue(query: str, languages: Sequence[str] = (ENGLISH,)) -> st
         out = f"{out[:start]} {out[end:]}"
     out = " ".join(out.split())
     out = re.sub(r"\s+([?.!,;:])", r"\1", out)
+    out = re.sub(r"([¿¡])\s+", r"\1", out)
     out = re.sub(r"[,;:]+(?=[?.!]|$)", "", out)
     return out if re.search(r"\w", out) else query
 

@@ -229,13 +229,14 @@ def _read_in(text: str, languages: tuple[str, ...]) -> tuple[str, ...]:
     order of `languages`); one whose data holds no more of them than English's does (when
     English is among `languages`) is not read: "What did I read about Mars?" stays English.
     """
-    found = {h.phrase.language: None for h in _hits(text, languages)}
-    if not found:
+    hit = {h.phrase.language for h in _hits(text, languages)}
+    if not hit:
         return ()
+    found = [code for code in languages if code in hit]
     words = set(_tokens(text))
     floor = len(words & _words(ENGLISH)) if ENGLISH in languages else 0
     score = {code: len(words & _words(code)) for code in found}
-    ranked = sorted(found, key=lambda code: -score[code])
+    ranked = sorted(found, key=lambda code: -score[code])  # stable: ties keep their order
     return tuple(code for code in ranked if score[code] > floor)
 
 
@@ -372,7 +373,10 @@ def _dates_in(text: str, now: datetime, code: str, codes: tuple[str, ...]) -> li
                 continue
             start += len(piece) - len(piece.lstrip(_EDGE))
             end = start + len(stripped)
-            data = parser.get_date_data(stripped)
+            try:
+                data = parser.get_date_data(stripped)
+            except (ValueError, OverflowError):  # "vor 5000 Jahren": its words name no date
+                break
             if data.date_obj is None or data.period not in PERIODS:
                 continue
             relative = any(

@@ -418,7 +418,8 @@ def time_frame(
         if not any(o != span and o[0] <= span[0] and span[1] <= o[1] for o, _ in found)
     ]
     if not kept and any(code != ENGLISH for code in languages):
-        kept = [(_named(d), i, d.phrase) for i, d in enumerate(dates_named(query, local, languages))]
+        named = dates_named(query, local, languages)
+        kept = [(_named(d), i, d.phrase) for i, d in enumerate(named)]
     if not kept:
         return None
     window, _, phrase = min(kept, key=lambda f: (f[0][1] - f[0][0], f[1]))
