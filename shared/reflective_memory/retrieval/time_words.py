@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import cache, lru_cache
@@ -38,6 +38,7 @@ from typing import Any
 
 from reflective_memory.errors import ConfigError
 from reflective_memory.settings import check_names
+from reflective_memory.validation import json_strings
 
 __all__ = [
     "ENGLISH",
@@ -126,19 +127,6 @@ def _tokens(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-def _strings(value: Any) -> Iterable[str]:
-    """Every string in a locale's data, its dictionaries' keys included."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _strings(k)
-            yield from _strings(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _strings(v)
-
-
 @dataclass(frozen=True)
 class _Phrase:
     words: tuple[str, ...]
@@ -162,7 +150,7 @@ def _locale(code: str) -> Any:
 @cache
 def _words(code: str) -> frozenset[str]:
     """Every word of a language's locale data (names, units, relative phrases, skip words)."""
-    return frozenset(w for s in _strings(_locale(code).info) for w in _tokens(s))
+    return frozenset(w for s in json_strings(_locale(code).info) for w in _tokens(s))
 
 
 def _phrases(code: str) -> list[_Phrase]:
@@ -210,6 +198,8 @@ def _hits(text: str, languages: tuple[str, ...]) -> tuple[_Hit, ...]:
     if all(code == ENGLISH for code in languages):
         return ()
     vocabulary = _vocabulary(languages)
+    if vocabulary.keys().isdisjoint(_WORD.findall(text.lower())):
+        return ()  # most questions: no word starts a phrase
     spans = [(m.start(), m.end(), m.group().lower()) for m in _WORD.finditer(text)]
     words = [w for *_, w in spans]
     out = []
