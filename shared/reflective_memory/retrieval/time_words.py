@@ -14,15 +14,17 @@ as "i fjor" or "la semana pasada", and its phrase for "now"), with number words 
 
 A language's *time phrases* are its locale's full month and weekday names, its words for day,
 week, month and year (of two letters or more: a lone letter is an abbreviation), and its
-relative phrases of those units; "now" phrases are kept apart. A phrase made only of words
-that English's locale data also holds ("august", "an") is left out, so an English question
-never reaches dateparser through them. dateparser parses a question only when it holds one of
-its languages' time phrases, and only the stretches of up to `MAX_WORDS` words around one: a
-date must hold such a phrase, so "die" (an abbreviation of "Dienstag") or "to" (Norwegian
-for two) alone is no date.
+relative phrases of those units; "now" phrases are kept apart. A unit or relative phrase
+made only of words that English's locale data also holds ("an") is left out, and a language
+is read only when the question holds more words of its locale data than of English's: "im
+August" is German, "What did August say about Mars?" stays English. dateparser parses a
+question only when it holds one of its languages' time phrases, and only the stretches of up
+to `MAX_WORDS` words around one: a date must hold such a phrase, so "die" (an abbreviation of
+"Dienstag") or "to" (Norwegian for two) alone is no date.
 
-Nothing of dateparser or num2words is imported until a question needs them; the phrases are
-gathered once per list of languages.
+Importing this module loads neither dateparser nor num2words: dateparser's locale data is read
+at the first question asked with a language other than English (about 50 ms, once per list of
+languages), num2words at the first date parsed in a language.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from reflective_memory.validation import json_strings
 __all__ = [
     "ENGLISH",
     "MAX_WORDS",
+    "PERIODS",
     "NamedDate",
     "check_languages",
     "dates_named",
@@ -365,7 +368,7 @@ def _dates_in(text: str, now: datetime, code: str, codes: tuple[str, ...]) -> li
             end = start + len(stripped)
             try:
                 data = parser.get_date_data(stripped)
-            except (ValueError, OverflowError):  # "vor 5000 Jahren": its words name no date
+            except (ValueError, OverflowError):  # a date out of range: its words name none
                 break
             if data.date_obj is None or data.period not in PERIODS:
                 continue
@@ -373,8 +376,8 @@ def _dates_in(text: str, now: datetime, code: str, codes: tuple[str, ...]) -> li
                 h.phrase.kind == "relative" and start <= h.start and h.end <= end for h in hits
             )
             translated = locale.translate(stripped, settings=settings)
-            span_back = not relative and _RELATIVE.search(translated) is not None
-            out.append(NamedDate(stripped, data.date_obj.date(), data.period, not span_back, code))
+            span = not relative and _RELATIVE.search(translated) is not None  # from now
+            out.append(NamedDate(stripped, data.date_obj.date(), data.period, not span, code))
             taken.append((start, end))
             break
     return out
