@@ -36,6 +36,7 @@ __all__ = [
     "role_or",
     "ROLE_ALIASES",
     "message_time",
+    "json_strings",
     "MESSAGE_TIME_KEY",
     "MAX_ID_CHARS",
     "MAX_ROLE_CHARS",
@@ -320,17 +321,22 @@ def check_positive(name: str, value: Any) -> int | None:
     return value
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every str in a JSON value: keys and values, nested."""
+def json_strings(value: Any) -> Iterator[str]:
+    """Every str in a JSON value: keys and values, nested.
+
+    Example:
+        >>> list(json_strings({"a": ["b", {"c": 1}]}))
+        ['a', 'b', 'c']
+    """
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from _strings(k)
-            yield from _strings(v)
+            yield from json_strings(k)
+            yield from json_strings(v)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            yield from _strings(v)
+            yield from json_strings(v)
 
 
 def check_json_object(name: str, value: Any) -> dict[str, Any] | None:
@@ -355,7 +361,7 @@ def check_json_object(name: str, value: Any) -> dict[str, Any] | None:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInputError(f"{name} is not JSON: {exc}") from exc
-    for text in _strings(value):
+    for text in json_strings(value):
         if "\x00" in text:
             raise InvalidInputError(f"{name} contains a NUL character (0x00)")
         check_encodable(name, text)

@@ -17,6 +17,7 @@ What the stages use:
 - `cues`: what a question asks beyond its words (present tense, "when", addressed roles).
 - `speakers`: who said a turn (names and roles in stored text).
 - `timeframe`: the period a question is anchored in, resolved against `now`.
+- `time_words`: "now" and named dates beyond English, from dateparser's locale data.
 - `units`: `UnitConfig`; the units (turns, exchanges, segments) a session is indexed as.
 - `turn_votes`: votes per turn, and the question's cues read against the voted turns.
 - `features`: one feature row per voted turn (`FEATURES`, `turn_features`).

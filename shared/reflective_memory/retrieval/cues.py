@@ -6,13 +6,18 @@ do on weekends?") is answered by what that person said (`named_speaker`); in a t
 "I / my" asks for the user's words and "you said / you recommended" for the assistant's
 (`addressed_role`). The retrieval pipeline (`reflective_memory.retrieval.votes`) turns these cues
 into vote adjustments (`reflective_memory.retrieval.turn_votes`).
+
+The patterns read English. The present cue also reads the other languages of a call's
+`languages` (`PassageConfig.languages`): their word for "now" in dateparser's locale data
+("jetzt", "maintenant", "ahora", "nå"; `retrieval.time_words.now_spans`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from reflective_memory.retrieval.time_words import ENGLISH, now_spans
 from reflective_memory.text import lexical_tokens
 
 __all__ = [
@@ -50,26 +55,34 @@ _PAST = re.compile(
 )
 
 
-def present_tense(query: str) -> bool:
+def present_tense(query: str, languages: Sequence[str] = (ENGLISH,)) -> bool:
     """Whether a question asks about the present state of things.
 
     Args:
         query: The question.
+        languages: The languages it is read in: English by the patterns here (when `en` is
+            listed), the others by their word for "now" (`time_words.now_spans`).
 
     Returns:
         True when it holds a cue such as "now", "currently", "these days", "still", "latest",
         or asks about the user's state in the simple present ("where do I live?", "what is
-        my job?" read as "is my") without a cue of the past ("initially", "before", "ago").
+        my job?" read as "is my") without a cue of the past ("initially", "before", "ago");
+        or says "now" in another of `languages`.
 
     Example:
         >>> present_tense("Where do I live now?"), present_tense("Where did I live in 2020?")
         (True, False)
         >>> present_tense("Where do I live?"), present_tense("Where do I initially keep it?")
         (True, False)
+        >>> present_tense("Wo wohne ich jetzt?", ("en", "de"))
+        True
     """
-    if _PRESENT.search(query):
-        return True
-    return bool(_STATE_NOW.search(query)) and not _PAST.search(query)
+    if ENGLISH in languages:
+        if _PRESENT.search(query):
+            return True
+        if _STATE_NOW.search(query) and not _PAST.search(query):
+            return True
+    return bool(now_spans(query, languages))
 
 
 def asks_when(query: str) -> bool:
@@ -82,18 +95,25 @@ def asks_when(query: str) -> bool:
     return bool(_WHEN.match(query))
 
 
-def without_present_cue(query: str) -> str:
+def without_present_cue(query: str, languages: Sequence[str] = (ENGLISH,)) -> str:
     """The question without its present-tense cues, which say *when*, not *what*.
 
     Searched as words, "these days" matches every turn about days; the cue is used by the
-    recency boost instead. A question made only of cues is returned as it is.
+    recency boost instead. A question made only of cues is returned as it is. `languages` as
+    for `present_tense`.
 
     Example:
         >>> without_present_cue("Remind me, where am I living these days?")
         'Remind me, where am I living?'
+        >>> without_present_cue("Où est-ce que j'habite maintenant ?", ("en", "fr"))
+        "Où est-ce que j'habite?"
     """
-    out = " ".join(_PRESENT.sub(" ", query).split())
+    out = _PRESENT.sub(" ", query) if ENGLISH in languages else query
+    for start, end in reversed(now_spans(out, languages)):
+        out = f"{out[:start]} {out[end:]}"
+    out = " ".join(out.split())
     out = re.sub(r"\s+([?.!,;:])", r"\1", out)
+    out = re.sub(r"([¿¡])\s+", r"\1", out)
     out = re.sub(r"[,;:]+(?=[?.!]|$)", "", out)
     return out if re.search(r"\w", out) else query
 

@@ -22,8 +22,15 @@ import numpy as np
 from reflective_memory.errors import ConfigError
 from reflective_memory.retrieval.excerpts import Pieces, excerpt
 from reflective_memory.retrieval.speakers import speaker_of
+from reflective_memory.retrieval.time_words import check_languages
 from reflective_memory.retrieval.turn_votes import TurnVotes
-from reflective_memory.settings import check_bool, check_choice, check_int, check_number
+from reflective_memory.settings import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    set_field,
+)
 from reflective_memory.text import format_date, short_words
 from reflective_memory.types import Hit, Memory, Turn
 
@@ -60,6 +67,12 @@ class PassageConfig:
         time_frame: A question anchored in time ("two weeks ago", "last summer", "on 29 Dec
             2023"; `retrieval.timeframe`) lifts the turns said in that period, resolved
             against the call's `now` (`False`: off).
+        languages: The languages `recency` and `time_frame` read a question in: `en` by this
+            package's own rules, any other code dateparser has locale data for through that
+            data ("jetzt", "vor zwei Wochen", "i fjor"; `retrieval.time_words`). Their phrases
+            are gathered at a process's first question (about 50 ms, once); a question holding
+            none of them then costs about 10 microseconds more, however many languages are
+            listed, and one that does is parsed by dateparser (0.4-3 ms).
         speaker_focus: A question naming exactly one of the speakers of the user's turns
             ("What does Kate do on weekends?") is searched without the name, and what that
             speaker said is preferred (`False`: off).
@@ -94,6 +107,7 @@ class PassageConfig:
     context_weight: float = 0.25
     recency: bool = True
     time_frame: bool = True
+    languages: tuple[str, ...] = ("en", "de", "fr", "es", "nb", "it", "pt", "nl", "sv", "da")
     speaker_focus: bool = True
     person_focus: bool = True
     length_exponent: float = 0.5
@@ -115,6 +129,7 @@ class PassageConfig:
     def __post_init__(self) -> None:
         for name in ("enabled", "recency", "time_frame", "speaker_focus", "person_focus"):
             check_bool(f"passages.{name}", getattr(self, name))
+        set_field(self, "languages", check_languages("passages.languages", self.languages))
         if self.ranker == "rules":
             raise ConfigError(
                 "passages.ranker='rules' was removed: the learned ranker replaces it (it weighs "

@@ -13,15 +13,23 @@ northern hemisphere (winter is December to February; "winter 2021" is the one en
 months 1-4, 5-8 and 9-12; "the first week of May" is May 1-7, "the last week" its last 7 days.
 When several expressions appear, the shortest window wins (an expression inside a longer one,
 "2024" in "the first week of 2024", does not count on its own).
+
+These rules read English. A question in another language of `languages` in which they find
+nothing is read through dateparser's locale data (`retrieval.time_words.dates_named`): "vor
+zwei Wochen", "hace dos semanas" and "for to uker siden" are spans back from `now` with the
+slack above, "letzte Woche", "i fjor" and "en mars" calendar units, as their English
+counterparts are.
 """
 
 from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
+
+from reflective_memory.retrieval.time_words import ENGLISH, NamedDate, dates_named
 
 __all__ = ["TimeFrame", "time_frame"]
 
@@ -36,7 +44,8 @@ class TimeFrame:
     Attributes:
         start: First instant of the period (inclusive), timezone-aware UTC.
         end: First instant after the period (exclusive), timezone-aware UTC.
-        phrase: The matched text, as written in the question (with its preposition).
+        phrase: The matched text, as written in the question (with its preposition; in
+            a language other than English, with number words written as digits).
     """
 
     start: datetime
@@ -347,7 +356,25 @@ def _rules_for(text: str) -> list[tuple[re.Pattern[str], _Resolver]]:
     return [(rule, resolve) for rule, resolve, needs in _RULES if all(map(holds, needs))]
 
 
-def time_frame(query: str, now: datetime) -> TimeFrame | None:
+def _named(named: NamedDate) -> Window:
+    """The days of a date named in another language (`time_words.NamedDate`)."""
+    d = named.day
+    if not named.calendar:  # a span back from now, with the slack of its unit
+        slack = timedelta(days=_SLACK_DAYS[named.period])
+        return d - slack, d + _ONE_DAY + slack
+    if named.period == "week":
+        monday = d - timedelta(days=d.weekday())
+        return monday, monday + 7 * _ONE_DAY
+    if named.period == "month":
+        return d.replace(day=1), _add_months(d.replace(day=1), 1)
+    if named.period == "year":
+        return _year(str(d.year))
+    return _day(d)
+
+
+def time_frame(
+    query: str, now: datetime, languages: Sequence[str] = (ENGLISH,)
+) -> TimeFrame | None:
     """The period `query` asks about, resolved against `now` (naive `now` = UTC), or None.
 
     Days are those of `now`'s time zone; the window is returned in UTC.
@@ -355,6 +382,9 @@ def time_frame(query: str, now: datetime) -> TimeFrame | None:
     Args:
         query: The question.
         now: When it is asked.
+        languages: The languages it is read in (`PassageConfig.languages`): English by this
+            module's rules (when `en` is listed), the others, when those find nothing,
+            through dateparser (`time_words.dates_named`).
 
     Returns:
         The most specific (shortest) period the question names, or None when it names none.
@@ -365,11 +395,15 @@ def time_frame(query: str, now: datetime) -> TimeFrame | None:
         ('2023-01-28', '2023-02-04', 'a week ago')
         >>> time_frame("Where do I live now?", datetime(2023, 2, 7)) is None
         True
+        >>> frame = time_frame("Was habe ich vor zwei Wochen gemacht?", datetime(2024, 6, 15),
+        ...                    ("en", "de"))
+        >>> frame.start.date().isoformat(), frame.end.date().isoformat(), frame.phrase
+        ('2024-05-29', '2024-06-05', 'vor 2 Wochen')
     """
     local = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
     today = local.date()
     found: list[tuple[tuple[int, int], Window]] = []
-    for pattern, resolve in _rules_for(query):
+    for pattern, resolve in _rules_for(query) if ENGLISH in languages else ():
         for m in pattern.finditer(query):
             try:
                 window = resolve(m, today)
@@ -377,15 +411,19 @@ def time_frame(query: str, now: datetime) -> TimeFrame | None:
                 window = None
             if window is not None:
                 found.append((m.span(), window))
+    # (window, where it starts, phrase)
     kept = [
-        (span, window)
+        (window, span[0], query[span[0] : span[1]])
         for span, window in found
         if not any(o != span and o[0] <= span[0] and span[1] <= o[1] for o, _ in found)
     ]
+    if not kept and any(code != ENGLISH for code in languages):
+        named = dates_named(query, local, languages)
+        kept = [(_named(d), i, d.phrase) for i, d in enumerate(named)]
     if not kept:
         return None
-    (first, last), window = min(kept, key=lambda f: (f[1][1] - f[1][0], f[0][0]))
+    window, _, phrase = min(kept, key=lambda f: (f[0][1] - f[0][0], f[1]))
     start, end = (
         datetime.combine(d, time(), local.tzinfo).astimezone(timezone.utc) for d in window
     )
-    return TimeFrame(start, end, query[first:last])
+    return TimeFrame(start, end, phrase)
