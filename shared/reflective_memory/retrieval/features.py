@@ -20,7 +20,8 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
 - `in_frame`: said inside the period the question names ("two weeks ago");
 - `dated`: the question asks for a time ("When is ...?", `cues.asks_when`) and the turn names
   one ("on September 6", "yesterday": `timeframe.time_frame` finds a period in it);
-- `small_talk`: a contentless turn kept as the context of the turn before it;
+- `small_talk`: a turn too short to stand alone, read with the turn before it
+  (`redundancy.riders`);
 - `neighbour`: the best vote of the turns next to it, over the best vote;
 - `user`: said under the `user` role;
 - `position`: where it sits in its session, 0 (first) to 1 (last).
@@ -137,7 +138,7 @@ def turn_features(
             and that key's scores by ranker (`dense`, `lexical`).
         signals: What the question says.
         rrf_k: The fusion constant.
-        quiet: The turns kept as small talk beside the turn before them.
+        quiet: The short turns read with the turn before them (`redundancy.riders`).
         relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
         cache: Where a turn's `names_a_time` is kept (`("dated", session_id, position)`; the
             text cache of `UserTurns.text_cache`, which lives as long as the turns do).

@@ -354,8 +354,9 @@ def prepare_turns(
 ) -> None:
     """Fill `pack_passages`' cost cache for one session's turns ahead of any question.
 
-    Per turn: its line's cost, its `short_words` (what tells small talk), and, for a line
-    longer than `excerpt_length`, its pieces for excerpts. Entries already there are kept.
+    Per turn: its line's cost, its `short_words` (what tells a short turn,
+    `redundancy.is_short`), and, for a line longer than `excerpt_length`, its pieces for
+    excerpts. Entries already there are kept.
     """
     for p, turn in enumerate(turns):
         key = (session_id, p)

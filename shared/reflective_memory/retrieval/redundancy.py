@@ -7,22 +7,24 @@ Two rules, neither a word list, so they hold in any language and from a user's f
   that is not short (`riders`). When its own score is higher than its anchor's (it answers
   what the anchor asked), it lifts the anchor to its score; it then follows its anchor, just
   below it, so a passage shows the two together, and a call with `k` alone shows it inside its
-  anchor's hit (`ride`). A short turn that lifted nothing is context a passage may show after
+  anchor's hit (`ride`). A session that opens with short turns anchors them on its first
+  turn that is not short. A short turn that lifted nothing is context a passage may show after
   its anchor, never a slot of its own. A statement with more words is never treated so,
   however often it is said.
 - **Near-duplicates cost budget once.** Two turns are near-duplicates when their words,
   numbers aside, are the same set, and at least `DUPLICATE_OVERLAP` of all their distinct words
   (numbers included) are shared (`Distinct`): a request sent 200 times with a different number
   in it is one turn, while "I moved to Oslo in 2023" and "... in 2024" (5 of 7 words) stay two.
-  Only the best-ranked of a set of near-duplicates keeps its place in each candidate list and
-  its vote (`collapse_duplicates`), so a flood of them takes neither candidate slots from an
-  update nor lines of a passage. Short turns are never collapsed: "Yes" means what its anchor
-  asked.
+  Only the best-ranked of a set of near-duplicates keeps its place in each candidate list
+  (`retrieval.votes.DistinctCandidates`) and, once every turn is scored, its vote
+  (`collapse_duplicates`), so a flood of them takes neither candidate slots from an update nor
+  lines of a passage, and a fact said again takes one slot. Short turns are never collapsed
+  ("Yes" means what its anchor asked), nor is an anchor a short turn lifted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from reflective_memory.retrieval.turn_votes import TurnVotes
@@ -35,6 +37,7 @@ __all__ = [
     "Distinct",
     "collapse_duplicates",
     "is_short",
+    "lifting",
     "ride",
     "riders",
 ]
@@ -102,24 +105,58 @@ class Distinct:
 
 
 def collapse_duplicates(
-    votes: TurnVotes, session_turns: SessionTurns, cache: dict[Any, Any]
-) -> None:
-    """Near-duplicate voted turns count once: the best-voted keeps its vote, the rest lose it."""
+    votes: TurnVotes,
+    session_turns: SessionTurns,
+    cache: dict[Any, Any],
+    keep: Collection[Key] = frozenset(),
+) -> set[Key]:
+    """Near-duplicate voted turns count once: the best-voted keeps its vote, the rest lose it.
+
+    Run on final scores, after every turn's features were read (a copy's neighbours keep the
+    support its vote gave them).
+
+    Args:
+        votes: The votes.
+        session_turns: A session's turns in order.
+        cache: The text cache the signatures are kept in.
+        keep: Turns that keep their vote whatever they duplicate (an anchor a short turn
+            lifted: "¡Hola!" before "Vivo en Madrid." is that answer's context).
+
+    Returns:
+        The turns that lost their vote.
+    """
     voted = votes.turn
     seen = Distinct(cache, session_turns)
-    for key in sorted(voted, key=lambda k: (-voted[k], votes.first_seen[k])):
-        if not seen.fresh(key):
-            del voted[key]
+    gone = set()
+    for key in sorted(voted, key=lambda k: (k not in keep, -voted[k], votes.first_seen[k])):
+        if not seen.fresh(key) and key not in keep:
+            gone.add(key)
+    for key in gone:
+        del voted[key]
+    return gone
 
 
 def riders(
-    votes: TurnVotes, session_turns: SessionTurns, exclude: frozenset[str], cache: dict[Any, Any]
+    votes: TurnVotes,
+    session_turns: SessionTurns,
+    exclude: frozenset[str],
+    cache: dict[Any, Any],
 ) -> dict[Key, Key]:
     """Drop the votes of excluded turns and of short turns with nothing to ride with.
 
+    Args:
+        votes: The votes.
+        session_turns: A session's turns in order.
+        exclude: Turn ids the caller excludes.
+        cache: The text cache (`is_short`).
+
     Returns:
-        Per voted short turn, its anchor (the nearest turn before it that is not short and
-        not excluded), in turn order. A short turn without one loses its vote.
+        Per voted short turn, its anchor (the nearest turn before it that is not short, else
+        the nearest after it: a session may open with "Hi!" / "Hello!" / "Vivo en Madrid."),
+        in turn order. A session of short turns only has no anchors: its turns stand alone. A
+        short turn whose anchor is excluded loses its vote; one whose
+        anchor lost its vote to a near-duplicate brings it back when it is read (`ride`): a
+        greeting said in every session is one turn, but not for the answer that follows it.
     """
     voted = votes.turn
     out: dict[Key, Key] = {}
@@ -131,17 +168,34 @@ def riders(
             continue
         if not is_short(cache, session_turns, key):
             continue
-        q = p - 1
-        while q >= 0 and is_short(cache, session_turns, (sid, q)):
-            q -= 1
-        if q < 0 or turns[q].turn_id in exclude:
+        anchor = _anchor(cache, session_turns, sid, p)
+        if anchor is None:  # a session of short turns only: nothing to read it with
+            continue
+        if turns[anchor].turn_id in exclude:
             del voted[key]
         else:
-            out[key] = (sid, q)
+            out[key] = (sid, anchor)
     return out
 
 
-def ride(votes: TurnVotes, anchors: dict[Key, Key], passages: bool) -> None:
+def _anchor(cache: dict[Any, Any], session_turns: SessionTurns, sid: str, p: int) -> int | None:
+    """The nearest turn before `p` that is not short, else the nearest after it."""
+    n = len(session_turns(sid))
+    for q in (*range(p - 1, -1, -1), *range(p + 1, n)):
+        if not is_short(cache, session_turns, (sid, q)):
+            return q
+    return None
+
+
+def lifting(votes: TurnVotes, anchors: dict[Key, Key]) -> set[Key]:
+    """The anchors a short turn out-scores: it lifts them (`ride`)."""
+    voted = votes.turn
+    return {a for r, a in anchors.items() if r in voted and voted[r] > voted.get(a, 0.0)}
+
+
+def ride(
+    votes: TurnVotes, anchors: dict[Key, Key], passages: bool, gone: Collection[Key] = ()
+) -> None:
     """Short turns follow their anchors (see the module), on final scores.
 
     Args:
@@ -150,11 +204,16 @@ def ride(votes: TurnVotes, anchors: dict[Key, Key], passages: bool) -> None:
         passages: Whether the hits are passages (a budget); else bare turns (`k` alone), where a
             short turn that lifted its anchor is shown inside its anchor's hit
             (`TurnVotes.riders`) and one that did not is dropped.
+        gone: Anchors that lost their vote to a near-duplicate (`collapse_duplicates`): their
+            short turns go with them.
     """
     voted = votes.turn
     for key, anchor in anchors.items():  # in turn order: a run follows its first anchor
         mine = voted.get(key)
         if mine is None:
+            continue
+        if anchor in gone:
+            del voted[key]
             continue
         theirs = voted.get(anchor)
         if theirs is None:  # the anchor had no vote: it is read for its rider

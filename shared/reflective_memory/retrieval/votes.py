@@ -27,7 +27,13 @@ from reflective_memory.retrieval.cues import (
 from reflective_memory.retrieval.features import QuestionSignals, turn_features
 from reflective_memory.retrieval.passages import PassageConfig
 from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
-from reflective_memory.retrieval.redundancy import Distinct, collapse_duplicates, ride, riders
+from reflective_memory.retrieval.redundancy import (
+    Distinct,
+    collapse_duplicates,
+    lifting,
+    ride,
+    riders,
+)
 from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.retrieval.timeframe import time_frame
@@ -35,7 +41,6 @@ from reflective_memory.retrieval.turn_votes import TurnVotes, collect_votes, uni
 from reflective_memory.retrieval.units import turn_unit_id
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
-from reflective_memory.text import WordCounts
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "DistinctCandidates", "Votes"]
@@ -199,40 +204,6 @@ class UserTurns:
             else:
                 got = index.extras.setdefault("said", (said, roles))
         return got
-
-    def word_counts(self, user_id: str, index: UserIndex) -> WordCounts:
-        """How many of the user's turns and sessions hold each word (`text.WordCounts`).
-
-        Counted once per index version over all the user's turns; a version that only
-        appended recounts only the sessions it touched. Above `PRELOAD_TURNS`, the counts are
-        of the sessions read so far, grown as more are read.
-        """
-        cache = self.sessions(user_id, index)
-        if len(index) > PRELOAD_TURNS:  # grown as sessions are read, never changed in place
-            read = dict(cache)  # readers may add sessions meanwhile
-            counts, counted = index.extras.get("word_counts_read", (WordCounts(), frozenset()))
-            new = [sid for sid in read if sid not in counted]
-            if new:
-                counts = counts.copy()
-                for sid in new:
-                    counts.add(t.text for t in read[sid])
-                index.extras["word_counts_read"] = (counts, counted | set(new))
-            return counts
-        counts = index.extras.get("word_counts")
-        if counts is None:
-            before = self._carried(index, "word_counts")
-            old = self._carried(index, "session_turns")
-            if before is not None and old is not None:
-                counts = before.copy()
-                for sid in self._touched(user_id, index):
-                    if sid in old:
-                        counts.add((t.text for t in old[sid]), -1)
-                    if sid in cache:
-                        counts.add(t.text for t in cache[sid])
-            else:
-                counts = WordCounts([t.text for t in turns] for turns in list(dict(cache).values()))
-            counts = index.extras.setdefault("word_counts", counts)
-        return counts
 
     def newest(self, user_id: str, index: UserIndex) -> datetime | None:
         """The time of the user's newest turn (timezone-aware), if any turn has one."""
@@ -399,12 +370,14 @@ class QuestionCues:
 
 
 class DistinctCandidates:
-    """Near-duplicate turns take one candidate slot (`redundancy.Distinct`).
+    """A flood of near-duplicate turns does not crowd the candidates (`redundancy.Distinct`).
 
-    In each candidate list (dense, lexical), a `turn` unit whose turn near-duplicates a better
-    ranked one's loses its place; when any did, the list is refilled to its length from a
-    wider plain search of the same ranker, so a flood of one request ("dinner idea number 1",
-    "2", ...) cannot push the turn that answers out of the candidates.
+    In each candidate list (dense, lexical), every `turn` unit whose turn near-duplicates a
+    better-ranked one's makes room for one more: the list is extended, from a wider plain
+    search of the same ranker, by as many distinct candidates as it holds duplicates. A request
+    sent 200 times ("dinner idea number 1", "2", ...) then cannot push the turn that answers
+    out of the candidates, while every copy keeps its own rank: a fact said again counts for
+    it (the votes stage keeps one copy of it, `redundancy.collapse_duplicates`).
 
     Args:
         turns: The user's turns.
@@ -417,48 +390,46 @@ class DistinctCandidates:
         self.turns = turns
 
     def run(self, state: RetrievalState) -> None:
-        """Replace `state.dense` and `state.lexical` by their distinct candidates."""
-        index = state.index
+        """Extend `state.dense` and `state.lexical` past their near-duplicates."""
+        req, index = state.request, state.index
         assert index is not None
+        cache = self.turns.text_cache(req.user_id, index)
+        reader = self.turns.reader(req.user_id, index)
         for name in ("dense", "lexical"):
             got: tuple[np.ndarray, np.ndarray] | None = getattr(state, name)
             if got is None or len(got[0]) < 2:
                 continue
-            positions, scores_in = got
-            keep = self._distinct(state, positions.tolist(), len(positions))
-            if len(keep) == len(positions):
+            seen = Distinct(cache, reader)
+
+            def fresh(position: int) -> bool:
+                key = self.turns.turn_at(req.user_id, index, position)
+                return key is None or seen.fresh(key)  # noqa: B023 (called in this loop only)
+
+            room = sum(not fresh(int(p)) for p in got[0])
+            if not room:
                 continue
-            wanted = len(positions)
-            taken = {int(positions[i]) for i in keep}
-            more = 4 * wanted
+            more = min(len(got[0]) + 4 * room, len(index))
             if name == "dense":
-                scores, pos = index.dense.search(state.qvec, min(more, index.dense.ntotal))
-                scores, pos = scores[0], pos[0]
+                scores, positions = index.dense.search(state.qvec, more)
+                scores, positions = scores[0], positions[0]
             else:
-                scores, pos = index.lexical.search(state.search_query, more)
-            extra = [(int(p), float(x)) for p, x in zip(pos, scores) if p >= 0 and p not in taken]
-            picked = [(int(positions[i]), float(scores_in[i])) for i in keep]
-            for p, x in extra:
-                if len(picked) >= wanted:
+                scores, positions = index.lexical.search(state.search_query, more)
+            taken = {int(p) for p in got[0]}
+            extra: list[tuple[int, float]] = []
+            for p, x in zip(positions.tolist(), scores.tolist(), strict=True):
+                if len(extra) >= room:
                     break
-                if self._fresh(state, p):
-                    picked.append((p, x))
-            pos_out = np.array([p for p, _ in picked], dtype=np.int64)
-            sc_out = np.array([x for _, x in picked], dtype=np.float32)
-            setattr(state, name, (pos_out, sc_out))
-
-    def _distinct(self, state: RetrievalState, positions: list[int], n: int) -> list[int]:
-        """Indices of the candidates that near-duplicate no better one."""
-        req = state.request
-        self._seen = Distinct(
-            self.turns.text_cache(req.user_id, state.index),  # type: ignore[arg-type]
-            self.turns.reader(req.user_id, state.index),  # type: ignore[arg-type]
-        )
-        return [i for i, p in enumerate(positions) if self._fresh(state, p)]
-
-    def _fresh(self, state: RetrievalState, position: int) -> bool:
-        key = self.turns.turn_at(state.request.user_id, state.index, position)  # type: ignore[arg-type]
-        return key is None or self._seen.fresh(key)
+                if p >= 0 and p not in taken and fresh(p):
+                    extra.append((p, x))
+            if extra:
+                setattr(
+                    state,
+                    name,
+                    (
+                        np.concatenate([got[0], np.array([p for p, _ in extra], np.int64)]),
+                        np.concatenate([got[1], np.array([x for _, x in extra], got[1].dtype)]),
+                    ),
+                )
 
 
 class Votes:
@@ -467,10 +438,9 @@ class Votes:
     Coarse units (segments, topics, notes) vote for their turns at `context_weight`; the
     learned ranker (`TurnRanker`) then weighs every voted turn by its features, the question's
     cues among them (whose turn it is, how new, inside the asked-for period). Turns the caller
-    excludes get no vote; nor does a turn with no content of its own (an acknowledgement, a
-    greeting: a short turn of words common in the user's turns, `text.WordCounts`, in any
-    language) unless the turn before it is voted: it then follows that turn, never alone, and
-    never as one of `k` bare turns.
+    excludes get no vote; near-duplicate turns keep one vote between them, and a turn of a few
+    words ("Got it.", "Tusen takk!", "Miso soup") rides with the turn before it, never alone
+    (`retrieval.redundancy`).
 
     When sessions are cut into segments or session units (`context_units`), a turn no such
     unit covers yet (its session is open) gets, from its own key, the context vote of a unit
@@ -510,7 +480,6 @@ class Votes:
             ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
         )
         texts = self.turns.text_cache(req.user_id, state.index)
-        collapse_duplicates(votes, session_turns, texts)
         anchors = riders(votes, session_turns, req.exclude, texts)
         votes.labels = self.turns.labels(req.user_id, state.index)
         keep = None
@@ -532,7 +501,7 @@ class Votes:
     ) -> None:
         """Every voted turn's vote becomes `exp(w · x)` of its features (`TurnRanker`).
 
-        Small talk kept beside the turn before it stays just below that turn.
+        A short turn then follows its anchor (`redundancy.ride`).
         """
         req = state.request
         present = self.config.recency and present_tense(req.query, self.config.languages)
@@ -558,7 +527,8 @@ class Votes:
         scores = self.ranker.score(feats.matrix)
         for key, s in zip(feats.keys, scores.tolist(), strict=True):
             votes.turn[key] = math.exp(min(s, 50.0))
-        ride(votes, anchors, req.budget is not None)
+        gone = collapse_duplicates(votes, session_turns, texts, keep=lifting(votes, anchors))
+        ride(votes, anchors, req.budget is not None, gone)
         state.recency = present
 
     def _own(
