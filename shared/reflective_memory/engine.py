@@ -310,9 +310,10 @@ class ReflectiveMemory:
 
         Its own `timestamp` when given (a naive time is read as UTC); without one, its
         conversation's time: the previous turn's when the session is a replayed log, the
-        user's newest turn's for a session that begins while a replay is being stored, else
-        the wall clock (a live chat; `reflective_memory.sessions.clock`). Adapters compare it
-        with the session's last turn to end an idle session.
+        user's newest turn's for a session that begins while a replay is going on (its
+        newest session replayed, open and begun within `sessions.idle_seconds`), else the
+        wall clock (a live chat; `reflective_memory.sessions.clock`). Adapters compare it with
+        the session's last turn to end an idle session.
 
         Raises:
             InvalidInputError: A bad id, or a timestamp in no known format.

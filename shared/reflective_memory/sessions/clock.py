@@ -3,22 +3,24 @@
 A turn stored without a `timestamp` takes the time of its conversation, so one conversation
 never mixes the dates it was said on with the day it was stored:
 
-* the previous turn's time in its session, when that session is *replayed*;
-* for a session's first turn, the user's newest turn's time, when that turn's session is
-  replayed and was stored within the replay window (a replay still going on: a log, an
-  import, a script that adds dated sessions and then undated ones);
-* otherwise the wall clock (never earlier than the previous turn of its session): a live chat,
-  a user's first turn, or a user back after a replay was stored.
+1. the previous turn's time in its session, when that session is *replayed*; in a live
+   session the wall clock (never earlier than the previous turn);
+2. for a session's first turns: the first time given to that session later in the same write
+   (a log or a file session added in one `add_turns`: a greeting before the first dated
+   message);
+3. else the user's newest turn's time, when its session is replayed, still open and begun
+   within the replay window: a replay going on, turn by turn;
+4. else the wall clock: a live chat, a user's first turn, a new session after a replay was
+   stored and ended (an import, an ingest, a seeded history).
 
-A session is *replayed* when its first turn's time is more than the replay window away from the
-time that turn was stored (the session's `created_at`): a back-dated log, a chat export, a
+A session is *replayed* when its first turn's time is more than the replay window away from
+the time that turn was stored (the session's `created_at`): a back-dated log, a chat export, a
 benchmark conversation. A live chat is stamped as it is stored, so its sessions are never
-replayed, and a live session never ends on idle because its turns were back-dated. The window
-is `sessions.idle_seconds` (a session silent that long is over anyway), or
-`DEFAULT_WINDOW_SECONDS` when idle ending is off.
-
-Liveness is read from what the store keeps (`SessionInfo.first_time` and `created_at`), so a
-turn added alone and the same turn added in a batch get the same time.
+replayed, and a live session never ends on idle because its turns were back-dated; the
+previous turn of a replayed session is never the wall clock, so a replay stays in its time.
+The window is `sessions.idle_seconds` (a session silent that long is over anyway), or
+`DEFAULT_WINDOW_SECONDS` when idle ending is off. Liveness is read from what the store keeps
+(`SessionInfo`), so a turn gets the same time alone or in a batch (rule 2 aside).
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ class _Times:
     first: datetime | None
     last: datetime | None
     stored: datetime
+    open: bool = True
 
     @classmethod
     def of(cls, info: SessionInfo) -> _Times:
-        return cls(info.first_time, info.last_time, info.created_at)
+        return cls(info.first_time, info.last_time, info.created_at, info.status == "open")
 
     def replayed(self, window: float) -> bool:
         """Whether the session was dated more than `window` seconds away from its storing."""
@@ -105,17 +108,26 @@ class ConversationClock:
         mine = [t for (u, _), t in self._sessions.items() if u == user_id]
         return _latest([self._stored_newest[user_id], *mine])
 
-    def time_for(self, user_id: str, session_id: str) -> datetime:
-        """The time a turn of this session said now without its own time is stored at."""
+    def time_for(self, user_id: str, session_id: str, ahead: datetime | None = None) -> datetime:
+        """The time a turn of this session said now without its own time is stored at.
+
+        Args:
+            user_id: The user.
+            session_id: The session.
+            ahead: The next time given to this session in the same write, if any.
+        """
         own = self._session(user_id, session_id)
         if own is not None and own.last is not None:
             if own.replayed(self.window):
                 return own.last
             return max(self.now, own.last)
+        if ahead is not None:
+            return ahead
         newest = self._newest(user_id)
         if (
             newest is not None
             and newest.last is not None
+            and newest.open
             and newest.replayed(self.window)
             and (self.now - newest.stored).total_seconds() <= self.window
         ):
@@ -126,12 +138,20 @@ class ConversationClock:
         """Give every record without a `timestamp` its time, in order (in place).
 
         Each record is a checked turn (`user_id`, `session_id`, an aware `timestamp` or None);
-        a record's time counts for the records after it, as if they were added one by one.
+        a record's time counts for the records after it, as if they were added one by one, and
+        a session's first records take the first time given to it later in the write.
         """
-        for r in records:
+        ahead: list[datetime | None] = [None] * len(records)
+        upcoming: dict[tuple[str, str], datetime] = {}
+        for i in range(len(records) - 1, -1, -1):
+            key = (records[i]["user_id"], records[i]["session_id"])
+            ahead[i] = upcoming.get(key)
+            if records[i]["timestamp"] is not None:
+                upcoming[key] = records[i]["timestamp"]
+        for r, next_given in zip(records, ahead, strict=True):
             user_id, session_id = r["user_id"], r["session_id"]
             if r["timestamp"] is None:
-                r["timestamp"] = self.time_for(user_id, session_id)
+                r["timestamp"] = self.time_for(user_id, session_id, next_given)
             self._said(user_id, session_id, r["timestamp"])
 
     def _said(self, user_id: str, session_id: str, ts: datetime) -> None:
@@ -143,3 +163,4 @@ class ConversationClock:
         if times.first is None:
             times.first = ts
         times.last = ts
+        times.open = True  # a turn reopens an ended session
