@@ -6,6 +6,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,33 @@ def pg_dsn(pg_cluster: _pg.Cluster, request: pytest.FixtureRequest) -> str:
     """DSN of a fresh database for this test module."""
     base = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
     return pg_cluster.create_database(f"{base[:40]}_{uuid.uuid4().hex[:8]}")
+
+
+class WallClock:
+    """A wall clock a test moves by hand (`advance`); starts at the real time."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        """Move the clock on (`timedelta` keywords) and return the new time."""
+        self.now += timedelta(**delta)
+        return self.now
+
+
+@pytest.fixture
+def wall_clock(monkeypatch: pytest.MonkeyPatch) -> WallClock:
+    """The wall clock of the core's writes and of the SQLite store, moved by the test."""
+    import reflective_memory.sessions.writer as writer
+    import reflective_memory.storage.sqlite as sqlite
+
+    clock = WallClock()
+    monkeypatch.setattr(writer, "received_time", clock)
+    monkeypatch.setattr(sqlite, "_now", clock)
+    return clock
 
 
 # -- OpenTelemetry: the library's spans, collected in memory ------------------------------------
