@@ -111,9 +111,13 @@ class ReflectiveChatMemory(BaseMemory):
     _tracker: SessionTracker = PrivateAttr()
     _last: Retrieval | None = PrivateAttr(default=None)
 
+    def __init__(self, **kwargs: Any) -> None:
+        """Check `now` first (`InvalidInputError` naming it), then the pydantic fields."""
+        kwargs["now"] = parse_timestamp(kwargs.get("now"))
+        super().__init__(**kwargs)
+
     def model_post_init(self, context: Any, /) -> None:
-        """Check `now` and start tracking the session."""
-        self.now = parse_timestamp(self.now)
+        """Start tracking the session."""
         self._tracker = SessionTracker(
             self.memory, self.user_id, self.session_id, self.idle_timeout_seconds
         )

@@ -91,9 +91,10 @@ class ReflectiveRetriever(BaseRetriever):
         "None: the user's newest turn); `invoke(query, now=...)` overrides it per call.",
     )
 
-    def model_post_init(self, context: Any, /) -> None:
-        """Check `now` (a typed error before any search)."""
-        self.now = parse_timestamp(self.now)
+    def __init__(self, **kwargs: Any) -> None:
+        """Check `now` first (`InvalidInputError` naming it), then the pydantic fields."""
+        kwargs["now"] = parse_timestamp(kwargs.get("now"))
+        super().__init__(**kwargs)
 
     def _options(self, k: int | None, budget_tokens: int | None, now: Any) -> dict[str, Any]:
         return {

@@ -131,8 +131,8 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
             raise InvalidInputError("memory must be a ReflectiveMemory")
         if not isinstance(user_id, str) or not user_id.strip():
             raise InvalidInputError("user_id must be a non-empty str")
+        kwargs["now"] = parse_timestamp(kwargs.get("now"))
         super().__init__(memory=memory, user_id=user_id, **kwargs)
-        self.now = parse_timestamp(self.now)
 
     @property
     def last_retrieval(self) -> Retrieval | None:

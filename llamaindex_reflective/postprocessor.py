@@ -187,8 +187,8 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
             )
         if not isinstance(user_id, str) or not user_id.strip():
             raise InvalidInputError("user_id must be a non-empty str")
+        kwargs["now"] = parse_timestamp(kwargs.get("now"))
         super().__init__(memory=memory, user_id=user_id, **kwargs)
-        self.now = parse_timestamp(self.now)
         if self.denoise and self._denoiser() is None:
             raise ConfigError(
                 "denoise=True needs a denoiser: pass denoiser=... or configure one on the memory"
