@@ -100,6 +100,23 @@ def pg_dsn(pg_cluster: _pg.Cluster, request: pytest.FixtureRequest) -> str:
     return pg_cluster.create_database(f"{base[:40]}_{uuid.uuid4().hex[:8]}")
 
 
+@pytest.fixture
+def cooked() -> Iterator[ReflectiveMemory]:
+    """What "ana" cooked (`testing.surfaces.COOKING`), one dated session each, turn units only.
+
+    Asked on 20 April 2025, "what did I cook two weeks ago?" is the curry; at the newest turn
+    (4 May, the default `now`), the soup.
+    """
+    from reflective_memory.testing.surfaces import COOKING
+
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as m:
+        for i, (when, text, _) in enumerate(COOKING):
+            m.add_turn("ana", f"s{i}", "user", text, timestamp=when)
+        m.end_session("ana", f"s{len(COOKING) - 1}")
+        yield m
+
+
 class WallClock:
     """A wall clock a test moves by hand (`advance`); starts at the real time."""
 

@@ -102,18 +102,13 @@ def test_search_now_resolves_relative_times(tmp_path, capsys) -> None:
     from unittest import mock
 
     from reflective_memory import HashingEmbedder
+    from reflective_memory.testing.surfaces import COOKING
 
-    cooked = [
-        ("2025-03-02T19:00:00", "I cooked a mushroom risotto for my parents."),
-        ("2025-04-06T19:00:00", "I cooked a lentil curry with lots of ginger."),
-        ("2025-04-20T19:00:00", "I cooked pumpkin soup and baked bread."),
-        ("2025-05-04T19:00:00", "I cooked a fish stew for the neighbours."),
-    ]
     data = {
         "format": "reflective-memory/v1",
         "sessions": [
-            {"session_id": f"s{i}", "turns": [{"role": "user", "text": t, "timestamp": when}]}
-            for i, (when, t) in enumerate(cooked)
+            {"session_id": f"s{i}", "turns": [{"role": "user", "text": t, "timestamp": str(when)}]}
+            for i, (when, t, _) in enumerate(COOKING)
         ],
     }
     f = tmp_path / "conv.json"

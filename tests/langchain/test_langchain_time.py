@@ -6,7 +6,6 @@ the memory tool, and ends with the reported failure on the real MiniLM."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,7 +13,8 @@ from langchain.agents import create_agent
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from lc_helpers import recording_model
-from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
+from reflective_memory import HashingEmbedder, InvalidInputError, ReflectiveMemory
+from time_cases import ASKED, CURRY, QUESTION, SOUP, first_cooked
 
 from langchain_reflective import (
     ReflectiveChatMemory,
@@ -24,35 +24,6 @@ from langchain_reflective import (
 )
 
 UTC = timezone.utc
-#: What the user cooked, with naive dates (UTC), newest 4 May 2025.
-COOKING = [
-    (datetime(2025, 3, 2, 19), "I cooked a mushroom risotto for my parents."),
-    (datetime(2025, 4, 6, 19), "I cooked a lentil curry with lots of ginger."),
-    (datetime(2025, 4, 20, 19), "I cooked pumpkin soup and baked bread."),
-    (datetime(2025, 5, 4, 19), "I cooked a fish stew for the neighbours."),
-]
-QUESTION = "What did I cook two weeks ago?"
-#: Asked on 20 April, "two weeks ago" is the curry; at the newest turn (4 May), the soup.
-ASKED = "2025-04-20T12:00:00"
-CURRY, SOUP = COOKING[1][1], COOKING[2][1]
-
-
-@pytest.fixture
-def cooked() -> Iterator[ReflectiveMemory]:
-    cfg = MemoryConfig(units={"granularities": ("turn",)})
-    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as m:
-        for i, (when, text) in enumerate(COOKING):
-            m.add_turn("ana", f"s{i}", "user", text, timestamp=when)
-            m.add_turn("ana", f"s{i}", "assistant", "Sounds tasty.")
-        m.end_session("ana", "s3")
-        yield m
-
-
-def _first_cooked(text: str) -> str:
-    """The first cooking turn a text shows."""
-    found = sorted((text.find(t), t) for _, t in COOKING if t in text)
-    assert found, text
-    return found[0][1]
 
 
 def test_retriever_now_as_field_and_per_call(cooked: ReflectiveMemory) -> None:
@@ -74,11 +45,11 @@ async def test_retriever_now_async(cooked: ReflectiveMemory) -> None:
 
 def test_classic_memory_now_field_and_an_inputs_own_time(cooked: ReflectiveMemory) -> None:
     chat = ReflectiveChatMemory(memory=cooked, user_id="ana", k=2, now=ASKED, recent_turns=0)
-    assert _first_cooked(chat.load_memory_variables({"input": QUESTION})["history"]) == CURRY
+    assert first_cooked(chat.load_memory_variables({"input": QUESTION})["history"]) == CURRY
     free = ReflectiveChatMemory(memory=cooked, user_id="ana", k=2, recent_turns=0)
-    assert _first_cooked(free.load_memory_variables({"input": QUESTION})["history"]) == SOUP
+    assert first_cooked(free.load_memory_variables({"input": QUESTION})["history"]) == SOUP
     asked = {"input": QUESTION, "timestamp": ASKED}
-    assert _first_cooked(free.load_memory_variables(asked)["history"]) == CURRY
+    assert first_cooked(free.load_memory_variables(asked)["history"]) == CURRY
     free.save_context(asked, {"output": "The lentil curry."})
     q, a = cooked.turns("ana", free.session_id)
     assert q.timestamp == a.timestamp == datetime(2025, 4, 20, 12, tzinfo=UTC)

@@ -6,43 +6,17 @@ through `Memory.get(now=...)`, and the newest message's own time) and on the pos
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
+from reflective_memory import InvalidInputError, ReflectiveMemory
+from reflective_memory.testing.surfaces import COOKING
+from time_cases import ASKED, CURRY, QUESTION, SOUP, first_cooked
 
 from llamaindex_reflective import ReflectiveMemoryBlock, ReflectiveNodePostprocessor
-
-COOKING = [
-    (datetime(2025, 3, 2, 19), "I cooked a mushroom risotto for my parents."),
-    (datetime(2025, 4, 6, 19), "I cooked a lentil curry with lots of ginger."),
-    (datetime(2025, 4, 20, 19), "I cooked pumpkin soup and baked bread."),
-    (datetime(2025, 5, 4, 19), "I cooked a fish stew for the neighbours."),
-]
-QUESTION = "What did I cook two weeks ago?"
-#: Asked on 20 April, "two weeks ago" is the curry; at the newest turn (4 May), the soup.
-ASKED = "2025-04-20T12:00:00"
-CURRY, SOUP = COOKING[1][1], COOKING[2][1]
-
-
-@pytest.fixture
-def cooked() -> Iterator[ReflectiveMemory]:
-    cfg = MemoryConfig(units={"granularities": ("turn",)})
-    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as m:
-        for i, (when, text) in enumerate(COOKING):
-            m.add_turn("ana", f"s{i}", "user", text, timestamp=when)
-        m.end_session("ana", "s3")
-        yield m
-
-
-def _first(block: str) -> str:
-    found = sorted((block.find(t), t) for _, t in COOKING if t in block)
-    assert found, block
-    return found[0][1]
 
 
 def _ask(when: str | None = None) -> list[ChatMessage]:
@@ -52,14 +26,14 @@ def _ask(when: str | None = None) -> list[ChatMessage]:
 
 def test_block_now_field_per_call_and_the_messages_own_time(cooked: ReflectiveMemory) -> None:
     block = ReflectiveMemoryBlock(memory=cooked, user_id="ana", session_id="q", top_k=2)
-    assert _first(block.get(_ask())) == SOUP  # the user's newest turn
-    assert _first(block.get(_ask(ASKED))) == CURRY  # the message's own time
-    assert _first(block.get(_ask(), now=ASKED)) == CURRY  # per call
+    assert first_cooked(block.get(_ask())) == SOUP  # the user's newest turn
+    assert first_cooked(block.get(_ask(ASKED))) == CURRY  # the message's own time
+    assert first_cooked(block.get(_ask(), now=ASKED)) == CURRY  # per call
     fixed = ReflectiveMemoryBlock(memory=cooked, user_id="ana", session_id="q", top_k=2, now=ASKED)
     assert fixed.now == datetime(2025, 4, 20, 12, tzinfo=timezone.utc)
-    assert _first(fixed.get(_ask())) == CURRY
-    assert _first(fixed.get(_ask("2025-05-04T20:00:00"))) == SOUP  # the message's time wins
-    assert _first(fixed.get(_ask("2025-05-04T20:00:00"), now=ASKED)) == CURRY  # per call wins
+    assert first_cooked(fixed.get(_ask())) == CURRY
+    assert first_cooked(fixed.get(_ask("2025-05-04T20:00:00"))) == SOUP  # the message's time wins
+    assert first_cooked(fixed.get(_ask("2025-05-04T20:00:00"), now=ASKED)) == CURRY  # per call wins
     with pytest.raises(InvalidInputError, match="no known format"):
         ReflectiveMemoryBlock(memory=cooked, user_id="ana", now="the other day")
 
@@ -69,13 +43,13 @@ def test_memory_get_passes_now_to_the_block(cooked: ReflectiveMemory) -> None:
     chat = Memory.from_defaults(session_id="q", memory_blocks=[block])
     chat.put(ChatMessage(role="user", content=QUESTION))
     system = asyncio.run(chat.aget(now=ASKED))[0]
-    assert _first(str(system.content)) == CURRY
+    assert first_cooked(str(system.content)) == CURRY
 
 
 def _nodes() -> list[NodeWithScore]:
     return [
         NodeWithScore(node=TextNode(text=t, id_=f"n{i}", metadata={"timestamp": w.isoformat()}))
-        for i, (w, t) in enumerate(COOKING)
+        for i, (w, t, _) in enumerate(COOKING)
     ] + [
         NodeWithScore(node=TextNode(text="I cooked noodles.", id_="x", metadata={"timestamp": "?"}))
     ]
@@ -102,8 +76,8 @@ def test_postprocessor_puts_nodes_said_in_the_asked_period_first(cooked: Reflect
 
 
 def test_rerank_texts_times_are_checked(cooked: ReflectiveMemory) -> None:
-    texts = [t for _, t in COOKING]
-    got = cooked.rerank_texts("ana", QUESTION, texts, times=[w for w, _ in COOKING], now=ASKED)
+    texts = [t for _, t, _ in COOKING]
+    got = cooked.rerank_texts("ana", QUESTION, texts, times=[w for w, _, _ in COOKING], now=ASKED)
     assert got.order[0] == 1
     with pytest.raises(InvalidInputError, match="one time"):
         cooked.rerank_texts("ana", QUESTION, texts, times=[None])

@@ -67,6 +67,7 @@ __all__ = [
     "WHERE_DO_I_LIVE",
     "WHAT_AM_I_ALLERGIC_TO",
     "QUESTIONS",
+    "COOKING",
     "DATED_CONVERSATION",
     "TWO_WEEKS_AGO",
     "TIME_QUESTIONS",
@@ -340,7 +341,7 @@ CONVERSATION = Conversation(
 
 #: What the user cooked, one session a date (naive times, as logs and benchmarks give them):
 #: (the user's message time, what the user said, the assistant's answer, said without a time).
-_COOKING = (
+COOKING = (
     (datetime(2025, 3, 2, 19, 0), "I cooked a mushroom risotto for my parents.", "Lovely!"),
     (datetime(2025, 4, 6, 19, 0), "I cooked a lentil curry with lots of ginger.", "Yum."),
     (datetime(2025, 4, 20, 19, 0), "I cooked pumpkin soup and baked bread.", "So cosy."),
@@ -356,7 +357,7 @@ DATED_CONVERSATION = Conversation(
             f"cooking-{when:%Y-%m-%d}",
             (Exchange(Message("user", said, when), Message("assistant", answer)),),
         )
-        for when, said, answer in _COOKING
+        for when, said, answer in COOKING
     ),
 )
 
@@ -365,7 +366,7 @@ TWO_WEEKS_AGO = "What did I cook two weeks ago?"
 #: (question, when it is asked, what it must show first): asked on 20 April 2025 (naive: UTC),
 #: "two weeks ago" is the lentil curry of 6 April; asked at the user's newest turn (4 May) it
 #: would be the pumpkin soup, so only a surface that passes `now` shows the curry first.
-TIME_QUESTIONS = ((TWO_WEEKS_AGO, datetime(2025, 4, 20, 12, 0), _COOKING[1][1]),)
+TIME_QUESTIONS = ((TWO_WEEKS_AGO, datetime(2025, 4, 20, 12, 0), COOKING[1][1]),)
 
 
 # -- drivers -----------------------------------------------------------------------------------
@@ -791,7 +792,7 @@ class SurfaceTimeContract:
                 )
 
     def test_a_question_asked_at_now_reads_time_from_it(self, time_run: SurfaceRun) -> None:
-        """ "Two weeks ago" resolves against the `now` the question was asked at."""
+        """A relative time ("two weeks ago") resolves against the `now` it is asked at."""
         if not time_run.evidence_at:
             pytest.skip(f"{time_run.name} was asked nothing")
         said = [m.text for _, m in time_run.conversation.messages() if m.role == "user"]
