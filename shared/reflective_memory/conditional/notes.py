@@ -376,9 +376,7 @@ def build_note_drafts(
 def _draft(turns: Sequence[Turn], d: NoteDecision, date: str) -> MemoryDraft:
     turn = turns[d.position]
     ctx_turns = [turns[p] for p in d.context_positions if 0 <= p < len(turns)]
-    times = sorted(
-        (t.timestamp for t in [turn, *ctx_turns] if t.timestamp is not None), key=as_utc
-    )
+    times = sorted((t.timestamp for t in [turn, *ctx_turns] if t.timestamp is not None), key=as_utc)
     return MemoryDraft(
         session_id=turn.session_id,
         granularity=NOTE_GRANULARITY,
