@@ -715,7 +715,7 @@ def _text_times(times: Sequence[Any] | None, k: int) -> list[datetime | None] | 
     """When each of `k` texts was said (aware), or None when no times are given."""
     if times is None:
         return None
-    if isinstance(times, (str, bytes)) or len(times) != k:
+    if not isinstance(times, Sequence) or isinstance(times, (str, bytes)) or len(times) != k:
         raise InvalidInputError("times must give one time (or None) per text")
     return [parse_timestamp(t) for t in times]
 
