@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError, UnknownSessionError
@@ -25,7 +25,6 @@ __all__ = [
     "format_memories",
     "send_feedback",
     "iso",
-    "utc_now",
     "new_session_id",
     "SessionTracker",
     "RetrievalCache",
@@ -52,11 +51,6 @@ def speaker_role(name: Any, role: str) -> str:
 def stored_text(text: str, from_assistant: bool) -> str:
     """The text a message is stored as: an assistant's answer loses our citation marks."""
     return strip_citations(text) if from_assistant else text
-
-
-def utc_now() -> datetime:
-    """The current time, timezone-aware (UTC)."""
-    return datetime.now(timezone.utc)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -131,16 +125,21 @@ class SessionTracker:
         self.session_id = new_session_id() if session_id is None else session_id
         self.idle_timeout_seconds = idle_timeout_seconds
 
-    def current(self, now: datetime | None = None) -> str:
-        """The session to record into now, ending the current one first if it went idle."""
+    def current(self, timestamp: Any = None) -> str:
+        """The session to record into now, ending the current one first if it went idle.
+
+        Args:
+            timestamp: The incoming message's own time, if it has one. Without it, the time
+                the core would store the message at (`ReflectiveMemory.turn_time`: the wall
+                clock in a live chat, the conversation's time in a replayed one), so a
+                replayed conversation never ends on idle because it is stored today.
+        """
         if self.idle_timeout_seconds is None:
             return self.session_id
-        now = utc_now() if now is None else now
         turns = self.memory.turns(self.user_id, self.session_id)
         last = turns[-1].timestamp if turns else None
         if last is not None and self.session_id in self.memory.open_sessions(self.user_id):
-            if last.tzinfo is None:
-                last = last.replace(tzinfo=timezone.utc)
+            now = self.memory.turn_time(self.user_id, self.session_id, timestamp)
             if (now - last).total_seconds() > self.idle_timeout_seconds:
                 logger.info(
                     "session %s of user %s idle for more than %.0f s: ending it",

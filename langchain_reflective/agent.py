@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Annotated, Any
 
 from langchain.agents.middleware.types import (
@@ -21,11 +22,12 @@ from langchain.agents.middleware.types import (
     PrivateStateAttr,
 )
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from pydantic import BaseModel, Field
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.memory_block import shown_memories
+from reflective_memory.text import parse_timestamp
 from reflective_memory.types import Memory, Retrieval
 from reflective_memory.validation import message_time
 from typing_extensions import NotRequired
@@ -68,6 +70,11 @@ class SearchMemoryInput(BaseModel):
         le=50,
         description="How many past turns to return (default: passages of about 500 tokens).",
     )
+    runtime: Annotated[Any, InjectedToolArg] = Field(
+        default=None,
+        description="The agent's `ToolRuntime`, injected by LangChain (never asked of the model): "
+        "the newest user message's own time is the search's `now`.",
+    )
 
 
 def create_memory_tool(
@@ -77,6 +84,7 @@ def create_memory_tool(
     k: int | None = None,
     name: str = "search_memory",
     description: str | None = None,
+    now: datetime | str | float | None = None,
 ) -> BaseTool:
     """A tool that searches one user's long-term memory and returns numbered memories.
 
@@ -87,28 +95,40 @@ def create_memory_tool(
             the core's `search.default_budget_tokens`).
         name: Tool name.
         description: Tool description shown to the model.
+        now: When questions are asked, for "two weeks ago" (any timestamp `add_turn` takes;
+            None: the user's newest turn). Inside an agent the newest user message's own
+            time (`additional_kwargs["timestamp"]`) takes its place when it has one.
 
     Returns:
         A `StructuredTool` with sync and async implementations.
+
+    Raises:
+        InvalidInputError: `now` is no timestamp.
     """
     if description is None:
         description = (
             "Search the user's long-term memory of earlier conversations (facts, preferences, "
             "events they told you). Returns numbered memories, most relevant first."
         )
+    fixed_now = parse_timestamp(now)
 
     def _format(retrieval: Retrieval) -> str:
         if not retrieval.hits:
             return "No memories found."
         return format_memories(retrieval.hits, instruction=None)
 
-    def search(query: str, k: int | None = None) -> str:
-        n = default_k if k is None else k
-        return _format(memory.retrieve(user_id, query, k=n))
+    def _options(k: int | None, runtime: Any) -> dict[str, Any]:
+        state = getattr(runtime, "state", None)
+        messages = state.get("messages") if isinstance(state, dict) else None
+        asked = _last_messages(messages)[0] if isinstance(messages, list) else None
+        said = None if asked is None else message_time(asked.additional_kwargs)
+        return {"k": default_k if k is None else k, "now": fixed_now if said is None else said}
 
-    async def asearch(query: str, k: int | None = None) -> str:
-        n = default_k if k is None else k
-        return _format(await memory.aretrieve(user_id, query, k=n))
+    def search(query: str, k: int | None = None, runtime: Any = None) -> str:
+        return _format(memory.retrieve(user_id, query, **_options(k, runtime)))
+
+    async def asearch(query: str, k: int | None = None, runtime: Any = None) -> str:
+        return _format(await memory.aretrieve(user_id, query, **_options(k, runtime)))
 
     default_k = k
     return StructuredTool.from_function(
@@ -167,6 +187,11 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         inject: Put the memories into the system message.
         record: Store each exchange as turns.
         expose_tool: Also give the agent the `search_memory` tool.
+        now: When questions are asked, for "two weeks ago" (any timestamp `add_turn` takes;
+            None: the user's newest turn). The user's message's own time
+            (`additional_kwargs["timestamp"]`) takes its place when it has one; the model's
+            answer, stored without a time, takes the time of the message it answers when that
+            is a replayed one (`ReflectiveMemory.turn_time`).
 
     Example:
         >>> from langchain.agents import create_agent
@@ -198,6 +223,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         inject: bool = True,
         record: bool = True,
         expose_tool: bool = False,
+        now: datetime | str | float | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(memory, ReflectiveMemory):
@@ -213,11 +239,14 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         self.citation_instruction = citation_instruction
         self.inject = inject
         self.record = record
+        self.now = parse_timestamp(now)
         self._tracker = SessionTracker(memory, user_id, session_id, idle_timeout_seconds)
         self._retrievals = RetrievalCache()
         self._last: Retrieval | None = None
         self.tools = (
-            [create_memory_tool(memory=memory, user_id=user_id, k=k)] if expose_tool else []
+            [create_memory_tool(memory=memory, user_id=user_id, k=k, now=self.now)]
+            if expose_tool
+            else []
         )
 
     @property
@@ -243,7 +272,8 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         question = None if asked is None else str(asked.text)
         if question is None or not question.strip():
             return {_STATE_KEY: None}
-        sid = self._tracker.current()
+        said = message_time(asked.additional_kwargs) if asked is not None else None
+        sid = self._tracker.current(said)
         retrieval = shown_memories(
             self.memory,
             self.user_id,
@@ -252,6 +282,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
             budget_tokens=self.budget_tokens,
             instruction=self.citation_instruction,
             exclude_turns=self._shown(state["messages"], sid),
+            now=self.now if said is None else said,
             message=True,
         )[0]
         self._last = retrieval
@@ -307,7 +338,7 @@ class ReflectiveMemoryMiddleware(AgentMiddleware[ReflectiveMemoryState, Any, Any
         answer = None if answered is None else str(answered.text)
         retrieval = self._retrievals.get(state.get(_STATE_KEY))
         if self.record and asked is not None:
-            sid = self._tracker.current()
+            sid = self._tracker.current(message_time(asked.additional_kwargs))
             said = [(speaker_role(asked.name, "user"), question, asked)]
             if answered is not None:
                 role = speaker_role(answered.name, "assistant")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any, Literal
 
 from langchain_classic.base_memory import BaseMemory
@@ -11,7 +12,9 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError, UnknownSessionError
 from reflective_memory.memory_block import shown_memories
+from reflective_memory.text import parse_timestamp
 from reflective_memory.types import Memory, Retrieval
+from reflective_memory.validation import MESSAGE_TIME_KEY, message_time
 
 from ._common import (
     CITATION_INSTRUCTION,
@@ -33,8 +36,13 @@ class ReflectiveChatMemory(BaseMemory):
     current session. After the call, `save_context` records the user turn and the answer in the
     core store and sends the answer's citations back as feedback to the engine's reranker for the
     user (`memory.feedback`; skipped when `config.rerank.enabled` is off). A session ends (and
-    becomes
-    memories) on `end_session()` or when it has been idle longer than `idle_timeout_seconds`.
+    becomes memories) on `end_session()` or when it has been idle longer than
+    `idle_timeout_seconds`.
+
+    A chain input `timestamp` is the user's message's own time (a replayed conversation): it is
+    stored with the message and is the retrieval's `now`; an output `timestamp` is the
+    answer's. Without them a message is stored at its conversation's time
+    (`ReflectiveMemory.turn_time`), and `now` (else the newest turn) resolves "two weeks ago".
 
     Example:
         >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -89,6 +97,11 @@ class ReflectiveChatMemory(BaseMemory):
         default=None,
         description="End the session when its last turn is older than this at the next input.",
     )
+    now: datetime | str | float | None = Field(
+        default=None,
+        description="When questions are asked, for 'two weeks ago' (any timestamp add_turn "
+        "takes; None: the user's newest turn). An input's own `timestamp` takes its place.",
+    )
     clear_scope: Literal["session", "user"] = Field(
         default="session",
         description="What `clear()` deletes: the current session, or every turn and memory "
@@ -97,6 +110,11 @@ class ReflectiveChatMemory(BaseMemory):
 
     _tracker: SessionTracker = PrivateAttr()
     _last: Retrieval | None = PrivateAttr(default=None)
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Check `now` first (`InvalidInputError` naming it), then the pydantic fields."""
+        kwargs["now"] = parse_timestamp(kwargs.get("now"))
+        super().__init__(**kwargs)
 
     def model_post_init(self, context: Any, /) -> None:
         """Start tracking the session."""
@@ -118,7 +136,7 @@ class ReflectiveChatMemory(BaseMemory):
     def _input(self, inputs: dict[str, Any]) -> str:
         key = self.input_key
         if key is None:
-            keys = [k for k in inputs if k not in (self.memory_key, "stop")]
+            keys = [k for k in inputs if k not in (self.memory_key, "stop", MESSAGE_TIME_KEY)]
             if len(keys) != 1:
                 raise InvalidInputError(
                     f"cannot tell which input is the user's message among {sorted(keys)}; "
@@ -132,26 +150,27 @@ class ReflectiveChatMemory(BaseMemory):
     def _output(self, outputs: dict[str, Any]) -> str:
         key = self.output_key
         if key is None:
-            if len(outputs) != 1:
+            keys = [k for k in outputs if k != MESSAGE_TIME_KEY]
+            if len(keys) != 1:
                 raise InvalidInputError(
-                    f"cannot tell which output is the answer among {sorted(outputs)}; "
-                    "set output_key"
+                    f"cannot tell which output is the answer among {sorted(keys)}; set output_key"
                 )
-            key = next(iter(outputs))
+            key = keys[0]
         if key not in outputs:
             raise InvalidInputError(f"output {key!r} is missing from the chain outputs")
         value = outputs[key]
         return str(value.text) if isinstance(value, BaseMessage) else str(value)
 
-    def _sync_session(self) -> str:
-        sid = self._tracker.current()
+    def _sync_session(self, timestamp: Any = None) -> str:
+        sid = self._tracker.current(timestamp)
         self.session_id = sid
         return sid
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Retrieve memories for the input and format them (numbered) with the recent turns."""
         query = self._input(inputs)
-        sid = self._sync_session()
+        said = message_time(inputs)
+        sid = self._sync_session(said)
         recent = []
         if self.recent_turns:
             recent = self.memory.turns(self.user_id, sid)[-self.recent_turns :]
@@ -166,6 +185,7 @@ class ReflectiveChatMemory(BaseMemory):
                 budget_tokens=self.budget_tokens,
                 instruction=self.citation_instruction,
                 exclude_turns=[t.turn_id for t in recent],
+                now=self.now if said is None else said,
                 message=True,
             )
         self._last = retrieval
@@ -186,10 +206,14 @@ class ReflectiveChatMemory(BaseMemory):
         """Record the user's message and the answer; send citation feedback if possible."""
         question = self._input(inputs)
         answer = self._output(outputs)
-        sid = self._sync_session()
-        turns = [  # stamped by the core with the time they are stored
-            {"user_id": self.user_id, "session_id": sid, "role": r, "text": t}
-            for r, t in (("user", question), ("assistant", stored_text(answer, True)))
+        said = message_time(inputs)
+        sid = self._sync_session(said)
+        turns = [  # without their own time, the core gives them their conversation's
+            {"user_id": self.user_id, "session_id": sid, "role": r, "text": t, "timestamp": ts}
+            for r, t, ts in (
+                ("user", question, said),
+                ("assistant", stored_text(answer, True), message_time(outputs)),
+            )
             if t.strip()
         ]
         if turns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -12,6 +13,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 from reflective_memory.engine import ReflectiveMemory
+from reflective_memory.text import parse_timestamp
 from reflective_memory.types import Hit, Retrieval
 
 from ._common import iso
@@ -52,7 +54,8 @@ def hit_to_document(hit: Hit, retrieval: Retrieval) -> Document:
 class ReflectiveRetriever(BaseRetriever):
     """Retrieve one user's memories from a `ReflectiveMemory`.
 
-    `k` (and `budget_tokens`) can be given per call: `retriever.invoke(query, k=3)`.
+    `k`, `budget_tokens` and `now` can be given per call: `retriever.invoke(query, k=3)`,
+    `retriever.invoke("what did I do two weeks ago?", now="2025-06-01")`.
 
     Example:
         >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -82,19 +85,35 @@ class ReflectiveRetriever(BaseRetriever):
         default=None,
         description="Ranking override: 'hybrid', 'dense' or 'lexical' (None: the core config).",
     )
+    now: datetime | str | float | None = Field(
+        default=None,
+        description="When queries are asked, for 'two weeks ago' (any timestamp add_turn takes; "
+        "None: the user's newest turn); `invoke(query, now=...)` overrides it per call.",
+    )
 
-    def _options(self, k: int | None, budget_tokens: int | None) -> dict[str, Any]:
+    def __init__(self, **kwargs: Any) -> None:
+        """Check `now` first (`InvalidInputError` naming it), then the pydantic fields."""
+        kwargs["now"] = parse_timestamp(kwargs.get("now"))
+        super().__init__(**kwargs)
+
+    def _options(self, k: int | None, budget_tokens: int | None, now: Any) -> dict[str, Any]:
         return {
             "k": self.k if k is None else k,
             "budget_tokens": self.budget_tokens if budget_tokens is None else budget_tokens,
             "mode": self.mode,
+            "now": self.now if now is None else now,
         }
 
     def retrieve(
-        self, query: str, *, k: int | None = None, budget_tokens: int | None = None
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        budget_tokens: int | None = None,
+        now: datetime | str | float | None = None,
     ) -> Retrieval:
         """The core `Retrieval` for a query (hits, diagnostics, usage), for feedback."""
-        return self.memory.retrieve(self.user_id, query, **self._options(k, budget_tokens))
+        return self.memory.retrieve(self.user_id, query, **self._options(k, budget_tokens, now))
 
     def _get_relevant_documents(
         self,
@@ -103,8 +122,9 @@ class ReflectiveRetriever(BaseRetriever):
         run_manager: CallbackManagerForRetrieverRun,
         k: int | None = None,
         budget_tokens: int | None = None,
+        now: datetime | str | float | None = None,
     ) -> list[Document]:
-        retrieval = self.retrieve(query, k=k, budget_tokens=budget_tokens)
+        retrieval = self.retrieve(query, k=k, budget_tokens=budget_tokens, now=now)
         return [hit_to_document(h, retrieval) for h in retrieval.hits]
 
     async def _aget_relevant_documents(
@@ -114,8 +134,9 @@ class ReflectiveRetriever(BaseRetriever):
         run_manager: AsyncCallbackManagerForRetrieverRun,
         k: int | None = None,
         budget_tokens: int | None = None,
+        now: datetime | str | float | None = None,
     ) -> list[Document]:
         retrieval = await self.memory.aretrieve(
-            self.user_id, query, **self._options(k, budget_tokens)
+            self.user_id, query, **self._options(k, budget_tokens, now)
         )
         return [hit_to_document(h, retrieval) for h in retrieval.hits]

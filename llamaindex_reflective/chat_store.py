@@ -76,7 +76,7 @@ def message_time(message: ChatMessage) -> Any:
     """The message's own time (`additional_kwargs["timestamp"]`), else None.
 
     A datetime, Unix seconds or a date string, as `ReflectiveMemory.add_turn` takes; the core
-    stamps a message without one with the time it is stored (`validation.message_time`).
+    stores a message without one at its conversation's time (`ReflectiveMemory.turn_time`).
     """
     return time_of(message.additional_kwargs)
 

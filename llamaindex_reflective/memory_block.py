@@ -7,6 +7,8 @@
   retrievable at once;
 * on every `get`, the latest messages are the query; the retrieved memories are numbered `[0]`,
   `[1]`, ... so an answer can cite them, and `feedback(answer)` hands the citations to the core;
+* "two weeks ago" resolves against `Memory.get(now=...)`, else the newest message's own time
+  (`additional_kwargs["timestamp"]`), else the block's `now`, else the user's newest turn;
 * the messages the model already reads (the chat history given to `get`, e.g. the current
   message stored by `ReflectiveDBChatStore` in the same session) never come back as memories.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import datetime
 from typing import Any
 
 from ._compat import require_llama_index
@@ -33,6 +36,7 @@ from reflective_memory.memory_block import (  # noqa: E402
     shown_memories,
 )
 from reflective_memory.rmm.citations import echoes_instructions  # noqa: E402
+from reflective_memory.text import parse_timestamp  # noqa: E402
 from reflective_memory.types import Hit, Retrieval  # noqa: E402
 
 from .chat_store import (  # noqa: E402
@@ -74,6 +78,9 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         build_on_put: Rebuild the session's memories after each flush (else only when the
             session is ended).
         instruction: The citation instruction above the memories (None: no instruction).
+        now: When questions are asked, for "two weeks ago" (any timestamp `add_turn` takes;
+            None: the user's newest turn). Per call, `Memory.get(now=...)`, else the newest
+            message's own time (`additional_kwargs["timestamp"]`), takes its place.
 
     Example:
         >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -110,6 +117,11 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
     instruction: str | None = Field(
         default=CITATION_INSTRUCTION, description="Citation instruction above the memories."
     )
+    now: datetime | str | float | None = Field(
+        default=None,
+        description="When questions are asked, for 'two weeks ago' (None: the user's newest "
+        "turn); a message's own time or `Memory.get(now=...)` takes its place per call.",
+    )
 
     _last: Retrieval | None = PrivateAttr(default=None)
     _last_hits: list[Hit] = PrivateAttr(default_factory=list)
@@ -119,6 +131,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
             raise InvalidInputError("memory must be a ReflectiveMemory")
         if not isinstance(user_id, str) or not user_id.strip():
             raise InvalidInputError("user_id must be a non-empty str")
+        kwargs["now"] = parse_timestamp(kwargs.get("now"))
         super().__init__(memory=memory, user_id=user_id, **kwargs)
 
     @property
@@ -191,13 +204,32 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
         said = {(speaker_role(m), message_text(without_marks(m))) for m in messages}
         return {t.turn_id for t in self.memory.turns(self.user_id, sid) if (t.role, t.text) in said}
 
-    def get(self, messages: list[ChatMessage] | None = None, session_id: str | None = None) -> str:
+    def now_for(self, messages: list[ChatMessage] | None, now: Any = None) -> Any:
+        """When the latest messages ask ("two weeks ago" resolves against it).
+
+        `now` when given (`Memory.get(now=...)`), else the newest message's own time
+        (`additional_kwargs["timestamp"]`), else the block's `now` (None: the core's default,
+        the user's newest turn).
+        """
+        if now is not None:
+            return now
+        newest = [m for m in messages or [] if _role(m) != MessageRole.SYSTEM.value][-1:]
+        said = message_time(newest[0]) if newest else None
+        return self.now if said is None else said
+
+    def get(
+        self,
+        messages: list[ChatMessage] | None = None,
+        session_id: str | None = None,
+        now: datetime | str | float | None = None,
+    ) -> str:
         """Memories relevant to the latest messages, numbered for citation ('' if none).
 
         Args:
             messages: The chat history the model reads (its latest messages are the query).
             session_id: The `Memory`'s session, used when the block has none: its turns among
                 `messages` are the current exchange and are never returned as memories.
+            now: When the question is asked (see `now_for`).
         """
         query = self.query_for(messages)
         if not query:
@@ -211,6 +243,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
             budget_tokens=self.budget_tokens,
             instruction=self.instruction,
             exclude_turns=sorted(self.shown_turns(messages, session_id)),
+            now=self.now_for(messages, now),
             message=True,
         )
         self._last, self._last_hits = retrieval, list(retrieval.hits)
@@ -219,7 +252,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         session_id = block_kwargs.get("session_id")
         sid = session_id if isinstance(session_id, str) else None
-        return await self.memory.arun(self.get, messages, sid)
+        return await self.memory.arun(self.get, messages, sid, block_kwargs.get("now"))
 
     # -- truncation -----------------------------------------------------------------------
     async def atruncate(self, content: str, tokens_to_truncate: int) -> str | None:

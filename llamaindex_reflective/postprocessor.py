@@ -10,7 +10,9 @@ Pipeline over the nodes a retriever returned (in its order):
 3. scores: `memory.rerank_texts` over the keys, i.e. the engine's reranker for the user (the
    one `memory.retrieve` applies) over the core embedder's vectors of query and keys; an
    untrained reranker, or an engine with reranking off, gives their cosine;
-4. the `top_n` best nodes, with the new scores.
+4. with `now` (or with node times alone): when the query names a period ("two weeks ago",
+   "in March"), the nodes said in it (`metadata["timestamp"]`) come first, in that order;
+5. the `top_n` best nodes, with the new scores.
 
 Every ranking is remembered (a bounded number of them) so that `feedback(response)` can map a
 query engine's source nodes back onto it and hand the answer to `memory.feedback`: the engine's
@@ -25,6 +27,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -51,6 +54,8 @@ from reflective_memory import (  # noqa: E402
 from reflective_memory.embed import encode_query  # noqa: E402
 from reflective_memory.errors import ConfigError, InvalidInputError  # noqa: E402
 from reflective_memory.recall import ArrayIndex, recall  # noqa: E402
+from reflective_memory.text import parse_timestamp  # noqa: E402
+from reflective_memory.validation import MESSAGE_TIME_KEY  # noqa: E402
 
 __all__ = ["ReflectiveNodePostprocessor", "Ranking"]
 
@@ -131,6 +136,11 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         citation_base: Number of the first source in answers (`1` for LlamaIndex's
             `CitationQueryEngine`, which writes `Source 1:` ...).
         max_rankings: Rankings remembered for `feedback`.
+        now: When queries are asked (any timestamp `add_turn` takes; None: the newest node
+            time). A query naming a period ("two weeks ago") puts the nodes said in it
+            first; a node's time is its `metadata[time_key]`.
+        time_key: The node metadata key holding when a node was said (a time that does not
+            parse counts as unknown).
 
     Example:
         >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -159,6 +169,13 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
     )
     citation_base: int = Field(default=1, ge=0, description="Number of the first source.")
     max_rankings: int = Field(default=64, ge=1, description="Rankings kept for feedback.")
+    now: datetime | str | float | None = Field(
+        default=None,
+        description="When queries are asked, for 'two weeks ago' (None: the newest node time).",
+    )
+    time_key: str = Field(
+        default=MESSAGE_TIME_KEY, description="Node metadata key of when the node was said."
+    )
 
     _rankings: OrderedDict[str, Ranking] = PrivateAttr(default_factory=OrderedDict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
@@ -170,6 +187,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
             )
         if not isinstance(user_id, str) or not user_id.strip():
             raise InvalidInputError("user_id must be a non-empty str")
+        kwargs["now"] = parse_timestamp(kwargs.get("now"))
         super().__init__(memory=memory, user_id=user_id, **kwargs)
         if self.denoise and self._denoiser() is None:
             raise ConfigError(
@@ -211,6 +229,15 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
         return f"reflective-reranker:{type(rr).__name__ if rr is not None else 'cosine'}"
 
     # -- ranking --------------------------------------------------------------------------
+    def _time(self, node: NodeWithScore) -> datetime | None:
+        """When a node was said (`metadata[time_key]`), None when unknown or unreadable."""
+        value = (node.node.metadata or {}).get(self.time_key)
+        try:
+            return parse_timestamp(value)
+        except InvalidInputError:
+            logger.debug("node %s has an unreadable time %r", node.node.node_id, value)
+            return None
+
     def _keys(self, texts: list[str]) -> list[str]:
         if not self.denoise:
             return texts
@@ -243,6 +270,8 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
             ids=node_ids,
             top_n=self.top_n,
             reranker=self.reranker,
+            times=[self._time(nodes[p]) for p in pool],
+            now=self.now,
         )
         with self._lock:
             self._rankings[ranked.record.retrieval_id] = Ranking(

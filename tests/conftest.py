@@ -6,6 +6,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,50 @@ def pg_dsn(pg_cluster: _pg.Cluster, request: pytest.FixtureRequest) -> str:
     """DSN of a fresh database for this test module."""
     base = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
     return pg_cluster.create_database(f"{base[:40]}_{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def cooked() -> Iterator[ReflectiveMemory]:
+    """What "ana" cooked (`testing.surfaces.COOKING`), one dated session each, turn units only.
+
+    Asked on 20 April 2025, "what did I cook two weeks ago?" is the curry; at the newest turn
+    (4 May, the default `now`), the soup.
+    """
+    from reflective_memory.testing.surfaces import COOKING
+
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
+    with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as m:
+        for i, (when, text, _) in enumerate(COOKING):
+            m.add_turn("ana", f"s{i}", "user", text, timestamp=when)
+        m.end_session("ana", f"s{len(COOKING) - 1}")
+        yield m
+
+
+class WallClock:
+    """A wall clock a test moves by hand (`advance`); starts at the real time."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        """Move the clock on (`timedelta` keywords) and return the new time."""
+        self.now += timedelta(**delta)
+        return self.now
+
+
+@pytest.fixture
+def wall_clock(monkeypatch: pytest.MonkeyPatch) -> WallClock:
+    """The wall clock of the core's writes and of the SQLite store, moved by the test."""
+    import reflective_memory.sessions.writer as writer
+    import reflective_memory.storage.sqlite as sqlite
+
+    clock = WallClock()
+    monkeypatch.setattr(writer, "received_time", clock)
+    monkeypatch.setattr(sqlite, "_now", clock)
+    return clock
 
 
 # -- OpenTelemetry: the library's spans, collected in memory ------------------------------------

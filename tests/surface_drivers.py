@@ -25,6 +25,7 @@ import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from unittest import mock
@@ -99,7 +100,12 @@ _NO_ANSWER = "[NO_CITE]"
 
 def _time_kwargs(m: Message) -> dict[str, Any]:
     """A message's own time as LangChain and LlamaIndex messages carry it."""
-    return {} if m.timestamp is None else {"timestamp": m.timestamp.isoformat()}
+    return _at(m.timestamp)
+
+
+def _at(when: datetime | None) -> dict[str, Any]:
+    """`{"timestamp": <ISO-8601>}`, or nothing for None."""
+    return {} if when is None else {"timestamp": when.isoformat()}
 
 
 def _stamped(m: Message) -> dict[str, Any]:
@@ -249,9 +255,9 @@ class MiddlewareDriver(_InProcess):
         self.middleware.end_session(next_session_id=new)
         self._thread = new
 
-    def evidence(self, question: str) -> Evidence:
-        """The system message of the model call answering `question`."""
-        self._ask(HumanMessage(question), AIMessage(_NO_ANSWER))
+    def evidence(self, question: str, now: datetime | None = None) -> Evidence:
+        """The system message of the model call answering `question` (said at `now`)."""
+        self._ask(HumanMessage(question, additional_kwargs=_at(now)), AIMessage(_NO_ANSWER))
         system = [m for m in self.model.seen[-1] if isinstance(m, SystemMessage)]
         return Evidence(system[0].text if system else "", BUDGET_TOKENS)
 
@@ -259,12 +265,11 @@ class MiddlewareDriver(_InProcess):
 class ChatMemoryDriver(_InProcess):
     """`ReflectiveChatMemory` as a classic chain calls it: load, then save, per exchange.
 
-    Its inputs and outputs are strings, so it has no place for a message's own time. With
+    A message's own time goes in the chain's inputs and outputs (`timestamp`). With
     `return_messages=True` the memories are one system message (the evidence).
     """
 
     name = "LangChain classic memory"
-    carries_message_time = False
 
     def __init__(self, memory: ReflectiveMemory) -> None:
         super().__init__(memory)
@@ -280,18 +285,19 @@ class ChatMemoryDriver(_InProcess):
                 budget_tokens=BUDGET_TOKENS,
                 return_messages=True,
             )
-        self.chat.load_memory_variables({"input": user.text})
-        self.chat.save_context({"input": user.text}, {"output": assistant.text})
+        asked = {"input": user.text, **_time_kwargs(user)}
+        self.chat.load_memory_variables(asked)
+        self.chat.save_context(asked, {"output": assistant.text, **_time_kwargs(assistant)})
 
     def switch_session(self, previous: str, new: str) -> None:
         """`end_session(next_session_id=new)`."""
         assert self.chat is not None
         self.chat.end_session(next_session_id=new)
 
-    def evidence(self, question: str) -> Evidence:
-        """The system message `load_memory_variables` gives for `question`."""
+    def evidence(self, question: str, now: datetime | None = None) -> Evidence:
+        """The system message `load_memory_variables` gives for `question` (said at `now`)."""
         assert self.chat is not None
-        history = self.chat.load_memory_variables({"input": question})["history"]
+        history = self.chat.load_memory_variables({"input": question, **_at(now)})["history"]
         system = [m for m in history if isinstance(m, SystemMessage)]
         return Evidence(system[0].text if system else "", BUDGET_TOKENS)
 
@@ -330,7 +336,7 @@ class HistoryDriver(_InProcess):
         """End the previous session's history."""
         self.histories(previous).end_session()
 
-    def evidence(self, question: str) -> Evidence:
+    def evidence(self, question: str, now: datetime | None = None) -> Evidence:
         """A chat history retrieves nothing for a question."""
         raise NotImplementedError("a chat message history takes no question")
 
@@ -401,10 +407,13 @@ class LlamaIndexDriver(_InProcess):
         """A new `Memory` for the new session id (the README makes one per session)."""
         self.chat = readme_memory(self.memory, new, budget_tokens=BUDGET_TOKENS)
 
-    def evidence(self, question: str) -> Evidence:
-        """The memory block in the system message `get()` gives after the question is put."""
+    def evidence(self, question: str, now: datetime | None = None) -> Evidence:
+        """The memory block in the system message `get()` gives after the question is put.
+
+        A `now` is the question's own time (`additional_kwargs["timestamp"]`).
+        """
         assert self.chat is not None
-        self._put(ChatMessage(role="user", content=question))
+        self._put(ChatMessage(role="user", content=question, additional_kwargs=_at(now)))
         if self._loop is None:
             messages = self.chat.get()
         else:
@@ -537,9 +546,12 @@ class McpDriver:
     def finish(self) -> None:
         """Every exchange is stored as it is said."""
 
-    def evidence(self, question: str) -> Evidence:
-        """What `recall` shows the model."""
-        found = self.session.call("recall", {"query": question, "budget_tokens": BUDGET_TOKENS})
+    def evidence(self, question: str, now: datetime | None = None) -> Evidence:
+        """What `recall` shows the model (its `now` argument for `now`)."""
+        args: dict[str, Any] = {"query": question, "budget_tokens": BUDGET_TOKENS}
+        if now is not None:
+            args["now"] = now.isoformat()
+        found = self.session.call("recall", args)
         _ok(found)
         return Evidence(_text(found), BUDGET_TOKENS)
 
@@ -610,10 +622,11 @@ class CliDriver:
         path.write_text(json.dumps(data), "utf-8")
         self._cli("ingest", str(path), "--user", USER_ID, "--db", str(self.db), "--quiet")
 
-    def evidence(self, question: str) -> Evidence:
-        """What `reflective-memory search` prints for the question."""
+    def evidence(self, question: str, now: datetime | None = None) -> Evidence:
+        """What `reflective-memory search` prints for the question (`--now` for `now`)."""
+        when = [] if now is None else ["--now", now.isoformat()]
         return Evidence(
-            self._cli("search", question, "--user", USER_ID, "--db", str(self.db)), None
+            self._cli("search", question, "--user", USER_ID, "--db", str(self.db), *when), None
         )
 
     def core(self) -> CoreView:

@@ -95,3 +95,36 @@ def test_ingesting_a_file_twice_adds_nothing_and_says_so(tmp_path, capsys) -> No
     with ReflectiveMemory(path=db) as mem:
         assert [t.text for t in mem.turns("kim", "s1")].count("Ok.") == 3
         assert len(mem.turns("kim", "s1")) == 5
+
+
+def test_search_now_resolves_relative_times(tmp_path, capsys) -> None:
+    """`search --now` is when the question is asked ("two weeks ago"); a bad one is refused."""
+    from unittest import mock
+
+    from reflective_memory import HashingEmbedder
+    from reflective_memory.testing.surfaces import COOKING
+
+    data = {
+        "format": "reflective-memory/v1",
+        "sessions": [
+            {"session_id": f"s{i}", "turns": [{"role": "user", "text": t, "timestamp": str(when)}]}
+            for i, (when, t, _) in enumerate(COOKING)
+        ],
+    }
+    f = tmp_path / "conv.json"
+    f.write_text(json.dumps(data))
+    db = str(tmp_path / "db")
+    with mock.patch("reflective_memory.engine.default_embedder", lambda: HashingEmbedder(256)):
+        assert main(["ingest", str(f), "--user", "kim", "--db", db, "--quiet"]) == 0
+    capsys.readouterr()
+    ask = ["search", "What did I cook two weeks ago?", "--user", "kim", "--db", db, "--json"]
+    assert main(ask) == 0
+    assert json.loads(capsys.readouterr().out)["hits"][0]["session_id"] == "s2"  # 4 May - 2 weeks
+    assert main([*ask, "--now", "2025-04-20T12:00:00"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hits"][0]["session_id"] == "s1"  # 20 April - 2 weeks: the curry
+    assert out["diagnostics"]["time_frame"]["start"].startswith("2025-04-03")
+    assert main([*ask, "--now", "the other day"]) == 2
+    assert "argument --now: timestamp 'the other day' is in no known format" in (
+        capsys.readouterr().err
+    )

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from reflective_memory import (
@@ -33,7 +33,7 @@ def test_turns_are_stored_with_caller_ids_and_positions(mem: ReflectiveMemory) -
     assert t2.turn_id == "s1:1" and t2.position == 1
     listed = mem.turns("u1")
     assert [x.turn_id for x in listed] == ["msg-1", "s1:1"]
-    assert listed[0].timestamp == datetime(2024, 3, 1)
+    assert listed[0].timestamp == datetime(2024, 3, 1, tzinfo=timezone.utc)  # naive is UTC
     assert mem.turns("u1", "other") == []
 
 
@@ -101,8 +101,8 @@ def test_memory_fields_text_key_dates(embedder) -> None:
     assert "assistant: How is Berlin?" in memory.text
     assert memory.key == "user: I moved to Berlin.\nassistant: How is Berlin?"
     assert memory.turn_ids == ("s:0", "s:1")
-    assert memory.start_time == datetime(2023, 5, 21, 11, 54)
-    assert memory.end_time == datetime(2023, 5, 21, 11, 55)
+    assert memory.start_time == datetime(2023, 5, 21, 11, 54, tzinfo=timezone.utc)
+    assert memory.end_time == datetime(2023, 5, 21, 11, 55, tzinfo=timezone.utc)
 
 
 def test_segments_and_several_granularities(embedder) -> None:

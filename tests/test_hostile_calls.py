@@ -117,6 +117,7 @@ METHODS: dict[str, tuple[Arg, ...]] = {
         kw("turn_id", None),
     ),
     "add_turns": (Arg("turns", [_TURN]),),
+    "turn_time": (Arg("user_id", "u"), Arg("session_id", "s2"), kw("timestamp", None)),
     "end_session": (Arg("user_id", "u"), Arg("session_id", "s")),
     "redenoise": (Arg("user_id", "u"), kw("only_stale", False)),
     "reflection_report": (Arg("user_id", "u"), Arg("session_id", "s")),
@@ -143,6 +144,8 @@ METHODS: dict[str, tuple[Arg, ...]] = {
         kw("explore", False),
         kw("keep_order", False),
         kw("reranker", None),
+        kw("times", None),
+        kw("now", None),
     ),
     "feedback": (
         Arg("shown", Ctx("retrieval")),

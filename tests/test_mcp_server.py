@@ -131,7 +131,7 @@ def test_stdio_remembers_in_one_session_and_recalls_in_another(tmp_path: Path) -
     found = _ok(again[0])
     best = found["passages"][0]
     assert best["session_id"] == "s1" and best["turn_ids"][0] == "s1:0"
-    assert best["date"] == "2024-03-01T10:00:00" and "Pixel" in best["text"]
+    assert best["date"] == "2024-03-01T10:00:00+00:00" and "Pixel" in best["text"]
     assert "2024-03-01" in _text(again[0])
     assert "s1" in [p["session_id"] for p in _ok(again[0])["passages"]]
     lena = _ok(again[1])["passages"]
@@ -354,7 +354,7 @@ def test_http_remembers_in_one_session_and_recalls_in_another(http_url: str) -> 
     )
     best = _ok(recalled)["passages"][0]
     assert best["session_id"] == "h1" and "Pixel" in best["text"]
-    assert best["date"] == "2024-03-01T10:00:00"
+    assert best["date"] == "2024-03-01T10:00:00+00:00"  # naive is UTC
     assert "h1" in [s["session_id"] for s in _ok(sessions)["sessions"]]
 
 

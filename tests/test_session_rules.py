@@ -34,7 +34,7 @@ def test_a_turn_without_a_time_is_stamped_when_it_is_received(mem: ReflectiveMem
     (stored,) = mem.turns("ana")
     assert stored.timestamp == got.timestamp
     own = mem.add_turn("ana", "s1", "user", "Back then.", timestamp=T0)
-    assert own.timestamp == T0  # a given time is kept as given
+    assert own.timestamp == T0.replace(tzinfo=timezone.utc)  # kept as given, naive read as UTC
     batch = mem.add_turns([{"user_id": "ana", "session_id": "s1", "role": "user", "text": "x"}])
     assert batch[0].timestamp is not None
 
@@ -85,7 +85,10 @@ def test_idle_compares_naive_and_aware_times_as_utc(embedder) -> None:
     cfg = MemoryConfig(sessions={"end_on_new_session": False, "idle_seconds": 60})
     with ReflectiveMemory(embedder=embedder, config=cfg) as m:
         m.add_turn("ana", "old", "user", "naive and long ago", timestamp=T0)
-        m.add_turn("ana", "now", "user", "stamped now (aware)")
+        later = (T0 + timedelta(minutes=5)).replace(tzinfo=timezone(timedelta(hours=2)))
+        m.add_turn("ana", "now", "user", "aware, 2 hours east: 3h55 earlier", timestamp=later)
+        assert sorted(m.open_sessions("ana")) == ["now", "old"]  # 09:30 UTC vs 07:35 UTC
+        m.add_turn("ana", "now", "user", "five minutes later", timestamp=T0 + timedelta(minutes=5))
         assert m.open_sessions("ana") == ["now"]
 
 

@@ -9,6 +9,8 @@ for each.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import numpy as np
 import pytest
 from pg_cluster import pg_schema
@@ -26,8 +28,45 @@ from reflective_memory.storage.state import StateStore
 from reflective_memory.testing import MemoryStoreContract
 
 
+def _strip_offsets(store) -> None:  # noqa: ANN001
+    """Write every stored time as an older version did: ISO text without an offset."""
+    columns = {
+        "turns": ("ts",),
+        "sessions": ("first_ts", "last_ts"),
+        "memories": ("start_ts", "end_ts"),
+    }
+    if isinstance(store, SQLiteStore):
+        for table, cols in columns.items():
+            for col in cols:
+                store.conn.execute(f"UPDATE {table} SET {col} = substr({col}, 1, 19)")
+        store.conn.execute("UPDATE sessions SET created_at = substr(created_at, 1, 19)")
+        return
+    with store.db.transaction() as conn:
+        for table, cols in columns.items():
+            for col in cols:
+                conn.execute(f"UPDATE {store._s}.{table} SET {col} = left({col}, 19)")
+
+
 class OurStores:
     """Beyond the contract: what `SQLiteStore` and `PostgresStore` both offer."""
+
+    def test_rows_written_without_an_offset_read_back_as_utc(self, store) -> None:
+        """An older version wrote naive times: they come back aware (UTC), never mixed."""
+        when = datetime(2025, 3, 1, 9, 30, tzinfo=timezone.utc)
+        store.add_turns([{"user_id": "u", "session_id": "s", "role": "user", "text": "a",
+                          "timestamp": when}])  # fmt: skip
+        draft = MemoryDraft("s", "turn", "a", "a", ("s:0",), start_time=when, end_time=when)
+        store.upsert_memories("u", [draft], np.ones((1, 3)), "m1")
+        _strip_offsets(store)
+        (turn,) = store.turns("u")
+        assert turn.timestamp == when and turn.timestamp.tzinfo is not None
+        info = store.session("u", "s")
+        assert (info.first_time, info.last_time) == (when, when) and info.created_at.tzinfo
+        (memory,) = store.memories("u")
+        assert (memory.start_time, memory.end_time) == (when, when)
+        store.add_turns([{"user_id": "u", "session_id": "s", "role": "user", "text": "b",
+                          "timestamp": datetime.now(timezone.utc)}])  # fmt: skip
+        assert sorted(t.timestamp for t in store.turns("u"))[0] == when
 
     def test_set_keys_clears_the_embedding_and_bumps_the_version(self, store) -> None:
         d = MemoryDraft("s", "item", "text", "old key", (), id="i1")

@@ -7,6 +7,8 @@ the classic chain memory, the chat message history, the LangGraph store, LlamaIn
 the core API stored (hashing embedder); `TestSurfaceEvidence` checks what each shows the model
 (MiniLM, integration) on the conversation with its long session cut to 20 filler exchanges (long
 enough for memories to compete for the budget, too short for LlamaIndex to flush).
+`TestSurfaceTimes` drives a log dated with naive times, the answers without a time, through every
+surface and asks "two weeks ago" at a given `now` (hashing embedder).
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from reflective_memory import HashingEmbedder, ReflectiveMemory  # noqa: E402
 from reflective_memory.embed import Embedder, default_embedder  # noqa: E402
 from reflective_memory.testing.surfaces import (  # noqa: E402
     CONVERSATION,
+    DATED_CONVERSATION,
     QUESTIONS,
+    TIME_QUESTIONS,
     CoreDriver,
     SurfaceContract,
     SurfaceDriver,
     SurfaceEvidenceContract,
     SurfaceRun,
+    SurfaceTimeContract,
     run_surface,
 )
 from surface_drivers import (  # noqa: E402
@@ -97,6 +102,22 @@ class TestSurfaceTurns(SurfaceContract):
     ) -> SurfaceRun:
         tmp = tmp_path_factory.mktemp(request.param)
         return _drive(SURFACES[request.param], tmp, HashingEmbedder(256))
+
+
+class TestSurfaceTimes(SurfaceTimeContract):
+    @pytest.fixture(scope="class", params=list(SURFACES))
+    def time_run(
+        self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> SurfaceRun:
+        tmp = tmp_path_factory.mktemp(f"time-{request.param}")
+        asked = TIME_QUESTIONS if request.param in WITH_EVIDENCE else ()
+        return _drive(
+            SURFACES[request.param],
+            tmp,
+            HashingEmbedder(256),
+            conversation=DATED_CONVERSATION,
+            asked_at=asked,
+        )
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,21 @@ import logging
 import sys
 import time
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflective_memory import __version__
-from reflective_memory.errors import ConfigError, ReflectiveMemoryError, UnknownUserError
+from reflective_memory.errors import (
+    ConfigError,
+    InvalidInputError,
+    ReflectiveMemoryError,
+    UnknownUserError,
+)
 from reflective_memory.portable.commands import ArgTypes
 from reflective_memory.portable.commands import add_commands as _portable_commands
+from reflective_memory.text import parse_timestamp
 from reflective_memory.validation import MAX_ID_CHARS
 
 if TYPE_CHECKING:
@@ -127,6 +134,16 @@ def _text(value: str) -> str:
     if not value.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return value
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        when = parse_timestamp(value)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if when is None:  # pragma: no cover - a str is never None
+        raise argparse.ArgumentTypeError("must not be empty")
+    return when
 
 
 def _input_file(value: str) -> str:
@@ -354,7 +371,7 @@ def _search(args: argparse.Namespace) -> int:
     with _open(args.db, embedder=NumpyMiniLM()) as mem:
         if not args.allow_empty:
             _check_user(mem, args.user, args.db)
-        r = mem.retrieve(args.user, args.query, k=args.k)
+        r = mem.retrieve(args.user, args.query, k=args.k, now=args.now)
     if args.json:
         payload: dict[str, Any] = {
             "query": r.query,
@@ -756,6 +773,13 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     p.add_argument("--user", type=_user_id, required=True, help="user id")
     p.add_argument("--db", type=_store_dir, required=True, help="existing store directory")
     p.add_argument("--k", type=_positive_int, default=5, help="number of hits (default 5)")
+    p.add_argument(
+        "--now",
+        type=_timestamp,
+        default=None,
+        help="when the question is asked, for 'two weeks ago' (ISO-8601, UTC without an "
+        "offset; default: the user's newest turn)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
         "--allow-empty", action="store_true", help="an unknown user gives no hits, not exit 1"

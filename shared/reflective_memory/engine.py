@@ -260,7 +260,10 @@ class ReflectiveMemory:
                 their aliases in any case (`Human`, `AI`, `bot`, `model`, ...:
                 `validation.ROLE_ALIASES`) are stored as `user` / `assistant`.
             text: The utterance (stored whole, however long).
-            timestamp: When it was said (datetime, Unix seconds, or a date string).
+            timestamp: When it was said (datetime, Unix seconds, or a date string; without a
+                time zone it is UTC). Without one, the turn takes its conversation's time
+                (`turn_time`): the previous turn's in a replayed log, the wall clock in a live
+                chat.
             turn_id: Your own id for the turn, kept in every memory's provenance. Sending a
                 stored turn again (same ids, role and text; e.g. a retry after a crash or a
                 timeout) stores nothing and returns the stored turn, indexing it if it was not.
@@ -297,6 +300,27 @@ class ReflectiveMemory:
             The stored turns, in order.
         """
         return self.sessions.add_turns(turns)
+
+    @typed_errors
+    def turn_time(
+        self,
+        user_id: str,
+        session_id: str,
+        timestamp: datetime | str | float | None = None,
+    ) -> datetime:
+        """The time a turn of this session added now is stored at (timezone-aware).
+
+        Its own `timestamp` when given (a naive time is read as UTC); without one, its
+        conversation's time: the previous turn's when the session is a replayed log, the
+        user's newest turn's for a session that begins while a replay is going on (its
+        newest session replayed, open and begun within `sessions.idle_seconds`), else the
+        wall clock (a live chat; `reflective_memory.sessions.clock`). Adapters compare it with
+        the session's last turn to end an idle session.
+
+        Raises:
+            InvalidInputError: A bad id, or a timestamp in no known format.
+        """
+        return self.sessions.turn_time(user_id, session_id, timestamp)
 
     @typed_errors
     def end_session(self, user_id: str, session_id: str) -> list[Memory]:
@@ -412,13 +436,16 @@ class ReflectiveMemory:
         explore: bool = False,
         keep_order: bool = False,
         reranker: CallerReranker | None = None,
+        times: Sequence[datetime | str | float | None] | None = None,
+        now: datetime | str | float | None = None,
     ) -> RankedTexts:
         """Rerank texts from any retriever with the user's citation-trained reranker.
 
         The reranker `retrieve` applies orders the texts (by cosine with reranking off); give
         the result to `feedback` with the answer that cited them (`[i]` names
-        `result.order[i]`) and the same reranker learns. See `RerankStage.rerank_texts` for
-        the arguments.
+        `result.order[i]`) and the same reranker learns. With `times` (when each text was
+        said), a query naming a period ("two weeks ago", resolved against `now`) puts the
+        texts said in it first. See `RerankStage.rerank_texts` for the arguments.
 
         Example:
             >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -447,6 +474,8 @@ class ReflectiveMemory:
             explore=explore,
             keep_order=keep_order,
             reranker=reranker,
+            times=times,
+            now=now,
         )
 
     @typed_errors

@@ -521,8 +521,8 @@ def ingest_conversations(
     Turns already stored are skipped, so ingesting a file twice adds nothing: a turn whose id
     the session holds, or (without an id) one with the same role, text and timestamp as a
     stored turn of the session, or the same role and text when the file gives no time
-    (counted, so a turn said twice is stored twice). Turns without a time are stamped with
-    the time they are stored.
+    (counted, so a turn said twice is stored twice). A turn without a time takes its
+    conversation's time (`ReflectiveMemory.turn_time`); a time without a zone is UTC.
 
     Args:
         mem: Target memory.

@@ -153,7 +153,7 @@ def shown_memories(
         return retrieval, memory_block(retrieval.hits, instruction)
     return fit_block(
         lambda n: memory.retrieve(
-            user_id, query, k=k, budget_tokens=n, exclude_turns=exclude_turns
+            user_id, query, k=k, budget_tokens=n, exclude_turns=exclude_turns, now=now
         ),
         budget_tokens,
         instruction,

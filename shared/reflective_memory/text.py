@@ -11,10 +11,10 @@ from reflective_memory.errors import InvalidInputError
 
 __all__ = [
     "parse_timestamp",
+    "as_utc",
     "lexical_tokens",
     "stem",
     "format_date",
-    "time_key",
     "STOPWORDS",
     "short_words",
     "words_of",
@@ -34,29 +34,43 @@ _FORMATS = (
 )
 
 
+def as_utc(value: datetime) -> datetime:
+    """A time as timezone-aware: a naive time is read as UTC, an aware one is kept as it is.
+
+    Example:
+        >>> as_utc(datetime(2025, 3, 1, 9, 30)).isoformat()
+        '2025-03-01T09:30:00+00:00'
+    """
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
 def parse_timestamp(value: Any) -> datetime | None:
-    """Turn a timestamp given in any common form into a `datetime`.
+    """Turn a timestamp given in any common form into a timezone-aware `datetime`.
 
     Accepts `None`, a `datetime`, a Unix time in seconds, an ISO-8601 string, LongMemEval's
-    `2023/05/21 (Sun) 11:54` and LoCoMo's `1:56 pm on 8 May, 2023`.
+    `2023/05/21 (Sun) 11:54` and LoCoMo's `1:56 pm on 8 May, 2023`. A time without a time
+    zone (a naive `datetime`, a string without offset) is read as UTC; a time with one keeps
+    its offset. Every time the library stores passes here, so no naive time is ever stored.
 
     Args:
         value: The timestamp.
 
     Returns:
-        The parsed time (naive times stay naive), or `None` for `None`.
+        The parsed time (timezone-aware), or `None` for `None`.
 
     Raises:
         InvalidInputError: The value is of another type or a string in no known format.
 
     Example:
         >>> parse_timestamp("2023/05/21 (Sun) 11:54").isoformat()
-        '2023-05-21T11:54:00'
+        '2023-05-21T11:54:00+00:00'
+        >>> parse_timestamp("2025-03-01T09:30:00+02:00").isoformat()
+        '2025-03-01T09:30:00+02:00'
     """
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value
+        return as_utc(value)
     if isinstance(value, bool):
         raise InvalidInputError("timestamp must be a datetime, a number or a string, not bool")
     if isinstance(value, (int, float)):
@@ -67,27 +81,18 @@ def parse_timestamp(value: Any) -> datetime | None:
     if isinstance(value, str):
         text = value.strip()
         try:
-            return datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
         except ValueError:
             pass
         for fmt in _FORMATS:
             try:
-                return datetime.strptime(text, fmt)
+                return as_utc(datetime.strptime(text, fmt))
             except ValueError:
                 continue
         raise InvalidInputError(f"timestamp {value!r} is in no known format (use ISO-8601)")
     raise InvalidInputError(
         f"timestamp must be a datetime, a number or a string, got {type(value).__name__}"
     )
-
-
-def time_key(ts: datetime) -> datetime:
-    """Sort key ordering naive (read as UTC) and aware timestamps together.
-
-    Turns may mix both (an ISO string without offset next to Unix seconds); `min`/`max` over
-    them need this key.
-    """
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
 
 
 def format_date(ts: datetime | None) -> str:

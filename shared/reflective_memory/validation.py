@@ -300,8 +300,8 @@ MESSAGE_TIME_KEY = "timestamp"
 def message_time(kwargs: Any) -> Any:
     """A framework message's own time from its extra fields, else None.
 
-    Every surface reads a message's time the same way; a turn stored without one is stamped by
-    the core with the time it was received.
+    Every surface reads a message's time the same way; a turn stored without one takes its
+    conversation's time (`ReflectiveMemory.turn_time`).
 
     Example:
         >>> message_time({"timestamp": "2025-03-01T09:30:00"}), message_time({}), message_time(None)

@@ -58,7 +58,7 @@ from reflective_memory.errors import InvalidInputError, LLMError, LLMOutputError
 from reflective_memory.framing import frame_lines, speaker_label
 from reflective_memory.llm import LLMClient
 from reflective_memory.storage.base import MemoryDraft
-from reflective_memory.text import format_date, time_key
+from reflective_memory.text import as_utc, format_date
 from reflective_memory.types import Turn, Usage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -376,9 +376,7 @@ def build_note_drafts(
 def _draft(turns: Sequence[Turn], d: NoteDecision, date: str) -> MemoryDraft:
     turn = turns[d.position]
     ctx_turns = [turns[p] for p in d.context_positions if 0 <= p < len(turns)]
-    times = sorted(
-        (t.timestamp for t in [turn, *ctx_turns] if t.timestamp is not None), key=time_key
-    )
+    times = sorted((t.timestamp for t in [turn, *ctx_turns] if t.timestamp is not None), key=as_utc)
     return MemoryDraft(
         session_id=turn.session_id,
         granularity=NOTE_GRANULARITY,

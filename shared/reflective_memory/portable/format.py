@@ -34,7 +34,7 @@ import numpy as np
 
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.jsonfile import FileShape
-from reflective_memory.storage.base import SessionInfo
+from reflective_memory.storage.base import SessionInfo, text_time
 from reflective_memory.types import GRANULARITIES, Memory, Turn
 from reflective_memory.validation import (
     check_choice,
@@ -87,8 +87,11 @@ def iso(value: datetime | None, *, utc: bool = False) -> str | None:
 
 
 def parse_time(value: str | None) -> datetime | None:
-    """An ISO 8601 string written by `iso` as a datetime (None stays None)."""
-    return None if value is None else datetime.fromisoformat(value)
+    """An ISO 8601 string written by `iso` as an aware datetime (None stays None).
+
+    A file an older version wrote may hold times without offset: they are read as UTC.
+    """
+    return text_time(value)
 
 
 def encode_vector(vector: np.ndarray | bytes) -> str:

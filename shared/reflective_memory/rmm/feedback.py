@@ -22,6 +22,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from reflective_memory.embed import Embedder, encode_query
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.rmm.answer_feedback import (
     FeedbackResult,
     candidate_positions,
@@ -43,6 +45,7 @@ from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.rerankers import Rerankers
 from reflective_memory.storage.index import UserIndex
 from reflective_memory.storage.state import StateStore
+from reflective_memory.text import parse_timestamp
 from reflective_memory.types import RerankRecord, Retrieval
 from reflective_memory.validation import check_id
 
@@ -321,6 +324,8 @@ class RerankStage:
         explore: bool = False,
         keep_order: bool = False,
         reranker: CallerReranker | None = None,
+        times: Sequence[Any] | None = None,
+        now: Any = None,
     ) -> RankedTexts:
         """Rerank texts from any retriever with the user's reranker and record what is shown.
 
@@ -343,6 +348,10 @@ class RerankStage:
                 them for feedback.
             reranker: A reranker to use instead of the engine's (neither saved nor used by
                 `retrieve`); feedback on the result trains it with `partial_fit`.
+            times: When each text was said (None entries: unknown), any timestamp `add_turn`
+                takes. When the query names a period ("two weeks ago", "in March"), resolved
+                against `now`, the texts said in it come first, in the reranker's order.
+            now: When the query is asked (default: the newest of `times`).
 
         Returns:
             The `RankedTexts`: shown positions, scores, cosines and the `RerankRecord`.
@@ -353,7 +362,11 @@ class RerankStage:
         _check_texts_call(user_id, query, texts, top_n, reranker)
         texts = list(texts)
         names = _text_ids(ids, len(texts))
+        said = _text_times(times, len(texts))
+        asked = parse_timestamp(now)
         ordered = self._order_texts(user_id, query, texts, explore, keep_order, reranker)
+        if said is not None and not keep_order:
+            ordered.order = _said_in_frame_first(ordered.order, query, said, asked)
         n = len(texts) if top_n is None else min(top_n, len(texts))
         return self._show_texts(user_id, query, texts, names, ordered, n, reranker)
 
@@ -696,6 +709,33 @@ def _check_texts_call(
         raise InvalidInputError(f"top_n must be None or a positive int, got {top_n!r}")
     if reranker is not None and not isinstance(reranker, CallerReranker):
         raise InvalidInputError("reranker must have rerank(...) and partial_fit(episode)")
+
+
+def _text_times(times: Sequence[Any] | None, k: int) -> list[datetime | None] | None:
+    """When each of `k` texts was said (aware), or None when no times are given."""
+    if times is None:
+        return None
+    if not isinstance(times, Sequence) or isinstance(times, (str, bytes)) or len(times) != k:
+        raise InvalidInputError("times must give one time (or None) per text")
+    return [parse_timestamp(t) for t in times]
+
+
+def _said_in_frame_first(
+    order: list[int], query: str, said: list[datetime | None], now: datetime | None
+) -> list[int]:
+    """`order` with the texts said in the period the query names first (`time_frame`).
+
+    The period is resolved against `now`, else the newest time given; without a period, or
+    without times, the order is kept.
+    """
+    known = [t for t in said if t is not None]
+    if not known:
+        return order
+    frame = time_frame(query, max(known) if now is None else now)
+    if frame is None:
+        return order
+    inside = {i for i, t in enumerate(said) if t is not None and frame.start <= t < frame.end}
+    return [i for i in order if i in inside] + [i for i in order if i not in inside]
 
 
 def _text_ids(ids: Sequence[str | None] | None, k: int) -> list[str]:

@@ -24,7 +24,7 @@ from reflective_memory.rmm.topic_prompts import (
     parse_update,
 )
 from reflective_memory.storage.base import MemoryDraft
-from reflective_memory.text import time_key
+from reflective_memory.text import as_utc
 from reflective_memory.types import Memory, Turn, Usage
 
 __all__ = [
@@ -230,7 +230,7 @@ def _now() -> datetime:
 def _newest(draft: TopicDraft, turns: Sequence[Turn]) -> datetime | None:
     stamps = [turns[p].timestamp for p in draft.turn_positions]
     known = [t for t in stamps if t is not None]
-    return max(known, key=time_key) if known else None
+    return max(known, key=as_utc) if known else None
 
 
 def _turn_line(t: Turn) -> str:
@@ -286,7 +286,7 @@ def new_topic_memory(
     src = [turns[p] for p in draft.turn_positions]
     stamps = [t.timestamp for t in src if t.timestamp is not None]
     lines = [_turn_line(t) for t in src]
-    date = min(stamps, key=time_key) if stamps and date_prefix else None
+    date = min(stamps, key=as_utc) if stamps and date_prefix else None
     return Memory(
         id=f"topic-{uuid.uuid4().hex}",
         user_id=user_id,
@@ -297,8 +297,8 @@ def new_topic_memory(
         turn_ids=tuple(t.turn_id for t in src),
         created_at=now,
         updated_at=now,
-        start_time=min(stamps, key=time_key) if stamps else None,
-        end_time=max(stamps, key=time_key) if stamps else None,
+        start_time=min(stamps, key=as_utc) if stamps else None,
+        end_time=max(stamps, key=as_utc) if stamps else None,
         metadata={
             "rmm": {
                 "summary": draft.summary,
@@ -352,7 +352,7 @@ def merge_topic_memory(
         source_lines=lines,
         speaker=rmm.get("speaker", draft.speaker),
     )
-    date = max(stamps, key=time_key) if stamps and date_prefix else None
+    date = max(stamps, key=as_utc) if stamps and date_prefix else None
     return replace(
         existing,
         session_id=session_id,
@@ -360,8 +360,8 @@ def merge_topic_memory(
         key=merged_summary,
         turn_ids=tuple(old_ids + [t.turn_id for t in new_src]),
         updated_at=now,
-        start_time=min(stamps, key=time_key) if stamps else None,
-        end_time=max(stamps, key=time_key) if stamps else None,
+        start_time=min(stamps, key=as_utc) if stamps else None,
+        end_time=max(stamps, key=as_utc) if stamps else None,
         metadata={**existing.metadata, "rmm": rmm},
     )
 

@@ -19,7 +19,7 @@ import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from reflective_memory.engine import ReflectiveMemory
@@ -166,14 +166,13 @@ class ChatService:
         message = self.check_message(message)
         with self._user_lock(user_id):
             context = self._context(user_id, session_id)
+            said = datetime.now(timezone.utc)  # a live chat: the message is said now
             # Recall first: the new message is searchable once stored and would find itself.
-            retrieval = self.memory.retrieve(user_id, message, k=self.k)
-            user_turn = self.memory.add_turn(
-                user_id, session_id, "user", message, timestamp=datetime.now()
-            )
+            retrieval = self.memory.retrieve(user_id, message, k=self.k, now=said)
+            user_turn = self.memory.add_turn(user_id, session_id, "user", message, timestamp=said)
             answer = self.answerer.answer(message, list(retrieval.hits), context)
             reply_turn = self.memory.add_turn(
-                user_id, session_id, "assistant", answer.text, timestamp=datetime.now()
+                user_id, session_id, "assistant", answer.text, timestamp=datetime.now(timezone.utc)
             )
         ex = Exchange(
             exchange_id=retrieval.retrieval_id or secrets.token_hex(16),

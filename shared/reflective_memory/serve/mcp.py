@@ -145,7 +145,9 @@ class TurnIn(BaseModel):
     )
     text: str = Field(description="What was said")
     timestamp: str | None = Field(
-        default=None, description="When it was said (ISO-8601, e.g. 2025-03-01T10:00:00)"
+        default=None,
+        description="When it was said (ISO-8601, e.g. 2025-03-01T10:00:00; UTC without an "
+        "offset). Without it: the previous turn's time in a replayed log, else now",
     )
     turn_id: str | None = Field(
         default=None, description="Your own id for the turn; sending it again stores nothing"
@@ -383,7 +385,10 @@ class MemoryTools:
         ] = None,
         now: Annotated[
             str | None,
-            Field(description="When the question is asked (ISO-8601), for 'last week' etc."),
+            Field(
+                description="When the question is asked (ISO-8601, UTC without an offset), "
+                "for 'last week' etc. (default: the user's newest turn)"
+            ),
         ] = None,
     ) -> Annotated[CallToolResult, Recalled]:
         """Recall passages of earlier conversations relevant to a query, with their dates.

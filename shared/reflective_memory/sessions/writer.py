@@ -33,6 +33,7 @@ from reflective_memory.retrieval.units import (
 )
 from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, StoreTopicBank
 from reflective_memory.segment.base import Segmenter
+from reflective_memory.sessions.clock import ConversationClock, replay_window
 from reflective_memory.sessions.recovery import LostTurns
 from reflective_memory.storage.base import (
     MemoryDraft,
@@ -43,7 +44,7 @@ from reflective_memory.storage.base import (
 )
 from reflective_memory.storage.bridge import await_io, bridged
 from reflective_memory.storage.index import IndexCache
-from reflective_memory.text import parse_timestamp
+from reflective_memory.text import as_utc, parse_timestamp
 from reflective_memory.types import Memory, Turn, Usage
 from reflective_memory.validation import (
     canonical_role,
@@ -66,11 +67,6 @@ _BUILD_ATTEMPTS = 3
 __all__ = ["SessionWriter"]
 
 
-def _utc(value: datetime) -> datetime:
-    """A time as timezone-aware (a naive time is read as UTC)."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-
-
 def _crossed(n_turns: int, added: int, cap: int) -> bool:
     """Whether a session of `n_turns` reached a multiple of `cap` with its last `added` turns.
 
@@ -85,7 +81,7 @@ def _crossed(n_turns: int, added: int, cap: int) -> bool:
 
 
 def received_time() -> datetime:
-    """The time a turn without its own time is stamped with: now, in UTC."""
+    """The wall clock, in UTC: what a live turn without its own time is stamped with."""
     return datetime.now(timezone.utc)
 
 
@@ -93,8 +89,7 @@ def _age_seconds(then: datetime | None) -> float | None:
     """Seconds from `then` to now (naive times are read as UTC), or None."""
     if then is None:
         return None
-    now = datetime.now(timezone.utc)
-    return (now - _utc(then)).total_seconds()
+    return (received_time() - as_utc(then)).total_seconds()
 
 
 class SessionWriter:
@@ -166,9 +161,21 @@ class SessionWriter:
             "session_id": session_id,
             "role": role,
             "text": text,
-            "timestamp": received_time() if timestamp is None else parse_timestamp(timestamp),
+            "timestamp": parse_timestamp(timestamp),  # None: `ConversationClock` stamps it
             "turn_id": turn_id,
         }
+
+    def _clock(self) -> ConversationClock:
+        """The clock that times turns given without a time, for one write at the wall clock."""
+        return ConversationClock(self.store, replay_window(self.config.sessions), received_time())
+
+    def turn_time(self, user_id: Any, session_id: Any, timestamp: Any = None) -> datetime:
+        """The time a turn of this session added now is stored at (`ReflectiveMemory.turn_time`)."""
+        self._open()
+        check_id("user_id", user_id)
+        check_id("session_id", session_id)
+        given = parse_timestamp(timestamp)
+        return self._clock().time_for(user_id, session_id) if given is None else given
 
     def add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
         """Store many turns in one transaction (all or none); see `ReflectiveMemory.add_turns`."""
@@ -200,6 +207,8 @@ class SessionWriter:
                     t.get("turn_id"),
                 )
             )
+        if any(r["timestamp"] is None for r in records):
+            self._clock().stamp(records)
         fresh = self._new_sessions(records)
         try:
             stored = self.store.add_turns(records)
@@ -311,7 +320,7 @@ class SessionWriter:
         idle = self.config.sessions.idle_seconds
         if idle is None or last is None or now is None:
             return False
-        return (_utc(now) - _utc(last)).total_seconds() > idle
+        return (as_utc(now) - as_utc(last)).total_seconds() > idle
 
     def end_session(self, user_id: str, session_id: str) -> list[Memory]:
         """Turn a session's turns into memories and index them.

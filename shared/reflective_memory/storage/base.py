@@ -30,6 +30,7 @@ import numpy as np
 
 from reflective_memory.errors import StoreClosedError
 from reflective_memory.storage.state import StateStore
+from reflective_memory.text import as_utc
 from reflective_memory.types import Memory, Turn
 
 if TYPE_CHECKING:
@@ -51,7 +52,26 @@ __all__ = [
     "session_fence",
     "missing_members",
     "require_open",
+    "time_text",
+    "text_time",
 ]
+
+
+def time_text(value: datetime | None) -> str | None:
+    """A time as the stores keep it: ISO-8601 text with its offset (naive is read as UTC)."""
+    return None if value is None else as_utc(value).isoformat()
+
+
+def text_time(value: str | datetime | None) -> datetime | None:
+    """A stored time read back, timezone-aware.
+
+    A row an older version wrote without an offset is read as UTC, so old data never mixes
+    naive and aware times with new.
+    """
+    if value is None:
+        return None
+    return as_utc(value if isinstance(value, datetime) else datetime.fromisoformat(value))
+
 
 #: Makes vectors for stored memories that have none of the current embedder, as writing makes
 #: them: `(user_id, ids, keys) -> (len(ids), dim)` float32 (`SessionWriter.stored_vectors`).

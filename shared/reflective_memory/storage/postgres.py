@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reflective_memory.errors import InvalidInputError, SessionChangedError, UnknownSessionError
-from reflective_memory.storage.base import MemoryDraft, MemoryVectors, SessionInfo
+from reflective_memory.storage.base import (
+    MemoryDraft,
+    MemoryVectors,
+    SessionInfo,
+    text_time,
+    time_text,
+)
 from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import (
     check_memory,
@@ -62,14 +68,6 @@ _FROM_SESSION = (
     "(session_id = %(s)s OR (granularity = 'topic' AND "
     "COALESCE(metadata -> 'rmm' -> 'sessions', '[]'::jsonb) ? %(s)s))"
 )
-
-
-def _ts(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _dt(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
 
 
 def _lex(key: str) -> str:
@@ -186,7 +184,8 @@ class PostgresStore:
         out: list[Turn] = []
         with self.db.transaction() as conn:
             for t in turns:
-                user_id, session_id, ts = t["user_id"], t["session_id"], t.get("timestamp")
+                user_id, session_id = t["user_id"], t["session_id"]
+                ts = text_time(t.get("timestamp"))
                 conn.execute(
                     f"INSERT INTO {s}.sessions (user_id, session_id, status, n_turns, first_ts,"
                     " last_ts, created_at) VALUES (%s, %s, 'open', 1, %s, %s, now()) "
@@ -194,7 +193,7 @@ class PostgresStore:
                     " n_turns = sessions.n_turns + 1, status = 'open',"
                     " first_ts = COALESCE(sessions.first_ts, EXCLUDED.first_ts),"
                     " last_ts = COALESCE(EXCLUDED.last_ts, sessions.last_ts)",
-                    (user_id, session_id, _ts(ts), _ts(ts)),
+                    (user_id, session_id, time_text(ts), time_text(ts)),
                 )
                 # A new statement, so its snapshot sees every turn committed before the
                 # session row's lock (taken just above) was granted.
@@ -205,7 +204,7 @@ class PostgresStore:
                     f" FROM (SELECT COALESCE(MAX(position) + 1, 0) AS p FROM {s}.turns"
                     "  WHERE user_id=%s AND session_id=%s) AS next"
                     " ON CONFLICT DO NOTHING RETURNING seq, position, turn_id",
-                    (user_id, session_id, turn_id, session_id, t["role"], t["text"], _ts(ts),
+                    (user_id, session_id, turn_id, session_id, t["role"], t["text"], time_text(ts),
                      text_crc(t["text"]), user_id, session_id),
                 ).fetchone()  # fmt: skip
                 if row is None:
@@ -225,7 +224,7 @@ class PostgresStore:
     def _turn(row: Sequence[Any]) -> Turn:
         seq, user_id, session_id, turn_id, position, role, text, ts, crc = row
         check_turn(text, crc, user_id, session_id, turn_id)
-        return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), int(seq))
+        return Turn(user_id, session_id, role, text, turn_id, position, text_time(ts), int(seq))
 
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
         """See `MemoryStore.turns`."""
@@ -248,7 +247,7 @@ class PostgresStore:
     @staticmethod
     def _session(row: Sequence[Any]) -> SessionInfo:
         u, s, status, n, first, last, created, ended = row
-        return SessionInfo(u, s, status, int(n), _dt(first), _dt(last), created, ended)
+        return SessionInfo(u, s, status, int(n), text_time(first), text_time(last), created, ended)
 
     def session(self, user_id: str, session_id: str) -> SessionInfo | None:
         """See `MemoryStore.session`."""
@@ -362,8 +361,8 @@ class PostgresStore:
                     d.key,
                     _lex(d.key),
                     json.dumps(list(d.turn_ids)),
-                    _ts(d.start_time),
-                    _ts(d.end_time),
+                    time_text(d.start_time),
+                    time_text(d.end_time),
                     json.dumps(meta, default=str),
                     v,
                     int(v.shape[0]),
@@ -383,8 +382,8 @@ class PostgresStore:
                     tuple(d.turn_ids),
                     created,
                     updated,
-                    d.start_time,
-                    d.end_time,
+                    text_time(d.start_time),
+                    text_time(d.end_time),
                     dict(meta),
                 )  # fmt: skip
             )
@@ -481,8 +480,9 @@ class PostgresStore:
         mid, u, s, g, text, key, tids, created, updated, start, end, meta, tcrc, kcrc = row
         check_memory(text, key, tcrc, kcrc, u, mid)
         return Memory(
-            mid, u, s, g, text, key, tuple(tids), created, updated, _dt(start), _dt(end), meta
-        )
+            mid, u, s, g, text, key, tuple(tids), created, updated,
+            text_time(start), text_time(end), meta,
+        )  # fmt: skip
 
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
         """See `MemoryStore.memories`."""

@@ -30,7 +30,7 @@ from reflective_memory.errors import (
     StoreCorruptedError,
     UnknownSessionError,
 )
-from reflective_memory.storage.base import MemoryDraft, SessionInfo
+from reflective_memory.storage.base import MemoryDraft, SessionInfo, text_time, time_text
 from reflective_memory.storage.checksum import (
     check_memory,
     check_turn,
@@ -57,14 +57,6 @@ _EDGE_TS = "SELECT ts FROM turns WHERE user_id=? AND session_id=? AND ts IS NOT 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _ts(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _dt(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
 
 
 def marker_path(path: Path) -> Path:
@@ -206,7 +198,7 @@ class SQLiteStore:
                 turn_id = t.get("turn_id")
                 if turn_id is None:
                     turn_id = f"{session_id}:{position}"
-                ts = t.get("timestamp")
+                ts = text_time(t.get("timestamp"))
                 try:
                     cur = conn.execute(
                         "INSERT INTO turns (user_id, session_id, turn_id, position, role, text,"
@@ -218,7 +210,7 @@ class SQLiteStore:
                             position,
                             t["role"],
                             t["text"],
-                            _ts(ts),
+                            time_text(ts),
                             text_crc(t["text"]),
                         ),  # fmt: skip
                     )
@@ -227,19 +219,19 @@ class SQLiteStore:
                         f"turn_id {turn_id!r} already exists in session {session_id!r} "
                         f"of user {user_id!r}"
                     ) from exc
-                now = _ts(_now())
+                now = time_text(_now())
                 if row is None:
                     conn.execute(
                         "INSERT INTO sessions (user_id, session_id, status, n_turns, first_ts,"
                         " last_ts, created_at) VALUES (?, ?, 'open', 1, ?, ?, ?)",
-                        (user_id, session_id, _ts(ts), _ts(ts), now),
+                        (user_id, session_id, time_text(ts), time_text(ts), now),
                     )
                 else:
                     conn.execute(
                         "UPDATE sessions SET n_turns = n_turns + 1, status = 'open', "
                         "first_ts = COALESCE(first_ts, ?), last_ts = COALESCE(?, last_ts) "
                         "WHERE user_id=? AND session_id=?",
-                        (_ts(ts), _ts(ts), user_id, session_id),
+                        (time_text(ts), time_text(ts), user_id, session_id),
                     )
                 out.append(
                     Turn(
@@ -259,7 +251,7 @@ class SQLiteStore:
     def _turn(row: Sequence[Any]) -> Turn:
         seq, user_id, session_id, turn_id, position, role, text, ts, crc = row
         check_turn(text, crc, user_id, session_id, turn_id)
-        return Turn(user_id, session_id, role, text, turn_id, position, _dt(ts), seq)
+        return Turn(user_id, session_id, role, text, turn_id, position, text_time(ts), seq)
 
     @_guarded
     def turns(self, user_id: str, session_id: str | None = None) -> list[Turn]:
@@ -294,7 +286,8 @@ class SQLiteStore:
     @staticmethod
     def _session(row: Sequence[Any]) -> SessionInfo:
         u, s, status, n, first, last, created, ended = row
-        return SessionInfo(u, s, status, n, _dt(first), _dt(last), _dt(created), _dt(ended))  # type: ignore[arg-type]
+        times = (text_time(first), text_time(last), text_time(created), text_time(ended))
+        return SessionInfo(u, s, status, n, *times)  # type: ignore[arg-type]
 
     @_guarded
     def session(self, user_id: str, session_id: str) -> SessionInfo | None:
@@ -336,7 +329,7 @@ class SQLiteStore:
             old = self.conn.execute(  # an id is the user's own: another's may be the same
                 "SELECT created_at FROM memories WHERE user_id=? AND id=?", (user_id, mid)
             ).fetchone()
-            created = now if old is None else _dt(old[0])
+            created = now if old is None else text_time(old[0])
             self.conn.execute(
                 "INSERT OR REPLACE INTO memories (id, user_id, session_id, granularity, text, key,"
                 " turn_ids, start_ts, end_ts, created_at, updated_at, metadata, embedding,"
@@ -350,10 +343,10 @@ class SQLiteStore:
                     d.text,
                     d.key,
                     json.dumps(list(d.turn_ids)),
-                    _ts(d.start_time),
-                    _ts(d.end_time),
-                    _ts(created),
-                    _ts(now),
+                    time_text(d.start_time),
+                    time_text(d.end_time),
+                    time_text(created),
+                    time_text(now),
                     json.dumps(meta, default=str),
                     np.asarray(vec, dtype=np.float32).tobytes(),
                     model,
@@ -372,8 +365,8 @@ class SQLiteStore:
                     tuple(d.turn_ids),
                     created,
                     now,
-                    d.start_time,
-                    d.end_time,
+                    text_time(d.start_time),
+                    text_time(d.end_time),
                     dict(meta),  # type: ignore[arg-type]
                 )
             )
@@ -415,7 +408,7 @@ class SQLiteStore:
             out = self._insert_memories(user_id, drafts, embeddings, embed_model)
             self.conn.execute(
                 "UPDATE sessions SET status='ended', ended_at=? WHERE user_id=? AND session_id=?",
-                (_ts(_now()), user_id, session_id),
+                (time_text(_now()), user_id, session_id),
             )
             self._bump(user_id)
         return out
@@ -477,10 +470,10 @@ class SQLiteStore:
             text,
             key,
             tuple(json.loads(tids)),
-            _dt(created),
-            _dt(updated),  # type: ignore[arg-type]
-            _dt(start),
-            _dt(end),
+            text_time(created),
+            text_time(updated),  # type: ignore[arg-type]
+            text_time(start),
+            text_time(end),
             json.loads(meta),
         )
 
@@ -697,12 +690,12 @@ class SQLiteStore:
         with self._lock, self._tx():
             self.conn.executemany(
                 "UPDATE sessions SET created_at=?, ended_at=? WHERE user_id=? AND session_id=?",
-                [(_ts(c), _ts(e), user_id, s) for s, (c, e) in sessions.items()],
+                [(time_text(c), time_text(e), user_id, s) for s, (c, e) in sessions.items()],
             )
             self.conn.executemany(
                 "UPDATE memories SET created_at=?, updated_at=?, "
                 "rowid=(SELECT MAX(rowid) + 1 FROM memories) WHERE user_id=? AND id=?",
-                [(_ts(c), _ts(u), user_id, m) for m, (c, u) in memories.items()],
+                [(time_text(c), time_text(u), user_id, m) for m, (c, u) in memories.items()],
             )
             if memories:
                 self._bump(user_id)

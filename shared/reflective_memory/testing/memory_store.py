@@ -17,7 +17,7 @@ SQLite (in memory and on disk) and PostgreSQL run these same tests.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -381,6 +381,29 @@ class MemoryStoreContract:
         assert store.get_value("k") == {"a": [1, 2]}
         store.set_value("k", [None, "x"])
         assert store.get_value("k") == [None, "x"]
+
+    def test_times_come_back_timezone_aware(self, store: Any) -> None:
+        """Every time a store gives back is aware: a naive one given is read as UTC."""
+        naive = datetime(2025, 3, 1, 9, 30)
+        east = timezone(timedelta(hours=2))
+        (a, b) = store.add_turns(
+            [
+                _turn("u", "s", "naive", timestamp=naive),
+                _turn("u", "s", "east", timestamp=datetime(2025, 3, 1, 11, 31, tzinfo=east)),
+            ]
+        )
+        utc = naive.replace(tzinfo=timezone.utc)
+        assert a.timestamp == utc and a.timestamp.tzinfo is not None
+        got = [t.timestamp for t in store.turns("u")]
+        assert got == [utc, utc + timedelta(minutes=1)] and all(t.tzinfo for t in got)
+        info = store.session("u", "s")
+        assert info.first_time == utc and info.last_time.tzinfo and info.created_at.tzinfo
+        draft = _one("s", "naive", ("s:0",), start_time=naive, end_time=naive)
+        (made,) = store.upsert_memories("u", [draft], np.ones((1, 4)), "f")
+        (kept,) = store.memories("u")
+        for m in (made, kept):
+            assert m.start_time == m.end_time == utc and m.start_time.tzinfo is not None
+            assert m.created_at.tzinfo is not None and m.updated_at.tzinfo is not None
 
     def test_restore_times(self, store: Any) -> None:
         """A `RestoresTimes` store sets the times an import brings; others' ids are ignored."""

@@ -16,6 +16,10 @@ driver and records what it left, and the checks as two pytest mixins:
   headers, memories numbered for citation from `[0]`, the newest home first, no small talk as
   the first memory, and fits the budget the surface was given. Needs an `evidence_run` fixture.
   Run it with a real embedder (the hashing embedder ranks by shared words only).
+- `SurfaceTimeContract`: `DATED_CONVERSATION` (a replayed log dated with naive times, the
+  answers without a time) leaves only timezone-aware times, each answer at its question's time,
+  and a question asked at a given `now` ("two weeks ago") shows the turn said then first. Needs
+  a `time_run` fixture (`run_surface(driver, DATED_CONVERSATION, asked_at=TIME_QUESTIONS)`).
 
 A new surface is added by writing one driver and two small test classes::
 
@@ -45,6 +49,7 @@ import pytest
 
 from reflective_memory.llm import count_tokens
 from reflective_memory.memory_block import CITATION_INSTRUCTION, shown_memories
+from reflective_memory.text import as_utc
 from reflective_memory.types import Memory, Turn
 
 if TYPE_CHECKING:
@@ -62,6 +67,10 @@ __all__ = [
     "WHERE_DO_I_LIVE",
     "WHAT_AM_I_ALLERGIC_TO",
     "QUESTIONS",
+    "COOKING",
+    "DATED_CONVERSATION",
+    "TWO_WEEKS_AGO",
+    "TIME_QUESTIONS",
     "BUDGET_TOKENS",
     "Evidence",
     "CoreView",
@@ -71,6 +80,7 @@ __all__ = [
     "run_surface",
     "SurfaceContract",
     "SurfaceEvidenceContract",
+    "SurfaceTimeContract",
 ]
 
 #: The user every surface talks to.
@@ -89,8 +99,9 @@ class Message:
         role: `user` or `assistant`.
         text: What was said.
         timestamp: The message's own time, when the application knows it (a replayed or
-            imported message); `None` for a message said now, which the surface stamps with the
-            time it received it.
+            imported message); `None` for a message without one, stored at its
+            conversation's time (`ReflectiveMemory.turn_time`: the previous turn's in a
+            replayed session, the wall clock in a live one).
     """
 
     role: str
@@ -195,7 +206,7 @@ def _timed_session(
 def _live_session(
     session_id: str, pairs: Sequence[tuple[str, str, bool]], filler: int = 0
 ) -> ScriptSession:
-    """A live session: no message carries a time (the surface stamps it)."""
+    """A session said without times (the core gives each message its conversation's time)."""
     out = [Exchange(Message("user", u), Message("assistant", a), small_talk=s) for u, a, s in pairs]
     return ScriptSession(session_id, tuple(out[:1] + _bread_lessons(filler) + out[1:]))
 
@@ -328,6 +339,36 @@ CONVERSATION = Conversation(
 )
 
 
+#: What the user cooked, one session a date (naive times, as logs and benchmarks give them):
+#: (the user's message time, what the user said, the assistant's answer, said without a time).
+COOKING = (
+    (datetime(2025, 3, 2, 19, 0), "I cooked a mushroom risotto for my parents.", "Lovely!"),
+    (datetime(2025, 4, 6, 19, 0), "I cooked a lentil curry with lots of ginger.", "Yum."),
+    (datetime(2025, 4, 20, 19, 0), "I cooked pumpkin soup and baked bread.", "So cosy."),
+    (datetime(2025, 5, 4, 19, 0), "I cooked a fish stew for the neighbours.", "How kind."),
+)
+
+#: A replayed log dated with naive times: each user message carries its own time (no time
+#: zone: UTC), the assistant's answers none (as an agent stores a model's replies).
+DATED_CONVERSATION = Conversation(
+    USER_ID,
+    tuple(
+        ScriptSession(
+            f"cooking-{when:%Y-%m-%d}",
+            (Exchange(Message("user", said, when), Message("assistant", answer)),),
+        )
+        for when, said, answer in COOKING
+    ),
+)
+
+#: A question about a time relative to when it is asked.
+TWO_WEEKS_AGO = "What did I cook two weeks ago?"
+#: (question, when it is asked, what it must show first): asked on 20 April 2025 (naive: UTC),
+#: "two weeks ago" is the lentil curry of 6 April; asked at the user's newest turn (4 May) it
+#: would be the pumpkin soup, so only a surface that passes `now` shows the curry first.
+TIME_QUESTIONS = ((TWO_WEEKS_AGO, datetime(2025, 4, 20, 12, 0), COOKING[1][1]),)
+
+
 # -- drivers -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Evidence:
@@ -391,8 +432,14 @@ class SurfaceDriver(Protocol):
         """The conversation is over for now (e.g. the CLI ingests its file here)."""
         ...
 
-    def evidence(self, question: str) -> Evidence:
-        """Ask `question` in the current session and return what the model is shown."""
+    def evidence(self, question: str, now: datetime | None = None) -> Evidence:
+        """Ask `question` in the current session and return what the model is shown.
+
+        Args:
+            question: The question.
+            now: When it is asked, given the way the surface takes a per-call time (a
+                message's own time, a `now` argument); None: the surface's default.
+        """
         ...
 
     def core(self) -> CoreView:
@@ -440,7 +487,7 @@ class CoreDriver:
     def finish(self) -> None:
         """Nothing to do: every turn is stored as it is said."""
 
-    def evidence(self, question: str) -> Evidence:
+    def evidence(self, question: str, now: datetime | None = None) -> Evidence:
         """The block every surface shows its model (`memory_block.shown_memories`)."""
         _, text = shown_memories(
             self.memory,
@@ -450,6 +497,7 @@ class CoreDriver:
             budget_tokens=self.budget_tokens,
             instruction=CITATION_INSTRUCTION,
             exclude_turns=(),
+            now=now,
         )
         return Evidence(text, self.budget_tokens)
 
@@ -481,6 +529,7 @@ class SurfaceRun:
         open_sessions: The user's sessions still open after the conversation.
         segments: Number of segment memories per session id.
         evidence: What the model was shown, per question.
+        evidence_at: What the model was shown, per (question, when it was asked).
     """
 
     name: str
@@ -490,6 +539,7 @@ class SurfaceRun:
     open_sessions: list[str]
     segments: dict[str, int]
     evidence: dict[str, Evidence] = field(default_factory=dict)
+    evidence_at: dict[tuple[str, datetime], Evidence] = field(default_factory=dict)
 
     @property
     def current_session(self) -> str:
@@ -506,6 +556,7 @@ def run_surface(
     driver: SurfaceDriver,
     conversation: Conversation = CONVERSATION,
     questions: Sequence[str] = (),
+    asked_at: Sequence[tuple[str, datetime, str]] = (),
 ) -> SurfaceRun:
     """Drive `conversation` through `driver`, record what it stored, then ask `questions`.
 
@@ -516,6 +567,8 @@ def run_surface(
         driver: The surface's driver (not closed here).
         conversation: The conversation.
         questions: Questions asked in the last session after the conversation.
+        asked_at: (question, when it is asked, the expected first text) asked after
+            `questions` (see `TIME_QUESTIONS`).
 
     Returns:
         The `SurfaceRun`.
@@ -544,14 +597,12 @@ def run_surface(
     )
     for q in questions:
         run.evidence[q] = driver.evidence(q)
+    for q, now, _ in asked_at:
+        run.evidence_at[(q, now)] = driver.evidence(q, now)
     return run
 
 
 # -- checks -------------------------------------------------------------------------------------
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-
-
 def _said(turns: Sequence[Turn]) -> list[tuple[str, str, str]]:
     return [(t.session_id, t.role, t.text) for t in turns]
 
@@ -578,7 +629,7 @@ class SurfaceContract:
         assert got == want, f"{surface_run.name}: {_first_difference(got, want)}"
 
     def test_every_turn_has_a_timestamp(self, surface_run: SurfaceRun) -> None:
-        """Every stored turn carries a time: its own, else the time the surface received it."""
+        """Every stored turn carries a time: its own, else its conversation's."""
         assert surface_run.turns, f"{surface_run.name} stored no turns"
         untimed = [t for t in surface_run.turns if t.timestamp is None]
         assert not untimed, (
@@ -597,8 +648,8 @@ class SurfaceContract:
             stored = [t for t in surface_run.turns if t.text == m.text and t.role == m.role]
             assert stored, f"{surface_run.name} stored no turn for {m.text!r}"
             for t in stored:
-                got = None if t.timestamp is None else _utc(t.timestamp)
-                assert got == _utc(m.timestamp), (
+                got = None if t.timestamp is None else as_utc(t.timestamp)
+                assert got == as_utc(m.timestamp), (
                     f"{surface_run.name}: {m.text[:40]!r} of {sid} said at "
                     f"{m.timestamp.isoformat()} is stored at {got and got.isoformat()}"
                 )
@@ -705,4 +756,51 @@ class SurfaceEvidenceContract:
             assert used <= ev.budget, (
                 f"{evidence_run.name}, {q!r}: the memory block is {used} tokens, "
                 f"the budget {ev.budget}"
+            )
+
+
+class SurfaceTimeContract:
+    """One time model on every surface; subclasses provide a `time_run` fixture.
+
+    `time_run` is `run_surface(driver, DATED_CONVERSATION, asked_at=TIME_QUESTIONS)` (with
+    `asked_at=()` for a surface that takes no question).
+    """
+
+    def test_every_stored_time_is_aware(self, time_run: SurfaceRun) -> None:
+        """Naive message times are stored as UTC, so the stored times sort together."""
+        assert time_run.turns, f"{time_run.name} stored no turns"
+        naive = [t for t in time_run.turns if t.timestamp is None or t.timestamp.tzinfo is None]
+        assert not naive, (
+            f"{time_run.name}: {len(naive)} of {len(time_run.turns)} turns have no aware time, "
+            f"e.g. {naive[0].text[:40]!r} at {naive[0].timestamp!r}"
+        )
+        sorted(t.timestamp for t in time_run.turns)  # type: ignore[type-var]
+
+    def test_an_answer_without_a_time_takes_its_questions(self, time_run: SurfaceRun) -> None:
+        """A replayed conversation stays in its time: an undated answer is not stored today."""
+        if not time_run.carries_message_time:
+            pytest.skip(f"{time_run.name} has no place for a message's own time")
+        stored = {(t.role, t.text): t.timestamp for t in time_run.turns}
+        for sid, session in [(s.session_id, s) for s in time_run.conversation.sessions]:
+            for ex in session.exchanges:
+                asked = ex.user.timestamp
+                assert asked is not None
+                got = stored.get((ex.assistant.role, ex.assistant.text))
+                assert got == as_utc(asked), (
+                    f"{time_run.name}: the answer {ex.assistant.text!r} of {sid} (asked "
+                    f"{asked.isoformat()}) is stored at {got and got.isoformat()}"
+                )
+
+    def test_a_question_asked_at_now_reads_time_from_it(self, time_run: SurfaceRun) -> None:
+        """A relative time ("two weeks ago") resolves against the `now` it is asked at."""
+        if not time_run.evidence_at:
+            pytest.skip(f"{time_run.name} was asked nothing")
+        said = [m.text for _, m in time_run.conversation.messages() if m.role == "user"]
+        for q, now, first in TIME_QUESTIONS:
+            ev = time_run.evidence_at.get((q, now))
+            assert ev is not None, f"{time_run.name}: {q!r} was not asked at {now}"
+            shown = [t for _, t in _shown(ev.text, time_run.conversation) if t in said]
+            assert shown and shown[0] == first, (
+                f"{time_run.name}, {q!r} asked {now:%Y-%m-%d}: the user's turns shown are "
+                f"{shown}, not {first!r} first"
             )
