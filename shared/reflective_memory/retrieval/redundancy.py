@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: A turn of at most this many words is read with the turn before it, never alone.
-SHORT_WORDS = 3
+SHORT_WORDS = 2
 #: Share of two same-worded turns' distinct words (numbers included) they must share to count
 #: as one.
 DUPLICATE_OVERLAP = 0.8
