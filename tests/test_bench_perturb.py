@@ -160,12 +160,15 @@ def test_sessionless_puts_every_turn_under_one_session_with_per_turn_times(convs
     assert _ids(conv) == _ids(convs[0])  # ids and order kept
     times = [parse_timestamp(t["timestamp"]) for t in session.turns]
     assert times[:4] == [
-        datetime(2024, 3, 1, 10, 0),
-        datetime(2024, 3, 1, 10, 1),
-        datetime(2024, 3, 1, 10, 2, 30),  # its own
-        datetime(2024, 3, 1, 10, 3),
+        datetime(2024, 3, 1, 10, 0, tzinfo=timezone.utc),
+        datetime(2024, 3, 1, 10, 1, tzinfo=timezone.utc),
+        datetime(2024, 3, 1, 10, 2, 30, tzinfo=timezone.utc),  # its own
+        datetime(2024, 3, 1, 10, 3, tzinfo=timezone.utc),
     ]
-    assert times[4:6] == [datetime(2024, 3, 8, 21, 30), datetime(2024, 3, 8, 21, 31)]
+    assert times[4:6] == [
+        datetime(2024, 3, 8, 21, 30, tzinfo=timezone.utc),
+        datetime(2024, 3, 8, 21, 31, tzinfo=timezone.utc),
+    ]
     assert times == sorted(times)
     assert {s for q in conv.questions for s in q.evidence_sessions} == {SESSIONLESS_ID}
     assert [q.evidence for q in conv.questions] == [q.evidence for q in convs[0].questions]
