@@ -24,7 +24,8 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
   (`redundancy.riders`);
 - `neighbour`: the best vote of the turns next to it, over the best vote;
 - `user`: said under the `user` role;
-- `position`: where it sits in its session, 0 (first) to 1 (last).
+- `position`: where it sits in its conversation, 0 (first) to 1 (last): its session, or the
+  part of it between two silences of over 30 minutes (a log kept under one session id).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.retrieval.turn_votes import (
     TurnVotes,
+    conversation_bounds,
     in_time_frame,
     other_speakers,
     recency_ranks,
@@ -116,6 +118,16 @@ def names_a_time(turn: Turn) -> bool:
     """
     frame = time_frame(turn.text, _SOME_DAY)
     return frame is not None and not frame.start <= _SOME_DAY < frame.end
+
+
+def _position(turns: Sequence[Turn], p: int) -> float:
+    """Where a turn sits in its conversation, 0 (first) to 1 (last).
+
+    A conversation is its session, or the part of it between two long silences
+    (`turn_votes.conversation_bounds`: a log kept under one session id).
+    """
+    first, last = conversation_bounds(turns, p)
+    return (p - first) / (last - first) if last > first else 0.0
 
 
 def turn_features(
@@ -202,7 +214,7 @@ def turn_features(
                 float(key in quiet),  # small_talk
                 near / best_vote if best_vote > 0 else 0.0,  # neighbour
                 float(turn.role == "user"),  # user
-                p / (len(turns) - 1) if len(turns) > 1 else 0.0,  # position
+                _position(turns, p),  # position
             )
         )
     return TurnFeatures(keys, np.array(rows, dtype=np.float64))
