@@ -113,9 +113,9 @@ def _opens_short(text: str) -> bool:
     return bool(lines) and all(contentless(_said(line)) for line in lines)
 
 
-@pytest.mark.parametrize("query", ["Thanks a lot!", "Got it, thanks!", "Hello! Can I help"])
+@pytest.mark.parametrize("query", ["Great, thanks!", "Hi there!", "Hello! Can I help"])
 def test_small_talk_never_is_one_of_k_turns(mem, query):
-    assert contentless("Thanks a lot!") and contentless("Got it, thanks!")
+    assert contentless("Great, thanks!") and contentless("Hi there!")
     hits = _texts(mem.retrieve("ana", query, k=5))
     assert hits and not any(_opens_short(t) for t in hits)
 
