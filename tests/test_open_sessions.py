@@ -14,9 +14,10 @@ import pytest
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
 from reflective_memory.io import load_conversations
 from reflective_memory.retrieval.features import FEATURES
+from reflective_memory.retrieval.redundancy import SHORT_WORDS
 from reflective_memory.retrieval.turn_votes import collect_votes
 from reflective_memory.retrieval.votes import UserTurns
-from reflective_memory.text import WordCounts, contentless
+from reflective_memory.text import short_words
 from reflective_memory.types import Turn
 
 SESSIONS = {
@@ -87,17 +88,14 @@ def _fill(mem: ReflectiveMemory, sessions: dict[str, list[tuple[str, str]]], ope
 def _misses(mem: ReflectiveMemory, user: str) -> dict[bool, list[str]]:
     """Turn ids not in the top 5 for their own text, by whether their session is open.
 
-    Small talk for the user ("Good luck, you'll be great.") is never one of `k` turns, so it
-    is not asked for.
+    A turn of a few words ("Good luck!") is never one of `k` turns of its own
+    (`retrieval.redundancy`), so it is not asked for.
     """
     open_sessions = set(mem.open_sessions(user))
     misses: dict[bool, list[str]] = {True: [], False: []}
-    by_session: dict[str, list[str]] = {}
     for t in mem.turns(user):
-        by_session.setdefault(t.session_id, []).append(t.text)
-    counts = WordCounts(by_session.values())
-    for t in mem.turns(user):
-        if contentless(t.text, counts):
+        words = short_words(t.text)
+        if words is not None and len(words) <= SHORT_WORDS:
             continue
         hits = mem.retrieve(user, t.text, k=5).hits
         if t.turn_id not in {tid for h in hits for tid in h.memory.turn_ids}:

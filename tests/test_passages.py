@@ -596,7 +596,9 @@ KATE_AND_SAM = [
 
 def _chat(mem: ReflectiveMemory) -> None:
     for i, (who, text) in enumerate(KATE_AND_SAM):
-        mem.add_turn("u", "s1", who, text, timestamp=f"2026-01-0{1 + i // 2}T10:{i:02d}:00")
+        # one conversation: minutes apart (a day's silence would start a new one, whose first
+        # turn has position 0: `turn_votes.conversation_bounds`)
+        mem.add_turn("u", "s1", who, text, timestamp=f"2026-01-01T10:{i:02d}:00")
     mem.end_session("u", "s1")
 
 

@@ -25,7 +25,7 @@ def _memory(users=("ana", "bob"), **cfg):
     for u in users:
         for s in range(3):
             for i, t in enumerate(TOPICS):
-                # a word of each note's own, so no note reads as small talk (`WordCounts`)
+                # a few words of its own, so no note is too short to stand alone
                 mem.add_turn(u, f"{u}-s{s}", "user", f"{u} says: {t} (note {s}-{i}, n{s}x{i})")
             mem.end_session(u, f"{u}-s{s}")
     return mem

@@ -141,8 +141,9 @@ def test_ranking_continues_past_the_reranked_head():
         _fill(mem)
         r = mem.retrieve("u1", "nurse", k=7)
         assert len(r.hits) == 7 and len(r.diagnostics["rerank"]["retriever_order"]) == 4
-        # the assistant's "Thanks for telling me." never is one of k bare turns
-        assert all("Thanks" not in h.memory.text for h in mem.retrieve("u1", "nurse", k=16))
+        # the assistant's "Thanks for telling me.", said in every session, takes one slot at most
+        hits = mem.retrieve("u1", "nurse", k=16).hits
+        assert sum("Thanks" in h.memory.text for h in hits) <= 1
 
 
 def test_isolated_scope_learns_and_persists_per_user(tmp_path):

@@ -2,27 +2,20 @@
 
 An adapter passes the turns its reader sees anyway (`exclude_turns`); acknowledgements and
 greetings never take a slot on their own, though a passage may show one after the turn it
-answers. Small talk is told from the user's own turns, in any language (issue 38): a short
-turn whose every word is common in the user's turns. A call without `k` or a budget fills the
-default token budget with passages.
+answers. A turn of a few words is read with the turn before it, in any language and from the
+first session on (issue 49, `retrieval.redundancy`): no word list, no counts of the user's
+words, so a fact said often is never taken for small talk. A call without `k` or a budget
+fills the default token budget with passages.
 """
 
 from __future__ import annotations
-
-import math
-import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reflective_memory import HashingEmbedder, InvalidInputError, MemoryConfig, ReflectiveMemory
-from reflective_memory.text import (
-    COMMON_SESSIONS,
-    COMMON_SHARE,
-    WordCounts,
-    contentless,
-    words_of,
-)
+from reflective_memory.retrieval.redundancy import SHORT_WORDS
+from reflective_memory.text import short_words
 
 from tests.smalltalk_histories import ASKED, HISTORIES, SAID, SMALL
 
@@ -55,38 +48,41 @@ def mem():
         yield m
 
 
-def _counts(mem: ReflectiveMemory, user: str) -> WordCounts:
-    sessions: dict[str, list[str]] = {}
-    for t in mem.turns(user):
-        sessions.setdefault(t.session_id, []).append(t.text)
-    return WordCounts(sessions.values())
+def contentless(text: str) -> bool:
+    """Too short to stand alone (`redundancy.is_short`)."""
+    words = short_words(text)
+    return words is not None and len(words) <= SHORT_WORDS
 
 
 def _said(text: str) -> str:
     return text.split(": ", 1)[-1]
 
 
-_SMALL = ["ok", "thanks", "got", "it", "noted", "hi", "sure", "great", "i", "the", "okay"]
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+_GREEK = "αβγδεζηθικλμνξοπρστυφχψωϊϋ"
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.sampled_from([*_SMALL, "Porto", "İstanbul", "ΣΟΦΟΣ", "x" * 30]), max_size=16),
-    st.sampled_from([" ", ", ", "!\n", "   ", "\t" * 40]),
-)
-def test_contentless_reads_long_turns_from_their_opening_alike(words, sep) -> None:
-    text = sep.join(words)
-    counts = WordCounts([["ok thanks got it i the"], ["hi sure great okay"]] * 2 + [_SMALL] * 3)
-    ws = re.findall(r"[^\W_]+", text.casefold())
-    quiet = len(ws) <= 12 and all(counts.common(w) for w in ws)
-    assert contentless(text, counts) == quiet
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["thanks", "ok", "i", "live", "in", "oslo", "x" * 30]), max_size=8))
+def test_no_word_list_renaming_every_word_changes_no_decision(words) -> None:
+    text = " ".join(words) + "!"
+    greek = text.translate(str.maketrans(_ALPHABET, _GREEK))
+    assert contentless(text) == contentless(greek) == (len(words) <= SHORT_WORDS)
 
 
 @pytest.mark.parametrize("lang", sorted(HISTORIES))
-def test_small_talk_is_told_in_any_language(lang):
-    counts = WordCounts([text for _, text in session] for session in HISTORIES[lang])
-    assert [t for t in SMALL[lang] if not contentless(t, counts)] == []
-    assert [t for t in SAID[lang] if contentless(t, counts)] == []
+def test_a_fact_is_never_hidden_however_short_or_often_said(lang):
+    with ReflectiveMemory(embedder=HashingEmbedder()) as m:
+        for i, session in enumerate(HISTORIES[lang] * 2):  # every fact said in two sessions
+            for role, text in session:
+                m.add_turn("u", f"s{i}", role, text)
+            m.end_session("u", f"s{i}")
+        for fact in SAID[lang]:  # asked in its own words: it is found, alone or with its anchor
+            for kw in ({"k": 3}, {}):
+                shown = "\n".join(_texts(m.retrieve("u", fact, **kw)))
+                assert fact in shown, (fact, kw)
+                if not contentless(fact):  # its copy costs nothing more (a short turn's copy
+                    assert shown.count(fact) == 1, (fact, kw)  # may: its anchor may differ)
 
 
 @pytest.mark.parametrize("lang", sorted(HISTORIES))
@@ -101,108 +97,30 @@ def test_small_talk_never_is_one_of_k_turns_in_any_language(lang):
             for role, text in session:
                 m.add_turn("u", f"s{i}", role, text)
             m.end_session("u", f"s{i}")
-        counts = _counts(m, "u")
         for query in (question, *SMALL[lang][:3]):
             hits = _texts(m.retrieve("u", query, k=3))
-            assert hits and not any(contentless(_said(t), counts) for t in hits), (query, hits)
+            assert hits and not any(_opens_short(t) for t in hits), (query, hits)
         assert answer in _texts(m.retrieve("u", question, k=3))[0]
-
-
-def test_a_history_read_on_demand_counts_the_sessions_it_read(monkeypatch):
-    from reflective_memory.retrieval import votes
-
-    monkeypatch.setattr(votes, "PRELOAD_TURNS", 0)  # sessions are read as candidates need them
-    question, answer = ASKED["no"]
-    with ReflectiveMemory(embedder=HashingEmbedder()) as m:
-        for i, session in enumerate(HISTORIES["no"]):
-            for role, text in session:
-                m.add_turn("u", f"s{i}", role, text)
-            m.end_session("u", f"s{i}")
-        for query in (question, "Tusen takk!", "Hei!"):
-            assert m.retrieve("u", query, k=3).hits
-            index = m.indexes.get("u")
-            counts, counted = index.extras["word_counts_read"]
-            read = index.extras["session_turns"]
-            assert counted == set(read)
-            fresh = WordCounts([t.text for t in turns] for turns in read.values())
-            assert counts.turns_holding == fresh.turns_holding and counts.turns == fresh.turns
-        assert answer in _texts(m.retrieve("u", question, k=3))[0]
-
-
-_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
-_GREEK = "αβγδεζηθικλμνξοπρστυφχψωϊϋ"
-
-
-_SESSIONS = st.lists(  # a user's sessions of turns of a few words
-    st.lists(
-        st.lists(
-            st.sampled_from(["thanks", "ok", "i", "live", "in", "oslo", "hi", "miso"]), max_size=14
-        ),
-        max_size=12,
-    ),
-    max_size=8,
-)
-
-
-@settings(max_examples=100, deadline=None)
-@given(_SESSIONS)
-def test_no_word_list_renaming_every_word_changes_no_decision(sessions) -> None:
-    texts = [[" ".join(t) + "!" for t in s] for s in sessions]
-    greek = [[t.translate(str.maketrans(_ALPHABET, _GREEK)) for t in s] for s in texts]
-    en, gr = WordCounts(texts), WordCounts(greek)
-    for s, g in zip(texts, greek, strict=True):
-        assert [en.contentless(t) for t in s] == [gr.contentless(t) for t in g]
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    st.lists(st.lists(st.text(max_size=40), max_size=6), max_size=8),
-    st.lists(st.lists(st.text(max_size=40), max_size=6), max_size=3),
-)
-def test_word_counts_taken_back_are_the_counts_without(sessions, more) -> None:
-    counts = WordCounts(sessions + more)
-    for s in more:
-        counts.add(s, -1)
-    alone = WordCounts(sessions)
-    assert counts.turns == alone.turns == sum(map(len, sessions))
-    assert +counts.turns_holding == alone.turns_holding
-    assert +counts.sessions_holding == alone.sessions_holding
-    for t in (t for s in sessions for t in s):
-        if any(alone.sessions_holding[w] < COMMON_SESSIONS for w in words_of(t)):
-            assert not alone.contentless(t)  # a word of fewer sessions is content
-        elif not words_of(t):  # nothing but marks and spaces: nothing to say
-            assert alone.contentless(t)
-
-
-def test_a_word_is_common_from_its_share_of_turns_in_a_few_sessions():
-    assert not WordCounts([["hi"] * 9]).contentless("hi")  # one session cannot tell
-    assert not WordCounts([["hi"]] * (COMMON_SESSIONS - 1)).contentless("hi")
-    assert WordCounts([["hi"]] * COMMON_SESSIONS).contentless("hi")
-    n = 400
-    need = math.ceil(COMMON_SHARE * n)  # turns that must hold a common word
-    history = [["hi", f"word{i}"] for i in range(need - 1)]  # one short: a topic of this user
-    others = [f"other{i}" for i in range(n - 2 * (need - 1))]
-    assert WordCounts([*history, others]).turns == n
-    assert not WordCounts([*history, others]).contentless("hi")
-    assert WordCounts([*history, [*others[1:], "hi"]]).contentless("hi")
-    long = "hi " * 13
-    assert not WordCounts([[long]] * 10).contentless(long)  # a long turn never is
 
 
 def _texts(retrieval) -> list[str]:
     return [h.memory.text for h in retrieval.hits]
 
 
-@pytest.mark.parametrize("query", ["Thanks a lot!", "Got it, thanks!", "Hello! Can I help"])
+def _opens_short(text: str) -> bool:
+    """Whether a hit holds short turns alone (without the turn they are read with)."""
+    lines = [line for line in text.splitlines() if ": " in line]
+    return bool(lines) and all(contentless(_said(line)) for line in lines)
+
+
+@pytest.mark.parametrize("query", ["Great, thanks!", "Hi there!", "Hello! Can I help"])
 def test_small_talk_never_is_one_of_k_turns(mem, query):
-    counts = _counts(mem, "ana")
-    assert contentless("Thanks a lot!", counts) and contentless("Got it, thanks!", counts)
+    assert contentless("Great, thanks!") and contentless("Hi there!")
     hits = _texts(mem.retrieve("ana", query, k=5))
-    assert hits and not any(contentless(_said(t), counts) for t in hits)
+    assert hits and not any(_opens_short(t) for t in hits)
 
 
 def test_small_talk_appears_only_after_the_turn_it_answers(mem):
-    counts = _counts(mem, "ana")
     r = mem.retrieve("ana", "Great, thanks! sister Porto piano", budget_tokens=400)
     shown = 0
     for text in _texts(r):
@@ -211,8 +129,8 @@ def test_small_talk_appears_only_after_the_turn_it_answers(mem):
             if line.startswith("…"):
                 # a run of small talk ("Okay, thanks. Bye!", "Glad to help.") follows a turn
                 # with content, never opens a run alone
-                assert not run or not contentless(run[0], counts), text
-                shown += sum(contentless(t, counts) for t in run)
+                assert not run or not contentless(run[0]), text
+                shown += sum(contentless(t) for t in run)
                 run = []
             elif ": " in line:
                 run.append(_said(line))

@@ -14,7 +14,7 @@ package. Conversation files are read with the library's own `reflective_memory.i
   LangChain reference rows (`ingest_peers`); `add_turn`: `add_turn` latency at 10K-100K turns
   of history; `storage`: the store backends.
 - `soak`: the reliability soaks (threads, processes, SIGKILL loop).
-- `smalltalk`: the small-talk rule's share of turns, fitted and left-one-conversation-out.
+- `smalltalk`: the short-turn rule's word count, fitted and left-one-conversation-out.
 """
 
 __all__: list[str] = []

@@ -430,7 +430,7 @@ def _run_systems(
         variant_system,
     )
 
-    main = [DEFAULT, *BASELINES]
+    main = [DEFAULT] if args.no_baselines else [DEFAULT, *BASELINES]
     if args.ablations == "all":
         ablations = [a for a in ABLATIONS if a.config.get("passages", {}).get("ranker") != FOLDS]
     elif args.ablations in ("", "none"):
@@ -589,5 +589,11 @@ def register(bench: Any) -> None:
         help="add a row: the default with one setting changed, e.g. passages.context_weight=0.5 "
         "(repeatable; with --ranker-folds each conversation is scored by its fold's model). "
         "`bench cv-settings` then picks each setting's value by cross-validation",
+    )
+    p.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="leave out the plain baselines (their numbers do not depend on the library's "
+        "retrieval settings): the default and the requested rows only",
     )
     p.set_defaults(func=_run)

@@ -20,10 +20,12 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
 - `in_frame`: said inside the period the question names ("two weeks ago");
 - `dated`: the question asks for a time ("When is ...?", `cues.asks_when`) and the turn names
   one ("on September 6", "yesterday": `timeframe.time_frame` finds a period in it);
-- `small_talk`: a contentless turn kept as the context of the turn before it;
+- `small_talk`: a turn too short to stand alone, read with the turn before it
+  (`redundancy.riders`);
 - `neighbour`: the best vote of the turns next to it, over the best vote;
 - `user`: said under the `user` role;
-- `position`: where it sits in its session, 0 (first) to 1 (last).
+- `position`: where it sits in its conversation, 0 (first) to 1 (last): its session, or the
+  part of it between two silences of over 30 minutes (a log kept under one session id).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import numpy as np
 from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.retrieval.turn_votes import (
     TurnVotes,
+    conversation_bounds,
     in_time_frame,
     other_speakers,
     recency_ranks,
@@ -107,8 +110,24 @@ class QuestionSignals:
 
 
 def names_a_time(turn: Turn) -> bool:
-    """Whether a turn's text names a date or a period (`timeframe.time_frame` finds one)."""
-    return time_frame(turn.text, _SOME_DAY) is not None
+    """Whether a turn's text dates something beyond its own day.
+
+    `timeframe.time_frame` finds a period in it that is not the day it was said: "on 6
+    September", "yesterday", "last March" date something; "today" or "this week" only say
+    when the turn itself was said, which its passage's date header tells already.
+    """
+    frame = time_frame(turn.text, _SOME_DAY)
+    return frame is not None and not frame.start <= _SOME_DAY < frame.end
+
+
+def _position(turns: Sequence[Turn], p: int) -> float:
+    """Where a turn sits in its conversation, 0 (first) to 1 (last).
+
+    A conversation is its session, or the part of it between two long silences
+    (`turn_votes.conversation_bounds`: a log kept under one session id).
+    """
+    first, last = conversation_bounds(turns, p)
+    return (p - first) / (last - first) if last > first else 0.0
 
 
 def turn_features(
@@ -131,7 +150,7 @@ def turn_features(
             and that key's scores by ranker (`dense`, `lexical`).
         signals: What the question says.
         rrf_k: The fusion constant.
-        quiet: The turns kept as small talk beside the turn before them.
+        quiet: The short turns read with the turn before them (`redundancy.riders`).
         relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
         cache: Where a turn's `names_a_time` is kept (`("dated", session_id, position)`; the
             text cache of `UserTurns.text_cache`, which lives as long as the turns do).
@@ -195,7 +214,7 @@ def turn_features(
                 float(key in quiet),  # small_talk
                 near / best_vote if best_vote > 0 else 0.0,  # neighbour
                 float(turn.role == "user"),  # user
-                p / (len(turns) - 1) if len(turns) > 1 else 0.0,  # position
+                _position(turns, p),  # position
             )
         )
     return TurnFeatures(keys, np.array(rows, dtype=np.float64))

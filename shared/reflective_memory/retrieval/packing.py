@@ -90,19 +90,20 @@ class PassagePacking:
         state.hits = hits
 
     def _as_turn_units(self, user_id: str, hits: list[Hit]) -> list[Hit]:
-        """Swap one-turn passages for the stored `turn` memory of that turn where it exists."""
+        """Swap one-turn passages for the stored `turn` memory of that turn where it exists.
+
+        A hit holding a short turn beside its anchor (`redundancy.ride`) stays a passage.
+        """
+
+        def one(h: Hit) -> bool:
+            return h.memory.granularity == "passage" and len(h.memory.turn_ids) == 1
 
         def unit_id(h: Hit) -> str:
             return turn_unit_id(user_id, h.memory.session_id, h.memory.turn_ids[0])
 
-        want = [unit_id(h) for h in hits if h.memory.granularity == "passage"]
+        want = [unit_id(h) for h in hits if one(h)]
         stored = {m.id: m for m in self.turns.store.memories(user_id, want)} if want else {}
-        return [
-            replace(h, memory=stored.get(unit_id(h), h.memory))
-            if h.memory.granularity == "passage"
-            else h
-            for h in hits
-        ]
+        return [replace(h, memory=stored.get(unit_id(h), h.memory)) if one(h) else h for h in hits]
 
 
 def _with_unit_scores(hit: Hit, unit_scores: dict[str, dict[str, float]]) -> Hit:

@@ -354,8 +354,9 @@ def prepare_turns(
 ) -> None:
     """Fill `pack_passages`' cost cache for one session's turns ahead of any question.
 
-    Per turn: its line's cost, its `short_words` (what tells small talk), and, for a line
-    longer than `excerpt_length`, its pieces for excerpts. Entries already there are kept.
+    Per turn: its line's cost, its `short_words` (what tells a short turn,
+    `redundancy.is_short`), and, for a line longer than `excerpt_length`, its pieces for
+    excerpts. Entries already there are kept.
     """
     for p, turn in enumerate(turns):
         key = (session_id, p)
@@ -612,9 +613,17 @@ class _Selection:
         entries: list[tuple[float, int, Memory]] = []
         for sid, have in self.chosen.items():
             turns = session_turns(sid)
-            groups = [sorted(have)] if self.by_session else [[q] for q in sorted(have)]
+            riders = self.votes.riders
+            groups = (
+                [sorted(have)]
+                if self.by_session
+                else [sorted({q, *riders.get((sid, q), ())}) for q in sorted(have)]
+            )
             for positions in groups:
-                best = max((self.best[(sid, q)] for q in positions), key=lambda b: (b[0], -b[1]))
+                best = max(
+                    (self.best[(sid, q)] for q in positions if (sid, q) in self.best),
+                    key=lambda b: (b[0], -b[1]),
+                )
                 cut = {q: t for q, t in self.cut.get(sid, {}).items() if q in positions}
                 mem = _passage(user_id, sid, turns, positions, self.votes, date_header, cut)
                 entries.append((best[0], best[1], mem))

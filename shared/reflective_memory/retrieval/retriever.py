@@ -21,7 +21,13 @@ from reflective_memory.retrieval.passages import prepare_turns
 from reflective_memory.retrieval.rerank import Rerank
 from reflective_memory.retrieval.runner import Pipeline, Stage
 from reflective_memory.retrieval.state import RetrievalRequest, RetrievalState
-from reflective_memory.retrieval.votes import CONTEXT_UNITS, QuestionCues, UserTurns, Votes
+from reflective_memory.retrieval.votes import (
+    CONTEXT_UNITS,
+    DistinctCandidates,
+    QuestionCues,
+    UserTurns,
+    Votes,
+)
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import IndexCache
 from reflective_memory.text import parse_timestamp
@@ -78,6 +84,7 @@ class Retriever:
         self.query = EmbedQuery(embedder, config.units.embed_max_chars)
         self.cues = QuestionCues(config.passages, turns)
         self.dense, self.lexical = DenseCandidates(embedder.name), LexicalCandidates()
+        self.distinct = DistinctCandidates(turns)
         self.fusion = Fusion(config.search)
         self.rerank = Rerank(rerankers, self.query, store)
         context_units = any(g in CONTEXT_UNITS for g in config.units.granularities)
@@ -101,6 +108,8 @@ class Retriever:
             out += [self.query, self.dense]
         if request.mode != "dense":
             out.append(self.lexical)
+        if passages:
+            out.append(self.distinct)
         out.append(self.fusion)
         if cfg.rerank.enabled:
             out.append(self.rerank)

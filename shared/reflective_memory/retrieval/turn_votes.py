@@ -30,6 +30,9 @@ __all__ = [
     "other_speakers",
     "states_a_change",
     "turn_time",
+    "conversation_bounds",
+    "conversation_time",
+    "unit_positions",
 ]
 
 #: The share of the best competing turn's query cosine a turn's own must reach to compete on
@@ -51,6 +54,7 @@ class TurnVotes:
     sources: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     first_seen: dict[Any, int] = field(default_factory=dict)
     labels: frozenset[str] = frozenset()
+    riders: dict[tuple[str, int], list[int]] = field(default_factory=dict)
 
     def add(self, key: tuple[str, int], vote: float, source: str | None) -> None:
         """Add a vote for a turn (and remember which memory gave it)."""
@@ -71,7 +75,7 @@ class TurnVotes:
                     srcs.append(source)
 
 
-def _positions(mem: Memory, session_turns: Sequence[Turn]) -> list[int]:
+def unit_positions(mem: Memory, session_turns: Sequence[Turn]) -> list[int]:
     """Positions (indices into `session_turns`) of a memory's source turns."""
     pos = mem.metadata.get("positions")
     if isinstance(pos, (list, tuple)) and len(pos) == 2 and len(mem.turn_ids) == pos[1] - pos[0]:
@@ -112,7 +116,7 @@ def collect_votes(
     for rank, mem in enumerate(ranked):
         base = 1.0 / (rrf_k + rank + 1)
         turns = session_turns(mem.session_id) if mem.turn_ids else ()
-        pos = _positions(mem, turns) if turns else []
+        pos = unit_positions(mem, turns) if turns else []
         if not pos:
             if not mem.turn_ids:  # a memory written directly: it competes as it is
                 votes.loose[mem.id] = votes.loose.get(mem.id, 0.0) + base
@@ -149,8 +153,9 @@ def recency_ranks(
     is no answer to "What am I allergic to?" however new. With `changes`, a turn of the `top`
     that states a change competes even so (`states_a_change`: "I'm moving to Neukölln"
     competes with an older "I live in Alfama" even when it matches the question's words less).
-    Time is their session's (a later turn of the same conversation is no update, so turns of
-    one session keep their order).
+    Time is their conversation's (`conversation_time`: a later turn of the same conversation
+    is no update, so its turns keep their order), so a log kept under one session id still
+    tells the months apart.
 
     Returns:
         `r` per competing turn; empty when fewer than two distinct times are known.
@@ -172,7 +177,7 @@ def recency_ranks(
         ]
     times: dict[tuple[str, int], float] = {}
     for key in pool:
-        e = _epoch(turn_time(session_turns(key[0]), 0))  # its session's time
+        e = _epoch(conversation_time(session_turns(key[0]), key[1]))
         if e is not None:
             times[key] = e
     if len(set(times.values())) < 2:
@@ -210,6 +215,49 @@ def turn_time(turns: Sequence[Turn], position: int) -> datetime | None:
     if ts is None:
         ts = next((x.timestamp for x in turns if x.timestamp is not None), None)
     return ts
+
+
+#: A silence longer than this inside one session starts a new conversation
+#: (`conversation_time`): the live idle time, `sessions.idle_seconds`' default.
+CONVERSATION_GAP_SECONDS = 1800.0
+
+
+def conversation_time(turns: Sequence[Turn], position: int) -> datetime | None:
+    """When the conversation a turn belongs to began.
+
+    A session's turns are one conversation until a silence of more than
+    `CONVERSATION_GAP_SECONDS` between two timed turns (a log kept under one session id, or a
+    session resumed days later); the conversation's time is its first timed turn's. A session
+    without such a silence has its first known time, as `turn_time(turns, 0)`.
+    """
+    start: datetime | None = None
+    last: datetime | None = None
+    for turn in turns[: position + 1]:
+        ts = turn.timestamp
+        if ts is None:
+            continue
+        ts = ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+        if last is None or (ts - last).total_seconds() > CONVERSATION_GAP_SECONDS:
+            start = ts
+        last = ts
+    return start if start is not None else turn_time(turns, position)
+
+
+def conversation_bounds(turns: Sequence[Turn], position: int) -> tuple[int, int]:
+    """First and last position of the conversation a turn belongs to (`conversation_time`)."""
+
+    def apart(a: Turn, b: Turn) -> bool:
+        if a.timestamp is None or b.timestamp is None:
+            return False
+        return abs((b.timestamp - a.timestamp).total_seconds()) > CONVERSATION_GAP_SECONDS
+
+    first = position
+    while first > 0 and not apart(turns[first - 1], turns[first]):
+        first -= 1
+    last = position
+    while last + 1 < len(turns) and not apart(turns[last], turns[last + 1]):
+        last += 1
+    return first, last
 
 
 def in_time_frame(

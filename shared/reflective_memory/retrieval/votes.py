@@ -14,6 +14,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
+
 from reflective_memory.retrieval.cues import (
     addressed_role,
     asks_when,
@@ -25,17 +27,23 @@ from reflective_memory.retrieval.cues import (
 from reflective_memory.retrieval.features import QuestionSignals, turn_features
 from reflective_memory.retrieval.passages import PassageConfig
 from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
+from reflective_memory.retrieval.redundancy import (
+    Distinct,
+    collapse_duplicates,
+    lifting,
+    ride,
+    riders,
+)
 from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.retrieval.timeframe import time_frame
-from reflective_memory.retrieval.turn_votes import TurnVotes, collect_votes
+from reflective_memory.retrieval.turn_votes import TurnVotes, collect_votes, unit_positions
 from reflective_memory.retrieval.units import turn_unit_id
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import UserIndex
-from reflective_memory.text import WordCounts, short_words
 from reflective_memory.types import Memory, Turn
 
-__all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "Votes"]
+__all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "DistinctCandidates", "Votes"]
 
 #: Users with at most this many indexed memories have all their turns read in one query.
 PRELOAD_TURNS = 20_000
@@ -197,40 +205,6 @@ class UserTurns:
                 got = index.extras.setdefault("said", (said, roles))
         return got
 
-    def word_counts(self, user_id: str, index: UserIndex) -> WordCounts:
-        """How many of the user's turns and sessions hold each word (`text.WordCounts`).
-
-        Counted once per index version over all the user's turns; a version that only
-        appended recounts only the sessions it touched. Above `PRELOAD_TURNS`, the counts are
-        of the sessions read so far, grown as more are read.
-        """
-        cache = self.sessions(user_id, index)
-        if len(index) > PRELOAD_TURNS:  # grown as sessions are read, never changed in place
-            read = dict(cache)  # readers may add sessions meanwhile
-            counts, counted = index.extras.get("word_counts_read", (WordCounts(), frozenset()))
-            new = [sid for sid in read if sid not in counted]
-            if new:
-                counts = counts.copy()
-                for sid in new:
-                    counts.add(t.text for t in read[sid])
-                index.extras["word_counts_read"] = (counts, counted | set(new))
-            return counts
-        counts = index.extras.get("word_counts")
-        if counts is None:
-            before = self._carried(index, "word_counts")
-            old = self._carried(index, "session_turns")
-            if before is not None and old is not None:
-                counts = before.copy()
-                for sid in self._touched(user_id, index):
-                    if sid in old:
-                        counts.add((t.text for t in old[sid]), -1)
-                    if sid in cache:
-                        counts.add(t.text for t in cache[sid])
-            else:
-                counts = WordCounts([t.text for t in turns] for turns in list(dict(cache).values()))
-            counts = index.extras.setdefault("word_counts", counts)
-        return counts
-
     def newest(self, user_id: str, index: UserIndex) -> datetime | None:
         """The time of the user's newest turn (timezone-aware), if any turn has one."""
         if "newest" not in index.extras:
@@ -267,6 +241,22 @@ class UserTurns:
             table = (before[:n] if n else []) + [light.get(i) for i in new]
             table = index.extras.setdefault("units", table)
         return table
+
+    def turn_at(self, user_id: str, index: UserIndex, position: int) -> tuple[str, int] | None:
+        """`(session_id, position)` of the turn a `turn` unit at an index position keys.
+
+        None for other units. Kept per index version.
+        """
+        known: dict[int, tuple[str, int] | None] = index.extras.setdefault("turn_at", {})
+        if position in known:
+            return known[position]
+        mem = self.units(user_id, index)[position]
+        got = None
+        if mem is not None and mem.granularity == "turn" and len(mem.turn_ids) == 1:
+            at = unit_positions(mem, self.reader(user_id, index)(mem.session_id))
+            got = (mem.session_id, at[0]) if at else None
+        known[position] = got
+        return got
 
     def provisional(self, user_id: str, index: UserIndex) -> frozenset[str]:
         """Ids of the `turn` units whose turn no segment or session unit covers yet.
@@ -379,16 +369,78 @@ class QuestionCues:
                 state.frame = time_frame(state.search_query, now, cfg.languages)
 
 
+class DistinctCandidates:
+    """A flood of near-duplicate turns does not crowd the candidates (`redundancy.Distinct`).
+
+    In each candidate list (dense, lexical), every `turn` unit whose turn near-duplicates a
+    better-ranked one's makes room for one more: the list is extended, from a wider plain
+    search of the same ranker, by as many distinct candidates as it holds duplicates. A request
+    sent 200 times ("dinner idea number 1", "2", ...) then cannot push the turn that answers
+    out of the candidates, while every copy keeps its own rank: a fact said again counts for
+    it (the votes stage keeps one copy of it, `redundancy.collapse_duplicates`).
+
+    Args:
+        turns: The user's turns.
+    """
+
+    name = "distinct"
+    repeat = True
+
+    def __init__(self, turns: UserTurns) -> None:
+        self.turns = turns
+
+    def run(self, state: RetrievalState) -> None:
+        """Extend `state.dense` and `state.lexical` past their near-duplicates."""
+        req, index = state.request, state.index
+        assert index is not None
+        cache = self.turns.text_cache(req.user_id, index)
+        reader = self.turns.reader(req.user_id, index)
+        for name in ("dense", "lexical"):
+            got: tuple[np.ndarray, np.ndarray] | None = getattr(state, name)
+            if got is None or len(got[0]) < 2:
+                continue
+            seen = Distinct(cache, reader)
+
+            def fresh(position: int) -> bool:
+                key = self.turns.turn_at(req.user_id, index, position)
+                return key is None or seen.fresh(key)  # noqa: B023 (called in this loop only)
+
+            room = sum(not fresh(int(p)) for p in got[0])
+            if not room:
+                continue
+            more = min(len(got[0]) + 4 * room, len(index))
+            if name == "dense":
+                scores, positions = index.dense.search(state.qvec, more)
+                scores, positions = scores[0], positions[0]
+            else:
+                scores, positions = index.lexical.search(state.search_query, more)
+            taken = {int(p) for p in got[0]}
+            extra: list[tuple[int, float]] = []
+            for p, x in zip(positions.tolist(), scores.tolist(), strict=True):
+                if len(extra) >= room:
+                    break
+                if p >= 0 and p not in taken and fresh(p):
+                    extra.append((p, x))
+            if extra:
+                setattr(
+                    state,
+                    name,
+                    (
+                        np.concatenate([got[0], np.array([p for p, _ in extra], np.int64)]),
+                        np.concatenate([got[1], np.array([x for _, x in extra], got[1].dtype)]),
+                    ),
+                )
+
+
 class Votes:
     """Resolve the ranked units to votes for turns (small-to-big), then weigh them.
 
     Coarse units (segments, topics, notes) vote for their turns at `context_weight`; the
     learned ranker (`TurnRanker`) then weighs every voted turn by its features, the question's
     cues among them (whose turn it is, how new, inside the asked-for period). Turns the caller
-    excludes get no vote; nor does a turn with no content of its own (an acknowledgement, a
-    greeting: a short turn of words common in the user's turns, `text.WordCounts`, in any
-    language) unless the turn before it is voted: it then follows that turn, never alone, and
-    never as one of `k` bare turns.
+    excludes get no vote; near-duplicate turns keep one vote between them, and a turn of a few
+    words ("Got it.", "Tusen takk!", "Miso soup") rides with the turn before it, never alone
+    (`retrieval.redundancy`).
 
     When sessions are cut into segments or session units (`context_units`), a turn no such
     unit covers yet (its session is open) gets, from its own key, the context vote of a unit
@@ -427,16 +479,13 @@ class Votes:
         votes = collect_votes(
             ranked, session_turns, rrf_k=self.rrf_k, context_weight=context, provisional=provisional
         )
-        counts = self.turns.word_counts(req.user_id, state.index)
         texts = self.turns.text_cache(req.user_id, state.index)
-        quiet = _drop_unshowable(
-            votes, session_turns, req.exclude, req.budget is not None, counts, texts
-        )
+        anchors = riders(votes, session_turns, req.exclude, texts)
         votes.labels = self.turns.labels(req.user_id, state.index)
         keep = None
         if state.speaker is not None and state.speakers == ("user", "assistant"):
             keep = _quotes(req.query)
-        self._learned(state, votes, ranked, session_turns, quiet, keep, texts)
+        self._learned(state, votes, ranked, session_turns, anchors, keep, texts)
         state.votes = votes
         state.ranked_units = len(ranked)
 
@@ -446,13 +495,13 @@ class Votes:
         votes: TurnVotes,
         ranked: Sequence[Memory],
         session_turns: Callable[[str], Sequence[Turn]],
-        quiet: list[tuple[str, int]],
+        anchors: dict[tuple[str, int], tuple[str, int]],
         keep: Callable[[Turn], bool] | None,
         texts: dict[Any, Any],
     ) -> None:
         """Every voted turn's vote becomes `exp(w · x)` of its features (`TurnRanker`).
 
-        Small talk kept beside the turn before it stays just below that turn.
+        A short turn then follows its anchor (`redundancy.ride`).
         """
         req = state.request
         present = self.config.recency and present_tense(req.query, self.config.languages)
@@ -470,7 +519,7 @@ class Votes:
             self._own(state, ranked, votes, session_turns),
             signals,
             rrf_k=self.rrf_k,
-            quiet=frozenset(quiet),
+            quiet=frozenset(anchors),
             relevance=self._relevance(state, session_turns),
             cache=texts,
         )
@@ -478,10 +527,8 @@ class Votes:
         scores = self.ranker.score(feats.matrix)
         for key, s in zip(feats.keys, scores.tolist(), strict=True):
             votes.turn[key] = math.exp(min(s, 50.0))
-        for key in quiet:  # in turn order: a run of small talk stays behind its anchor
-            anchor = votes.turn.get((key[0], key[1] - 1))
-            if anchor is not None and key in votes.turn:
-                votes.turn[key] = min(votes.turn[key], anchor * 0.999)
+        gone = collapse_duplicates(votes, session_turns, texts, keep=lifting(votes, anchors))
+        ride(votes, anchors, req.budget is not None, gone)
         state.recency = present
 
     def _own(
@@ -529,47 +576,6 @@ class Votes:
             full = {m.id: m for m in self.turns.store.memories(state.request.user_id, loose)}
             ranked = [full.get(m.id, m) if not m.turn_ids else m for m in ranked]
         return ranked
-
-
-def _drop_unshowable(
-    votes: TurnVotes,
-    session_turns: Callable[[str], Sequence[Turn]],
-    exclude: frozenset[str],
-    passages: bool,
-    counts: WordCounts,
-    cache: dict[Any, Any],
-) -> list[tuple[str, int]]:
-    """Remove the votes of excluded turns and of contentless turns that would stand alone.
-
-    A turn is contentless when `counts` (the user's `WordCounts`) says so, read from its
-    `short_words` (kept in `cache`, the text cache of `UserTurns.text_cache`). It keeps a vote
-    just below the turn before it when that turn keeps one and the hits are passages (where it
-    reads as that turn's context); otherwise it has none. Turns are read in order, so a run of
-    small talk ("Thanks!", "You're welcome!") stays only after a turn with content.
-
-    Returns:
-        The contentless turns that kept a vote, in turn order.
-    """
-    voted = votes.turn
-    before = dict(voted)
-    kept: list[tuple[str, int]] = []
-    for key in sorted(before):
-        sid, p = key
-        turn = session_turns(sid)[p]
-        if turn.turn_id in exclude:
-            del voted[key]
-            continue
-        slot = ("words", sid, p)
-        words = cache[slot] if slot in cache else cache.setdefault(slot, short_words(turn.text))
-        if words is None or not counts.all_common(words):
-            continue
-        anchor = voted.get((sid, p - 1)) if passages and p > 0 else None
-        if anchor is None:  # the turn before has no vote, or lost it (excluded, small talk alone)
-            del voted[key]
-        else:
-            voted[key] = min(before[key], anchor * 0.999)
-            kept.append(key)
-    return kept
 
 
 def _quotes(query: str) -> Callable[[Turn], bool] | None:

@@ -1,0 +1,172 @@
+"""Histories as messy as real ones, on the real MiniLM (issue 49, items 1, 2 and 6).
+
+A fact said again and again stays findable; a new user's acknowledgements, in any language,
+never take a slot of their own; a flood of near-identical requests costs one line of the block
+and does not push an update below what it replaced; a "When is ...?" question finds the turn
+that dates the thing, not a newer one that only says "today".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from reflective_memory import ReflectiveMemory
+
+pytestmark = pytest.mark.integration
+
+REQUESTS = [
+    "Can you suggest a good book about space?",
+    "How do I fix a squeaky door?",
+    "What's a quick pasta recipe?",
+    "Any tips for sleeping better?",
+    "How do I clean a cast iron pan?",
+    "What should I pack for a weekend hike?",
+    "Recommend a podcast about history.",
+    "How do I water succulents?",
+]
+ALLERGY = "I am allergic to peanuts."
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    with ReflectiveMemory(None) as mem:  # loads the bundled model once for the module
+        yield mem.embedder
+
+
+def _last_lines(retrieval) -> list[str]:
+    return [h.memory.text.splitlines()[-1] for h in retrieval.hits]
+
+
+@pytest.mark.parametrize("said", [1, 2, 3, 4, 6, 8])
+def test_a_fact_said_in_many_sessions_is_still_the_first_hit(minilm, said):
+    with ReflectiveMemory(None, embedder=minilm) as mem:
+        start = datetime(2025, 1, 6, 10)
+        for s, request in enumerate(REQUESTS):
+            sid, t = f"s{s}", start + timedelta(days=7 * s)
+            mem.add_turn("u", sid, "user", request, timestamp=t)
+            mem.add_turn(
+                "u",
+                sid,
+                "assistant",
+                f"Sure, here is some help: option {s}.",
+                timestamp=t + timedelta(minutes=1),
+            )
+            if s < said:
+                mem.add_turn("u", sid, "user", ALLERGY, timestamp=t + timedelta(minutes=2))
+                mem.add_turn(
+                    "u",
+                    sid,
+                    "assistant",
+                    "Thanks for telling me, I'll keep that in mind.",
+                    timestamp=t + timedelta(minutes=3),
+                )
+            mem.end_session("u", sid)
+        lines = _last_lines(mem.retrieve("u", "What am I allergic to?", k=5))
+        assert lines[0] == f"user: {ALLERGY}"
+        assert sum(ALLERGY in line for line in lines) == 1  # the copies cost one slot
+        block = mem.retrieve("u", "What am I allergic to?")  # the adapters' default call
+        assert ALLERGY in block.hits[0].memory.text
+
+
+ACKS = ["Got it.", "Thanks!", "Tusen takk!", "Danke schön!", "Merci beaucoup !", "¡Gracias!"]
+
+
+def test_a_new_users_acknowledgements_take_no_slot_in_any_language(minilm):
+    with ReflectiveMemory(None, embedder=minilm) as mem:
+        t = datetime(2025, 3, 1, 9)
+        chat = [
+            ("user", "Hi! I'm new here."),
+            ("assistant", "Welcome! How can I help?"),
+            ("user", ALLERGY),
+            ("assistant", "Thanks for telling me, I'll keep that in mind."),
+            *[("user", ack) for ack in ACKS],
+        ]
+        for i, (role, text) in enumerate(chat):
+            mem.add_turn("n", "first", role, text, timestamp=t + timedelta(minutes=i))
+        for k in (3, 5):
+            hits = mem.retrieve("n", "What am I allergic to?", k=k).hits
+            assert hits[0].memory.text.endswith(ALLERGY)
+            for hit in hits:  # an acknowledgement is never a hit of its own
+                first = hit.memory.text.splitlines()[1]
+                assert not any(first.endswith(ack) for ack in ACKS), hit.memory.text
+        block = mem.retrieve("n", "What am I allergic to?").hits[0].memory.text
+        assert ALLERGY in block and "Thanks for telling me" in block
+
+
+def _filler_history(mem: ReflectiveMemory, fillers: int) -> None:
+    start = datetime(2025, 3, 3, 10)
+    said = [
+        ("I went to a pottery workshop in town.", "Sounds fun, did you make a bowl?"),
+        ("My sister's wedding is on 6 September.", "Lovely, save the date!"),
+        ("I went hiking on Mount Ulriken with friends.", "Great views up there!"),
+        ("Change of plans: my sister's wedding moved to 20 September.", "Noted, thanks!"),
+        ("I repaired my bike's brakes this weekend.", "Nice, safety first."),
+    ]
+    for i, (user, assistant) in enumerate(said):
+        t, sid = start + timedelta(days=7 * i), f"s{i}"
+        mem.add_turn("f", sid, "user", user, timestamp=t)
+        mem.add_turn("f", sid, "assistant", assistant, timestamp=t + timedelta(minutes=1))
+        mem.end_session("f", sid)
+    t = start + timedelta(days=7 * len(said))
+    for n in range(1, fillers + 1):
+        mem.add_turn(
+            "f",
+            "last",
+            "user",
+            f"Can you give me weekday dinner idea number {n} for this week?",
+            timestamp=t + timedelta(minutes=2 * n),
+        )
+        mem.add_turn(
+            "f",
+            "last",
+            "assistant",
+            f"Dinner idea {n}: a quick vegetable stir-fry with rice.",
+            timestamp=t + timedelta(minutes=2 * n + 1),
+        )
+
+
+def test_a_filler_flood_costs_one_line_and_the_update_stays_first(minilm):
+    with ReflectiveMemory(None, embedder=minilm) as mem:
+        _filler_history(mem, 110)
+        block = "\n".join(
+            h.memory.text for h in mem.retrieve("f", "What did I do two weeks ago?").hits
+        )
+        assert block.count("dinner idea number") <= 1 and block.count("Dinner idea") <= 1
+        assert "moved to 20 September" in block
+        for q in ("When is my sister's wedding?", "When is my sister's wedding now?"):
+            for k in (3, 5):
+                lines = _last_lines(mem.retrieve("f", q, k=k))
+                assert "20 September" in lines[0], (q, k, lines)
+                assert sum("dinner idea" in line for line in lines) <= 1
+
+
+def test_when_prefers_the_turn_that_dates_the_thing_over_a_newer_today(minilm):
+    with ReflectiveMemory(None, embedder=minilm) as mem:
+        said = [
+            (
+                "mar",
+                "2025-03-10T10:00",
+                "My sister Lena got engaged! The wedding is on 6 September in Bergen.",
+                "Congratulations to Lena! September in Bergen sounds lovely.",
+            ),
+            (
+                "apr",
+                "2025-04-14T18:00",
+                "I signed up for a pottery class on Thursdays.",
+                "Pottery is a great way to unwind. Enjoy!",
+            ),
+            (
+                "jun",
+                "2025-06-02T12:00",
+                "I booked flights to Bergen for Lena's wedding today.",
+                "Great, that's one thing off the list!",
+            ),
+        ]
+        for sid, when, user, assistant in said:
+            mem.add_turn("w", sid, "user", user, timestamp=when)
+            mem.add_turn("w", sid, "assistant", assistant)
+            mem.end_session("w", sid)
+        for k in (3, 5):
+            lines = _last_lines(mem.retrieve("w", "When is my sister's wedding?", k=k))
+            assert "6 September" in lines[0], lines

@@ -1,0 +1,133 @@
+"""Short turns ride with their anchor; near-duplicates count once (`retrieval.redundancy`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reflective_memory import HashingEmbedder, ReflectiveMemory
+from reflective_memory.retrieval.redundancy import (
+    SHORT_WORDS,
+    Distinct,
+    collapse_duplicates,
+    is_short,
+    lifting,
+    ride,
+    riders,
+)
+from reflective_memory.retrieval.turn_votes import TurnVotes
+from reflective_memory.types import Turn
+
+
+def _session(*texts: str, sid: str = "s") -> dict[str, list[Turn]]:
+    return {sid: [Turn("u", sid, "user", t, f"{sid}:{i}", i) for i, t in enumerate(texts)]}
+
+
+def _reader(sessions: dict[str, list[Turn]]):
+    return sessions.__getitem__
+
+
+def _votes(scores: dict[tuple[str, int], float]) -> TurnVotes:
+    votes = TurnVotes()
+    for i, (key, v) in enumerate(scores.items()):
+        votes.turn[key] = v
+        votes.first_seen[key] = i
+    return votes
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("Can you give me dinner idea number 7 for this week?", "... number 8 for this week?", 0),
+        ("Can you give me dinner idea number 7 for this week?",
+         "Can you give me dinner idea number 8 for this week?", 1),
+        ("I moved to Oslo in 2023.", "I moved to Oslo in 2024.", 0),  # an update stays two
+        ("I am allergic to peanuts.", "I am allergic to peanuts.", 1),
+        ("I am allergic to peanuts.", "I am allergic to cashews.", 0),
+        ("Thanks!", "Thanks!", 0),  # short turns are never collapsed
+    ],
+)  # fmt: skip
+def test_near_duplicates_are_the_same_words_bar_a_number(a, b, same) -> None:
+    sessions = _session(a, b)
+    seen = Distinct({}, _reader(sessions))
+    assert seen.fresh(("s", 0))
+    assert seen.fresh(("s", 1)) is not bool(same)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["thanks", "ok", "oslo", "miso", "7", "2024"]), max_size=6))
+def test_short_is_a_count_of_words_in_any_script(words) -> None:
+    text = " ".join(words) + "!"
+    greek = text.translate(str.maketrans("thanksoklmi", "θηαναςοκλμι"))
+    a, b = _session(text), _session(greek)
+    assert is_short({}, _reader(a), ("s", 0)) == is_short({}, _reader(b), ("s", 0))
+    assert is_short({}, _reader(a), ("s", 0)) == (len(words) <= SHORT_WORDS)
+
+
+def test_a_short_turn_rides_with_the_turn_before_it_else_after() -> None:
+    sessions = _session("Hi!", "Hello, what can I do for you?", "Miso soup", "Got it.", "Thanks!")
+    sessions |= _session("Hi!", "Hola!", "I live in Madrid now.", sid="t")
+    reader = _reader(sessions)
+    keys = [("s", i) for i in range(5)] + [("t", i) for i in range(3)]
+    votes = _votes(dict.fromkeys(keys, 1.0))
+    anchors = riders(votes, reader, frozenset(), {})
+    assert anchors == {
+        ("s", 0): ("s", 1),  # the session opens short: the turn after it
+        ("s", 2): ("s", 1),
+        ("s", 3): ("s", 1),
+        ("s", 4): ("s", 1),
+        ("t", 0): ("t", 2),
+        ("t", 1): ("t", 2),
+    }
+    votes = _votes(dict.fromkeys(keys, 1.0))
+    assert riders(votes, reader, frozenset({"s:1"}), {}) == {("t", 0): ("t", 2), ("t", 1): ("t", 2)}
+    assert ("s", 2) not in votes.turn  # its anchor is excluded: so is it
+    only_short = _session("Hi!", "Thanks!", sid="x")
+    votes = _votes({("x", 0): 1.0, ("x", 1): 1.0})
+    assert riders(votes, _reader(only_short), frozenset(), {}) == {}  # they stand alone
+
+
+def test_a_short_answer_lifts_its_anchor_and_is_shown_inside_its_hit() -> None:
+    sessions = _session("What soup do you like best?", "Miso soup", "Got it.")
+    reader = _reader(sessions)
+    for passages in (True, False):
+        votes = _votes({("s", 0): 1.0, ("s", 1): 5.0, ("s", 2): 0.5})
+        anchors = riders(votes, reader, frozenset(), {})
+        assert lifting(votes, anchors) == {("s", 0)}
+        ride(votes, anchors, passages)
+        assert votes.turn[("s", 0)] == 5.0
+        if passages:  # right after their anchor
+            assert votes.turn[("s", 1)] == votes.turn[("s", 2)] == pytest.approx(5.0 * 0.999)
+        else:  # bare turns: the answer inside its anchor's hit, the acknowledgement dropped
+            assert set(votes.turn) == {("s", 0)} and votes.riders == {("s", 0): [1]}
+
+
+def test_the_best_of_near_duplicates_keeps_its_vote_unless_an_answer_needs_another() -> None:
+    sessions = _session(
+        *[f"Can you give me dinner idea number {n} for this week?" for n in range(5)]
+    )
+    votes = _votes({("s", n): float(n) for n in range(5)})
+    gone = collapse_duplicates(votes, _reader(sessions), {})
+    assert set(votes.turn) == {("s", 4)} and gone == {("s", n) for n in range(4)}
+    votes = _votes({("s", n): float(n) for n in range(5)})
+    collapse_duplicates(votes, _reader(sessions), {}, keep={("s", 1)})
+    assert set(votes.turn) == {("s", 1)}  # the copy a short answer follows stands for them all
+
+
+def test_a_flood_of_requests_does_not_push_the_answer_out_of_the_candidates() -> None:
+    with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        t = datetime(2025, 3, 3, 10)
+        mem.add_turn("u", "a", "user", "My sister's wedding is on 6 September.", timestamp=t)
+        mem.add_turn("u", "b", "user", "Change of plans: the wedding moved to 20 September.",
+                     timestamp=t + timedelta(days=7))  # fmt: skip
+        for n in range(200):
+            mem.add_turn("u", "c", "user", f"When is dinner idea number {n} ready this week?",
+                         timestamp=t + timedelta(days=14, minutes=n))  # fmt: skip
+        r = mem.retrieve("u", "When is the wedding this week?", k=3)
+        texts = "\n".join(h.memory.text for h in r.hits)
+        assert "20 September" in texts and "6 September" in texts
+        assert texts.count("dinner idea") <= 1
+        block = "\n".join(h.memory.text for h in mem.retrieve("u", "When is dinner ready?").hits)
+        assert block.count("dinner idea") == 1  # a flood costs one line
