@@ -31,10 +31,10 @@ def test_a_silence_of_over_half_an_hour_starts_a_conversation() -> None:
     ]  # fmt: skip
     assert conversation_time(turns, 3) == T0
     assert conversation_time(turns, 6) == T0 + timedelta(days=1)
-    assert [_position(turns, p) for p in (0, 4, 5, 6, 7)] == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert [_position(turns, "log", p) for p in (0, 4, 5, 6, 7)] == [0.0, 1.0, 0.0, 1.0, 0.0]
     session = _turns([0, 5, 10, 29])  # one session without a long silence: as before
     assert {conversation_bounds(session, p) for p in range(4)} == {(0, 3)}
-    assert _position(session, 2) == 2 / 3
+    assert _position(session, "log", 2) == 2 / 3
 
 
 def test_a_log_under_one_session_id_puts_the_newest_home_first() -> None:

@@ -41,7 +41,7 @@ import numpy as np
 from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.retrieval.turn_votes import (
     TurnVotes,
-    conversation_bounds,
+    conversation_spans,
     in_time_frame,
     other_speakers,
     recency_ranks,
@@ -120,13 +120,22 @@ def names_a_time(turn: Turn) -> bool:
     return frame is not None and not frame.start <= _SOME_DAY < frame.end
 
 
-def _position(turns: Sequence[Turn], p: int) -> float:
+def _position(
+    turns: Sequence[Turn], sid: str, p: int, cache: dict[Any, Any] | None = None
+) -> float:
     """Where a turn sits in its conversation, 0 (first) to 1 (last).
 
     A conversation is its session, or the part of it between two long silences
-    (`turn_votes.conversation_bounds`: a log kept under one session id).
+    (`turn_votes.conversation_spans`: a log kept under one session id). The spans are kept in
+    `cache` under `("spans", session_id, 0)`.
     """
-    first, last = conversation_bounds(turns, p)
+    slot = ("spans", sid, 0)
+    spans = None if cache is None else cache.get(slot)
+    if spans is None:
+        spans = conversation_spans(turns)
+        if cache is not None:
+            cache[slot] = spans
+    first, last = spans[p]
     return (p - first) / (last - first) if last > first else 0.0
 
 
@@ -214,7 +223,7 @@ def turn_features(
                 float(key in quiet),  # small_talk
                 near / best_vote if best_vote > 0 else 0.0,  # neighbour
                 float(turn.role == "user"),  # user
-                _position(turns, p),  # position
+                _position(turns, sid, p, known),  # position
             )
         )
     return TurnFeatures(keys, np.array(rows, dtype=np.float64))

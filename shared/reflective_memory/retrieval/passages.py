@@ -21,9 +21,10 @@ import numpy as np
 
 from reflective_memory.errors import ConfigError
 from reflective_memory.retrieval.excerpts import Pieces, excerpt
+from reflective_memory.retrieval.redundancy import signature
 from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.retrieval.time_words import check_languages
-from reflective_memory.retrieval.turn_votes import TurnVotes
+from reflective_memory.retrieval.turn_votes import TurnVotes, conversation_spans
 from reflective_memory.settings import (
     check_bool,
     check_choice,
@@ -355,8 +356,9 @@ def prepare_turns(
     """Fill `pack_passages`' cost cache for one session's turns ahead of any question.
 
     Per turn: its line's cost, its `short_words` (what tells a short turn,
-    `redundancy.is_short`), and, for a line longer than `excerpt_length`, its pieces for
-    excerpts. Entries already there are kept.
+    `redundancy.is_short`), its words for near-duplicates (`redundancy.signature`), and, for a
+    line longer than `excerpt_length`, its pieces for excerpts; per session, its conversations
+    (`turn_votes.conversation_spans`). Entries already there are kept.
     """
     for p, turn in enumerate(turns):
         key = (session_id, p)
@@ -367,6 +369,10 @@ def prepare_turns(
             cache["pieces", session_id, p] = Pieces.of(turn.text, count)
         if ("words", session_id, p) not in cache:
             cache["words", session_id, p] = short_words(turn.text)
+        if ("dup", session_id, p) not in cache:
+            cache["dup", session_id, p] = signature(turn.text)
+    if ("spans", session_id, 0) not in cache:
+        cache["spans", session_id, 0] = conversation_spans(turns)
 
 
 def pack_passages(

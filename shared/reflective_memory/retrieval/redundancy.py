@@ -40,6 +40,7 @@ __all__ = [
     "lifting",
     "ride",
     "riders",
+    "signature",
 ]
 
 #: A turn of at most this many words is read with the turn before it, never alone.
@@ -68,15 +69,20 @@ def is_short(cache: dict[Any, Any], session_turns: SessionTurns, key: Key) -> bo
     return words is not None and len(words) <= SHORT_WORDS  # type: ignore[arg-type]
 
 
+def signature(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """A text's words without numbers, and all its words: what tells near-duplicates."""
+    words = words_of(text)
+    return frozenset(w for w in words if not w.isdigit()), words
+
+
 def _signature(
     cache: dict[Any, Any], session_turns: SessionTurns, key: Key
 ) -> tuple[frozenset[str], frozenset[str]]:
-    """A turn's words without numbers, and all its words (kept in `cache`)."""
+    """A turn's `signature`, kept in `cache` under `("dup", session_id, position)`."""
     slot = ("dup", *key)
     got = cache.get(slot)
     if got is None:
-        words = words_of(session_turns(key[0])[key[1]].text)
-        got = cache.setdefault(slot, (frozenset(w for w in words if not w.isdigit()), words))
+        got = cache.setdefault(slot, signature(session_turns(key[0])[key[1]].text))
     return got  # type: ignore[no-any-return]
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "states_a_change",
     "turn_time",
     "conversation_bounds",
+    "conversation_spans",
     "conversation_time",
     "unit_positions",
 ]
@@ -245,19 +246,26 @@ def conversation_time(turns: Sequence[Turn], position: int) -> datetime | None:
 
 def conversation_bounds(turns: Sequence[Turn], position: int) -> tuple[int, int]:
     """First and last position of the conversation a turn belongs to (`conversation_time`)."""
+    return conversation_spans(turns)[position]
 
-    def apart(a: Turn, b: Turn) -> bool:
-        if a.timestamp is None or b.timestamp is None:
-            return False
-        return abs((b.timestamp - a.timestamp).total_seconds()) > CONVERSATION_GAP_SECONDS
 
-    first = position
-    while first > 0 and not apart(turns[first - 1], turns[first]):
-        first -= 1
-    last = position
-    while last + 1 < len(turns) and not apart(turns[last], turns[last + 1]):
-        last += 1
-    return first, last
+def conversation_spans(turns: Sequence[Turn]) -> list[tuple[int, int]]:
+    """`conversation_bounds` of every turn of a session, in one pass."""
+    cuts = [0]
+    last: datetime | None = None
+    for i, turn in enumerate(turns):
+        ts = turn.timestamp
+        if ts is None:
+            continue
+        ts = ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+        if last is not None and (ts - last).total_seconds() > CONVERSATION_GAP_SECONDS:
+            cuts.append(i)
+        last = ts
+    cuts.append(len(turns))
+    spans: list[tuple[int, int]] = []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        spans += [(a, b - 1)] * (b - a)
+    return spans
 
 
 def in_time_frame(
