@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -443,7 +444,9 @@ def test_reopening_ends_idle_sessions_as_the_embedded_store_does(pg_dsn) -> None
     rules = {"idle_seconds": None, "end_on_new_session": False}
     with _mem(pg_dsn, schema, sessions=rules) as mem:
         mem.add_turn("u", "old", "user", "We booked the cabin in Tromsø.", timestamp="2024-01-05")
-        mem.add_turn("u", "new", "user", "Just now: the ferry is late.")
+        # live, stamped now (a turn without a time would take the open replay's time)
+        now = datetime.now(timezone.utc)
+        mem.add_turn("u", "new", "user", "Just now: the ferry is late.", timestamp=now)
         assert sorted(mem.open_sessions("u")) == ["new", "old"]
     with _mem(pg_dsn, schema, sessions={"idle_seconds": 3600}) as again:
         assert again.open_sessions("u") == ["new"]  # the idle one ended on open

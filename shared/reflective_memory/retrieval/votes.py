@@ -399,6 +399,11 @@ class DistinctCandidates:
             got: tuple[np.ndarray, np.ndarray] | None = getattr(state, name)
             if got is None or len(got[0]) < 2:
                 continue
+            # equal scores in index order, whichever backend found them (FAISS and pgvector
+            # break ties differently): the copy a near-duplicate is told from is the same
+            order = np.lexsort((got[0], -got[1]))
+            got = (got[0][order], got[1][order])
+            setattr(state, name, got)
             seen = Distinct(cache, reader)
 
             def fresh(position: int) -> bool:
