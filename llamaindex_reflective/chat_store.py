@@ -40,8 +40,8 @@ from reflective_memory.engine import ReflectiveMemory  # noqa: E402
 from reflective_memory.errors import InvalidInputError  # noqa: E402
 from reflective_memory.rmm.citations import strip_citations  # noqa: E402
 from reflective_memory.types import Memory, Turn  # noqa: E402
+from reflective_memory.validation import canonical_role, role_or  # noqa: E402
 from reflective_memory.validation import message_time as time_of  # noqa: E402
-from reflective_memory.validation import role_or  # noqa: E402
 
 __all__ = [
     "ReflectiveChatStore",
@@ -110,10 +110,12 @@ def speaker_role(message: ChatMessage) -> str:
 def without_marks(message: ChatMessage) -> ChatMessage:
     """An assistant message without our citation marks (`[0]`, `[NO_CITE]`); others as they are.
 
+    The assistant is any role the core stores as `assistant` (`validation.ROLE_ALIASES`).
+
     Only a text-only message is cleaned (its text blocks); the original is never changed.
     """
-    if _role(message) != "assistant" or not isinstance(message.content, str):
-        return message
+    if canonical_role(_role(message)) != "assistant" or not isinstance(message.content, str):
+        return message  # "chatbot" / "model" replies are the assistant's too
     if not all(isinstance(b, TextBlock) for b in message.blocks):
         return message
     text = strip_citations(message.content)

@@ -84,3 +84,13 @@ def test_invalid_name_falls_back_to_role():
     bad = ChatMessage(role="user", content="x", additional_kwargs={"name": "[Ana]"})
     assert speaker_role(bad) == "user"
     assert speaker_role(ChatMessage(role="assistant", content="x")) == "assistant"
+
+
+def test_a_chatbot_or_model_reply_is_stored_without_citation_marks() -> None:
+    from llamaindex_reflective.chat_store import without_marks
+
+    for role in ("assistant", "chatbot", "model"):
+        got = without_marks(ChatMessage(role=role, content="Pretzel. [0]"))
+        assert got.content == "Pretzel.", role
+    said = ChatMessage(role="user", content="Is it [0]?")
+    assert without_marks(said) is said  # the user's words are kept as written
