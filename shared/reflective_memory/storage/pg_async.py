@@ -22,15 +22,12 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from reflective_memory.errors import StoreClosedError, StoreUnavailableError
 from reflective_memory.storage.bridge import await_io, run_bridged
 
-if TYPE_CHECKING:
-    from reflective_memory.storage.pg_database import PgDatabase
-
-__all__ = ["AsyncPgRoute", "BridgedConnection", "BridgedCursor"]
+__all__ = ["AsyncPgRoute", "BridgedConnection", "BridgedCursor", "PoolSource"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,15 +132,31 @@ def _entered(manager: Any) -> Iterator[Any]:
         await_io(manager.__aexit__(None, None, None))
 
 
+class PoolSource(Protocol):
+    """What an `AsyncPgRoute` needs of the database it serves (`PgDatabase` is one)."""
+
+    psycopg: Any
+    timeout: float
+
+    @property
+    def closed(self) -> bool:
+        """Whether the database was closed."""
+        ...
+
+    def async_pool(self, dsn: str, configure: Any) -> Any:
+        """A new, unopened `psycopg_pool.AsyncConnectionPool` sized like the sync pool."""
+        ...
+
+
 class AsyncPgRoute:
-    """The async connection pools of one `PgDatabase`, and the bridge that runs calls on them.
+    """The async connection pools of one database, and the bridge that runs calls on them.
 
     Args:
         db: The database (its URI and pool sizes are reused).
         dsn: The connection URI.
     """
 
-    def __init__(self, db: PgDatabase, dsn: str) -> None:
+    def __init__(self, db: PoolSource, dsn: str) -> None:
         self.db = db
         self._dsn = dsn
         self._pools: dict[asyncio.AbstractEventLoop, Any] = {}

@@ -1,13 +1,13 @@
 """Search on the PostgreSQL server for `PostgresStore`: pgvector dense search and full-text.
 
 `PgSearch` is the store's collaborator for everything about embeddings and search (the store
-exposes it as `PostgresStore.search` and delegates its `vectors`, `set_embeddings` and
-`server_index` to it).
+exposes it as `PostgresStore.search` and delegates its `vectors` and `set_embeddings` to it).
 
 Dense search is exact for users up to `hnsw_threshold` memories (a scan of the user's rows via
 the `(user_id, ...)` btree) and walks the HNSW index with pgvector 0.8's iterative scans above;
-lexical search matches the library's tokens with a `tsvector` + GIN index. `server_index` wraps
-both as the `UserIndex` the engine's algorithms use (see `reflective_memory.storage.server_index`).
+lexical search matches the library's tokens with a `tsvector` + GIN index;
+`reflective_memory.storage.server_index` wraps both as the `UserIndex` the engine's algorithms
+use.
 """
 
 from __future__ import annotations
@@ -15,20 +15,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from reflective_memory.errors import ConfigError
-from reflective_memory.storage.base import MemoryVectors
 from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import checked_keys
 from reflective_memory.storage.pg_database import PgDatabase
 from reflective_memory.storage.pg_schema import ensure_vector_index, vector_index_name
 from reflective_memory.text import lexical_tokens
-
-if TYPE_CHECKING:
-    from reflective_memory.storage.index import UserIndex
 
 __all__ = ["PgSearch", "Snapshot", "to_vector", "tsquery_text"]
 
@@ -73,8 +69,7 @@ class PgSearch:
     """The embeddings of `PostgresStore`'s memories and the searches run over them on the server.
 
     Owns everything about the `embedding` column and the search indexes: stored vectors, the
-    per-dimension HNSW indexes, dense and full-text search, and `server_index`, the `UserIndex`
-    the engine's algorithms search through.
+    per-dimension HNSW indexes, dense and full-text search.
 
     Args:
         db: The connections and schema (shared with the store).
@@ -265,15 +260,3 @@ class PgSearch:
                 (tsq, user_id, n),
             ).fetchall()
         return [r[0] for r in rows], np.asarray([float(r[1]) for r in rows], np.float32)
-
-    def server_index(
-        self,
-        user_id: str,
-        embedder: Any,
-        vectors: MemoryVectors | None = None,
-        before: UserIndex | None = None,
-    ) -> UserIndex:
-        """A `UserIndex` whose searches run on this server (see `storage.server_index`)."""
-        from reflective_memory.storage.server_index import build_server_index
-
-        return build_server_index(self, user_id, embedder, vectors, before)

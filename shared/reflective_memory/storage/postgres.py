@@ -53,11 +53,12 @@ from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
 from reflective_memory.storage.pg_schema import migrate
 from reflective_memory.storage.pg_search import PgSearch, to_vector
 from reflective_memory.storage.pg_state import DatabaseStateStore, delete_owner_rows
+from reflective_memory.storage.server_index import build_server_index
 from reflective_memory.text import lexical_tokens
 from reflective_memory.types import Memory, Turn
 
 if TYPE_CHECKING:
-    from reflective_memory.storage.index import UserIndex
+    from reflective_memory.storage.user_index import UserIndex
 
 __all__ = ["PostgresStore", "is_postgres_dsn"]
 
@@ -558,7 +559,7 @@ class PostgresStore:
         before: UserIndex | None = None,
     ) -> UserIndex:
         """See `ServerSearch.server_index`: a `UserIndex` searched on the server by `search`."""
-        return self.search.server_index(user_id, embedder, vectors, before)
+        return build_server_index(self.search, user_id, embedder, vectors, before)
 
     def set_keys(self, user_id: str, ids: Sequence[str], keys: Sequence[str]) -> None:
         """Replace the indexed key of memories (their embeddings are cleared and recomputed)."""
