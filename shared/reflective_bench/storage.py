@@ -102,7 +102,7 @@ def _load_sqlite(
 def _load_postgres(
     store: Any, rows: list[tuple[str, str, str]], vectors: np.ndarray, model: str
 ) -> None:
-    from reflective_memory.storage.postgres import _lex
+    from reflective_memory.storage.core import lexical_text as _lex
 
     s = store.db.qualified
     dim = int(vectors.shape[1])

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 from reflective_memory.errors import StoreClosedError, StoreUnavailableError
 from reflective_memory.storage.bridge import await_io, run_bridged
 
-__all__ = ["AsyncPgRoute", "BridgedConnection", "BridgedCursor", "PoolSource"]
+__all__ = ["AsyncPgRoute", "AsyncRoutes", "BridgedConnection", "BridgedCursor", "PoolSource"]
 
 logger = logging.getLogger(__name__)
 
@@ -211,3 +211,28 @@ class AsyncPgRoute:
         if self._pools:
             logger.debug("dropping %d async pools not closed with aclose()", len(self._pools))
         self._pools.clear()
+
+
+class AsyncRoutes:
+    """The async I/O of a store with several servers: calls run on the primary's route.
+
+    A bridged call asks each server's route for its loop's pool when it first reads there
+    (`AsyncPgRoute.connection`); `aclose()` closes them all.
+
+    Args:
+        primary: The route of the primary (runs the calls).
+        others: The routes of the read replicas.
+    """
+
+    def __init__(self, primary: AsyncPgRoute, others: list[AsyncPgRoute]) -> None:
+        self.primary = primary
+        self.others = list(others)
+
+    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """See `AsyncPgRoute.run`."""
+        return await self.primary.run(fn, *args, **kwargs)
+
+    async def aclose(self) -> None:
+        """Close the running loop's pools of every server (idempotent)."""
+        for route in [self.primary, *self.others]:
+            await route.aclose()
