@@ -103,6 +103,10 @@ class ReflectiveMemory:
             `postgresql://...` URI (a `reflective_memory.storage.postgres.PostgresStore` with its
             own pool) or a store object (closed with this memory). Many processes may share one
             database; see the README's "Scaling out".
+        read_dsn: With a `store` URI: the URI of a hot standby of that database, or a list of
+            them. Reads go to a replica, writes to the primary, and a read sees every write
+            this process made for its user (it waits up to `read_wait` for the replica, else
+            reads from the primary); see docs/storage.md, "Read replicas".
 
     Example:
         >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -124,12 +128,15 @@ class ReflectiveMemory:
         segmenter: Segmenter | None = None,
         denoiser: Denoiser | str | None = None,
         store: Any | None = None,
+        read_dsn: str | Sequence[str] | None = None,
     ) -> None:
         cfg = self.config = config if config is not None else MemoryConfig()
         if not isinstance(cfg, MemoryConfig):
             raise ConfigError(f"config must be a MemoryConfig, got {type(cfg).__name__}")
         self.path = self._directory(path, store)
-        self.store: MemoryStore = self._open_store(store)
+        if read_dsn is not None and store is None:
+            raise InvalidInputError("read_dsn needs a PostgreSQL store: pass store='postgresql://...'")
+        self.store: MemoryStore = self._open_store(store, read_dsn)
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.llm: LLMClient | None = as_llm(
             llm, timeout_s=cfg.llm.timeout_s, max_chars=cfg.llm.max_chars
@@ -188,9 +195,9 @@ class ReflectiveMemory:
         directory.mkdir(parents=True, exist_ok=True)
         return directory
 
-    def _open_store(self, store: Any | None) -> MemoryStore:
+    def _open_store(self, store: Any | None, read_dsn: Any = None) -> MemoryStore:
         if store is not None:
-            return open_store(store)
+            return open_store(store, read_dsn=read_dsn)
         return SQLiteStore(
             None if self.path is None else self.path / "memory.sqlite3",
             must_exist=self.path is not None and _has_derived_files(self.path),

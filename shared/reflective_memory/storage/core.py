@@ -69,6 +69,12 @@ _USER_TABLES = ("turn_extra", "sessions", "memories", "user_state")
 _SESSION_TABLES = ("sessions", "turn_extra")
 
 
+def _owner(key: str) -> str | None:
+    """The user a kv key belongs to (`<namespace>/<user_id>/...`), or None."""
+    parts = key.split("/", 2)
+    return parts[1] if len(parts) == 3 else None
+
+
 def lexical_text(key: str) -> str:
     """A key's lexical tokens (the library tokenizer) joined by spaces."""
     return " ".join(lexical_tokens(key))
@@ -538,13 +544,14 @@ class StoreCore:
     # -- small key/value area for components (reflection reports, adapters' markers) --------
     def get_value(self, key: str) -> Any | None:
         """See `MemoryStore.get_value`."""
-        rows = self._rows(None, self.sql.get_value, {"k": key})
+        rows = self._rows(_owner(key), self.sql.get_value, {"k": key})
         return self._json(rows[0][0]) if rows else None
 
     def set_value(self, key: str, value: Any) -> None:
         """See `MemoryStore.set_value`."""
         p = {"k": key, "v": json.dumps(value)}
-        self._write(None, lambda conn: conn.execute(self.sql.set_value, p))
+        owner = _owner(key)
+        self._write(None if owner is None else (owner,), lambda c: c.execute(self.sql.set_value, p))
 
     # -- deletion ---------------------------------------------------------------------------
     def delete_user(self, user_id: str) -> int:

@@ -76,7 +76,7 @@ class BridgedConnection:
     """A psycopg `AsyncConnection` used like a `Connection` from bridged synchronous code.
 
     Covers what the PostgreSQL store classes call on a connection: `execute`, `cursor`,
-    `transaction`, `commit`, `rollback`, `isolation_level` and `adapters`.
+    `transaction`, `commit`, `rollback`, `isolation_level`, `adapters` and `info`.
     """
 
     def __init__(self, conn: Any) -> None:
@@ -86,6 +86,11 @@ class BridgedConnection:
     def adapters(self) -> Any:
         """The connection's adapters (pgvector's types are registered when it is made)."""
         return self._conn.adapters
+
+    @property
+    def info(self) -> Any:
+        """The connection's `ConnectionInfo` (the server's host and port)."""
+        return self._conn.info
 
     def execute(self, query: Any, params: Any = None) -> BridgedCursor:
         """Run a statement on a new cursor and return it."""
@@ -182,10 +187,22 @@ class AsyncPgRoute:
                 raise StoreUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
         return pool
 
+    def loop_pool(self) -> Any | None:
+        """The running loop's pool, or None when it has none."""
+        return self._pools.get(asyncio.get_running_loop())
+
     @contextmanager
     def connection(self) -> Iterator[BridgedConnection]:
-        """A connection of the running loop's pool, for bridged code (`PgDatabase.connection`)."""
-        pool = self._pools[asyncio.get_running_loop()]
+        """A connection of the running loop's pool, for bridged code (`PgDatabase.connection`).
+
+        The pool is opened here when the call first reaches this database (a read replica
+        of a store whose calls run on the primary's route).
+        """
+        pool = self.loop_pool()
+        if pool is None:
+            if self.db.closed:
+                raise StoreClosedError("the memory store is closed")
+            pool = await_io(self._pool())
         with _entered(pool.connection()) as conn:
             yield BridgedConnection(conn)
 

@@ -33,12 +33,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from reflective_memory.errors import InvalidInputError
 from reflective_memory.storage.base import MemoryVectors, time_text
 from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import text_crc
 from reflective_memory.storage.core import COLUMNS, MemoryRow, Statements, StoreCore, lexical_text
 from reflective_memory.storage.pg_async import AsyncRoutes
 from reflective_memory.storage.pg_database import PgDatabase, is_postgres_dsn
+from reflective_memory.storage.pg_replicas import READ_WAIT_S, PgRoutes
 from reflective_memory.storage.pg_schema import migrate
 from reflective_memory.storage.pg_search import PgSearch, to_vector
 from reflective_memory.storage.pg_state import DatabaseStateStore
@@ -173,6 +175,19 @@ def pg_statements(s: str) -> Statements:
     )
 
 
+def _replica_dsns(read_dsn: str | Sequence[str] | None) -> list[str]:
+    """The replicas' URIs of `PostgresStore(read_dsn=...)`, checked."""
+    if read_dsn is None:
+        return []
+    dsns = [read_dsn] if isinstance(read_dsn, str) else read_dsn
+    if not isinstance(dsns, (list, tuple)) or not all(is_postgres_dsn(d) for d in dsns):
+        raise InvalidInputError(
+            "read_dsn must be a 'postgresql://...' URI or a list of them, got "
+            f"{read_dsn if isinstance(read_dsn, str) else type(read_dsn).__name__!r}"[:200]
+        )
+    return list(dsns)
+
+
 class PostgresStore(StoreCore):
     """`MemoryStore` on PostgreSQL with pgvector.
 
@@ -197,9 +212,18 @@ class PostgresStore(StoreCore):
         ef_search: HNSW search breadth (raised to the number of results asked for, at most
             1000).
         max_scan_tuples: Upper bound of rows an iterative HNSW scan visits.
+        read_dsn: Read replicas: the URI of a hot standby of this database, or a list of them
+            (each pooled like the primary). Reads go to a replica, writes to the primary;
+            a read waits for the replica to replay this process's last write for its user
+            (read-your-writes) at most `read_wait` seconds, else reads from the primary
+            (`reflective_memory.storage.pg_replicas`).
+        read_wait: Most seconds a read waits for a replica to catch up (see `read_dsn`).
+        replica_timeout: Seconds a read waits for a replica's connection before it reads
+            from the primary and leaves that replica alone for a few seconds.
 
     Attributes:
-        db: The connections and schema (`PgDatabase`).
+        db: The primary's connections and the schema (`PgDatabase`).
+        routes: Where transactions run: writes on the primary, reads on replicas (`PgRoutes`).
         search: Embeddings and server-side search (`PgSearch`).
         state: Learned state shared by every process (`DatabaseStateStore`).
 
@@ -221,10 +245,15 @@ class PostgresStore(StoreCore):
         hnsw_threshold: int | None = 50_000,
         ef_search: int = 64,
         max_scan_tuples: int = 50_000,
+        read_dsn: str | Sequence[str] | None = None,
+        read_wait: float = READ_WAIT_S,
+        replica_timeout: float = 2.0,
     ) -> None:
-        self.db = PgDatabase(
-            dsn_or_pool, schema=schema, pool_min=pool_min, pool_max=pool_max, timeout=timeout
-        )
+        reads = _replica_dsns(read_dsn)
+        pool = {"schema": schema, "pool_min": pool_min, "pool_max": pool_max}
+        self.db = PgDatabase(dsn_or_pool, timeout=timeout, **pool)
+        replicas = [PgDatabase(dsn, timeout=replica_timeout, **pool) for dsn in reads]
+        self.routes = PgRoutes(self.db, replicas, read_wait=read_wait)
         self.schema = self.db.schema
         self._s = self.db.qualified
         self.sql = pg_statements(self._s)
@@ -233,18 +262,21 @@ class PostgresStore(StoreCore):
         self._builds = TaskLock(slots=max(1, pool_max // 2))
         try:
             self.search = PgSearch(
-                self.db,
+                self.routes,
                 hnsw_threshold=hnsw_threshold,
                 ef_search=ef_search,
                 max_scan_tuples=max_scan_tuples,
             )
-            self.state = DatabaseStateStore(self.db)
+            self.state = DatabaseStateStore(self.routes)
             self.db.open()
+            self.routes.open()
             if create:
                 with self.db.connection() as conn:
                     migrate(conn, self.db.schema)
+                    if replicas:  # the replicas serve reads once they have the schema
+                        self.routes.wrote(None, conn)
         except BaseException:
-            self.db.close()
+            self.close()
             raise
 
     # -- plumbing -------------------------------------------------------------------------
@@ -254,22 +286,25 @@ class PostgresStore(StoreCore):
         return self.db.closed
 
     def close(self) -> None:
-        """Close the pool if this store opened it (idempotent)."""
+        """Close the pools this store opened (idempotent)."""
+        self.routes.close()
         self.db.close()
 
     def async_io(self) -> AsyncRoutes | None:
         """See `NativeAsync`: the async pool routes (None when given a caller's pool)."""
         route = self.db.async_route
-        return None if route is None else AsyncRoutes(route, [])
+        if route is None:
+            return None
+        return AsyncRoutes(
+            route, [r.db.async_route for r in self.routes.replicas if r.db.async_route]
+        )
 
     # -- the core's hooks -----------------------------------------------------------------
     def _read(self, user_id: str | None, fn: Callable[[Any], T]) -> T:
-        with self.db.transaction() as conn:
-            return fn(conn)
+        return self.routes.read(user_id, fn)
 
     def _write(self, user_ids: Collection[str] | None, fn: Callable[[Any], T]) -> T:
-        with self.db.transaction() as conn:
-            return fn(conn)
+        return self.routes.write(user_ids, fn)
 
     def _clock(self) -> datetime:
         return datetime.now().astimezone()  # unused: the server's now() fills its columns
@@ -381,10 +416,12 @@ class PostgresStore(StoreCore):
         already ended with no turn added since (another process built it while this one waited).
         The lock is a PostgreSQL session-level advisory lock on a connection held for the block;
         it is released when the block exits, or by the server if this process dies. At most
-        `pool_max // 2` builds of this store run at once (each needs two connections).
+        `pool_max // 2` builds of this store run at once (each needs two connections). Every
+        read inside the block goes to the primary.
         """
         key = f"session-build\x1f{self.schema}\x1f{user_id}\x1f{session_id}"
-        with self._builds, self.db.connection() as conn:
+        # The build reads from the primary what another process may have just written.
+        with self._builds, self.db.connection() as conn, self.routes.primary_reads():
             conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
             conn.commit()
             try:
