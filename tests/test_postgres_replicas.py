@@ -174,6 +174,46 @@ def test_native_async_reads_on_the_replica(pg_replicated) -> None:
     assert any(s.startswith("replica ") for s in reads["servers"]), reads
 
 
+def test_every_surface_that_takes_a_dsn_takes_its_replicas(pg_replicated, tmp_path, capsys) -> None:
+    """`ReflectiveMemory(store=..., read_dsn=...)`, `migrate --read-dsn`, `export`/`import
+    --read-dsn` and the MCP server's `--read-dsn` read the standby; replicas of no PostgreSQL
+    store are refused before anything opens."""
+    import argparse
+
+    from portable_data import fill, open_memory
+    from reflective_memory import ConfigError
+    from reflective_memory.cli import main
+    from reflective_memory.serve.mcp import _open_memory
+
+    primary, replica = pg_replicated
+    with open_memory(tmp_path / "src") as mem:
+        fill(mem)
+    schema = pg_schema()
+    argv = ["migrate", "--from", str(tmp_path / "src"), "--to", primary, "--schema", schema]
+    assert main([*argv, "--read-dsn", replica]) == 0
+    assert "verified 2 users" in capsys.readouterr().out
+    out = tmp_path / "out.jsonl"
+    where = ["--dsn", primary, "--read-dsn", replica, "--schema", schema]
+    assert main(["export", *where, "-o", str(out)]) == 0
+    other = ["--dsn", primary, "--read-dsn", replica, "--schema", pg_schema()]
+    assert main(["import", *other, str(out)]) == 0
+    args = argparse.Namespace(dsn=primary, read_dsn=[replica], db=None)
+    mem = _open_memory(args)
+    try:
+        assert [r.db.dsn_label for r in mem.store.routes.replicas] == [
+            replica.split("@")[1].split("/")[0]
+        ]
+    finally:
+        mem.close()
+    with pytest.raises(ConfigError, match="--read-dsn"):
+        _open_memory(argparse.Namespace(dsn=None, read_dsn=[replica], db=str(tmp_path / "src")))
+    assert main(["export", "--db", str(tmp_path / "src"), "--read-dsn", replica, "-o", "-"]) != 0
+    with pytest.raises(InvalidInputError, match="read_dsn"):
+        ReflectiveMemory(tmp_path / "src", read_dsn=replica)
+    with pytest.raises(InvalidInputError, match="read_dsn"):
+        PostgresStore(primary, read_dsn=["not-a-uri"])
+
+
 @pytest.fixture
 def paused_primary() -> Iterator[tuple[_pg.Cluster, _pg.Cluster]]:
     """A fresh primary and its synchronous standby, for a test that kills the primary."""

@@ -33,7 +33,7 @@ from reflective_memory.errors import (
     ReflectiveMemoryError,
     UnknownUserError,
 )
-from reflective_memory.portable.commands import ArgTypes
+from reflective_memory.portable.commands import ArgTypes, read_dsn_argument
 from reflective_memory.portable.commands import add_commands as _portable_commands
 from reflective_memory.text import parse_timestamp
 from reflective_memory.validation import MAX_ID_CHARS
@@ -463,6 +463,7 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
     where.add_argument("--dsn", default=None, help="PostgreSQL store: postgresql://...")
+    read_dsn_argument(p)
     p.add_argument(
         "--transport",
         choices=("stdio", "http"),

@@ -135,7 +135,9 @@ class ReflectiveMemory:
             raise ConfigError(f"config must be a MemoryConfig, got {type(cfg).__name__}")
         self.path = self._directory(path, store)
         if read_dsn is not None and store is None:
-            raise InvalidInputError("read_dsn needs a PostgreSQL store: pass store='postgresql://...'")
+            raise InvalidInputError(
+                "read_dsn needs a PostgreSQL store: pass store='postgresql://...'"
+            )
         self.store: MemoryStore = self._open_store(store, read_dsn)
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.llm: LLMClient | None = as_llm(

@@ -67,6 +67,7 @@ from reflective_memory import tracing
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
 from reflective_memory.memory_block import shown_memories
+from reflective_memory.portable.commands import read_dsn_of
 from reflective_memory.portable.endpoints import STORE_FILE
 from reflective_memory.serve.limits import (
     MAX_REQUESTS_PER_MINUTE,
@@ -963,9 +964,13 @@ def refuse_over_stdio(message: str, *, wait: float = REFUSAL_WAIT_SECONDS) -> bo
 
 
 def _open_memory(args: argparse.Namespace) -> ReflectiveMemory | PendingStore:
-    """The memory of `--dsn` or `--db`; a `--db` that holds no store yet is not created here."""
+    """The memory of `--dsn` (and its `--read-dsn` replicas) or `--db`.
+
+    A `--db` that holds no store yet is not created here.
+    """
+    replicas = read_dsn_of(args, args.dsn)
     if args.dsn is not None:
-        return ReflectiveMemory(store=args.dsn)
+        return ReflectiveMemory(store=args.dsn, read_dsn=replicas)
     if not (Path(args.db) / STORE_FILE).is_file():
         logger.info("no store at %s yet: the first `remember` creates it", args.db)
         return PendingStore(args.db, functools.partial(ReflectiveMemory, args.db))
