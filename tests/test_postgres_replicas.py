@@ -291,9 +291,10 @@ def test_a_killed_primary_loses_no_acknowledged_turn_and_writing_goes_on(paused_
         assert len(stored) == len(set(stored))  # no turn twice
         lost = set(acked) - set(stored)
         assert not lost, f"{len(lost)} of {len(acked)} acknowledged turns lost: {sorted(lost)[:5]}"
+        first = acked[0]  # "w<writer>-<i>", in session "s<writer>"
+        other = {"user_id": "ana", "session_id": f"s{first[1:].split('-')[0]}", "role": "user"}
         with pytest.raises(InvalidInputError, match="already exists"):  # a different turn
-            survivor.add_turns([{"user_id": "ana", "session_id": "s0", "role": "user",
-                                 "text": "another text", "turn_id": acked[0]}])  # fmt: skip
+            survivor.add_turns([{**other, "text": "another text", "turn_id": first}])
     finally:
         survivor.close()
 
