@@ -214,6 +214,26 @@ def test_every_surface_that_takes_a_dsn_takes_its_replicas(pg_replicated, tmp_pa
         PostgresStore(primary, read_dsn=["not-a-uri"])
 
 
+def test_bench_replicas_small_run(pg_replicated, tmp_path) -> None:
+    """`bench replicas` on the test servers: throughput with 0 and 1 replica, and the
+    write-then-read pairs (the failover part starts servers of its own: run by hand)."""
+    from reflective_bench.replicas import run_replicas_bench
+    from reflective_memory.cli import build_parser
+
+    primary, replica = pg_replicated
+    args = build_parser().parse_args(
+        ["bench", "replicas", "--dsn", primary, "--read-dsn", replica, "--parts", "throughput",
+         "ryw", "--users", "3", "--turns", "10", "--clients", "2", "--seconds", "0.3",
+         "--rounds", "1", "--pairs", "20", "--writers", "2", "--out", str(tmp_path / "r.json")]
+    )  # fmt: skip
+    res = run_replicas_bench(args)
+    assert res["throughput"]["0_replicas"]["calls"] > 0
+    one = res["throughput"]["1_replicas"]
+    assert one["calls"] > 0 and one["reads_by"].get("replica", 0) > 0.5, one
+    assert res["ryw"]["pairs"] == 20 and res["ryw"]["misses"] == 0
+    assert (tmp_path / "r.json").exists()
+
+
 @pytest.fixture
 def paused_primary() -> Iterator[tuple[_pg.Cluster, _pg.Cluster]]:
     """A fresh primary and its synchronous standby, for a test that kills the primary."""

@@ -69,6 +69,7 @@ BENCH_MODULES = [
     "reflective_bench.chat",
     "reflective_bench.portable",
     "reflective_bench.async_pg",
+    "reflective_bench.replicas",
     "reflective_bench.surfaces",
     "reflective_bench.ranker",
     "reflective_bench.settings_cv",
