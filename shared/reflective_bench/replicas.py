@@ -25,7 +25,8 @@ part, fresh primaries with one standby each. Three parts:
   same process. A write that fails (typed `StoreUnavailableError`) is retried with its
   `turn_id` until it lands. At the end every acknowledged turn is looked up on the last
   primary: reported are the acknowledged turns, the ones lost, the failed attempts, and the
-  time from each kill to the first write acknowledged after it.
+  time from each kill to the first acknowledgement of a write started after the old primary
+  was dead (promotion included).
 
 `--embedder hashing` (the default) keeps the model out of the measurement (`HashingEmbedder`,
 384 dims); `minilm` runs the bundled model.
@@ -217,7 +218,8 @@ class _Writers:
 
     def __init__(self, mem: Any, n: int) -> None:
         self.mem = mem
-        self.acked: list[tuple[float, str]] = []
+        #: (when the attempt that landed started, when it was acknowledged, turn id)
+        self.acked: list[tuple[float, float, str]] = []
         self.errors: Counter[str] = Counter()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -230,6 +232,7 @@ class _Writers:
         while not self._stop.is_set():
             turn_id = f"w{w}-{i}"
             while True:
+                started = time.perf_counter()
                 try:
                     self.mem.add_turn("ana", f"s{w}", "user", f"fact {turn_id}", turn_id=turn_id)
                     break
@@ -238,7 +241,7 @@ class _Writers:
                         self.errors["StoreUnavailableError"] += 1
                     time.sleep(0.05)
             with self._lock:
-                self.acked.append((time.perf_counter(), turn_id))
+                self.acked.append((started, time.perf_counter(), turn_id))
             i += 1
 
     def start(self) -> None:
@@ -275,14 +278,16 @@ def _failover(mode: str, embedder: Any, args: argparse.Namespace) -> dict[str, A
                 time.sleep(args.load_seconds)
                 killed = time.perf_counter()
                 primary.kill()
+                dead = time.perf_counter()  # a write started from now on lands on the new one
                 standby.promote()
                 primary, standby = standby, None
-                deadline = killed + 120
-                while not any(t > killed for t, _ in writers.acked):
-                    if time.perf_counter() > deadline:
+                after: list[float] = []
+                while not after:
+                    if time.perf_counter() > dead + 120:
                         raise RuntimeError("no write was acknowledged after the failover")
                     time.sleep(0.01)
-                downtime.append((min(t for t, _ in writers.acked if t > killed) - killed) * 1000)
+                    after = [t for s, t, _ in writers.acked if s > dead]
+                downtime.append((min(after) - killed) * 1000)
                 standby = primary.standby(sync=sync, port=ports[r + 2])
                 clusters.append(standby)
             time.sleep(args.load_seconds)
@@ -297,7 +302,7 @@ def _failover(mode: str, embedder: Any, args: argparse.Namespace) -> dict[str, A
     finally:
         for c in clusters:
             c.stop()
-    acked = [tid for _, tid in writers.acked]
+    acked = [tid for _, _, tid in writers.acked]
     lost = sorted(set(acked) - set(stored))
     return {
         "replication": mode,
