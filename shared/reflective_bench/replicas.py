@@ -16,11 +16,12 @@ part, fresh primaries with one standby each. Three parts:
   each): `add_turn` of a sentence (made-up words) holding a code said nowhere else, then
   `retrieve(code, mode="lexical")`: found exactly when the read saw the write (the default
   pipeline's ranking of look-alike synthetic turns is not what this measures). Reported:
-  misses (a question that did not find its turn), the time a pair's reads waited for the replica to replay its write (p50 / p95 / max, every read
-  of the pair: `add_turn`'s own reads come first and usually do the waiting), the reads each
-  kind of server answered, and the pairs that read from the primary because the replica had
-  not caught up within `read_wait`; then the same pairs on the primary alone (a miss there
-  would be ranking, not replication).
+  misses (a question that did not find its turn), the time a pair's reads waited for the
+  replica to replay its write (p50 / p95 / max, every read of the pair: `add_turn`'s own
+  reads come first and usually do the waiting), the reads each kind of server answered,
+  and the pairs that read from the primary because the replica had not caught up within
+  `read_wait`; then the same pairs on the primary alone (a miss there would be ranking, not
+  replication).
 - `failover`: for each `--replication` mode (`sync`: the standby is synchronous,
   `synchronous_standby_names = '*'`; `async`), `--failovers` rounds of: 3 threads write turns
   through a multi-host URI (`target_session_attrs=read-write`) for `--load-seconds`, the
