@@ -121,6 +121,25 @@ def _lagging(mem: ReflectiveMemory) -> None:
     assert took < 2.0  # one bounded wait, then the primary for the rest of the call
 
 
+def test_a_retry_of_a_write_that_landed_returns_the_stored_turn(pg_replicated) -> None:
+    """A write whose answer was lost landed on the primary; the replica has not replayed it.
+    Sent again with its `turn_id`, it is found (the refused insert makes the reads that follow
+    see the primary as it is), so the retry returns the stored turn instead of failing."""
+    primary, replica = pg_replicated
+    with _memory(primary, replica) as mem:
+        _ask(mem, "fe", "warm")
+        other = PostgresStore(primary, schema=mem.store.schema, create=False)
+        try:
+            with _paused(replica):
+                turn = {"user_id": "fe", "session_id": "s1", "role": "user", "turn_id": "t1"}
+                (stored,) = other.add_turns([{**turn, "text": "The code word is pear8."}])
+                again = mem.add_turn("fe", "s1", "user", "The code word is pear8.", turn_id="t1")
+                assert (again.turn_id, again.seq) == (stored.turn_id, stored.seq)
+                assert [t.turn_id for t in mem.turns("fe", "s1")] == ["t1"]
+        finally:
+            other.close()
+
+
 def test_a_standby_that_is_down_sends_reads_to_the_primary_until_it_is_back(
     pg_pair, pg_replicated, monkeypatch
 ) -> None:
