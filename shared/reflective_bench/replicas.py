@@ -40,11 +40,7 @@ part, fresh primaries with one standby each. Three parts:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import multiprocessing as mp
-import os
-import platform
 import random
 import threading
 import time
@@ -54,11 +50,15 @@ from typing import Any
 import numpy as np
 
 from reflective_bench.pg_local import Cluster, free_port, missing_reason
-from reflective_bench.storage import synthetic_texts
+from reflective_bench.report import bench_parser, finish, run_context
+from reflective_bench.storage import load_users, synthetic_texts
 
 __all__ = ["register", "run_replicas_bench"]
 
 logger = logging.getLogger(__name__)
+
+#: What `bench --help` says of this benchmark.
+_SUMMARY = "PostgreSQL read replicas: throughput, read-your-writes, failover (own servers)"
 
 _DB = "bench_replicas"
 _SCHEMA = "bench_replicas"
@@ -89,21 +89,6 @@ def _ms(values: list[float]) -> dict[str, float]:
 
 
 # -- throughput -------------------------------------------------------------------------------
-def _load(mem: Any, args: argparse.Namespace) -> float:
-    t0 = time.perf_counter()
-    texts = synthetic_texts(args.users * args.turns, seed=7)
-    for u in range(args.users):
-        mine = texts[u * args.turns : (u + 1) * args.turns]
-        for s in range(0, len(mine), 10):
-            turns = [
-                {"user_id": f"u{u}", "session_id": f"s{s // 10}", "role": "user", "text": t}
-                for t in mine[s : s + 10]
-            ]
-            mem.add_turns(turns)
-            mem.end_session(f"u{u}", f"s{s // 10}")
-    return time.perf_counter() - t0
-
-
 def _clients(mem: Any, args: argparse.Namespace, seconds: float, seed: int) -> dict[str, Any]:
     """`args.clients` threads retrieving for `seconds`: calls, latencies, servers."""
     queries = synthetic_texts(2000, seed=seed, words=6)
@@ -348,7 +333,7 @@ def _reads(
     mem = _memory(dsn, [], embedder)
     try:
         res["data"] = {"users": args.users, "turns_per_user": args.turns}
-        res["data"]["load_s"] = round(_load(mem, args), 1)
+        res["data"]["load_s"] = round(load_users(mem, args.users, args.turns), 1)
     finally:
         mem.close()
     if "throughput" in args.parts:
@@ -388,9 +373,7 @@ def run_replicas_bench(args: argparse.Namespace) -> dict[str, Any]:
     if reason is not None and own:
         raise ConfigError(f"bench replicas starts local servers: {reason}")
     res: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()} {mp.cpu_count()} cores",
-        "load_before": [round(x, 2) for x in os.getloadavg()],
+        **run_context(),
         "embedder": args.embedder,
     }
     embedder = _embedder(args.embedder)
@@ -402,27 +385,12 @@ def run_replicas_bench(args: argparse.Namespace) -> dict[str, Any]:
     if "failover" in args.parts:
         modes = ("sync", "async") if args.replication == "both" else (args.replication,)
         res["failover"] = [_failover(m, embedder, args) for m in modes]
-    res["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    logger.info("replicas bench: %s", res)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=2)
-    return res
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    print(json.dumps(run_replicas_bench(args), indent=2))  # noqa: T201 - the command's output
-    return 0
+    return finish(res, args.out, "replicas")
 
 
 def register(bench: Any) -> None:
     """Add `bench replicas` to the CLI's bench sub-parsers."""
-    p = bench.add_parser(
-        "replicas",
-        help="PostgreSQL read replicas: throughput, read-your-writes, failover (own servers)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = bench_parser(bench, "replicas", _SUMMARY, __doc__, run_replicas_bench)
     p.add_argument(
         "--parts",
         nargs="+",
@@ -448,5 +416,3 @@ def register(bench: Any) -> None:
     p.add_argument("--load-seconds", type=float, default=1.5, help="writing between kills")
     p.add_argument("--replication", choices=("sync", "async", "both"), default="both")
     p.add_argument("--embedder", choices=("hashing", "minilm"), default="hashing")
-    p.add_argument("--out", default=None, help="write the results here as JSON")
-    p.set_defaults(func=_cmd)

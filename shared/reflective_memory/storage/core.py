@@ -69,6 +69,10 @@ _USER_TABLES = ("turn_extra", "sessions", "memories", "user_state")
 _SESSION_TABLES = ("sessions", "turn_extra")
 
 
+def _always(_: object) -> bool:
+    return True
+
+
 def _owner(key: str) -> str | None:
     """The user a kv key belongs to (`<namespace>/<user_id>/...`), or None."""
     parts = key.split("/", 2)
@@ -244,6 +248,17 @@ class StoreCore:
         for clause, more in self._in(ids):
             yield conn.execute(template.format(in_ids=clause), {**params, **more})
 
+    def _erase(self, user_id: str, fn: Callable[[Any], T], changed: Callable[[T], Any] = bool) -> T:
+        """Run a deletion of the user's rows, then `_erased()` unless `changed(result)` is false.
+
+        A deletion whose count covers only some of what it removes passes `changed` that
+        always holds.
+        """
+        out = self._write((user_id,), fn)
+        if changed(out):
+            self._erased()
+        return out
+
     def _require_session(self, conn: Any, user_id: str, session_id: str) -> None:
         if conn.execute(self.sql.lock_session, {"u": user_id, "s": session_id}).fetchone() is None:
             raise UnknownSessionError(f"user {user_id!r} has no session {session_id!r}")
@@ -400,9 +415,7 @@ class StoreCore:
             self._bump_version(conn, user_id)
             return int(n)
 
-        n = self._write((user_id,), write)
-        self._erased()
-        return n
+        return self._erase(user_id, write, _always)
 
     def delete_expired(self, user_id: str, now: float) -> int:
         """See `MemoryStore.delete_expired`."""
@@ -413,10 +426,7 @@ class StoreCore:
                 self._bump_version(conn, user_id)
             return int(n)
 
-        n = self._write((user_id,), write)
-        if n:
-            self._erased()
-        return n
+        return self._erase(user_id, write)
 
     def memories(self, user_id: str, ids: Sequence[str] | None = None) -> list[Memory]:
         """See `MemoryStore.memories`."""
@@ -571,9 +581,7 @@ class StoreCore:
                 conn.execute(sql, p)
             return int(n)
 
-        n = self._write((user_id,), write)
-        self._erased()
-        return n
+        return self._erase(user_id, write, _always)
 
     def delete_session(self, user_id: str, session_id: str) -> int:
         """See `MemoryStore.delete_session`.
@@ -593,9 +601,7 @@ class StoreCore:
             self._bump_version(conn, user_id)
             return int(n)
 
-        n = self._write((user_id,), write)
-        self._erased()
-        return n
+        return self._erase(user_id, write, _always)
 
     def delete_turns(
         self, user_id: str, session_id: str, turn_ids: Sequence[str] | None = None
@@ -622,7 +628,4 @@ class StoreCore:
             self._bump_version(conn, user_id)
             return gone
 
-        gone = self._write((user_id,), write)
-        if gone:
-            self._erased()
-        return gone
+        return self._erase(user_id, write)
