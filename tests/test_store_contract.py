@@ -2,7 +2,8 @@
 
 Each backend has one class with a `store` fixture giving an empty store: SQLite in memory,
 SQLite on disk, PostgreSQL (a fresh schema per test in the module's database; skipped without a
-local PostgreSQL + pgvector, failed with REFLECTIVE_REQUIRE_POSTGRES=1). `OurStores` adds the
+local PostgreSQL + pgvector, failed with REFLECTIVE_REQUIRE_POSTGRES=1), and PostgreSQL reading
+from a hot standby (`read_dsn`; the same contract, unchanged). `OurStores` adds the
 tests of what our two stores offer beyond the contract; the capability protocols are checked
 for each.
 """
