@@ -399,7 +399,8 @@ class ReflectiveMemory:
 
         Returns:
             The ranked `Retrieval`; its diagnostics hold the path taken, candidate counts, the
-            reranker's record and the time of every pipeline stage in ms.
+            reranker's record and the time of every pipeline stage in ms (and `reads`, the
+            servers that answered, on PostgreSQL with read replicas).
         """
         self._open()
         name, attrs = tracing.RETRIEVAL_SPAN, tracing.RETRIEVAL_ATTRIBUTES
