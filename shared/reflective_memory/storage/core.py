@@ -251,8 +251,8 @@ class StoreCore:
     def _erase(self, user_id: str, fn: Callable[[Any], T], changed: Callable[[T], Any] = bool) -> T:
         """Run a deletion of the user's rows, then `_erased()` unless `changed(result)` is false.
 
-        A deletion whose count covers only some of what it removes passes `changed` that
-        always holds.
+        A deletion whose result does not say whether anything went (a count of the turns
+        alone, while memories and values go too) passes `_always`.
         """
         out = self._write((user_id,), fn)
         if changed(out):
