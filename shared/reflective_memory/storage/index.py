@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faiss
 import numpy as np
@@ -169,6 +169,11 @@ class DenseIndex:
             pos = np.hstack([pos, np.full((m, pad), -1, pos.dtype)])
         scores = np.where(pos < 0, -np.inf, scores).astype(np.float32)
         return scores, pos.astype(np.int64)
+
+
+def _faiss(built: UserIndex) -> Any:
+    """The FAISS index of a `UserIndex` this cache built (its dense part is a `DenseIndex`)."""
+    return cast(DenseIndex, built.dense).index
 
 
 def _only_appended(before: UserIndex, after: UserIndex) -> bool:
@@ -445,7 +450,7 @@ class IndexCache:
         if kind == "exact":
             dense = build_dense_index(vectors, self.ann)
         else:  # the trained lists or graph take the new vectors; readers keep the old copy
-            index = faiss.clone_index(before.dense.index)
+            index = faiss.clone_index(_faiss(before))
             index.add(np.ascontiguousarray(vectors[n:]))
             dense = DenseIndex(vectors, index, self.ann)
         built = UserIndex(user_id, version, ids, dense, keys)
@@ -515,7 +520,7 @@ class IndexCache:
         token = f"{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
         tmp_idx = fidx.with_name(f"{fidx.stem}.{token}.faiss.tmp")
         tmp_meta = fmeta.with_name(f"{fmeta.stem}.{token}.json.tmp")
-        faiss.write_index(built.dense.index, str(tmp_idx))
+        faiss.write_index(_faiss(built), str(tmp_idx))
         meta = {
             "user_id": user_id,
             "version": built.version,

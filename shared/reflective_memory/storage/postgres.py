@@ -250,7 +250,7 @@ class PostgresStore(StoreCore):
         replica_timeout: float = 2.0,
     ) -> None:
         reads = _replica_dsns(read_dsn)
-        pool = {"schema": schema, "pool_min": pool_min, "pool_max": pool_max}
+        pool: dict[str, Any] = {"schema": schema, "pool_min": pool_min, "pool_max": pool_max}
         self.db = PgDatabase(dsn_or_pool, timeout=timeout, **pool)
         replicas = [PgDatabase(dsn, timeout=replica_timeout, **pool) for dsn in reads]
         self.routes = PgRoutes(self.db, replicas, read_wait=read_wait)
