@@ -25,12 +25,14 @@ from reflective_memory.errors import ConfigError, InvalidInputError
 from reflective_memory.llm import LLMClient, as_llm, count_tokens
 from reflective_memory.recall import RecallConfig
 from reflective_memory.records import Records
+from reflective_memory.retrieval.ranker import load_ranker
 from reflective_memory.retrieval.retriever import Retriever
 from reflective_memory.rmm.episodes import RankedTexts
 from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
 from reflective_memory.rmm.personal import PersonalReranker
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.topics import ProspectiveReflector
+from reflective_memory.rmm.turn_learning import TurnLearning
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
 from reflective_memory.sessions.writer import SessionWriter
@@ -209,7 +211,12 @@ class ReflectiveMemory:
         """RMM's rerankers, their learned state where the store keeps it (else in files)."""
         files = None if self.path is None else self.path / "rerankers"
         state = self.store.state if isinstance(self.store, StateHolder) else FileStateStore(files)
-        return RerankStage(self.config.rerank, self.embedder, state, legacy=files)
+        ranker = self.config.passages.ranker
+        prior = load_ranker(None if ranker == "learned" else ranker)
+        learning = TurnLearning(self.config.rerank, prior, state)
+        return RerankStage(
+            self.config.rerank, self.embedder, state, legacy=files, learning=learning
+        )
 
     @property
     def segmenter(self) -> Segmenter:
@@ -235,8 +242,11 @@ class ReflectiveMemory:
     def close(self) -> None:
         """Close the store; later calls raise `StoreClosedError`. Idempotent.
 
-        Learned reranker state is stored as it is learned, so nothing is left to save.
+        What feedback taught the turn ranker and is not yet stored (`rerank.save_every`,
+        `rerank.save_seconds`) is stored first.
         """
+        if not self.store.closed:
+            self.rerank_stage.learning.flush()
         self.store.close()
 
     def __enter__(self) -> ReflectiveMemory:

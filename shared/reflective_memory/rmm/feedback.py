@@ -43,6 +43,7 @@ from reflective_memory.rmm.features import Candidates, citation_rewards, rank_pr
 from reflective_memory.rmm.personal import PersonalReranker
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.rerankers import Rerankers
+from reflective_memory.rmm.turn_learning import TurnLearning, episode_from_record
 from reflective_memory.storage.state import StateStore
 from reflective_memory.storage.user_index import UserIndex
 from reflective_memory.text import parse_timestamp
@@ -132,9 +133,12 @@ class RerankStage:
         state: Where learned state is kept (see `reflective_memory.rmm.rerankers`).
         legacy: A directory of reranker files written before 0.2, moved into `state` on first
             use (see `Rerankers`).
+        learning: The turn ranker's citation-taught weights (`TurnLearning`): feedback on a
+            `retrieve` trains them.
 
     Attributes:
-        rerankers: The engine's learned rerankers (`Rerankers`).
+        rerankers: The engine's learned rerankers of texts (`Rerankers`).
+        learning: The turn ranker's weights, as given.
     """
 
     def __init__(
@@ -144,9 +148,11 @@ class RerankStage:
         state: StateStore,
         *,
         legacy: Path | None = None,
+        learning: TurnLearning,
     ) -> None:
         self.config = config
         self.embedder = embedder
+        self.learning = learning
         self.rerankers = Rerankers(config, embedder.dim, state, legacy=legacy)
         self._lock = self.rerankers.lock
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
@@ -171,6 +177,7 @@ class RerankStage:
         with self._lock:
             self.forget_retrievals(user_id)
             self.rerankers.forget(user_id)
+            self.learning.forget(user_id)
 
     # -------------------------------------------------------------- retrieval
     def _memories(
@@ -484,6 +491,9 @@ class RerankStage:
                 "feedback takes a Retrieval, RankedTexts or RerankRecord, "
                 f"got {type(shown).__name__}"
             )
+        if rec.groups is not None:  # shown turns: citations name their passages
+            ids = [str(i) for i in range(rec.top_m)]
+            return _View(rec.user_id, rec.retrieval_id, ids, [None] * len(ids), rec, texts)
         at = {mid: i for i, mid in enumerate(rec.candidates)}
         ids = list(rec.reranked[: rec.top_m])
         return _View(rec.user_id, rec.retrieval_id, ids, [at.get(i) for i in ids], rec, texts)
@@ -576,11 +586,40 @@ class RerankStage:
         )
         if out.reason:
             return out
+        if view.record is not None and view.record.groups is not None:
+            return self._learn_turns(view, out, view.record)
         ranking = self._ranking_to_learn(view, out, index_fn)
         if ranking is None:
             return out
         rec, kept = ranking
         return self._learn(view, out, rec, kept, answer)
+
+    def _learn_turns(self, view: _View, out: FeedbackResult, rec: RerankRecord) -> FeedbackResult:
+        """Teach the turn ranker: the shown passages' turns, cited or not (`TurnLearning`)."""
+        if not self.config.enabled:
+            out.reason = "learning is off (config.rerank.enabled)"
+            return out
+        if out.inferred:
+            out.reason = "an answer without citations teaches the turn ranker nothing"
+            return out
+        assert rec.groups is not None and rec.features is not None
+        n = len(view.ids)
+        cited = set(out.cited)
+        width = len(rec.features[0]) if rec.features else 0
+        if width != len(self.learning.prior_vector) or max(rec.groups) >= n:
+            out.reason = "the record's turn features are not this ranker's"
+            return out
+        flags = [j in cited for j in range(n)]
+        fit = self.learning.learn(
+            view.user_id, episode_from_record(rec.features, rec.groups, flags)
+        )
+        out.rewards = {view.ids[j]: 1.0 if flags[j] else -1.0 for j in range(n)}
+        if fit is None:
+            out.reason = "every shown passage was cited, or none: nothing to tell apart"
+            return out
+        out.learned = True
+        out.updates, out.pending, out.loss = 1, fit.pending, fit.loss
+        return out
 
     def _ranking_to_learn(
         self,

@@ -1,0 +1,427 @@
+"""RMM's retrospective reflection: citations teach the turn ranker, the model that fills the budget.
+
+The learned `TurnRanker` (`reflective_memory.retrieval.ranker`) scores every voted turn
+`exp(w · x)`; its weights ship fitted offline (the *prior*). `TurnLearning` keeps what
+citations teach on top of it, as offsets by feature name:
+
+- the memory's *shared* offsets (owner `PRIOR_OWNER`), learned from every user's feedback;
+- each user's own offsets (scope `user`), learned from that user's feedback and pulled back
+  toward zero (the shared weights) by `RerankConfig.turn_pull` at every step.
+
+A user's weights are `prior + shared + own`. An episode is one feedback call on a retrieval:
+its shown passages, each a group of turn feature rows, cited or not. A passage's log-score is
+the log of its turns' summed scores (`logsumexp(w · x)`); the update is one step on either
+every (cited, shown-not-cited) pair's logistic loss (`pairwise`) or the Plackett-Luce
+log-likelihood of the cited passages ranking first among those shown (`listwise`, the
+REINFORCE gradient of RMM's sampled top-M with the cited set as the reward).
+
+Saving is batched: an episode changes the weights in memory at once (the next retrieval of
+this process ranks with them); the change is written to the `StateStore` when
+`RerankConfig.save_every` episodes are waiting or `save_seconds` passed since the last save,
+and at `flush` / engine close. A crash loses at most that window. A save adds this process's
+change since its last save to what is stored (a read-modify-write), so processes sharing a
+store lose none of each other's updates; each process reads the others' at its next save (a
+user's offsets: also when first used).
+
+Each state is one JSON document (`FORMAT`: feature names, offsets, episode count) sealed with
+a checksum (`reflective_memory.rmm.sealed`), checked when read: a damaged one is set aside with
+a warning and learning starts again from zero. Offsets are stored by feature name, so a
+feature added to the ranker starts at zero and one removed is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from reflective_memory.errors import ModelLoadError
+from reflective_memory.retrieval.features import FEATURES
+from reflective_memory.retrieval.ranker import TurnRanker
+from reflective_memory.rmm.config import RerankConfig
+from reflective_memory.rmm.sealed import seal, unseal
+from reflective_memory.storage.state import SetsAside, StateStore
+
+__all__ = [
+    "TurnLearning",
+    "TurnEpisode",
+    "TurnFit",
+    "FORMAT",
+    "PRIOR_OWNER",
+    "SHARED_STATE",
+    "USER_STATE",
+    "passage_gradient",
+    "episode_from_record",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "reflective-memory/turn-ranker-offsets/1"
+#: State owner of the memory's shared offsets.
+PRIOR_OWNER = "__shared__"
+#: State name of the shared offsets (owner `PRIOR_OWNER`).
+SHARED_STATE = "rmm.turn_ranker"
+#: State name of a user's own offsets (owner: the user id).
+USER_STATE = "rmm.turn_ranker.user"
+#: Largest offset magnitude a stored state may hold (a bigger one is damage, not learning).
+_MAX_OFFSET = 1e3
+#: Users whose offsets a process keeps in memory.
+_USER_CACHE = 4096
+
+
+@dataclass(frozen=True)
+class TurnEpisode:
+    """One feedback episode: the shown passages as groups of turn feature rows.
+
+    Attributes:
+        rows: Feature rows of the shown turns (`FEATURES` columns), `(n, len(FEATURES))`.
+        groups: The shown passage (0, 1, ...) each row belongs to.
+        cited: Per shown passage, whether the answer cited it.
+    """
+
+    rows: np.ndarray
+    groups: np.ndarray
+    cited: tuple[bool, ...]
+
+
+@dataclass
+class TurnFit:
+    """What one episode did to the weights.
+
+    Attributes:
+        loss: The episode's loss before the step.
+        step: Size (L2) of the change of the served weights.
+        episodes: Episodes the shared offsets learned from, this one included.
+        pending: Episodes learned but not yet saved.
+    """
+
+    loss: float
+    step: float
+    episodes: int
+    pending: int
+
+
+def _logsumexp_groups(
+    scores: np.ndarray, groups: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, `log Σ exp(score)` and each row's share of its group's sum."""
+    top = np.full(n, -np.inf)
+    np.maximum.at(top, groups, scores)
+    e = np.exp(scores - top[groups])
+    total = np.zeros(n)
+    np.add.at(total, groups, e)
+    return top + np.log(total), e / total[groups]
+
+
+def passage_gradient(
+    weights: np.ndarray, episode: TurnEpisode, update: str
+) -> tuple[float, np.ndarray] | None:
+    """Loss and gradient (w.r.t. the weights) of one episode; None when it teaches nothing.
+
+    A passage's log-score is `logsumexp` of its turns' `w · x`; its gradient is its turns'
+    rows weighed by their share of the passage's score.
+
+    Args:
+        weights: The served weights, `(len(FEATURES),)`.
+        episode: The episode.
+        update: `pairwise` (mean logistic loss over every cited / not-cited pair) or
+            `listwise` (Plackett-Luce: each cited passage drawn before the not-cited ones,
+            with the cited ones taken out after they are drawn).
+
+    Returns:
+        `(loss, gradient)`, or None when no passage or every passage is cited.
+    """
+    n = len(episode.cited)
+    cited = np.asarray(episode.cited, dtype=bool)
+    if n < 2 or cited.all() or not cited.any():
+        return None
+    scores = episode.rows @ weights
+    s, share = _logsumexp_groups(scores, episode.groups, n)
+    g = np.zeros((n, episode.rows.shape[1]))
+    np.add.at(g, episode.groups, episode.rows * share[:, None])
+    pos, neg = np.flatnonzero(cited), np.flatnonzero(~cited)
+    if update == "pairwise":
+        margin = s[pos][:, None] - s[neg][None, :]
+        loss = float(np.mean(np.logaddexp(0.0, -margin)))
+        coef = -1.0 / (1.0 + np.exp(margin))  # d loss / d margin
+        grad = (coef.sum(1) @ g[pos] - coef.sum(0) @ g[neg]) / margin.size
+        return loss, grad
+    # listwise: the cited passages in score order drawn first, each from those left
+    loss, grad = 0.0, np.zeros(g.shape[1])
+    left = np.ones(n, dtype=bool)
+    for i in pos[np.argsort(-s[pos], kind="stable")]:
+        idx = np.flatnonzero(left)
+        z = s[idx] - s[idx].max()
+        lse = math.log(float(np.exp(z).sum()))
+        p = np.exp(z - lse)
+        loss -= float(s[i] - s[idx].max()) - lse
+        grad -= g[i] - p @ g[idx]
+        left[i] = False
+    return loss / len(pos), grad / len(pos)
+
+
+@dataclass
+class _Offsets:
+    """One owner's offsets as this process sees them: stored base plus unsaved change."""
+
+    base: np.ndarray
+    change: np.ndarray
+    episodes: int = 0
+    unsaved: int = 0
+    version: int = 0
+
+    @property
+    def value(self) -> np.ndarray:
+        return self.base + self.change
+
+
+def _encode(values: np.ndarray, episodes: int) -> bytes:
+    doc = {
+        "format": FORMAT,
+        "features": list(FEATURES),
+        "offsets": [round(float(v), 8) for v in values],
+        "episodes": int(episodes),
+    }
+    return seal(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def _decode(data: bytes) -> tuple[np.ndarray, int]:
+    """Offsets in `FEATURES` order and the episode count of stored bytes.
+
+    Raises:
+        ModelLoadError: The seal, format, names or values are wrong.
+    """
+    payload, _ = unseal(data)
+    try:
+        doc = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"turn ranker offsets are not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ModelLoadError(f"turn ranker offsets are not a {FORMAT} document")
+    names, values, episodes = doc.get("features"), doc.get("offsets"), doc.get("episodes")
+    if (
+        not isinstance(names, list)
+        or not isinstance(values, list)
+        or len(names) != len(values)
+        or not isinstance(episodes, int)
+        or episodes < 0
+    ):
+        raise ModelLoadError("turn ranker offsets: features, offsets or episodes malformed")
+    out = np.zeros(len(FEATURES))
+    where = {n: i for i, n in enumerate(FEATURES)}
+    for name, v in zip(names, values, strict=True):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ModelLoadError(f"turn ranker offset {name!r} is not a finite number")
+        if abs(v) > _MAX_OFFSET:
+            raise ModelLoadError(f"turn ranker offset {name!r} is out of bounds ({v})")
+        if name in where:  # a feature the ranker no longer has is dropped
+            out[where[name]] = float(v)
+    return out, episodes
+
+
+class TurnLearning:
+    """The turn ranker's weights per user, taught by citations (see the module docs).
+
+    Args:
+        config: The feedback settings (`MemoryConfig.rerank`).
+        prior: The fitted ranker retrieval starts from (`passages.ranker`).
+        state: Where the offsets are stored.
+        clock: Seconds, for `save_seconds` (a test may pass its own).
+    """
+
+    def __init__(
+        self,
+        config: RerankConfig,
+        prior: TurnRanker,
+        state: StateStore,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.config, self.prior, self.state, self.clock = config, prior, state, clock
+        self.prior_vector = prior.vector.astype(np.float64)
+        self.lock = threading.RLock()
+        self._shared: _Offsets | None = None
+        self._users: OrderedDict[str, _Offsets] = OrderedDict()
+        self._saved_at = clock()
+
+    # ------------------------------------------------------------------ reading
+    def _load(self, owner: str, name: str) -> _Offsets:
+        """An owner's stored offsets (zero when none or damaged: set aside with a warning)."""
+        got = self.state.get(owner, name)
+        if got is None:
+            return _Offsets(np.zeros(len(FEATURES)), np.zeros(len(FEATURES)))
+        version, data = got
+        try:
+            values, episodes = _decode(data)
+        except ModelLoadError as exc:
+            self._set_aside(owner, name, version, exc)
+            return _Offsets(np.zeros(len(FEATURES)), np.zeros(len(FEATURES)))
+        return _Offsets(values, np.zeros(len(FEATURES)), episodes, 0, version)
+
+    def _set_aside(self, owner: str, name: str, version: int, exc: Exception) -> None:
+        if isinstance(self.state, SetsAside):
+            where = self.state.set_aside(owner, name, version)
+            done = "still in place" if where is None else f"set aside as {where}"
+        else:
+            self.state.delete(owner, name)
+            done = "deleted"
+        logger.warning(
+            "damaged learned state %r of %r (%s): %s; it starts again from zero",
+            name,
+            owner,
+            exc,
+            done,
+        )
+
+    def _shared_offsets(self) -> _Offsets:
+        if self._shared is None:
+            self._shared = self._load(PRIOR_OWNER, SHARED_STATE)
+        return self._shared
+
+    def _user_offsets(self, user_id: str) -> _Offsets:
+        got = self._users.get(user_id)
+        if got is None:
+            got = self._users[user_id] = self._load(user_id, USER_STATE)
+            while len(self._users) > _USER_CACHE:
+                old, off = next(iter(self._users.items()))
+                if off.unsaved:
+                    self._save(old, USER_STATE, off)
+                self._users.pop(old)
+        self._users.move_to_end(user_id)
+        return got
+
+    def weights(self, user_id: str) -> np.ndarray:
+        """The weights that rank `user_id`'s turns, in `FEATURES` order.
+
+        The prior when learning is off; else prior + shared offsets, plus the user's own
+        with scope `user`.
+        """
+        if not self.config.enabled:
+            return self.prior_vector
+        with self.lock:
+            w = self.prior_vector + self._shared_offsets().value
+            if self.config.scope == "user":
+                w = w + self._user_offsets(user_id).value
+            return w
+
+    def episodes(self) -> int:
+        """Episodes the shared offsets learned from (stored and unsaved)."""
+        with self.lock:
+            return self._shared_offsets().episodes
+
+    def inspect(self, user_id: str | None = None) -> dict[str, Any]:
+        """The prior, the shared offsets and (given a user) the user's, by feature name.
+
+        Returns:
+            `{"features": [...], "prior": {...}, "shared": {...}, "weights": {...},
+            "episodes": n}` and, for a user, `"user": {...}`, `"user_episodes": n`;
+            `weights` are the ones that rank (the user's when given).
+        """
+        with self.lock:
+            shared = self._shared_offsets()
+            out: dict[str, Any] = {
+                "features": list(FEATURES),
+                "prior": dict(zip(FEATURES, self.prior_vector.tolist(), strict=True)),
+                "shared": dict(zip(FEATURES, shared.value.tolist(), strict=True)),
+                "episodes": shared.episodes,
+            }
+            w = self.prior_vector + shared.value
+            if user_id is not None:
+                own = self._user_offsets(user_id)
+                out["user"] = dict(zip(FEATURES, own.value.tolist(), strict=True))
+                out["user_episodes"] = own.episodes
+                if self.config.scope == "user":
+                    w = w + own.value
+            out["weights"] = dict(zip(FEATURES, w.tolist(), strict=True))
+            return out
+
+    # ----------------------------------------------------------------- learning
+    def learn(self, user_id: str, episode: TurnEpisode) -> TurnFit | None:
+        """One step on an episode (None when it teaches nothing: all or none cited).
+
+        The shared offsets step at `turn_learning_rate`, pulled toward the prior by
+        `turn_prior_pull`; with scope `user` the user's offsets step at
+        `turn_user_learning_rate`, pulled toward the shared weights by `turn_pull`.
+        """
+        cfg = self.config
+        with self.lock:
+            w = self.weights(user_id)
+            got = passage_gradient(w, episode, cfg.turn_update)
+            if got is None:
+                return None
+            loss, grad = got
+            shared = self._shared_offsets()
+            d_shared = -cfg.turn_learning_rate * (grad + cfg.turn_prior_pull * shared.value)
+            shared.change += d_shared
+            shared.episodes += 1
+            shared.unsaved += 1
+            step = d_shared
+            if cfg.scope == "user":
+                own = self._user_offsets(user_id)
+                lr = cfg.turn_user_learning_rate
+                d_own = -lr * (grad + cfg.turn_pull * own.value)
+                own.change += d_own
+                own.episodes += 1
+                own.unsaved += 1
+                step = step + d_own
+            pending = shared.unsaved
+            if pending >= cfg.save_every or self.clock() - self._saved_at >= cfg.save_seconds:
+                self.flush()
+                pending = 0
+            return TurnFit(loss, float(np.linalg.norm(step)), shared.episodes, pending)
+
+    # ------------------------------------------------------------------- saving
+    def _save(self, owner: str, name: str, off: _Offsets) -> None:
+        """Add an owner's unsaved change to what is stored (read-modify-write)."""
+        change, unsaved = off.change.copy(), off.unsaved
+        box: dict[str, Any] = {}
+
+        def update(_version: int, data: bytes | None) -> bytes:
+            base, episodes = np.zeros(len(FEATURES)), 0
+            if data is not None:
+                try:
+                    base, episodes = _decode(data)
+                except ModelLoadError as exc:
+                    logger.warning(
+                        "damaged learned state %r of %r (%s): replaced", name, owner, exc
+                    )
+            box["base"], box["episodes"] = base + change, episodes + unsaved
+            return _encode(box["base"], box["episodes"])
+
+        version, _ = self.state.update(owner, name, update)
+        off.base, off.change = box["base"], off.change - change
+        off.episodes, off.unsaved, off.version = box["episodes"], off.unsaved - unsaved, version
+
+    def flush(self) -> None:
+        """Store every unsaved change now (and read what other processes stored)."""
+        with self.lock:
+            if self._shared is not None and self._shared.unsaved:
+                self._save(PRIOR_OWNER, SHARED_STATE, self._shared)
+            for user_id, off in self._users.items():
+                if off.unsaved:
+                    self._save(user_id, USER_STATE, off)
+            self._saved_at = self.clock()
+
+    def forget(self, user_id: str) -> None:
+        """Erase a user's own offsets, in memory and in the store.
+
+        The shared offsets keep what they learned from everyone (a few aggregate weights).
+        """
+        with self.lock:
+            self._users.pop(user_id, None)
+            self.state.delete(user_id, USER_STATE)
+
+
+def episode_from_record(
+    features: Sequence[Sequence[float]], groups: Sequence[int], cited: Sequence[bool]
+) -> TurnEpisode:
+    """A `TurnEpisode` from a record's rows, their passages and the passages' citations."""
+    rows = np.asarray(features, dtype=np.float64).reshape(len(features), len(FEATURES))
+    return TurnEpisode(rows, np.asarray(groups, dtype=np.int64), tuple(bool(c) for c in cited))
