@@ -3,9 +3,9 @@
 Write path (`SessionWriter`): `add_turn` commits a turn at once and indexes it; `end_session`
 turns a session into memory units (turns, whole sessions or topical segments). Read path
 (`Retriever`): `retrieve` runs the retrieval pipeline (RF-Mem dense + BM25 candidates, fusion,
-RMM reranking, small-to-big passages). Learning (`RerankStage`): `feedback` trains the reranker
-from an answer's citations. With a tracer provider set, each of these is an OpenTelemetry span
-(`reflective_memory.tracing`).
+small-to-big passages weighed by the turn ranker). Learning (`RerankStage`): `feedback` teaches
+the turn ranker from an answer's citations (RMM's retrospective reflection). With a tracer
+provider set, each of these is an OpenTelemetry span (`reflective_memory.tracing`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from reflective_memory.retrieval.ranker import load_ranker
 from reflective_memory.retrieval.retriever import Retriever
 from reflective_memory.rmm.episodes import RankedTexts
 from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
-from reflective_memory.rmm.personal import PersonalReranker
-from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.topics import ProspectiveReflector
 from reflective_memory.rmm.turn_learning import TurnLearning
 from reflective_memory.segment.base import Segmenter
@@ -214,9 +212,7 @@ class ReflectiveMemory:
         ranker = self.config.passages.ranker
         prior = load_ranker(None if ranker == "learned" else ranker)
         learning = TurnLearning(self.config.rerank, prior, state)
-        return RerankStage(
-            self.config.rerank, self.embedder, state, legacy=files, learning=learning
-        )
+        return RerankStage(self.config.rerank, self.embedder, state, learning=learning)
 
     @property
     def segmenter(self) -> Segmenter:
@@ -434,15 +430,19 @@ class ReflectiveMemory:
     # -- feedback (RMM) --------------------------------------------------------------------
     # Forwarding façade of `self.rerank_stage` (`reflective_memory.rmm.feedback.RerankStage`).
     @typed_errors
-    def reranker(self, user_id: str) -> Reranker | PersonalReranker | None:
-        """The reranker serving `user_id` (None with `config.rerank.enabled` off).
+    def ranker_weights(self, user_id: str | None = None) -> dict[str, Any]:
+        """The turn ranker's weights next to the prior's: what citations taught so far.
 
-        With scope `user` a `PersonalReranker` (the prior shared by the users plus the user's
-        offsets), `shared` the prior itself, `isolated` the user's own `Reranker`.
+        Returns:
+            `TurnLearning.inspect`: by feature name the fitted `prior`, the memory's `shared`
+            offsets (learned from every user's feedback), with `user_id` that user's own
+            offsets (`user`), and the `weights` that rank (the user's, when given); the
+            episodes each learned from.
         """
         self._open()
-        check_id("user_id", user_id)
-        return self.rerank_stage.reranker(user_id) if self.config.rerank.enabled else None
+        if user_id is not None:
+            check_id("user_id", user_id)
+        return self.rerank_stage.learning.inspect(user_id)
 
     @typed_errors
     def rerank_texts(
@@ -459,11 +459,12 @@ class ReflectiveMemory:
         times: Sequence[datetime | str | float | None] | None = None,
         now: datetime | str | float | None = None,
     ) -> RankedTexts:
-        """Rerank texts from any retriever with the user's citation-trained reranker.
+        """Rank texts from any retriever with the user's citation-taught turn ranker.
 
-        The reranker `retrieve` applies orders the texts (by cosine with reranking off); give
-        the result to `feedback` with the answer that cited them (`[i]` names
-        `result.order[i]`) and the same reranker learns. With `times` (when each text was
+        The weights that rank the user's turns in `retrieve` order the texts (over the
+        features a text has: its place in the order given, query cosine, BM25); give the
+        result to `feedback` with the answer that cited them (`[i]` names
+        `result.order[i]`) and the same weights learn. With `times` (when each text was
         said), a query naming a period ("two weeks ago", resolved against `now`) puts the
         texts said in it first. See `RerankStage.rerank_texts` for the arguments.
 
@@ -511,10 +512,10 @@ class ReflectiveMemory:
 
         Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
         numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`,
-        or to the texts `rerank_texts` showed, best first. Each shown item that came from the
-        reranked candidates gets reward +1 if cited and -1 if not; the episode trains the
-        reranker that ranked (one update per `config.rerank.batch_size` episodes), which is
-        then saved with the store.
+        or to the texts `rerank_texts` showed, best first. Each shown passage (or text) cited
+        gets reward +1, each other shown one -1; the episode teaches the turn ranker's weights
+        (the memory's shared offsets and the user's own, `config.rerank.turn_*`), stored
+        every `config.rerank.save_every` episodes or `save_seconds` (and at `close`).
 
         Args:
             shown: The `Retrieval` the answer was generated from, or the `RankedTexts` (or its
@@ -546,9 +547,7 @@ class ReflectiveMemory:
             check_numbers("cited", cited)
         check_numbering("numbering", numbering)
         with tracing.span("feedback") as span:
-            out = self.rerank_stage.feedback(
-                shown, answer, cited, self.indexes.get, numbering=numbering
-            )
+            out = self.rerank_stage.feedback(shown, answer, cited, numbering=numbering)
             tracing.describe(span, tracing.feedback_attributes, out)
         return out
 

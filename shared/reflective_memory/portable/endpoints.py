@@ -70,7 +70,7 @@ def endpoint(
     elif isinstance(target, _Engine):
         found = Endpoint(
             target.store,
-            target.rerank_stage.rerankers.state,
+            target.rerank_stage.state,
             target.embedder,
             target.sessions.stored_vectors,
         )
