@@ -39,7 +39,7 @@ RERANK_FEATURES = (
 #: `RerankConfig.scope` values: prior + per-user adaptation, one shared reranker, one per user.
 RERANK_SCOPES = ("user", "shared", "isolated")
 #: `RerankConfig.turn_update` values (`reflective_memory.rmm.turn_learning.passage_gradient`).
-TURN_UPDATES = ("pairwise", "listwise")
+TURN_UPDATES = ("pairwise", "reinforce")
 #: `RerankConfig.baseline` value for the per-episode mean-reward baseline.
 EPISODE_BASELINE = "episode"
 
@@ -86,7 +86,7 @@ class RerankConfig:
             fallback to count it as used (0.55 suits all-MiniLM-L6-v2).
         turn_update: How citations teach the turn ranker (`rmm/turn_learning.py`):
             `pairwise` (logistic loss of each cited passage over each shown one not cited)
-            or `listwise` (Plackett-Luce: the cited passages drawn first).
+            or `reinforce` (REINFORCE, the episode's mean reward as baseline).
         turn_learning_rate: Step of the memory's shared offsets to the turn ranker's weights,
             per feedback episode.
         turn_prior_pull: Pull of the shared offsets back to the shipped prior per episode

@@ -11,9 +11,11 @@ citations teach on top of it, as offsets by feature name:
 A user's weights are `prior + shared + own`. An episode is one feedback call on a retrieval:
 its shown passages, each a group of turn feature rows, cited or not. A passage's log-score is
 the log of its turns' summed scores (`logsumexp(w · x)`); the update is one step on either
-every (cited, shown-not-cited) pair's logistic loss (`pairwise`) or the Plackett-Luce
-log-likelihood of the cited passages ranking first among those shown (`listwise`, the
-REINFORCE gradient of RMM's sampled top-M with the cited set as the reward).
+every (cited, shown-not-cited) pair's logistic loss (`pairwise`) or RMM's REINFORCE step
+(`reinforce`): each shown passage's reward (+1 cited, -1 not) minus the episode's mean reward,
+times the gradient of its log-probability under a softmax over the shown passages. The mean
+baseline makes citations that do not depend on the passages (a reader citing at random) teach
+nothing on average, where the logistic loss would flatten the weights toward indifference.
 
 Saving is batched: an episode changes the weights in memory at once (the next retrieval of
 this process ranks with them); the change is written to the `StateStore` when
@@ -133,8 +135,8 @@ def passage_gradient(
         weights: The served weights, `(len(FEATURES),)`.
         episode: The episode.
         update: `pairwise` (mean logistic loss over every cited / not-cited pair) or
-            `listwise` (Plackett-Luce: each cited passage drawn before the not-cited ones,
-            with the cited ones taken out after they are drawn).
+            `reinforce` (REINFORCE with the episode's mean reward as baseline, the policy a
+            softmax over the shown passages' log-scores).
 
     Returns:
         `(loss, gradient)`, or None when no passage or every passage is cited.
@@ -154,18 +156,15 @@ def passage_gradient(
         coef = -1.0 / (1.0 + np.exp(margin))  # d loss / d margin
         grad = (coef.sum(1) @ g[pos] - coef.sum(0) @ g[neg]) / margin.size
         return loss, grad
-    # listwise: the cited passages in score order drawn first, each from those left
-    loss, grad = 0.0, np.zeros(g.shape[1])
-    left = np.ones(n, dtype=bool)
-    for i in pos[np.argsort(-s[pos], kind="stable")]:
-        idx = np.flatnonzero(left)
-        z = s[idx] - s[idx].max()
-        lse = math.log(float(np.exp(z).sum()))
-        p = np.exp(z - lse)
-        loss -= float(s[i] - s[idx].max()) - lse
-        grad -= g[i] - p @ g[idx]
-        left[i] = False
-    return loss / len(pos), grad / len(pos)
+    # reinforce: each shown passage's reward (+1 cited, -1 not) minus the episode's mean, times
+    # the gradient of its log-probability under a softmax over the shown passages; the mean
+    # baseline makes rewards that do not depend on the passages (noise) teach nothing on average
+    r = np.where(cited, 1.0, -1.0)
+    adv = r - r.mean()
+    p = np.exp(s - s.max())
+    p /= p.sum()
+    loss = -float(adv @ np.log(np.maximum(p, 1e-300))) / n
+    return loss, -(adv @ (g - p @ g)) / n
 
 
 @dataclass
