@@ -51,7 +51,7 @@ def text_rows(
     rank = np.arange(k, dtype=np.float64)
     cos = np.asarray(cosines, dtype=np.float64).reshape(k)
     bm25 = np.zeros(k)
-    pos, scores = LexicalIndex(list(texts)).search(query, k)
+    scores, pos = LexicalIndex(list(texts)).search(query, k)
     bm25[np.asarray(pos, dtype=np.int64)] = scores
     best = bm25.max()
     values = {
