@@ -299,14 +299,17 @@ class TurnLearning:
     def weights(self, user_id: str) -> np.ndarray:
         """The weights that rank `user_id`'s turns, in `FEATURES` order.
 
-        The prior when learning is off; else prior + shared offsets, plus the user's own
-        with scope `user`.
+        The prior when learning is off; else the prior plus the shared offsets (scopes `user`
+        and `shared`) and the user's own (scopes `user` and `isolated`).
         """
         if not self.config.enabled:
             return self.prior_vector
+        scope = self.config.scope
         with self.lock:
-            w = self.prior_vector + self._shared_offsets().value
-            if self.config.scope == "user":
+            w = self.prior_vector
+            if scope != "isolated":
+                w = w + self._shared_offsets().value
+            if scope != "shared":
                 w = w + self._user_offsets(user_id).value
             return w
 
@@ -336,8 +339,7 @@ class TurnLearning:
                 own = self._user_offsets(user_id)
                 out["user"] = dict(zip(FEATURES, own.value.tolist(), strict=True))
                 out["user_episodes"] = own.episodes
-                if self.config.scope == "user":
-                    w = w + own.value
+                w = self.weights(user_id)
             out["weights"] = dict(zip(FEATURES, w.tolist(), strict=True))
             return out
 
@@ -345,8 +347,8 @@ class TurnLearning:
     def learn(self, user_id: str, episode: TurnEpisode) -> TurnFit | None:
         """One step on an episode (None when it teaches nothing: all or none cited).
 
-        The shared offsets step at `turn_learning_rate`, pulled toward the prior by
-        `turn_prior_pull`; with scope `user` the user's offsets step at
+        The shared offsets (scopes `user`, `shared`) step at `turn_learning_rate`, pulled
+        toward the prior by `turn_prior_pull`; the user's own (scopes `user`, `isolated`) at
         `turn_user_learning_rate`, pulled toward the shared weights by `turn_pull`.
         """
         cfg = self.config
@@ -357,12 +359,13 @@ class TurnLearning:
                 return None
             loss, grad = got
             shared = self._shared_offsets()
-            d_shared = -cfg.turn_learning_rate * (grad + cfg.turn_prior_pull * shared.value)
-            shared.change += d_shared
-            shared.episodes += 1
-            shared.unsaved += 1
-            step = d_shared
-            if cfg.scope == "user":
+            step = np.zeros(len(FEATURES))
+            if cfg.scope != "isolated":
+                step = -cfg.turn_learning_rate * (grad + cfg.turn_prior_pull * shared.value)
+                shared.change += step
+                shared.episodes += 1
+                shared.unsaved += 1
+            if cfg.scope != "shared":
                 own = self._user_offsets(user_id)
                 lr = cfg.turn_user_learning_rate
                 d_own = -lr * (grad + cfg.turn_pull * own.value)
@@ -370,7 +373,7 @@ class TurnLearning:
                 own.episodes += 1
                 own.unsaved += 1
                 step = step + d_own
-            pending = shared.unsaved
+            pending = max(shared.unsaved, 0 if cfg.scope == "shared" else own.unsaved)
             if pending >= cfg.save_every or self.clock() - self._saved_at >= cfg.save_seconds:
                 self.flush()
                 pending = 0
