@@ -20,10 +20,11 @@ nothing on average, where the logistic loss would flatten the weights toward ind
 Saving is batched: an episode changes the weights in memory at once (the next retrieval of
 this process ranks with them); the change is written to the `StateStore` when
 `RerankConfig.save_every` episodes are waiting or `save_seconds` passed since the last save,
-and at `flush` / engine close. A crash loses at most that window. A save adds this process's
-change since its last save to what is stored (a read-modify-write), so processes sharing a
-store lose none of each other's updates; each process reads the others' at its next save (a
-user's offsets: also when first used).
+and at `flush` / engine close; a retrieval stores what waits once `save_seconds` passed. A
+crash loses at most that window. A save adds this process's change since its last save to
+what is stored (a read-modify-write), so processes sharing a store lose none of each other's
+updates; after a save a process reads the offsets again when next used, so it sees the others'
+updates (and a user deleted elsewhere) within one save window.
 
 Each state is one JSON document (`FORMAT`: feature names, offsets, episode count) sealed with
 a checksum (`reflective_memory.rmm.sealed`), checked when read: a damaged one is set aside with
@@ -306,6 +307,8 @@ class TurnLearning:
             return self.prior_vector
         scope = self.config.scope
         with self.lock:
+            if self.clock() - self._saved_at >= self.config.save_seconds:
+                self.flush()  # store what waits, see what other processes stored
             w = self.prior_vector
             if scope != "isolated":
                 w = w + self._shared_offsets().value
@@ -402,13 +405,23 @@ class TurnLearning:
         off.episodes, off.unsaved, off.version = box["episodes"], off.unsaved - unsaved, version
 
     def flush(self) -> None:
-        """Store every unsaved change now (and read what other processes stored)."""
+        """Store every unsaved change now; read again what other processes stored.
+
+        Offsets with nothing unsaved are dropped from memory and read again when next used,
+        so a change of another process (its saves, a `delete_user`) is seen within one save
+        window.
+        """
         with self.lock:
-            if self._shared is not None and self._shared.unsaved:
-                self._save(PRIOR_OWNER, SHARED_STATE, self._shared)
-            for user_id, off in self._users.items():
+            if self._shared is not None:
+                if self._shared.unsaved:
+                    self._save(PRIOR_OWNER, SHARED_STATE, self._shared)
+                else:
+                    self._shared = None
+            for user_id, off in list(self._users.items()):
                 if off.unsaved:
                     self._save(user_id, USER_STATE, off)
+                else:
+                    del self._users[user_id]
             self._saved_at = self.clock()
 
     def forget(self, user_id: str) -> None:
