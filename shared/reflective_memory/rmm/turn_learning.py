@@ -187,7 +187,7 @@ def _encode(values: np.ndarray, episodes: int) -> bytes:
     doc = {
         "format": FORMAT,
         "features": list(FEATURES),
-        "offsets": [round(float(v), 8) for v in values],
+        "offsets": [float(v) for v in values],
         "episodes": int(episodes),
     }
     return seal(json.dumps(doc, separators=(",", ":")).encode())
