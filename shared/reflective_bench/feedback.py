@@ -276,7 +276,11 @@ def _train(
     rng = np.random.default_rng([split.seed, CONDITIONS.index(condition)])
     curve_budgets = tuple(b for b in budgets if b <= TEACH_BUDGET)
     p_false, cite_rate = _calibrate(mem, split.train)
+    # the curve's unit: episodes per user, or episodes in all when each user asks once (across
+    # users: the stream of users teaches the shared weights)
     users = max(len({it.user for it in split.train}), 1)
+    if users == len(split.train):
+        users = 1
     total = epochs * len(split.train)
     if per_user_marks:
         marks = {round(m * users) for m in per_user_marks}
