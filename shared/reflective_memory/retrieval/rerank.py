@@ -63,7 +63,7 @@ class ShownTurns:
             scope=TURNS_SCOPE,
             top_k=len(ids),
             top_m=len(state.hits),
-            explored=False,
+            explored=req.explore,
             updates=self.episodes(),
             candidates=tuple(ids),
             reranked=tuple(ids),

@@ -92,7 +92,12 @@ class Retriever:
         self.shown = ShownTurns(learning.weights, learning.episodes)
         context_units = any(g in CONTEXT_UNITS for g in config.units.granularities)
         self.votes = Votes(
-            config.passages, config.search.rrf_k, turns, context_units, learning.weights
+            config.passages,
+            config.search.rrf_k,
+            turns,
+            context_units,
+            learning.weights,
+            learning.explore_noise,
         )
         self.passages = PassagePacking(config.passages, config.units.date_prefix, turns, count)
         self.units = UnitPacking(store, count)

@@ -460,6 +460,8 @@ class Votes:
             alone no session ever gets a context vote, so none is stood in for).
         weights: The ranker's weights for a user (citation-taught: `rmm.turn_learning`);
             default: the fitted ranker's.
+        noise: Exploration noise for `n` turns' log-scores, added when a call explores
+            (`retrieve(explore=True)`: RMM's Gumbel sampling of what is shown).
     """
 
     name = "votes"
@@ -472,11 +474,12 @@ class Votes:
         turns: UserTurns,
         context_units: bool,
         weights: Callable[[str], np.ndarray] | None = None,
+        noise: Callable[[int], np.ndarray] | None = None,
     ) -> None:
         self.config, self.rrf_k, self.turns = config, rrf_k, turns
         self.context_units = context_units
         self.ranker: TurnRanker = load_ranker(None if config.ranker == "learned" else config.ranker)
-        self.weights = weights
+        self.weights, self.noise = weights, noise
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.votes`, `state.unit_scores`, `state.ranked_units` and `state.recency`."""
@@ -542,6 +545,8 @@ class Votes:
             scores = self.ranker.score(feats.matrix)
         else:
             scores = feats.matrix @ self.weights(req.user_id)
+        if req.explore and self.noise is not None:
+            scores = scores + self.noise(len(scores))
         for key, s in zip(feats.keys, scores.tolist(), strict=True):
             votes.turn[key] = math.exp(min(s, 50.0))
         gone = collapse_duplicates(votes, session_turns, texts, keep=lifting(votes, anchors))

@@ -250,6 +250,7 @@ class TurnLearning:
         self._shared: _Offsets | None = None
         self._users: OrderedDict[str, _Offsets] = OrderedDict()
         self._saved_at = clock()
+        self._rng = np.random.default_rng(config.seed)
 
     # ------------------------------------------------------------------ reading
     def _load(self, owner: str, name: str) -> _Offsets:
@@ -315,6 +316,17 @@ class TurnLearning:
             if scope != "shared":
                 w = w + self._user_offsets(user_id).value
             return w
+
+    def explore_noise(self, n: int) -> np.ndarray:
+        """Gumbel noise for `n` turn log-scores at temperature `rerank.tau` (exploration).
+
+        Added to the scores of a `retrieve(explore=True)`, it samples what is shown as RMM
+        samples its top-M: a turn just below the budget is sometimes shown, and citations of
+        it teach what the ranker's own choice could not.
+        """
+        with self.lock:
+            u = self._rng.random(n)
+        return -np.log(-np.log(np.clip(u, 1e-12, 1 - 1e-12))) * self.config.tau
 
     def episodes(self) -> int:
         """Episodes the shared offsets learned from (stored and unsaved)."""
