@@ -439,11 +439,13 @@ class TurnLearning:
     def forget(self, user_id: str) -> None:
         """Erase a user's own offsets, in memory and in the store.
 
-        The shared offsets keep what they learned from everyone (a few aggregate weights).
+        Every learned state stored under the user goes (also what an earlier version of the
+        library kept there). The shared offsets keep what they learned from everyone (a few
+        aggregate weights, no text).
         """
         with self.lock:
             self._users.pop(user_id, None)
-            self.state.delete(user_id, USER_STATE)
+            self.state.delete_owner(user_id)
 
 
 def episode_from_record(
