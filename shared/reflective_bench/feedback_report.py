@@ -138,11 +138,10 @@ def report(
         f"data: {args.data} ({len(convs)} users; protocol: {protocol}; per split "
         f"{len(sp0.train)} teaching / {len(sp0.test)} test questions), "
         f"units={list(cfg.units.granularities)}, denoiser={args.denoiser}, "
-        f"embedder={embedder_name}, retrieval={cfg.search.mode}; reranker: scope={rr.scope}, "
-        f"K={rr.top_k}, M={rr.top_m}, tau={rr.tau}, lr={rr.learning_rate}, "
-        f"feature lr={rr.feature_learning_rate}, user lr={rr.user_learning_rate}, "
-        f"user decay={rr.user_decay}, batch={rr.batch_size}, "
-        f"b={rr.baseline}, features={list(rr.features)}; "
+        f"embedder={embedder_name}, retrieval={cfg.search.mode}; turn ranker: start "
+        f"{args.start}, scope={rr.scope}, update={rr.turn_update}, lr={rr.turn_learning_rate}, "
+        f"user lr={rr.turn_user_learning_rate}, pull={rr.turn_pull}, "
+        f"prior pull={rr.turn_prior_pull}, explore tau={rr.tau}; "
         f"epochs={args.epochs}, splits={[p['split'].seed for p in per_split]}; "
         f"simulated citations: precision {precision}, recall {recall}; ingest {ingest_s:.0f} s",
         "",
