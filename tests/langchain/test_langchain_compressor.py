@@ -156,7 +156,9 @@ def test_default_is_the_memorys_turn_ranker(mem):
 
 
 def test_feedback_trains_persists_and_isolates_the_memorys_turn_ranker(tmp_path):
-    mem = _learning_memory(tmp_path / "store", rerank={"scope": "isolated", "save_every": 1})
+    mem = _learning_memory(
+        tmp_path / "store", rerank={"scope": "isolated", "save_every": 1, "turn_pull": 0.0}
+    )
     comp = CitationReranker(memory=mem, user_id="ana", top_n=4)
     report = comp.feedback(BREAD_QUERY, comp.compress_documents(DOCS, BREAD_QUERY), "Yes [1].")
     assert report.learned and report.pending == 0

@@ -284,7 +284,9 @@ def test_default_is_the_memorys_turn_ranker(mem):
 
 
 def test_feedback_trains_persists_and_isolates_the_memorys_turn_ranker(tmp_path):
-    mem = _learning_memory(tmp_path / "store", rerank={"scope": "isolated", "save_every": 1})
+    mem = _learning_memory(
+        tmp_path / "store", rerank={"scope": "isolated", "save_every": 1, "turn_pull": 0.0}
+    )
     pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=len(TEXTS))
     shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
     report = pp.feedback(Response(response="It runs there [2][1].", source_nodes=shown))

@@ -316,7 +316,7 @@ def test_api_reads(client, smem):
         "date",
     ):
         assert key in hit
-    assert "total" in r["timings_ms"] and r["rerank"]["scope"] == "user"
+    assert "total" in r["timings_ms"] and r["rerank"]["scope"] == "turns"
 
 
 @pytest.mark.parametrize(

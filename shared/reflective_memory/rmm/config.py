@@ -115,7 +115,7 @@ class RerankConfig:
     seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
-    turn_update: str = "pairwise"
+    turn_update: str = "reinforce"
     turn_learning_rate: float = 0.05
     turn_prior_pull: float = 0.0
     turn_user_learning_rate: float = 0.05
