@@ -240,3 +240,14 @@ def test_start_rankers_prior_cosine_or_a_file(tmp_path):
     assert weights["cosine"] == load_ranker().weights["cosine"]
     assert all(w == 0.0 for n, w in weights.items() if n != "cosine")
     assert start_ranker("/some/ranker.json", tmp_path / "store") == "/some/ranker.json"
+
+
+def test_feedback_cost_measures_learned_episodes():
+    from reflective_bench.feedback_cost import measure
+    from reflective_memory import HashingEmbedder, ReflectiveMemory
+
+    with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        got = measure(mem, sessions=6, rounds=20)
+    assert got["learned"] == 20
+    assert 0 < got["feedback_p50"] <= got["feedback_p95"] <= got["feedback_max"]
+    assert got["retrieve_p50"] > 0

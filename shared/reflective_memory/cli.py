@@ -60,6 +60,7 @@ BENCH_MODULES = [
     "reflective_bench.gate",
     "reflective_bench.conditional",
     "reflective_bench.feedback",
+    "reflective_bench.feedback_cost",
     "reflective_bench.segmentation",
     "reflective_bench.latency",
     "reflective_bench.soak",
