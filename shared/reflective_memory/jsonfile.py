@@ -20,14 +20,17 @@ import math
 import os
 import stat
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, AnyStr
 
 from reflective_memory.errors import InvalidFileError
 
 __all__ = [
     "read_json",
+    "bounded_lines",
+    "MAX_LINE_BYTES",
     "read_text_file",
     "loads_bounded",
     "open_regular",
@@ -51,6 +54,10 @@ MAX_IMPORT_BYTES = 1024 * 2**20
 
 #: Deepest nesting of lists and objects accepted (the supported formats need 6).
 MAX_DEPTH = 32
+
+#: Longest line a line-by-line reader takes (JSON Lines, exports), after decompression: a
+#: memory with its vector or a chat message is a few KiB; 64 MiB is a guard.
+MAX_LINE_BYTES = 64 * 2**20
 
 #: Most digits of an integer in a JSON file (a float holds about 309; Python refuses to read
 #: an integer of more than 4,300 digits, and converts none of over 308 to a float).
@@ -86,6 +93,51 @@ def json_depth(data: Any) -> int:
         deepest = max(deepest, level)
         stack.extend((child, level + 1) for child in children)
     return deepest
+
+
+def bounded_lines(
+    fh: IO[AnyStr],
+    name: str | Path,
+    *,
+    max_total: int | None,
+    too_large: str,
+    max_line: int = MAX_LINE_BYTES,
+    unit: str = "bytes",
+) -> Iterator[tuple[int, AnyStr]]:
+    """`(line number, line)` of an open stream, no line read past what the limits allow.
+
+    Each line is read with `readline(limit)`, so a line of any length (a gzip member that
+    inflates to one 600 MB line) costs at most the room left under `max_total` or
+    `max_line`, never its whole length.
+
+    Args:
+        fh: A text or binary stream (lengths are characters or bytes).
+        name: The file, for errors.
+        max_total: Most characters or bytes of the whole stream (None: no limit).
+        too_large: What is wrong when the stream passes `max_total`.
+        max_line: Longest line.
+        unit: What lengths count, for errors (`bytes`, or `characters` for a text stream).
+
+    Raises:
+        InvalidFileError: Naming the line: the stream passes `max_total`, a line is longer
+            than `max_line`, or the stream cannot be read (a damaged `.gz`).
+    """
+    n = total = 0
+    while True:
+        room = max_line if max_total is None else min(max_line, max_total - total)
+        try:
+            line = fh.readline(room + 1)
+        except (OSError, EOFError) as exc:
+            raise InvalidFileError(name, f"line {n + 1}", f"cannot be read ({exc})") from None
+        if not line:
+            return
+        n += 1
+        total += len(line)
+        if max_total is not None and total > max_total:
+            raise InvalidFileError(name, f"line {n}", too_large)
+        if len(line) > max_line:
+            raise InvalidFileError(name, f"line {n}", f"is longer than {max_line:,} {unit}")
+        yield n, line
 
 
 def open_regular(path: str | Path) -> io.BufferedReader:

@@ -184,8 +184,15 @@ class SessionWriter:
             tracing.describe(span, tracing.turns_attributes, stored)
         return stored
 
-    def _add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
-        self._open()
+    def check_turns(self, turns: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The turns as `add_turns` would store them (roles canonical, times parsed), checked.
+
+        Nothing is written: a caller that stores many batches (an ingest) checks them all
+        first, so a bad turn late in its input stores nothing at all.
+
+        Raises:
+            InvalidInputError: A turn is not a dict, has unknown fields, or a bad value.
+        """
         if isinstance(turns, (str, bytes, dict)) or not isinstance(turns, Iterable):
             raise InvalidInputError(
                 f"turns must be an iterable of dicts, got {type(turns).__name__}"
@@ -207,6 +214,11 @@ class SessionWriter:
                     t.get("turn_id"),
                 )
             )
+        return records
+
+    def _add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
+        self._open()
+        records = self.check_turns(turns)
         if any(r["timestamp"] is None for r in records):
             self._clock().stamp(records)
         fresh = self._new_sessions(records)
@@ -500,6 +512,8 @@ class SessionWriter:
         for i, (mid, t) in enumerate(zip(ids, turns, strict=True)):
             mem = found.get(mid)
             vec = stored.get(mid)
+            if vec is not None and vec.shape != (self.embedder.dim,):
+                vec = None  # a damaged vector (an edited import): made again, never broadcast
             if mem is not None and vec is not None and mem.key == raw_key([t], speakers):
                 out[i] = vec
             else:
