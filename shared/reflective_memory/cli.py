@@ -72,6 +72,7 @@ BENCH_MODULES = [
     "reflective_bench.surfaces",
     "reflective_bench.ranker",
     "reflective_bench.settings_cv",
+    "reflective_bench.attacks",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.
