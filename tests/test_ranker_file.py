@@ -103,3 +103,22 @@ def test_a_file_over_the_size_cap_is_refused_before_it_is_read(tmp_path: Path) -
 def test_a_sound_file_still_loads(tmp_path: Path) -> None:
     path = _sealed(tmp_path / "ok.json", {"cosine": 2.5})
     assert load_ranker(str(path)).weights["cosine"] == 2.5
+
+
+def test_the_other_learned_files_are_read_the_same_bounded_way(tmp_path: Path) -> None:
+    """Segmenter weights and a rubric a user names are read by the same bounded reader."""
+    from reflective_memory.errors import InvalidInputError
+    from reflective_memory.segment.embedding import load_weights
+    from reflective_memory.segment.rubric import Rubric
+
+    fifo = tmp_path / "weights.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=f"{fifo}: is not a regular file"):
+        load_weights(fifo)
+    with pytest.raises(InvalidInputError, match=f"{fifo}: is not a regular file"):
+        Rubric.load(fifo)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="nested deeper"):
+        load_weights(deep)
+    assert load_weights()["features"]  # the shipped weights still load

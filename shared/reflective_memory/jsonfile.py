@@ -35,6 +35,7 @@ __all__ = [
     "loads_bounded",
     "open_regular",
     "MAX_INT_DIGITS",
+    "MAX_MODEL_FILE_BYTES",
     "json_depth",
     "FileShape",
     "MAX_FILE_BYTES",
@@ -58,6 +59,10 @@ MAX_DEPTH = 32
 #: Longest line a line-by-line reader takes (JSON Lines, exports), after decompression: a
 #: memory with its vector or a chat message is a few KiB; 64 MiB is a guard.
 MAX_LINE_BYTES = 64 * 2**20
+
+#: Largest learned-model or settings file a setting names (a turn ranker, segmenter weights, a
+#: rubric): the shipped ones are under 1 KiB.
+MAX_MODEL_FILE_BYTES = 2**20
 
 #: Most digits of an integer in a JSON file (a float holds about 309; Python refuses to read
 #: an integer of more than 4,300 digits, and converts none of over 308 to a float).

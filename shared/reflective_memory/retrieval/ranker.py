@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from reflective_memory.errors import ConfigError, InvalidFileError
-from reflective_memory.jsonfile import loads_bounded, read_text_file
+from reflective_memory.jsonfile import MAX_MODEL_FILE_BYTES, loads_bounded, read_text_file
 from reflective_memory.retrieval.features import FEATURES
 
 __all__ = ["FORMAT", "TurnRanker", "load_ranker", "fit_ranker", "model_checksum"]
@@ -93,7 +93,7 @@ def model_checksum(body: dict[str, Any]) -> str:
 
 
 #: Largest turn ranker file read (the shipped one is under 1 KiB).
-MAX_MODEL_BYTES = 2**20
+MAX_MODEL_BYTES = MAX_MODEL_FILE_BYTES
 #: Largest weight a turn ranker file may hold (fitted ones are of order one; a score is
 #: `exp(w · x)`, which a weight past this would overflow).
 MAX_WEIGHT = 100.0
