@@ -4,7 +4,9 @@
 
 * messages flushed from the short-term queue are stored as turns of the user's session (the
   block's `session_id`, else the `Memory`'s) and the session's memories are rebuilt, so they are
-  retrievable at once;
+  retrievable at once; with a `ReflectiveDBChatStore` of the same memory and user as the
+  `Memory`'s chat store, the flushed messages are its turns already and each is stored once
+  (`chat_store.stored_turn`), whatever the system messages and concurrent `aput` calls;
 * on every `get`, the latest messages are the query; the retrieved memories are numbered `[0]`,
   `[1]`, ... so an answer can cite them, and `feedback(answer)` hands the citations to the core;
 * "two weeks ago" resolves against `Memory.get(now=...)`, else the newest message's own time
