@@ -73,16 +73,6 @@ with httpx.Client(timeout=60) as client:
             pass
         posted += 1
 """
-_HELLO = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "1"},
-    },
-}
 _ACCEPT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
@@ -131,9 +121,13 @@ class _Server:
 def _session(url: str) -> dict[str, str]:
     """An initialised MCP session of the user: the headers of its requests."""
     import httpx
+    from mcp.types import LATEST_PROTOCOL_VERSION
 
+    client = {"name": "bench", "version": "1"}
+    params = {"protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {}, "clientInfo": client}
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}
     auth = {**_ACCEPT, "Authorization": f"Bearer {_TOKEN}"}
-    opened = httpx.post(url, content=json.dumps(_HELLO).encode(), headers=auth, timeout=30)
+    opened = httpx.post(url, content=json.dumps(hello).encode(), headers=auth, timeout=30)
     auth["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     httpx.post(url, content=json.dumps(note).encode(), headers=auth, timeout=30)
@@ -321,9 +315,12 @@ def register(bench: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--attackers", type=int, default=2, help="clients posting nested bodies")
-    p.add_argument("--calls", type=int, default=200, help="timed calls of the user, per phase")
-    p.add_argument("--stalled", type=int, default=200, help="stalled connections")
-    p.add_argument("--stalled-kib", type=int, default=1000, help="KiB each stalled one sends")
-    p.add_argument("--line-mb", type=int, default=600, help="MB of the one gz line")
+    for flag, default, what in (
+        ("--attackers", 2, "clients posting nested bodies"),
+        ("--calls", 200, "timed calls of the user, per phase"),
+        ("--stalled", 200, "stalled connections"),
+        ("--stalled-kib", 1000, "KiB each stalled one sends"),
+        ("--line-mb", 600, "MB of the one gz line"),
+    ):
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.set_defaults(func=_run)

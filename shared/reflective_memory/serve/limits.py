@@ -162,9 +162,8 @@ class BodyLimit:
                 return
         if self.pending >= self.max_pending:
             logger.warning("refused a request: %d request bodies are being read", self.pending)
-            await self._refuse(
-                scope, send, 503, "the server is reading too many requests; retry", [_RETRY]
-            )
+            busy = "the server is reading too many requests; retry"
+            await _refuse(scope, send, 503, busy, [_RETRY], jsonrpc=self.jsonrpc)
             return
         import anyio
 
@@ -209,19 +208,9 @@ class BodyLimit:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _refuse(
-        self,
-        scope: Message,
-        send: Send,
-        status: int,
-        message: str,
-        extra: Sequence[tuple[bytes, bytes]] = (),
-    ) -> None:
+    async def _refuse(self, scope: Message, send: Send, status: int, message: str) -> None:
         """Answer `status`: a JSON-RPC error (`jsonrpc`), else as `_refuse` does."""
-        if self.jsonrpc:
-            await answer(send, *jsonrpc_refusal(status, JSONRPC_INVALID_REQUEST, message), extra)
-        else:
-            await _refuse(scope, send, status, message, extra)
+        await _refuse(scope, send, status, message, jsonrpc=self.jsonrpc)
 
     def _too_large(self, what: str) -> str:
         return f"request body too large: at most {self.max_bytes:,} bytes are accepted ({what})"
@@ -247,8 +236,17 @@ async def _refuse(
     status: int,
     message: str,
     extra: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    jsonrpc: bool = False,
 ) -> None:
-    """Answer `status` (JSON under /api, text elsewhere) and close the connection."""
+    """Answer `status` and close the connection.
+
+    A JSON-RPC error with id null (`jsonrpc`: as an MCP client reads one), else JSON under
+    `/api` and text elsewhere.
+    """
+    if jsonrpc:
+        await answer(send, *jsonrpc_refusal(status, JSONRPC_INVALID_REQUEST, message), extra)
+        return
     path = scope.get("path", "")
     if path == "/api" or path.startswith("/api/"):
         body, kind = json.dumps({"detail": message, "status": status}).encode(), b"application/json"
