@@ -74,6 +74,7 @@ BENCH_MODULES = [
     "reflective_bench.surfaces",
     "reflective_bench.ranker",
     "reflective_bench.settings_cv",
+    "reflective_bench.attacks",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.
@@ -494,9 +495,28 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8766, help="http: port (default 8766)")
     _body_limit(p, "http: ")
     from reflective_memory.serve.limits import (
+        BODY_READ_SECONDS,
+        MAX_PENDING_BODIES,
         MAX_REQUESTS_PER_MINUTE,
         MAX_SESSIONS_PER_TOKEN,
         SESSION_IDLE_SECONDS,
+    )
+
+    p.add_argument(
+        "--body-read-seconds",
+        type=_positive_float,
+        default=BODY_READ_SECONDS,
+        metavar="S",
+        help="http: a request body must arrive whole within S seconds; a slower one gets 408 "
+        f"(default {BODY_READ_SECONDS:g})",
+    )
+    p.add_argument(
+        "--max-pending-bodies",
+        type=_positive_int,
+        default=MAX_PENDING_BODIES,
+        metavar="N",
+        help="http: most request bodies read at once; past it a request gets 503 "
+        f"(default {MAX_PENDING_BODIES})",
     )
 
     p.add_argument(

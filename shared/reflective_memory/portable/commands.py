@@ -156,12 +156,13 @@ def _print_import(report: ImportReport) -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from reflective_memory.portable.endpoints import endpoint
-    from reflective_memory.portable.files import import_memory
+    from reflective_memory.portable.files import check_import_file, import_memory
 
+    check_import_file(args.file, args.max_file_mb)  # a refused file creates no store
     ep = _open(args.db, args.dsn, args.schema, read_dsn_of(args, args.dsn))
     try:
         target = endpoint(ep, embedder=_embedder(args.embedder))
-        report = import_memory(target, args.file, max_bytes=args.max_file_mb)
+        report = import_memory(target, args.file, max_bytes=args.max_file_mb, measure=False)
     finally:
         ep.store.close()
     _print_import(report)
@@ -218,7 +219,8 @@ def add_commands(sub: Any, types: ArgTypes) -> None:
         help="write a store's users, turns, memories and learned state to a JSON Lines file",
         description="Streams the store (one user at a time) into a versioned JSON Lines file "
         "(reflective_memory.portable.format); FILE.gz is compressed. Embeddings travel with "
-        "their model's name unless --no-vectors.",
+        "their model's name unless --no-vectors. The file holds every exported user's "
+        "memory, their words verbatim: a new file is readable by its owner only (mode 0600).",
     )
     _where(p, types.store_dir)
     p.add_argument("--user", default=None, help="only this user")
