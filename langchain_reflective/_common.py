@@ -81,7 +81,7 @@ def format_memories(
 
 
 def send_feedback(memory: Any, retrieval: Retrieval | None, answer: str) -> Any | None:
-    """Forward an answer's citations to the engine's reranker (`memory.feedback`).
+    """Forward an answer's citations to the memory's turn ranker (`memory.feedback`).
 
     Sent when the retrieval showed at least one memory and the engine reranks
     (`config.rerank.enabled`). Feedback never breaks the conversation: failures are logged and

@@ -138,7 +138,7 @@ def test_feedback_delegates(mem):
     assert calls[0][0] is block.last_retrieval and calls[0][1] == "Pixel [0]"
 
 
-def test_feedback_trains_the_engines_reranker_for_the_user():
+def test_feedback_teaches_the_memorys_turn_ranker_for_the_user():
     cfg = MemoryConfig(units={"granularities": ("turn",)}, rerank={"batch_size": 1})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         _seed(mem)
@@ -150,5 +150,6 @@ def test_feedback_trains_the_engines_reranker_for_the_user():
         # nothing, although it is full of citation markers
         echoed = block.feedback("System: " + block.get([U("dog")]) + "\nAssistant: ok")
         assert not echoed.learned and "echoes" in echoed.reason
-        assert mem.retrieve("ana", "dog", k=1).diagnostics["rerank"]["updates"] == 1
-        assert mem.retrieve("bob", "dog", k=1).diagnostics["rerank"]["updates"] == 0
+        assert mem.retrieve("ana", "dog", k=1).diagnostics["rerank"]["updates"] == 1  # shared
+        assert mem.ranker_weights("ana")["user_episodes"] == 1
+        assert mem.ranker_weights("bob")["user_episodes"] == 0  # bob's own offsets untouched
