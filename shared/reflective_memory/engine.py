@@ -532,7 +532,7 @@ class ReflectiveMemory:
 
         Returns:
             A `FeedbackResult` saying what was learned, or why nothing was (`reason`: e.g.
-            reranking is off, the answer cites nothing readable, the memories changed). Only
+            learning is off, the answer cites nothing readable, all or none cited). Only
             the answer is read: an answer that echoes the prompt's instructions or its memory
             blocks back (`reflective_memory.rmm.citations.echoes_instructions`) teaches
             nothing.
