@@ -11,8 +11,10 @@ from reflective_memory.rmm.text_rows import text_rows
 from reflective_memory.rmm.turn_learning import (
     PRIOR_OWNER,
     SHARED_STATE,
+    USER_STATE,
     TurnEpisode,
     TurnLearning,
+    average_precision,
     passage_gradient,
 )
 from reflective_memory.storage.state import FileStateStore
@@ -147,3 +149,79 @@ def test_text_rows_fill_the_columns_a_text_has():
     ]
     assert not rows[:, others].any()
     assert text_rows("q", [], np.zeros(0)).shape == (0, F)
+
+
+def test_average_precision_counts_runners_up_above_a_cited_passage():
+    col = FEATURES.index("cosine")
+    rows = np.zeros((4, F))
+    rows[:, col] = [3.0, 2.0, 1.0, 0.0]  # passages 0, 1, 2 and a runner-up
+    w = np.zeros(F)
+    w[col] = 1.0
+    ep = TurnEpisode(rows, np.array([0, 1, 2, -1]), (True, False, True))
+    assert average_precision(w, ep) == pytest.approx((1 / 1 + 2 / 3) / 2)
+    # weights that put the runner-up first push both cited passages down a place
+    flipped = rows.copy()
+    flipped[3, col] = 4.0
+    worse = TurnEpisode(flipped, ep.groups, ep.cited)
+    assert average_precision(w, worse) == pytest.approx((1 / 2 + 2 / 4) / 2)
+    assert average_precision(w, TurnEpisode(rows, ep.groups, (False,) * 3)) is None
+    # the runner-up is not a shown passage: the gradient ignores it
+    a, b = passage_gradient(w, ep, "reinforce"), passage_gradient(w, worse, "reinforce")
+    np.testing.assert_allclose(a[1], b[1])
+
+
+def _consistent(rng: np.random.Generator, n: int, *, noise: bool = False) -> list[TurnEpisode]:
+    """Episodes whose cited passage has a high value of one feature (or cited at random)."""
+    col = FEATURES.index("bm25")
+    out = []
+    for _ in range(n):
+        rows = rng.normal(size=(6, F)) * 0.3
+        good = int(rng.integers(4))
+        rows[good, col] += 2.0
+        cited = [False] * 4
+        cited[int(rng.integers(4)) if noise else good] = True
+        out.append(TurnEpisode(rows, np.array([0, 1, 2, 3, -1, -1]), tuple(cited)))
+    return out
+
+
+def test_learned_offsets_rank_only_once_they_beat_the_weights_they_replace():
+    """A prequential gate: what citations teach serves once it ranks later citations better."""
+    cfg = RerankConfig(save_every=1000, turn_learning_rate=0.2, turn_user_learning_rate=0.2)
+    prior = load_ranker()
+    learning = TurnLearning(cfg, prior, FileStateStore())
+    episodes = _consistent(np.random.default_rng(6), 40)
+    first = learning.learn("u1", episodes[0])
+    assert not first.serving  # one episode proves nothing: the prior still ranks
+    np.testing.assert_array_equal(learning.weights("u1"), prior.vector)
+    fits = [learning.learn("u1", ep) for ep in episodes[1:]]
+    assert fits[-1].serving
+    seen = learning.inspect("u1")
+    assert seen["shared_gate"]["serves"] and seen["shared_gate"]["mean_gain"] > 0
+    assert seen["shared_gate"]["judged"] == 39  # zero offsets are not judged
+    w = np.array([seen["weights"][n] for n in FEATURES])
+    assert w[FEATURES.index("bm25")] > prior.vector[FEATURES.index("bm25")]
+
+
+def test_random_citations_leave_the_prior_ranking():
+    cfg = RerankConfig(save_every=1000, turn_learning_rate=0.2, turn_user_learning_rate=0.2)
+    prior = load_ranker()
+    learning = TurnLearning(cfg, prior, FileStateStore())
+    for ep in _consistent(np.random.default_rng(7), 200, noise=True):
+        learning.learn("u1", ep)
+    seen = learning.inspect("u1")
+    assert seen["episodes"] == 200 and any(seen["shared"].values())  # it learned ...
+    assert not seen["shared_gate"]["serves"] and not seen["user_gate"]["serves"]
+    np.testing.assert_array_equal(learning.weights("u1"), prior.vector)  # ... and serves none
+
+
+def test_the_gate_is_stored_with_the_offsets(tmp_path):
+    cfg = RerankConfig(save_every=1000, turn_learning_rate=0.2, turn_user_learning_rate=0.2)
+    state = FileStateStore(tmp_path)
+    a = TurnLearning(cfg, load_ranker(), state)
+    for ep in _consistent(np.random.default_rng(6), 40):
+        a.learn("u1", ep)
+    a.flush()
+    b = TurnLearning(cfg, load_ranker(), FileStateStore(tmp_path))
+    assert b.inspect("u1")["user_gate"] == a.inspect("u1")["user_gate"]
+    np.testing.assert_allclose(b.weights("u1"), a.weights("u1"))
+    assert state.get("u1", USER_STATE) is not None

@@ -491,7 +491,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="the ranker learning starts from: prior (shipped), cosine (query cosine only), "
         "or a ranker file (e.g. fitted on another corpus)",
     )
-    p.add_argument("--turn-update", default=None, choices=("pairwise", "reinforce"))
+    p.add_argument("--turn-update", default=None, choices=("pairwise", "reinforce", "expected"))
     p.add_argument("--turn-lr", type=float, default=None, help="shared offsets' step")
     p.add_argument("--turn-user-lr", type=float, default=None, help="per-user offsets' step")
     p.add_argument("--turn-pull", type=float, default=None, help="per-user pull to shared")

@@ -39,7 +39,7 @@ RERANK_FEATURES = (
 #: `RerankConfig.scope` values: prior + per-user adaptation, one shared reranker, one per user.
 RERANK_SCOPES = ("user", "shared", "isolated")
 #: `RerankConfig.turn_update` values (`reflective_memory.rmm.turn_learning.passage_gradient`).
-TURN_UPDATES = ("pairwise", "reinforce")
+TURN_UPDATES = ("pairwise", "reinforce", "expected")
 #: `RerankConfig.baseline` value for the per-episode mean-reward baseline.
 EPISODE_BASELINE = "episode"
 

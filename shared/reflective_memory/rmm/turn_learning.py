@@ -62,6 +62,8 @@ __all__ = [
     "SHARED_STATE",
     "USER_STATE",
     "passage_gradient",
+    "average_precision",
+    "GATE_SIGMAS",
     "episode_from_record",
 ]
 
@@ -78,6 +80,9 @@ USER_STATE = "rmm.turn_ranker.user"
 _MAX_OFFSET = 1e3
 #: Users whose offsets a process keeps in memory.
 _USER_CACHE = 4096
+#: Learned offsets serve once the mean of their prequential gains (see `TurnLearning.learn`) is
+#: above this many standard errors: a one-sided paired test at about 2.3% by chance.
+GATE_SIGMAS = 2.0
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,9 @@ class TurnEpisode:
     """One feedback episode: the shown passages as groups of turn feature rows.
 
     Attributes:
-        rows: Feature rows of the shown turns (`FEATURES` columns), `(n, len(FEATURES))`.
-        groups: The shown passage (0, 1, ...) each row belongs to.
+        rows: Feature rows of the shown turns and the runners-up (`FEATURES` columns).
+        groups: The shown passage (0, 1, ...) each row belongs to; `RUNNER_UP` (-1) for a
+            turn ranked just below what was shown.
         cited: Per shown passage, whether the answer cited it.
     """
 
@@ -104,12 +110,15 @@ class TurnFit:
         step: Size (L2) of the change of the served weights.
         episodes: Episodes the shared offsets learned from, this one included.
         pending: Episodes learned but not yet saved.
+        serving: Whether what this user's feedback taught ranks their next retrieval (the
+            gate, see `TurnLearning`).
     """
 
     loss: float
     step: float
     episodes: int
     pending: int
+    serving: bool = False
 
 
 def _logsumexp_groups(
@@ -146,10 +155,11 @@ def passage_gradient(
     cited = np.asarray(episode.cited, dtype=bool)
     if n < 2 or cited.all() or not cited.any():
         return None
-    scores = episode.rows @ weights
-    s, share = _logsumexp_groups(scores, episode.groups, n)
-    g = np.zeros((n, episode.rows.shape[1]))
-    np.add.at(g, episode.groups, episode.rows * share[:, None])
+    shown = episode.groups >= 0
+    rows, groups = episode.rows[shown], episode.groups[shown]
+    s, share = _logsumexp_groups(rows @ weights, groups, n)
+    g = np.zeros((n, rows.shape[1]))
+    np.add.at(g, groups, rows * share[:, None])
     pos, neg = np.flatnonzero(cited), np.flatnonzero(~cited)
     if update == "pairwise":
         margin = s[pos][:, None] - s[neg][None, :]
@@ -157,15 +167,44 @@ def passage_gradient(
         coef = -1.0 / (1.0 + np.exp(margin))  # d loss / d margin
         grad = (coef.sum(1) @ g[pos] - coef.sum(0) @ g[neg]) / margin.size
         return loss, grad
+    r = np.where(cited, 1.0, -1.0)
+    p = np.exp(s - s.max())
+    p /= p.sum()
+    if update == "expected":
+        # the gradient of the expected reward under the softmax: weighted by each passage's
+        # probability, it fades once the cited passages are the likely ones
+        rbar = float(p @ r)
+        return 1.0 - rbar, -((p * (r - rbar)) @ g)
     # reinforce: each shown passage's reward (+1 cited, -1 not) minus the episode's mean, times
     # the gradient of its log-probability under a softmax over the shown passages; the mean
     # baseline makes rewards that do not depend on the passages (noise) teach nothing on average
-    r = np.where(cited, 1.0, -1.0)
     adv = r - r.mean()
-    p = np.exp(s - s.max())
-    p /= p.sum()
     loss = -float(adv @ np.log(np.maximum(p, 1e-300))) / n
     return loss, -(adv @ (g - p @ g)) / n
+
+
+def average_precision(weights: np.ndarray, episode: TurnEpisode) -> float | None:
+    """How well `weights` put the cited passages first among the shown ones and the runners-up.
+
+    Each shown passage scores the `logsumexp` of its turns' log-scores, each runner-up its own;
+    the result is the average precision of the cited passages in that ranking (1.0: every
+    cited passage above everything else). A runner-up ranked above a cited passage costs as a
+    shown passage not cited does: what new weights would bring in instead of it.
+
+    Returns:
+        The average precision, or None when nothing is cited.
+    """
+    cited = np.asarray(episode.cited, dtype=bool)
+    if not cited.any():
+        return None
+    scores = episode.rows @ weights
+    shown = episode.groups >= 0
+    s, _ = _logsumexp_groups(scores[shown], episode.groups[shown], len(cited))
+    units = np.concatenate([s, scores[~shown]])
+    relevant = np.concatenate([cited, np.zeros(int((~shown).sum()), dtype=bool)])
+    hit = relevant[np.argsort(-units, kind="stable")]
+    ranks = np.flatnonzero(hit) + 1
+    return float(np.mean(np.arange(1, len(ranks) + 1) / ranks))
 
 
 @dataclass
@@ -177,24 +216,75 @@ class _Offsets:
     episodes: int = 0
     unsaved: int = 0
     version: int = 0
+    judged: int = 0
+    gain: float = 0.0
+    gain2: float = 0.0
+    new_judged: int = 0
+    new_gain: float = 0.0
+    new_gain2: float = 0.0
 
     @property
     def value(self) -> np.ndarray:
         return self.base + self.change
 
+    @property
+    def serves(self) -> bool:
+        """Whether the offsets beat the weights they would replace (see `_beats`)."""
+        return _beats(*self.gate())
 
-def _encode(values: np.ndarray, episodes: int) -> bytes:
+    def gate(self) -> tuple[int, float, float]:
+        """Episodes judged, and the sum and sum of squares of their gains."""
+        return (
+            self.judged + self.new_judged,
+            self.gain + self.new_gain,
+            self.gain2 + self.new_gain2,
+        )
+
+    def judge(self, gain: float) -> None:
+        """Count one episode's prequential gain."""
+        self.new_judged += 1
+        self.new_gain += gain
+        self.new_gain2 += gain * gain
+
+
+def _judge(off: _Offsets, episode: TurnEpisode, learned: np.ndarray, base: np.ndarray) -> None:
+    """Count whether `learned` ranked the episode's citations better than `base` (prequential)."""
+    if not off.value.any():
+        return
+    a, b = average_precision(learned, episode), average_precision(base, episode)
+    if a is not None and b is not None:
+        off.judge(a - b)
+
+
+def _gate(off: _Offsets) -> dict[str, Any]:
+    """An owner's gate as `inspect` shows it."""
+    n, total, _ = off.gate()
+    return {"judged": n, "mean_gain": total / n if n else 0.0, "serves": off.serves}
+
+
+def _beats(n: int, total: float, squares: float) -> bool:
+    """Whether the mean gain of `n` judged episodes is above `GATE_SIGMAS` standard errors."""
+    if n < 2 or total <= 0:
+        return False
+    var = max(squares - total * total / n, 0.0) / (n - 1)
+    return total / n > GATE_SIGMAS * math.sqrt(var / n)
+
+
+def _encode(values: np.ndarray, episodes: int, gate: tuple[int, float, float]) -> bytes:
     doc = {
         "format": FORMAT,
         "features": list(FEATURES),
         "offsets": [float(v) for v in values],
         "episodes": int(episodes),
+        "judged": int(gate[0]),
+        "gain": float(gate[1]),
+        "gain2": float(gate[2]),
     }
     return seal(json.dumps(doc, separators=(",", ":")).encode())
 
 
-def _decode(data: bytes) -> tuple[np.ndarray, int]:
-    """Offsets in `FEATURES` order and the episode count of stored bytes.
+def _decode(data: bytes) -> tuple[np.ndarray, int, tuple[int, float, float]]:
+    """Offsets in `FEATURES` order, episodes and the gate's sums of stored bytes.
 
     Raises:
         ModelLoadError: The seal, format, names or values are wrong.
@@ -207,14 +297,26 @@ def _decode(data: bytes) -> tuple[np.ndarray, int]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelLoadError(f"turn ranker offsets are not a {FORMAT} document")
     names, values, episodes = doc.get("features"), doc.get("offsets"), doc.get("episodes")
+    judged, gain, gain2 = doc.get("judged", 0), doc.get("gain", 0.0), doc.get("gain2", 0.0)
+    counts_ok = all(
+        not isinstance(c, bool) and isinstance(c, int) and c >= 0 for c in (episodes, judged)
+    )
+    sums_ok = all(
+        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+        for v in (gain, gain2)
+    )
     if (
         not isinstance(names, list)
         or not isinstance(values, list)
         or len(names) != len(values)
-        or not isinstance(episodes, int)
-        or episodes < 0
+        or not counts_ok
+        or not sums_ok
+        or gain2 < 0
+        or abs(gain) > judged
     ):
-        raise ModelLoadError("turn ranker offsets: features, offsets or episodes malformed")
+        raise ModelLoadError(
+            "turn ranker offsets: features, offsets, episodes or the gate's sums malformed"
+        )
     out = np.zeros(len(FEATURES))
     where = {n: i for i, n in enumerate(FEATURES)}
     for name, v in zip(names, values, strict=True):
@@ -224,7 +326,7 @@ def _decode(data: bytes) -> tuple[np.ndarray, int]:
             raise ModelLoadError(f"turn ranker offset {name!r} is out of bounds ({v})")
         if name in where:  # a feature the ranker no longer has is dropped
             out[where[name]] = float(v)
-    return out, episodes
+    return out, episodes, (judged, float(gain), float(gain2))
 
 
 class TurnLearning:
@@ -260,11 +362,11 @@ class TurnLearning:
             return _Offsets(np.zeros(len(FEATURES)), np.zeros(len(FEATURES)))
         version, data = got
         try:
-            values, episodes = _decode(data)
+            values, episodes, (judged, gain, gain2) = _decode(data)
         except ModelLoadError as exc:
             self._set_aside(owner, name, version, exc)
             return _Offsets(np.zeros(len(FEATURES)), np.zeros(len(FEATURES)))
-        return _Offsets(values, np.zeros(len(FEATURES)), episodes, 0, version)
+        return _Offsets(values, np.zeros(len(FEATURES)), episodes, 0, version, judged, gain, gain2)
 
     def _set_aside(self, owner: str, name: str, version: int, exc: Exception) -> None:
         if isinstance(self.state, SetsAside):
@@ -302,20 +404,29 @@ class TurnLearning:
         """The weights that rank `user_id`'s turns, in `FEATURES` order.
 
         The prior when learning is off; else the prior plus the shared offsets (scopes `user`
-        and `shared`) and the user's own (scopes `user` and `isolated`).
+        and `shared`) and the user's own (scopes `user` and `isolated`), each only while it
+        serves (has beaten what it would replace, see the module docs).
         """
         if not self.config.enabled:
             return self.prior_vector
-        scope = self.config.scope
         with self.lock:
             if self.clock() - self._saved_at >= self.config.save_seconds:
                 self.flush()  # store what waits, see what other processes stored
-            w = self.prior_vector
-            if scope != "isolated":
-                w = w + self._shared_offsets().value
-            if scope != "shared":
-                w = w + self._user_offsets(user_id).value
-            return w
+            return self._served(user_id)[0]
+
+    def _served(self, user_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """The weights that rank the user's turns, and those without the user's own offsets."""
+        scope = self.config.scope
+        w = self.prior_vector
+        if scope != "isolated":
+            shared = self._shared_offsets()
+            if shared.serves:
+                w = w + shared.value
+        if scope != "shared":
+            own = self._user_offsets(user_id)
+            if own.serves:
+                return w + own.value, w
+        return w, w
 
     def explore_noise(self, n: int) -> np.ndarray:
         """Gumbel noise for `n` turn log-scores at temperature `rerank.tau` (exploration).
@@ -338,8 +449,9 @@ class TurnLearning:
 
         Returns:
             `{"features": [...], "prior": {...}, "shared": {...}, "weights": {...},
-            "episodes": n}` and, for a user, `"user": {...}`, `"user_episodes": n`;
-            `weights` are the ones that rank (the user's when given).
+            "episodes": n, "shared_gate": {...}}` and, for a user, `"user": {...}`,
+            `"user_episodes": n`, `"user_gate": {...}`; `weights` are the ones that rank (the
+            user's when given); a gate is `{"judged": n, "mean_gain": x, "serves": bool}`.
         """
         with self.lock:
             shared = self._shared_offsets()
@@ -348,12 +460,14 @@ class TurnLearning:
                 "prior": dict(zip(FEATURES, self.prior_vector.tolist(), strict=True)),
                 "shared": dict(zip(FEATURES, shared.value.tolist(), strict=True)),
                 "episodes": shared.episodes,
+                "shared_gate": _gate(shared),
             }
-            w = self.prior_vector + shared.value
+            w = self.prior_vector + shared.value if shared.serves else self.prior_vector
             if user_id is not None:
                 own = self._user_offsets(user_id)
                 out["user"] = dict(zip(FEATURES, own.value.tolist(), strict=True))
                 out["user_episodes"] = own.episodes
+                out["user_gate"] = _gate(own)
                 w = self.weights(user_id)
             out["weights"] = dict(zip(FEATURES, w.tolist(), strict=True))
             return out
@@ -362,18 +476,32 @@ class TurnLearning:
     def learn(self, user_id: str, episode: TurnEpisode) -> TurnFit | None:
         """One step on an episode (None when it teaches nothing: all or none cited).
 
-        The shared offsets (scopes `user`, `shared`) step at `turn_learning_rate`, pulled
-        toward the prior by `turn_prior_pull`; the user's own (scopes `user`, `isolated`) at
-        `turn_user_learning_rate`, pulled toward the shared weights by `turn_pull`.
+        First the episode judges what was learned so far, before learning from it: the shared
+        offsets against the prior, the user's against the weights without them (see
+        `average_precision`). Then the shared offsets (scopes `user`, `shared`) step at
+        `turn_learning_rate`, pulled toward the prior by `turn_prior_pull`; the user's own
+        (scopes `user`, `isolated`) at `turn_user_learning_rate`, pulled toward the shared
+        weights by `turn_pull`. The step is taken at the learned weights, served or not.
         """
         cfg = self.config
         with self.lock:
-            w = self.weights(user_id)
-            got = passage_gradient(w, episode, cfg.turn_update)
+            if self.clock() - self._saved_at >= cfg.save_seconds:
+                self.flush()
+            prior = self.prior_vector
+            shared = self._shared_offsets()
+            own = self._user_offsets(user_id)
+            learned = prior.copy()
+            if cfg.scope != "isolated":
+                learned += shared.value
+                _judge(shared, episode, prior + shared.value, prior)
+            if cfg.scope != "shared":
+                base = prior + shared.value if cfg.scope != "isolated" and shared.serves else prior
+                _judge(own, episode, base + own.value, base)
+                learned += own.value
+            got = passage_gradient(learned, episode, cfg.turn_update)
             if got is None:
                 return None
             loss, grad = got
-            shared = self._shared_offsets()
             step = np.zeros(len(FEATURES))
             if cfg.scope != "isolated":
                 step = -cfg.turn_learning_rate * (grad + cfg.turn_prior_pull * shared.value)
@@ -381,7 +509,6 @@ class TurnLearning:
                 shared.episodes += 1
                 shared.unsaved += 1
             if cfg.scope != "shared":
-                own = self._user_offsets(user_id)
                 lr = cfg.turn_user_learning_rate
                 d_own = -lr * (grad + cfg.turn_pull * own.value)
                 own.change += d_own
@@ -392,29 +519,42 @@ class TurnLearning:
             if pending >= cfg.save_every or self.clock() - self._saved_at >= cfg.save_seconds:
                 self.flush()
                 pending = 0
-            return TurnFit(loss, float(np.linalg.norm(step)), shared.episodes, pending)
+            served, _ = self._served(user_id)
+            return TurnFit(
+                loss,
+                float(np.linalg.norm(step)),
+                shared.episodes,
+                pending,
+                bool(not np.array_equal(served, prior)),
+            )
 
     # ------------------------------------------------------------------- saving
     def _save(self, owner: str, name: str, off: _Offsets) -> None:
         """Add an owner's unsaved change to what is stored (read-modify-write)."""
         change, unsaved = off.change.copy(), off.unsaved
+        new = (off.new_judged, off.new_gain, off.new_gain2)
         box: dict[str, Any] = {}
 
         def update(_version: int, data: bytes | None) -> bytes:
-            base, episodes = np.zeros(len(FEATURES)), 0
+            base, episodes, gate = np.zeros(len(FEATURES)), 0, (0, 0.0, 0.0)
             if data is not None:
                 try:
-                    base, episodes = _decode(data)
+                    base, episodes, gate = _decode(data)
                 except ModelLoadError as exc:
                     logger.warning(
                         "damaged learned state %r of %r (%s): replaced", name, owner, exc
                     )
             box["base"], box["episodes"] = base + change, episodes + unsaved
-            return _encode(box["base"], box["episodes"])
+            box["gate"] = tuple(a + b for a, b in zip(gate, new, strict=True))
+            return _encode(box["base"], box["episodes"], box["gate"])
 
         version, _ = self.state.update(owner, name, update)
         off.base, off.change = box["base"], off.change - change
         off.episodes, off.unsaved, off.version = box["episodes"], off.unsaved - unsaved, version
+        off.judged, off.gain, off.gain2 = box["gate"]
+        off.new_judged -= new[0]
+        off.new_gain -= new[1]
+        off.new_gain2 -= new[2]
 
     def flush(self) -> None:
         """Store every unsaved change now; read again what other processes stored.
