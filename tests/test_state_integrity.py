@@ -41,10 +41,14 @@ def _episode() -> TurnEpisode:
     return TurnEpisode(rows, np.array([0, 1, 2]), (True, False, False))
 
 
+#: Episodes `_train` gives: enough for the learned offsets to serve (pass the gate).
+EPISODES = 40
+
+
 def _train(state: StateStore) -> TurnLearning:
     learning = TurnLearning(CFG, load_ranker(), state)
-    for _ in range(3):
-        assert learning.learn("u1", _episode()) is not None
+    fits = [learning.learn("u1", _episode()) for _ in range(EPISODES)]
+    assert all(fits) and fits[-1].serving
     return learning
 
 
@@ -105,7 +109,7 @@ def test_stored_offsets_are_sealed_json_by_feature_name():
     payload, sealed = unseal(state.get(PRIOR_OWNER, SHARED_STATE)[1])
     doc = json.loads(payload)
     assert sealed and doc["format"] == FORMAT and doc["features"] == list(FEATURES)
-    assert doc["episodes"] == 3 and any(doc["offsets"])
+    assert doc["episodes"] == EPISODES and any(doc["offsets"]) and doc["judged"] > 0
     assert state.get("u1", USER_STATE) is not None
 
 
@@ -135,6 +139,10 @@ def test_flips_and_cuts_of_a_stored_blob_warn_and_start_from_the_prior(tmp_path,
         (lambda d: {**d, "offsets": d["offsets"][1:]}, "malformed"),
         (lambda d: {**d, "format": "other"}, "document"),
         (lambda d: {**d, "episodes": -1}, "malformed"),
+        (lambda d: {**d, "judged": -1}, "malformed"),
+        (lambda d: {**d, "gain": float("inf")}, "malformed"),
+        (lambda d: {**d, "gain": d["judged"] + 1.0}, "malformed"),
+        (lambda d: {**d, "gain2": -1.0}, "malformed"),
     ],
 )
 def test_well_sealed_offsets_with_bad_values_start_from_zero(caplog, change, reason):
@@ -180,11 +188,17 @@ def _scores(path, **rerank) -> tuple[float, ...]:
 def test_retrieval_with_damaged_offsets_equals_the_prior(tmp_path, caplog):
     expected = _scores(tmp_path / "plain")
     _scores(tmp_path / "taught")
-    cfg = MemoryConfig(rerank={"save_every": 1, "turn_learning_rate": 0.5})
+    cfg = MemoryConfig(
+        rerank={"save_every": 1, "turn_learning_rate": 0.5, "turn_user_learning_rate": 0.5}
+    )
     with ReflectiveMemory(tmp_path / "taught", embedder=HashingEmbedder(), config=cfg) as mem:
-        for _ in range(5):
+        for _ in range(150):
             r = mem.retrieve("u1", "what does the dog Rex love", budget_tokens=60)
-            assert mem.feedback(r, cited=[len(r.hits) - 1]).learned
+            f = mem.feedback(r, cited=[len(r.hits) - 1])
+            assert f.learned
+            if f.serving:
+                break
+        assert f.serving
     trained = _scores(tmp_path / "taught")
     assert trained != expected  # what was learned mattered, so the test can fail
     state = FileStateStore(tmp_path / "taught" / "rerankers")

@@ -183,10 +183,17 @@ def test_feedback_trains_persists_and_isolates_the_memorys_turn_ranker(tmp_path)
 
 
 def test_shared_scope_feedback_reaches_every_user():
-    mem = _learning_memory(rerank={"scope": "shared", "save_every": 1})
+    mem = _learning_memory(rerank={"scope": "shared", "save_every": 1, "turn_learning_rate": 0.5})
     comp = ReflectiveCompressor(memory=mem, user_id="ana", top_n=2)
-    assert comp.feedback(BREAD_QUERY, comp.compress_documents(DOCS, BREAD_QUERY), "[0]").learned
+    first = comp.feedback(BREAD_QUERY, comp.compress_documents(DOCS, BREAD_QUERY), "[1]")
+    assert first.learned and not first.serving  # taught, not yet proven
     assert mem.retrieve("bob", "my cat", budget_tokens=200).rerank.updates == 1
+    assert mem.ranker_weights("bob")["weights"] == mem.ranker_weights("bob")["prior"]
+    for _ in range(150):
+        f = comp.feedback(BREAD_QUERY, comp.compress_documents(DOCS, BREAD_QUERY), "[1]")
+        if f.serving:
+            break
+    assert f.serving  # consistent citations pass the gate: every user ranks with them
     assert mem.ranker_weights("bob")["weights"] != mem.ranker_weights("bob")["prior"]
 
 

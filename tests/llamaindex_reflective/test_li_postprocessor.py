@@ -285,14 +285,20 @@ def test_default_is_the_memorys_turn_ranker(mem):
 
 def test_feedback_trains_persists_and_isolates_the_memorys_turn_ranker(tmp_path):
     mem = _learning_memory(
-        tmp_path / "store", rerank={"scope": "isolated", "save_every": 1, "turn_pull": 0.0}
+        tmp_path / "store",
+        rerank={
+            "scope": "isolated",
+            "save_every": 1,
+            "turn_pull": 0.0,
+            "turn_user_learning_rate": 0.5,
+        },
     )
     pp = ReflectiveNodePostprocessor(memory=mem, user_id="ana", top_n=len(TEXTS))
     shown = pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)
     report = pp.feedback(Response(response="It runs there [2][1].", source_nodes=shown))
     assert report.learned and list(report.rewards.values())[:2] == [1.0, 1.0]
     start = [n.node.node_id for n in pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)]
-    last = _train_last_first(pp)
+    last = _train_last_first(pp, rounds=150)
     now = [n.node.node_id for n in pp.postprocess_nodes(_nodes(), query_str=PIXEL_QUERY)]
     assert now.index(last) < start.index(last)  # the cited node moved up
     ana = mem.ranker_weights("ana")

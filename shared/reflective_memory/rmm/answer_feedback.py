@@ -44,6 +44,9 @@ class FeedbackResult:
         updates: Steps taken by this call (1 when the turn ranker learned).
         pending: Episodes learned but not yet stored (`rerank.save_every`).
         loss: The episode's loss before the step, if one was taken.
+        serving: What the user's citations taught ranks their next retrieval: it has ranked
+            later citations better than the weights it replaces (the gate, see
+            `reflective_memory.rmm.turn_learning`); False while it is still being proven.
         similarities: For inferred feedback, the best answer-sentence cosine per hit.
         reason: Why nothing was learned, when `learned` is False.
     """
@@ -60,6 +63,7 @@ class FeedbackResult:
     updates: int = 0
     pending: int = 0
     loss: float | None = None
+    serving: bool = False
     similarities: list[float] | None = None
     reason: str = ""
 

@@ -295,6 +295,7 @@ class RerankStage:
             out.reason = "every shown item was cited, or none: nothing to tell apart"
             return out
         out.learned, out.updates, out.pending, out.loss = True, 1, fit.pending, fit.loss
+        out.serving = fit.serving
         return out
 
     def _attribute(

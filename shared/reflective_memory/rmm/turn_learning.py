@@ -151,12 +151,11 @@ def passage_gradient(
     Returns:
         `(loss, gradient)`, or None when no passage or every passage is cited.
     """
-    n = len(episode.cited)
     cited = np.asarray(episode.cited, dtype=bool)
-    if n < 2 or cited.all() or not cited.any():
+    if len(cited) < 2 or cited.all() or not cited.any():
         return None
-    shown = episode.groups >= 0
-    rows, groups = episode.rows[shown], episode.groups[shown]
+    groups, cited = _units(episode)
+    n, rows = len(cited), episode.rows
     s, share = _logsumexp_groups(rows @ weights, groups, n)
     g = np.zeros((n, rows.shape[1]))
     np.add.at(g, groups, rows * share[:, None])
@@ -183,6 +182,16 @@ def passage_gradient(
     return loss, -(adv @ (g - p @ g)) / n
 
 
+def _units(episode: TurnEpisode) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ranked unit (a shown passage, or a runner-up alone) and each unit's citation."""
+    groups = episode.groups.copy()
+    runners = np.flatnonzero(groups < 0)
+    n = len(episode.cited)
+    groups[runners] = n + np.arange(len(runners))
+    cited = np.concatenate([np.asarray(episode.cited, dtype=bool), np.zeros(len(runners), bool)])
+    return groups, cited
+
+
 def average_precision(weights: np.ndarray, episode: TurnEpisode) -> float | None:
     """How well `weights` put the cited passages first among the shown ones and the runners-up.
 
@@ -194,14 +203,10 @@ def average_precision(weights: np.ndarray, episode: TurnEpisode) -> float | None
     Returns:
         The average precision, or None when nothing is cited.
     """
-    cited = np.asarray(episode.cited, dtype=bool)
-    if not cited.any():
+    if not any(episode.cited):
         return None
-    scores = episode.rows @ weights
-    shown = episode.groups >= 0
-    s, _ = _logsumexp_groups(scores[shown], episode.groups[shown], len(cited))
-    units = np.concatenate([s, scores[~shown]])
-    relevant = np.concatenate([cited, np.zeros(int((~shown).sum()), dtype=bool)])
+    groups, relevant = _units(episode)
+    units, _ = _logsumexp_groups(episode.rows @ weights, groups, len(relevant))
     hit = relevant[np.argsort(-units, kind="stable")]
     ranks = np.flatnonzero(hit) + 1
     return float(np.mean(np.arange(1, len(ranks) + 1) / ranks))
