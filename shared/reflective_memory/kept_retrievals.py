@@ -3,25 +3,44 @@
 `ReflectiveMemory.feedback` learns from the `Retrieval` the answer was written from (its
 record of the shown turns, and the shown texts for the attribution fallback). A surface whose
 caller sends the answer later, in another call, keeps the retrieval meanwhile: the LangChain
-middleware between its hooks, the MCP server between `recall` and `feedback`. `RetrievalCache`
-is that one mechanism: a bounded map from `Retrieval.retrieval_id` to the retrieval, oldest
-dropped first, optionally bounded per user too (so that one user's many retrievals never push
-another user's out) and checked against the user who asks for one.
+middleware between its hooks, the MCP server between `recall` and `feedback`, and the engine
+keeps what feedback on a ranking by a caller's own reranker needs (`rmm.feedback`).
+`RetrievalCache` is that one mechanism: a bounded map from retrieval ids to what is kept for
+them (a `Retrieval`, or anything with a `retrieval_id` and a `user_id`), oldest dropped first,
+optionally bounded per user too (so that one user's many retrievals never push another user's
+out) and checked against the user who asks for one.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Generic, Protocol, TypeVar
 
 from reflective_memory.errors import InvalidInputError
-from reflective_memory.types import Retrieval
 
-__all__ = ["RetrievalCache"]
+__all__ = ["RetrievalCache", "Kept"]
 
 
-class RetrievalCache:
-    """A small LRU map from retrieval ids to the `Retrieval`s kept for later feedback.
+class Kept(Protocol):
+    """What a `RetrievalCache` keeps: a `Retrieval`, or anything naming one and its user."""
+
+    @property
+    def retrieval_id(self) -> str:
+        """The retrieval's id."""
+        ...
+
+    @property
+    def user_id(self) -> str:
+        """Whose retrieval it is."""
+        ...
+
+
+K = TypeVar("K", bound=Kept)
+
+
+class RetrievalCache(Generic[K]):
+    """A small LRU map from retrieval ids to what is kept for later feedback (`Retrieval`s).
 
     Args:
         size: Retrievals kept in all (the oldest goes first).
@@ -33,7 +52,7 @@ class RetrievalCache:
 
     Example:
         >>> from reflective_memory.types import Retrieval
-        >>> kept = RetrievalCache(size=2)
+        >>> kept: RetrievalCache[Retrieval] = RetrievalCache(size=2)
         >>> rid = kept.put(Retrieval("ana", "where do I live", [], retrieval_id="r1"))
         >>> kept.get(rid, "bob") is None, kept.get(rid, "ana").query
         (True, 'where do I live')
@@ -45,14 +64,14 @@ class RetrievalCache:
             if not ok and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
         self.size, self.per_user = size, per_user
-        self._items: OrderedDict[str, Retrieval] = OrderedDict()
+        self._items: OrderedDict[str, K] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
 
-    def put(self, retrieval: Retrieval) -> str:
+    def put(self, retrieval: K) -> str:
         """Keep a retrieval (the newest of its user's and of all); return its id."""
         rid = retrieval.retrieval_id
         with self._lock:
@@ -66,7 +85,7 @@ class RetrievalCache:
                 self._items.popitem(last=False)
         return rid
 
-    def get(self, retrieval_id: str | None, user_id: str | None = None) -> Retrieval | None:
+    def get(self, retrieval_id: str | None, user_id: str | None = None) -> K | None:
         """The retrieval with that id, if still kept (and, given `user_id`, that user's)."""
         if retrieval_id is None:
             return None
@@ -74,7 +93,7 @@ class RetrievalCache:
             found = self._items.get(retrieval_id)
         return found if found is not None and user_id in (None, found.user_id) else None
 
-    def pop(self, retrieval_id: str | None, user_id: str | None = None) -> Retrieval | None:
+    def pop(self, retrieval_id: str | None, user_id: str | None = None) -> K | None:
         """Remove and return the retrieval with that id, if kept (and `user_id`'s, if given).
 
         Another user's retrieval is neither returned nor removed.

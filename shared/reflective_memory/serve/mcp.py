@@ -97,7 +97,7 @@ from reflective_memory.serve.security import (
     check_port,
     parse_user_tokens,
 )
-from reflective_memory.types import Hit
+from reflective_memory.types import Hit, Retrieval
 from reflective_memory.validation import MAX_ID_CHARS
 
 __all__ = [
@@ -387,7 +387,7 @@ class MemoryTools:
 
     memory: ReflectiveMemory | PendingStore
     user_of: UserOf
-    recalls: RetrievalCache = field(
+    recalls: RetrievalCache[Retrieval] = field(
         default_factory=lambda: RetrievalCache(KEPT_RECALLS, per_user=KEPT_RECALLS_PER_USER)
     )
 

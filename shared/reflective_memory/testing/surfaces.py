@@ -580,6 +580,26 @@ class FeedbackDriver(SurfaceDriver, Protocol):
         ...
 
 
+def _block(
+    memory: ReflectiveMemory,
+    user_id: str,
+    question: str,
+    budget_tokens: int,
+    now: datetime | None = None,
+) -> tuple[Retrieval, str]:
+    """The retrieval and the numbered block every surface shows its model for a question."""
+    return shown_memories(
+        memory,
+        user_id,
+        question,
+        k=None,
+        budget_tokens=budget_tokens,
+        instruction=CITATION_INSTRUCTION,
+        exclude_turns=(),
+        now=now,
+    )
+
+
 class CoreDriver:
     """The core API as an application uses it: `add_turn`, `end_session`, `retrieve`.
 
@@ -619,29 +639,12 @@ class CoreDriver:
 
     def evidence(self, question: str, now: datetime | None = None) -> Evidence:
         """The block every surface shows its model (`memory_block.shown_memories`)."""
-        _, text = shown_memories(
-            self.memory,
-            self.user_id,
-            question,
-            k=None,
-            budget_tokens=self.budget_tokens,
-            instruction=CITATION_INSTRUCTION,
-            exclude_turns=(),
-            now=now,
-        )
+        _, text = _block(self.memory, self.user_id, question, self.budget_tokens, now)
         return Evidence(text, self.budget_tokens)
 
     def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
         """`feedback` on the block's retrieval: an answer citing `[i]`, or `cited=`."""
-        shown, _ = shown_memories(
-            self.memory,
-            self.user_id,
-            question,
-            k=None,
-            budget_tokens=self.budget_tokens,
-            instruction=CITATION_INSTRUCTION,
-            exclude_turns=(),
-        )
+        shown, _ = _block(self.memory, self.user_id, question, self.budget_tokens)
         positions = list(cites(len(shown.hits)))
         if numbers:
             self.memory.feedback(shown, cited=positions)
@@ -762,15 +765,7 @@ def teach_other_user(memory: ReflectiveMemory) -> None:
     """
     for session_id, m in OTHER_CONVERSATION.messages():
         memory.add_turn(OTHER_USER, session_id, m.role, m.text)
-    shown, _ = shown_memories(
-        memory,
-        OTHER_USER,
-        OTHER_QUESTION,
-        k=None,
-        budget_tokens=BUDGET_TOKENS,
-        instruction=CITATION_INSTRUCTION,
-        exclude_turns=(),
-    )
+    shown, _ = _block(memory, OTHER_USER, OTHER_QUESTION, BUDGET_TOKENS)
     taught = memory.feedback(shown, answer_citing([0]))
     assert taught.learned, f"the other user learned nothing: {taught.reason}"
 
