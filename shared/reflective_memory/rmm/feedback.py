@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +28,7 @@ import numpy as np
 
 from reflective_memory.embed import Embedder, encode_query
 from reflective_memory.errors import InvalidInputError
+from reflective_memory.kept_retrievals import RetrievalCache
 from reflective_memory.retrieval.rerank import TURNS_SCOPE
 from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.rmm.answer_feedback import FeedbackResult, read_answer
@@ -45,6 +45,7 @@ __all__ = ["RerankStage", "FeedbackResult", "CallerReranker", "CUSTOM_SCOPE"]
 
 logger = logging.getLogger(__name__)
 
+#: Rankings by a caller's reranker kept for the feedback on them.
 _KEPT = 512
 
 #: `RerankRecord.scope` of a ranking made with a reranker the caller passed in.
@@ -80,6 +81,7 @@ class CallerReranker(Protocol):
 class _Kept:
     """A caller's ranking of texts, kept for feedback on it (its vectors and its model)."""
 
+    retrieval_id: str
     user_id: str
     query: np.ndarray
     candidates: np.ndarray
@@ -111,15 +113,11 @@ class RerankStage:
     ) -> None:
         self.config, self.embedder, self.state, self.learning = config, embedder, state, learning
         self._lock = learning.lock
-        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._kept: RetrievalCache[_Kept] = RetrievalCache(_KEPT)
 
     def forget_retrievals(self, user_id: str) -> int:
         """Drop the kept vectors of a user's rankings by a caller's model; return how many."""
-        with self._lock:
-            gone = [rid for rid, kept in self._kept.items() if kept.user_id == user_id]
-            for rid in gone:
-                del self._kept[rid]
-        return len(gone)
+        return self._kept.forget(user_id)
 
     def forget(self, user_id: str) -> None:
         """Erase what the stage holds of a user: kept vectors and the user's own weights."""
@@ -198,7 +196,7 @@ class RerankStage:
         rid = uuid.uuid4().hex
         if reranker is not None:
             record = _record(user_id, rid, query, CUSTOM_SCOPE, names, order, cos, n, explored)
-            self._keep(rid, _Kept(user_id, q, m, cos, reranker))
+            self._kept.put(_Kept(rid, user_id, q, m, cos, reranker))
         else:
             record = RerankRecord(
                 user_id=user_id,
@@ -222,14 +220,6 @@ class RerankStage:
             texts=tuple(texts),
             record=record,
         )
-
-    def _keep(self, retrieval_id: str, kept: _Kept) -> None:
-        """Keep a caller's ranking for feedback on it (a bounded number of rankings)."""
-        with self._lock:
-            self._kept[retrieval_id] = kept
-            self._kept.move_to_end(retrieval_id)
-            while len(self._kept) > _KEPT:
-                self._kept.popitem(last=False)
 
     # --------------------------------------------------------------- feedback
     def feedback(
@@ -325,9 +315,8 @@ class RerankStage:
         self, out: FeedbackResult, rec: RerankRecord, flags: list[bool]
     ) -> FeedbackResult:
         """Train the caller's model that ranked the texts (`partial_fit`)."""
-        with self._lock:
-            kept = self._kept.get(rec.retrieval_id)
-        if kept is None or kept.user_id != rec.user_id:
+        kept = self._kept.get(rec.retrieval_id, rec.user_id)
+        if kept is None:
             out.reason = "the reranker given for this ranking is no longer kept"
             return out
         at = {mid: i for i, mid in enumerate(rec.candidates)}
