@@ -221,9 +221,9 @@ def test_stdio_feedback_answers_one_recall_once(tmp_path: Path) -> None:
     assert bare["cited"] == [0] and not bare["inferred"] and not bare["no_cite"]
     again = _text(out["again"])
     assert out["again"].isError and "no recall" in again and "one feedback" in again
-    # the passages of the next recall are scored by what the ranker learned
+    # one episode is learned, not yet proven: the next recall is scored as before (the gate)
     scores = [[p["score"] for p in _ok(out[k])["passages"]] for k in ("first", "second")]
-    assert scores[0] != scores[1]
+    assert not bare["serving"] and scores[0] == scores[1]
     learned = _ok(out["learned"])
     assert learned["learned"] and learned["episodes"] == 2
     assert learned["cited"] == [0] and learned["out_of_range"] == 1

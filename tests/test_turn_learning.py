@@ -33,7 +33,7 @@ def _loss(w: np.ndarray, ep: TurnEpisode, update: str) -> float:
     return got[0]
 
 
-@pytest.mark.parametrize("update", ["pairwise", "reinforce"])
+@pytest.mark.parametrize("update", ["pairwise", "reinforce", "expected"])
 def test_the_gradient_matches_finite_differences(update):
     rng = np.random.default_rng(0)
     ep, w = _episode(rng), rng.normal(size=F) * 0.3
@@ -48,7 +48,7 @@ def test_the_gradient_matches_finite_differences(update):
     np.testing.assert_allclose(grad, numeric, rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize("update", ["pairwise", "reinforce"])
+@pytest.mark.parametrize("update", ["pairwise", "reinforce", "expected"])
 def test_a_step_raises_the_cited_passages_over_the_others(update):
     rng = np.random.default_rng(1)
     ep, w = _episode(rng), np.zeros(F)
@@ -57,8 +57,16 @@ def test_a_step_raises_the_cited_passages_over_the_others(update):
         float(np.log(np.exp(ep.rows[ep.groups == g] @ v).sum())) for g in range(4)
     ]
     before, after = scores(w), scores(w - 0.05 * grad)
-    gap = lambda s: min(s[0], s[3]) - max(s[1], s[2])  # noqa: E731
-    assert gap(after) > gap(before)
+    r = np.array([1.0, -1.0, -1.0, 1.0])  # passages 0 and 3 are cited
+
+    def reward(s: list[float]) -> float:  # expected reward under a softmax over the passages
+        p = np.exp(np.array(s) - max(s))
+        return float(p @ r / p.sum())
+
+    assert reward(after) > reward(before)
+    if update != "expected":  # it lifts what is likely; these lift every cited passage
+        gap = lambda s: min(s[0], s[3]) - max(s[1], s[2])  # noqa: E731
+        assert gap(after) > gap(before)
 
 
 def test_nothing_to_learn_without_a_contrast():

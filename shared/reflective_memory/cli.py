@@ -604,6 +604,15 @@ def _weights(args: argparse.Namespace) -> int:
         f"turn ranker of {who}: {got['episodes']} feedback episodes of all users"
         + (f", {got['user_episodes']} of this user" if args.user is not None else "")
     )
+    gates = [("all users", got["shared_gate"])]
+    if args.user is not None:
+        gates.append(("this user", got["user_gate"]))
+    for label, gate in gates:
+        state = "ranks" if gate["serves"] else "held back (not yet better than what it replaces)"
+        _out(
+            f"what {label} taught: {state}; mean gain {gate['mean_gain']:+.4f} "
+            f"over {gate['judged']} judged episodes"
+        )
     head = ["feature", "prior", "+ all users"] + (["+ user"] if args.user is not None else [])
     _out(" | ".join(head + ["= weight"]))
     for name in got["features"]:

@@ -39,7 +39,7 @@ RERANK_FEATURES = (
 #: `RerankConfig.scope` values: prior + per-user adaptation, one shared reranker, one per user.
 RERANK_SCOPES = ("user", "shared", "isolated")
 #: `RerankConfig.turn_update` values (`reflective_memory.rmm.turn_learning.passage_gradient`).
-TURN_UPDATES = ("pairwise", "reinforce", "expected")
+TURN_UPDATES = ("expected", "reinforce", "pairwise")
 #: `RerankConfig.baseline` value for the per-episode mean-reward baseline.
 EPISODE_BASELINE = "episode"
 
@@ -85,8 +85,10 @@ class RerankConfig:
         attribution_threshold: Cosine an answer sentence must reach with a memory key for the
             fallback to count it as used (0.55 suits all-MiniLM-L6-v2).
         turn_update: How citations teach the turn ranker (`rmm/turn_learning.py`):
-            `pairwise` (logistic loss of each cited passage over each shown one not cited)
-            or `reinforce` (REINFORCE, the episode's mean reward as baseline).
+            `expected` (the gradient of the expected reward under a softmax over the shown
+            passages: REINFORCE's step in expectation, fading once the cited passages lead),
+            `reinforce` (REINFORCE, the episode's mean reward as baseline) or `pairwise`
+            (logistic loss of each cited passage over each shown one not cited).
         turn_learning_rate: Step of the memory's shared offsets to the turn ranker's weights,
             per feedback episode.
         turn_prior_pull: Pull of the shared offsets back to the shipped prior per episode
@@ -115,7 +117,7 @@ class RerankConfig:
     seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
-    turn_update: str = "reinforce"
+    turn_update: str = "expected"
     turn_learning_rate: float = 0.05
     turn_prior_pull: float = 0.0
     turn_user_learning_rate: float = 0.05

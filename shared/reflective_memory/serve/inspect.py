@@ -75,8 +75,9 @@ def ranker_table(memory: ReflectiveMemory, user_id: str) -> dict[str, Any]:
 
     Returns:
         `{"rows": [{"feature", "prior", "shared", "user", "weight"}, ...], "episodes": n,
-        "user_episodes": n}`: the fitted prior, what every user's citations added, what this
-        user's added, and the weight that ranks the user's turns.
+        "user_episodes": n, "shared_serves": bool, "user_serves": bool}`: the fitted
+        prior, what every user's citations added, what this user's added, the weight that
+        ranks the user's turns, and whether each taught part ranks (passed its gate).
     """
     got = memory.ranker_weights(user_id)
     rows = [
@@ -89,7 +90,13 @@ def ranker_table(memory: ReflectiveMemory, user_id: str) -> dict[str, Any]:
         }
         for name in got["features"]
     ]
-    return {"rows": rows, "episodes": got["episodes"], "user_episodes": got["user_episodes"]}
+    return {
+        "rows": rows,
+        "episodes": got["episodes"],
+        "user_episodes": got["user_episodes"],
+        "shared_serves": got["shared_gate"]["serves"],
+        "user_serves": got["user_gate"]["serves"],
+    }
 
 
 def session_detail(memory: ReflectiveMemory, user_id: str, session_id: str) -> dict[str, Any]:

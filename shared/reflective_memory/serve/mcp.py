@@ -231,6 +231,10 @@ class Learned(BaseModel):
         description="The answer cites no number: what it used was read from its wording"
     )
     episodes: int = Field(description="Episodes the user's turn ranker has learned from")
+    serving: bool = Field(
+        description="What the user's citations taught ranks their next recall (it has ranked "
+        "later citations better than the weights it replaces); false while still proven"
+    )
 
 
 class SessionRow(BaseModel):
@@ -538,6 +542,7 @@ class MemoryTools:
             out_of_range=out.out_of_range,
             inferred=out.inferred,
             episodes=int(weights.get("user_episodes", 0)),
+            serving=out.serving,
         )
         return _result(done)
 
