@@ -138,13 +138,17 @@ class TurnFit:
 def _logsumexp_groups(
     scores: np.ndarray, groups: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per group, `log Σ exp(score)` and each row's share of its group's sum."""
+    """Per group, `log Σ exp(score)` and each row's share of its group's sum.
+
+    A group without rows (a shown passage none of whose turns has a feature row) scores -inf.
+    """
     top = np.full(n, -np.inf)
     np.maximum.at(top, groups, scores)
     e = np.exp(scores - top[groups])
     total = np.zeros(n)
     np.add.at(total, groups, e)
-    return top + np.log(total), e / total[groups]
+    with np.errstate(divide="ignore"):
+        return top + np.log(total), e / total[groups]
 
 
 def passage_gradient(
