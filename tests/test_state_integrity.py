@@ -41,13 +41,16 @@ def _episode() -> TurnEpisode:
     return TurnEpisode(rows, np.array([0, 1, 2]), (True, False, False))
 
 
-#: Episodes `_train` gives: enough for the learned offsets to serve (pass the gate).
-EPISODES = 40
+#: Most episodes `_train` gives: the learned offsets serve (pass the gate) well before.
+MAX_EPISODES = 200
 
 
 def _train(state: StateStore) -> TurnLearning:
+    """Teach one episode again and again until what was learned serves."""
     learning = TurnLearning(CFG, load_ranker(), state)
-    fits = [learning.learn("u1", _episode()) for _ in range(EPISODES)]
+    fits = [learning.learn("u1", _episode())]
+    while not fits[-1].serving and len(fits) < MAX_EPISODES:
+        fits.append(learning.learn("u1", _episode()))
     assert all(fits) and fits[-1].serving
     return learning
 
@@ -109,7 +112,7 @@ def test_stored_offsets_are_sealed_json_by_feature_name():
     payload, sealed = unseal(state.get(PRIOR_OWNER, SHARED_STATE)[1])
     doc = json.loads(payload)
     assert sealed and doc["format"] == FORMAT and doc["features"] == list(FEATURES)
-    assert doc["episodes"] == EPISODES and any(doc["offsets"]) and doc["judged"] > 0
+    assert doc["episodes"] > 1 and any(doc["offsets"]) and doc["judged"] == doc["episodes"] - 1
     assert state.get("u1", USER_STATE) is not None
 
 
@@ -194,7 +197,10 @@ def test_retrieval_with_damaged_offsets_equals_the_prior(tmp_path, caplog):
     with ReflectiveMemory(tmp_path / "taught", embedder=HashingEmbedder(), config=cfg) as mem:
         # episodes whose citations the offsets can learn to rank (this question's passages
         # are too alike for that), until what was learned ranks (passes the gate)
-        fits = [mem.rerank_stage.learning.learn("u1", _episode()) for _ in range(EPISODES)]
+        learning = mem.rerank_stage.learning
+        fits = [learning.learn("u1", _episode())]
+        while not fits[-1].serving and len(fits) < MAX_EPISODES:
+            fits.append(learning.learn("u1", _episode()))
         assert fits[-1].serving
     trained = _scores(tmp_path / "taught")
     assert trained != expected  # what was learned mattered, so the test can fail

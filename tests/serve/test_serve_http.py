@@ -503,7 +503,10 @@ def test_user_page_and_api_show_the_turn_rankers_weights_next_to_the_prior(clien
     ranker = client.get("/api/users/ana").json()["ranker"]
     rows = {row["feature"]: row for row in ranker["rows"]}
     assert "cosine" in rows and rows["cosine"]["prior"] != 0
-    for row in rows.values():
-        assert row["weight"] == pytest.approx(row["prior"] + row["shared"] + row["user"], abs=2e-4)
+    on = [ranker["shared_serves"], ranker["user_serves"]]
+    for row in rows.values():  # what each gate lets rank (one episode passes none)
+        taught = row["shared"] * on[0] + row["user"] * on[1]
+        assert row["weight"] == pytest.approx(row["prior"] + taught, abs=2e-4)
+    assert "is held back" in page.text
     if cited is not None and cited.learned:
         assert ranker["user_episodes"] == 1 and any(row["user"] for row in rows.values())
