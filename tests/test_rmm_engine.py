@@ -8,7 +8,6 @@ from reflective_memory import (
 )
 from reflective_memory.errors import ConfigError, InvalidInputError
 from reflective_memory.retrieval.features import FEATURES
-from reflective_memory.retrieval.rerank import RUNNER_UP
 from reflective_memory.rmm.turn_learning import PRIOR_OWNER, SHARED_STATE, USER_STATE
 from reflective_memory.storage.state import FileStateStore
 
@@ -128,8 +127,7 @@ def _margin(r, cited: int) -> float:
     rec = r.rerank
     best: dict[int, float] = {}
     for g, score in zip(rec.groups, rec.prior, strict=True):
-        if g != RUNNER_UP:
-            best[g] = max(best.get(g, -1e9), score)
+        best[g] = max(best.get(g, -1e9), score)
     return best[cited] - max(v for g, v in best.items() if g != cited)
 
 
@@ -140,16 +138,8 @@ def test_a_retrieval_records_its_shown_turns_for_feedback():
         rec = r.rerank
         assert rec.scope == "turns" and rec.top_m == len(r.hits) and rec.updates == 0
         shown = {t for h in r.hits for t in h.memory.turn_ids}
-        assert len(rec.groups) == len(rec.candidates)
-        mine = [t for t, g in zip(rec.candidates, rec.groups, strict=True) if g >= 0]
-        runners = [t for t, g in zip(rec.candidates, rec.groups, strict=True) if g == RUNNER_UP]
-        assert set(mine) <= shown and sorted(set(rec.groups) - {RUNNER_UP}) == list(
-            range(len(r.hits))
-        )
-        # the runners-up: unshown turns, no more of them than shown ones, best scored first
-        assert runners and not set(runners) & shown and len(runners) <= len(mine)
-        scores = [p for p, g in zip(rec.prior, rec.groups, strict=True) if g == RUNNER_UP]
-        assert scores == sorted(scores, reverse=True)
+        assert set(rec.candidates) <= shown and len(rec.groups) == len(rec.candidates)
+        assert sorted(set(rec.groups)) == list(range(len(r.hits)))
         assert all(len(row) == len(FEATURES) for row in rec.features)
         assert r.diagnostics["rerank"]["groups"] == list(rec.groups)
         timings = r.diagnostics["timings_ms"]

@@ -193,9 +193,8 @@ class RerankRecord:
             or None when the reranker scores none.
         query: The query text as ranked (after speaker focus, if any).
         groups: For a record of turns (scope `turns`: what `retrieve` showed, the turn
-            ranker's to learn from), the shown passage each candidate turn belongs to, or -1
-            for a runner-up (a turn ranked just below what was shown); the candidates are then
-            those turns' ids and `features` their feature rows.
+            ranker's to learn from), the shown passage each candidate turn belongs to; the
+            candidates are then the shown turns' ids and `features` their feature rows.
     """
 
     user_id: str

@@ -4,8 +4,7 @@ RMM's retrospective reflection trains the turn ranker that filled the budget
 (`reflective_memory.rmm.turn_learning`). Feedback on a retrieval needs the feature rows of the
 turns it showed and which passage each belongs to: this stage puts them on the state as a
 `RerankRecord` of scope `turns` (`Retrieval.rerank`), so feedback needs nothing else, in this
-process or another. The record also holds the best-scored turns that were not shown (as many
-as were shown, group `RUNNER_UP`): what learned weights would bring in instead.
+process or another.
 """
 
 from __future__ import annotations
@@ -17,12 +16,10 @@ import numpy as np
 from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.types import RerankRecord
 
-__all__ = ["ShownTurns", "TURNS_SCOPE", "RUNNER_UP"]
+__all__ = ["ShownTurns", "TURNS_SCOPE"]
 
 #: `RerankRecord.scope` of a record of shown turns.
 TURNS_SCOPE = "turns"
-#: `RerankRecord.groups` value of a runner-up: a turn ranked just below what was shown.
-RUNNER_UP = -1
 
 
 class ShownTurns:
@@ -58,19 +55,8 @@ class ShownTurns:
                     rows.append(r)
         if not ids:
             return
-        w = self.weights(req.user_id)
-        # the runners-up: as many unshown turns as shown ones, best scored first; feedback
-        # checks learned weights against them (would they push out what was cited?)
-        taken = set(rows)
-        others = np.array([i for i in range(len(feats.keys)) if i not in taken], dtype=np.int64)
-        if len(others):
-            top = np.argsort(-(feats.matrix[others] @ w), kind="stable")[: len(ids)]
-            for r in others[top]:
-                ids.append(state.feature_ids[int(r)])
-                groups.append(RUNNER_UP)
-                rows.append(int(r))
         matrix = np.round(feats.matrix[rows], 5)
-        scores = matrix @ w
+        scores = matrix @ self.weights(req.user_id)
         state.rerank = RerankRecord(
             user_id=req.user_id,
             retrieval_id=req.retrieval_id,

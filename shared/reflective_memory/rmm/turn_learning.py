@@ -9,7 +9,7 @@ citations teach on top of it, as offsets by feature name:
   toward zero (the shared weights) by `RerankConfig.turn_pull` at every step.
 
 An episode is one feedback call on a retrieval: its shown passages, each a group of turn
-feature rows, cited or not, and the runners-up (the best-scored turns not shown). A passage's
+feature rows, cited or not. A passage's
 log-score is the log of its turns' summed scores (`logsumexp(w · x)`); the update
 (`RerankConfig.turn_update`) is one step on the shown passages: by default (`expected`) up
 the gradient of the expected reward (+1 cited, -1 not) under a softmax over them, RMM's
@@ -20,13 +20,12 @@ the first two, citations that do not depend on the passages teach nothing on ave
 **The gate.** What is learned ranks only once it has shown that it ranks citations better
 than the weights it would replace. Before each step the episode judges the offsets learned so
 far (prequential: on citations they have not learned from): the average precision of the cited
-passages among the shown ones and the runners-up (`average_precision`) under the learned
-weights minus that under the weights without them: the shared offsets against the prior, a
-user's own against the prior plus the shared offsets if those serve. Offsets serve once the
-mean of these gains is above `GATE_SIGMAS` (2) standard errors. A runner-up ranked above a
-cited passage counts against the offsets, so weights that would push unshown turns over what
-the reader used never serve. Random citations, or a prior already right about what the reader
-cites, leave the prior ranking; consistent citations the prior ranks badly pass the gate.
+passages among the shown ones (`average_precision`) under the learned weights minus that under
+the weights without them: the shared offsets against the prior, a user's own against the prior
+plus the shared offsets if those serve. Offsets serve once the mean of these gains is above
+`GATE_SIGMAS` (2) standard errors. Random citations give every ranking of the shown passages
+the same expected precision, so they leave the prior ranking; so does a prior already right
+about what the reader cites; consistent citations the prior ranks badly pass the gate.
 
 A user's weights are the prior, plus the shared offsets if they serve, plus the user's own if
 they serve; `inspect` shows each gate (`judged`, `mean_gain`, `serves`).
@@ -104,9 +103,8 @@ class TurnEpisode:
     """One feedback episode: the shown passages as groups of turn feature rows.
 
     Attributes:
-        rows: Feature rows of the shown turns and the runners-up (`FEATURES` columns).
-        groups: The shown passage (0, 1, ...) each row belongs to; `RUNNER_UP` (-1) for a
-            turn ranked just below what was shown.
+        rows: Feature rows of the shown turns (`FEATURES` columns), `(n, len(FEATURES))`.
+        groups: The shown passage (0, 1, ...) each row belongs to.
         cited: Per shown passage, whether the answer cited it.
     """
 
@@ -174,10 +172,7 @@ def passage_gradient(
     cited = np.asarray(episode.cited, dtype=bool)
     if len(cited) < 2 or cited.all() or not cited.any():
         return None
-    # the shown passages alone: what the reader judged (a runner-up was not shown; taught as
-    # a passage not cited it cost 6 of 8.5 points learned from an uninformed start)
-    shown = episode.groups >= 0
-    n, rows, groups = len(cited), episode.rows[shown], episode.groups[shown]
+    n, rows, groups = len(cited), episode.rows, episode.groups
     s, share = _logsumexp_groups(rows @ weights, groups, n)
     g = np.zeros((n, rows.shape[1]))
     np.add.at(g, groups, rows * share[:, None])
@@ -204,32 +199,23 @@ def passage_gradient(
     return loss, -(adv @ (g - p @ g)) / n
 
 
-def _units(episode: TurnEpisode) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's ranked unit (a shown passage, or a runner-up alone) and each unit's citation."""
-    groups = episode.groups.copy()
-    runners = np.flatnonzero(groups < 0)
-    n = len(episode.cited)
-    groups[runners] = n + np.arange(len(runners))
-    cited = np.concatenate([np.asarray(episode.cited, dtype=bool), np.zeros(len(runners), bool)])
-    return groups, cited
-
-
 def average_precision(weights: np.ndarray, episode: TurnEpisode) -> float | None:
-    """How well `weights` put the cited passages first among the shown ones and the runners-up.
+    """How well `weights` put the cited passages first among the shown ones.
 
-    Each shown passage scores the `logsumexp` of its turns' log-scores, each runner-up its own;
-    the result is the average precision of the cited passages in that ranking (1.0: every
-    cited passage above everything else). A runner-up ranked above a cited passage costs as a
-    shown passage not cited does: what new weights would bring in instead of it.
+    Each shown passage scores the `logsumexp` of its turns' log-scores; the result is the
+    average precision of the cited passages in that ranking (1.0: every cited passage above
+    every other). Citations that do not depend on the passages give every ranking the same
+    expected precision. (Ranked among the best unshown turns too, never cited, random
+    citations favoured weights that keep unshown turns down: the gate opened on them.)
 
     Returns:
         The average precision, or None when nothing is cited.
     """
-    if not any(episode.cited):
+    cited = np.asarray(episode.cited, dtype=bool)
+    if not cited.any():
         return None
-    groups, relevant = _units(episode)
-    units, _ = _logsumexp_groups(episode.rows @ weights, groups, len(relevant))
-    hit = relevant[np.argsort(-units, kind="stable")]
+    scores, _ = _logsumexp_groups(episode.rows @ weights, episode.groups, len(cited))
+    hit = cited[np.argsort(-scores, kind="stable")]
     ranks = np.flatnonzero(hit) + 1
     return float(np.mean(np.arange(1, len(ranks) + 1) / ranks))
 
