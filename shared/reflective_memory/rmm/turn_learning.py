@@ -9,8 +9,8 @@ citations teach on top of it, as offsets by feature name:
   toward zero (the shared weights) by `RerankConfig.turn_pull` at every step.
 
 An episode is one feedback call on a retrieval: its shown passages, each a group of turn
-feature rows, cited or not. A passage's
-log-score is the log of its turns' summed scores (`logsumexp(w · x)`); the update
+feature rows, cited or not. A passage's log-score is the log of its turns' summed scores
+(`logsumexp(w · x)`); the update
 (`RerankConfig.turn_update`) is one step on the shown passages: by default (`expected`) up
 the gradient of the expected reward (+1 cited, -1 not) under a softmax over them, RMM's
 REINFORCE step in expectation; `reinforce` weighs each passage alike with the episode's mean
@@ -339,7 +339,7 @@ def _decode(data: bytes) -> tuple[np.ndarray, int, tuple[int, float, float]]:
             raise ModelLoadError(f"turn ranker offset {name!r} is out of bounds ({v})")
         if name in where:  # a feature the ranker no longer has is dropped
             out[where[name]] = float(v)
-    return out, episodes, (judged, float(gain), float(gain2))
+    return out, int(episodes), (int(judged), float(gain), float(gain2))
 
 
 class TurnLearning:
@@ -502,13 +502,13 @@ class TurnLearning:
                 self.flush()
             prior = self.prior_vector
             shared = self._shared_offsets()
-            own = self._user_offsets(user_id)
             learned = prior.copy()
             if cfg.scope != "isolated":
                 learned += shared.value
                 _judge(shared, episode, prior + shared.value, prior)
             if cfg.scope != "shared":
-                base = prior + shared.value if cfg.scope != "isolated" and shared.serves else prior
+                own = self._user_offsets(user_id)
+                _, base = self._served(user_id)  # what ranks without the user's own offsets
                 _judge(own, episode, base + own.value, base)
                 learned += own.value
             got = passage_gradient(learned, episode, cfg.turn_update)
