@@ -55,7 +55,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -339,7 +339,7 @@ def _decode(data: bytes) -> tuple[np.ndarray, int, tuple[int, float, float]]:
             raise ModelLoadError(f"turn ranker offset {name!r} is out of bounds ({v})")
         if name in where:  # a feature the ranker no longer has is dropped
             out[where[name]] = float(v)
-    return out, int(episodes), (int(judged), float(gain), float(gain2))
+    return out, cast(int, episodes), (cast(int, judged), float(gain), float(gain2))
 
 
 class TurnLearning:
