@@ -351,6 +351,48 @@ def test_stdio_no_argument_is_coerced_and_nothing_is_erased(tmp_path: Path) -> N
     _check_no_coercion(asyncio.run(_stdio_calls(tmp_path / "db", calls)))
 
 
+def test_stdio_text_arguments_that_look_like_json_are_kept_as_sent(tmp_path: Path) -> None:
+    """The SDK decodes a string that parses as JSON for an argument not typed `str`: a session
+    "[1]" would reach `forget` as a list, "null" as no session. Every text argument keeps it."""
+    odd = ["[1]", '{"a": 1}', "null"]
+    said = [{"role": "user", "text": "I keep bees.", "turn_id": "[2]"}]
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("remember", {"session_id": sid, "turns": said if sid == "[1]" else PIXEL}) for sid in odd
+    ]
+    calls += [
+        ("end_session", {"session_id": "[1]"}),
+        ("recall", {"query": "bees", "now": "null"}),
+        ("forget", {"everything": True, "confirm": "null"}),
+        *(("forget", {"session_id": sid}) for sid in odd[:2]),
+        ("list_sessions", {}),
+        ("forget", {"session_id": "null"}),
+        ("list_sessions", {}),
+    ]
+    got = asyncio.run(_stdio_calls(tmp_path / "db", calls))
+    assert [_ok(r)["session_id"] for r in got[:3]] == odd
+    assert _ok(got[0])["turn_ids"] == ["[2]"] and _ok(got[3])["memories"] > 0
+    assert got[4].isError and "'null'" in _text(got[4])  # no time, not "no `now` given"
+    assert got[5].isError and "got confirm='null'" in _text(got[5])
+    assert [_ok(r) for r in got[6:8]] == [
+        {"scope": "session", "session_id": "[1]", "turns": 1},
+        {"scope": "session", "session_id": '{"a": 1}', "turns": 2},
+    ]
+    assert [s["session_id"] for s in _ok(got[8])["sessions"]] == ["null"]
+    assert _ok(got[9]) == {"scope": "session", "session_id": "null", "turns": 2}
+    assert _ok(got[10])["sessions"] == []
+
+
+def test_a_tool_whose_text_argument_may_be_none_is_refused() -> None:
+    """`str | None` would let the SDK decode the string as JSON: such a tool is not served."""
+    from reflective_memory.serve.mcp import StrictFastMCP
+
+    async def tool(name: str | None = None) -> str:
+        return str(name)
+
+    with pytest.raises(TypeError, match=r"tool: argument 'name' takes a string or something else"):
+        StrictFastMCP("t").add_strict_tool(tool)
+
+
 def test_stdio_tools_publish_strict_schemas_and_forget_needs_its_confirmation(tmp_path) -> None:
     calls = [
         ("remember", {"session_id": "s1", "turns": PIXEL}),
