@@ -230,6 +230,58 @@ def test_stdio_feedback_answers_one_recall_once(tmp_path: Path) -> None:
     assert out["forgotten"].isError and "no recall" in _text(out["forgotten"])
 
 
+def test_stdio_feedback_on_a_recall_erased_by_another_process_is_refused(tmp_path: Path) -> None:
+    """Another memory on the same SQLite store deletes what a kept recall showed: its feedback
+    is refused as for a recall `forget` dropped here, and teaches nothing; a write since drops
+    nothing."""
+    from reflective_memory import HashingEmbedder, ReflectiveMemory
+
+    asked = {"query": "Where do I live now?"}
+    later = [{"role": "user", "text": "I started a job in Bergen."}]
+
+    async def calls() -> dict[str, Any]:
+        async with stdio_client(_stdio(tmp_path / "db")) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                for name, args in _remember_lena():
+                    await session.call_tool(name, args)
+
+                async def recall() -> tuple[str, list[str]]:
+                    found = _ok(await session.call_tool("recall", asked))
+                    return found["retrieval_id"], [p["session_id"] for p in found["passages"]]
+
+                async def feedback(rid: str) -> CallToolResult:
+                    said = {"retrieval_id": rid, "answer": "You live in Oslo [0]."}
+                    return await session.call_tool("feedback", said)
+
+                out: dict[str, Any] = {}
+                rid, _ = await recall()
+                await session.call_tool("remember", {"session_id": "s4", "turns": later})
+                out["after write"] = await feedback(rid)
+                rid, out["shown"] = await recall()
+                with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(256)) as other:
+                    other.delete_session("ana", "s2")
+                    out["session erased"] = await feedback(rid)
+                    out["again"] = await feedback(rid)
+                    rid, out["shown after"] = await recall()
+                    out["new recall"] = await feedback(rid)
+                    rid, _ = await recall()
+                    other.delete_user("ana")
+                    out["user erased"] = await feedback(rid)
+                    out["sessions"] = await session.call_tool("list_sessions", {})
+                    out["episodes"] = other.ranker_weights("ana").get("user_episodes", 0)
+                return out
+
+    out = asyncio.run(calls())
+    assert _ok(out["after write"])["learned"]  # a write since the recall erased nothing
+    assert "s2" in out["shown"] and "s2" not in out["shown after"]
+    for key in ("session erased", "again", "user erased"):
+        said = _text(out[key])
+        assert out[key].isError and "no recall" in said and "erased since" in said, key
+    assert _ok(out["new recall"])["learned"] and _ok(out["new recall"])["episodes"] == 2
+    assert _ok(out["sessions"])["sessions"] == [] and out["episodes"] == 0
+
+
 def test_read_only_tools_on_a_mistyped_db_create_nothing(tmp_path: Path) -> None:
     """recall, list_sessions, end_session and forget say there is no store; remember makes it."""
     db = tmp_path / "memroy"

@@ -74,7 +74,7 @@ from reflective_memory.errors import (
     ReflectiveMemoryError,
 )
 from reflective_memory.jsonfile import read_text_file
-from reflective_memory.kept_retrievals import RetrievalCache
+from reflective_memory.kept_retrievals import RetrievalCache, erased
 from reflective_memory.memory_block import shown_memories
 from reflective_memory.portable.commands import read_dsn_of
 from reflective_memory.portable.endpoints import STORE_FILE
@@ -529,11 +529,16 @@ class MemoryTools:
         if (_given(answer) is None) == (cited is None):
             raise ToolError("give either answer (citing passages as [i]) or cited, not both")
         shown = self.recalls.pop(retrieval_id, user)
+        if shown is not None and await self._erased(shown):
+            # erased by another process on the store since: dropped, as `forget` here drops it
+            logger.info("dropped recall %s: turns it showed were erased since", retrieval_id)
+            shown = None
         if shown is None:  # unknown, answered already, dropped, or another user's: one message
             raise ToolError(
                 f"no recall {retrieval_id!r} of this user waits for feedback on this server (a "
                 "recall takes one feedback; the server keeps each user's last "
-                f"{KEPT_RECALLS_PER_USER} recalls while it runs)"
+                f"{KEPT_RECALLS_PER_USER} recalls while it runs, and drops those showing "
+                "what was erased since)"
             )
         memory = await self._memory()
         try:
@@ -554,6 +559,18 @@ class MemoryTools:
             serving=out.serving,
         )
         return _result(done)
+
+    async def _erased(self, shown: Retrieval) -> bool:
+        """Whether turns a kept recall showed are no longer stored (`kept_retrievals.erased`).
+
+        A recall is kept again when the store cannot be read (its feedback may be sent again).
+        """
+        try:
+            memory = await self._memory()
+            return bool(await self._run(erased, memory.store, shown))
+        except ToolError:
+            self.recalls.put(shown)
+            raise
 
     async def list_sessions(
         self,
