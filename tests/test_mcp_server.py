@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,36 +178,43 @@ def _remember_lena() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+@contextlib.asynccontextmanager
+async def _lena_session(db: Path) -> AsyncIterator[ClientSession]:
+    """One MCP session with the stdio server of `db`, after remembering `LENA`."""
+    async with stdio_client(_stdio(db)) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            for name, args in _remember_lena():
+                await session.call_tool(name, args)
+            yield session
+
+
 def test_stdio_feedback_answers_one_recall_once(tmp_path: Path) -> None:
     """`recall` gives a retrieval id; `feedback` with it teaches the user's ranker once."""
     asked = {"query": "Where do I live now?"}
 
     async def calls() -> dict[str, CallToolResult]:
-        async with stdio_client(_stdio(tmp_path / "db")) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                for name, args in _remember_lena():
-                    await session.call_tool(name, args)
-                out = {"first": await session.call_tool("recall", asked)}
-                rid = _ok(out["first"])["retrieval_id"]
-                for key, args in (
-                    ("refused", {"retrieval_id": rid, "cited": [7]}),  # the recall still waits
-                    ("both", {"retrieval_id": rid, "answer": "Oslo [0].", "cited": [0]}),
-                    ("long", {"retrieval_id": rid, "answer": "a" * (MAX_ANSWER_CHARS + 1)}),
-                    ("bare", {"retrieval_id": rid, "answer": "[0]"}),  # an answer, though JSON
-                    ("again", {"retrieval_id": rid, "answer": "Oslo [0]."}),  # answered already
-                ):
-                    out[key] = await session.call_tool("feedback", args)
-                out["second"] = await session.call_tool("recall", asked)
-                rid = _ok(out["second"])["retrieval_id"]
-                said = {"retrieval_id": rid, "answer": "You live in Oslo [0] (see also [9])."}
-                out["learned"] = await session.call_tool("feedback", said)
-                rid = _ok(await session.call_tool("recall", asked))["retrieval_id"]
-                await session.call_tool("forget", {"session_id": "s3"})
-                out["forgotten"] = await session.call_tool(
-                    "feedback", {"retrieval_id": rid, "cited": []}
-                )
-                return out
+        async with _lena_session(tmp_path / "db") as session:
+            out = {"first": await session.call_tool("recall", asked)}
+            rid = _ok(out["first"])["retrieval_id"]
+            for key, args in (
+                ("refused", {"retrieval_id": rid, "cited": [7]}),  # the recall still waits
+                ("both", {"retrieval_id": rid, "answer": "Oslo [0].", "cited": [0]}),
+                ("long", {"retrieval_id": rid, "answer": "a" * (MAX_ANSWER_CHARS + 1)}),
+                ("bare", {"retrieval_id": rid, "answer": "[0]"}),  # an answer, though JSON
+                ("again", {"retrieval_id": rid, "answer": "Oslo [0]."}),  # answered already
+            ):
+                out[key] = await session.call_tool("feedback", args)
+            out["second"] = await session.call_tool("recall", asked)
+            rid = _ok(out["second"])["retrieval_id"]
+            said = {"retrieval_id": rid, "answer": "You live in Oslo [0] (see also [9])."}
+            out["learned"] = await session.call_tool("feedback", said)
+            rid = _ok(await session.call_tool("recall", asked))["retrieval_id"]
+            await session.call_tool("forget", {"session_id": "s3"})
+            out["forgotten"] = await session.call_tool(
+                "feedback", {"retrieval_id": rid, "cited": []}
+            )
+            return out
 
     out = asyncio.run(calls())
     shown = len(_ok(out["first"])["passages"])
@@ -240,37 +247,33 @@ def test_stdio_feedback_on_a_recall_erased_by_another_process_is_refused(tmp_pat
     later = [{"role": "user", "text": "I started a job in Bergen."}]
 
     async def calls() -> dict[str, Any]:
-        async with stdio_client(_stdio(tmp_path / "db")) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                for name, args in _remember_lena():
-                    await session.call_tool(name, args)
+        async with _lena_session(tmp_path / "db") as session:
 
-                async def recall() -> tuple[str, list[str]]:
-                    found = _ok(await session.call_tool("recall", asked))
-                    return found["retrieval_id"], [p["session_id"] for p in found["passages"]]
+            async def recall() -> tuple[str, list[str]]:
+                found = _ok(await session.call_tool("recall", asked))
+                return found["retrieval_id"], [p["session_id"] for p in found["passages"]]
 
-                async def feedback(rid: str) -> CallToolResult:
-                    said = {"retrieval_id": rid, "answer": "You live in Oslo [0]."}
-                    return await session.call_tool("feedback", said)
+            async def feedback(rid: str) -> CallToolResult:
+                said = {"retrieval_id": rid, "answer": "You live in Oslo [0]."}
+                return await session.call_tool("feedback", said)
 
-                out: dict[str, Any] = {}
+            out: dict[str, Any] = {}
+            rid, _ = await recall()
+            await session.call_tool("remember", {"session_id": "s4", "turns": later})
+            out["after write"] = await feedback(rid)
+            rid, out["shown"] = await recall()
+            with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(256)) as other:
+                other.delete_session("ana", "s2")
+                out["session erased"] = await feedback(rid)
+                out["again"] = await feedback(rid)
+                rid, out["shown after"] = await recall()
+                out["new recall"] = await feedback(rid)
                 rid, _ = await recall()
-                await session.call_tool("remember", {"session_id": "s4", "turns": later})
-                out["after write"] = await feedback(rid)
-                rid, out["shown"] = await recall()
-                with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(256)) as other:
-                    other.delete_session("ana", "s2")
-                    out["session erased"] = await feedback(rid)
-                    out["again"] = await feedback(rid)
-                    rid, out["shown after"] = await recall()
-                    out["new recall"] = await feedback(rid)
-                    rid, _ = await recall()
-                    other.delete_user("ana")
-                    out["user erased"] = await feedback(rid)
-                    out["sessions"] = await session.call_tool("list_sessions", {})
-                    out["episodes"] = other.ranker_weights("ana").get("user_episodes", 0)
-                return out
+                other.delete_user("ana")
+                out["user erased"] = await feedback(rid)
+                out["sessions"] = await session.call_tool("list_sessions", {})
+                out["episodes"] = other.ranker_weights("ana").get("user_episodes", 0)
+            return out
 
     out = asyncio.run(calls())
     assert _ok(out["after write"])["learned"]  # a write since the recall erased nothing
