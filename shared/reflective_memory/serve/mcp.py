@@ -72,9 +72,10 @@ from reflective_memory.errors import (
     InvalidFileError,
     NoStoreError,
     ReflectiveMemoryError,
+    UnknownMemoryError,
 )
 from reflective_memory.jsonfile import read_text_file
-from reflective_memory.kept_retrievals import RetrievalCache, erased
+from reflective_memory.kept_retrievals import RetrievalCache
 from reflective_memory.memory_block import shown_memories
 from reflective_memory.portable.commands import read_dsn_of
 from reflective_memory.portable.endpoints import STORE_FILE
@@ -529,21 +530,23 @@ class MemoryTools:
         if (_given(answer) is None) == (cited is None):
             raise ToolError("give either answer (citing passages as [i]) or cited, not both")
         shown = self.recalls.pop(retrieval_id, user)
-        if shown is not None and await self._erased(shown):
-            # erased by another process on the store since: dropped, as `forget` here drops it
-            logger.info("dropped recall %s: turns it showed were erased since", retrieval_id)
-            shown = None
+        no_recall = ToolError(
+            f"no recall {retrieval_id!r} of this user waits for feedback on this server (a "
+            "recall takes one feedback; the server keeps each user's last "
+            f"{KEPT_RECALLS_PER_USER} recalls while it runs, and drops those showing "
+            "what was erased since)"
+        )
         if shown is None:  # unknown, answered already, dropped, or another user's: one message
-            raise ToolError(
-                f"no recall {retrieval_id!r} of this user waits for feedback on this server (a "
-                "recall takes one feedback; the server keeps each user's last "
-                f"{KEPT_RECALLS_PER_USER} recalls while it runs, and drops those showing "
-                "what was erased since)"
-            )
-        memory = await self._memory()
+            raise no_recall
         try:
+            memory = await self._memory()
             out = await self._run(memory.feedback, shown, _given(answer), cited=cited)
-        except ToolError:
+        except ToolError as exc:
+            if isinstance(exc.__cause__, UnknownMemoryError):
+                # erased since, here or by another process on the store (the memory's check):
+                # dropped, as `forget` drops it
+                logger.info("dropped recall %s: what it showed was erased since", retrieval_id)
+                raise no_recall from None
             self.recalls.put(shown)  # refused before anything was learned: it may be sent again
             raise
         weights = await self._run(memory.ranker_weights, user)
@@ -559,18 +562,6 @@ class MemoryTools:
             serving=out.serving,
         )
         return _result(done)
-
-    async def _erased(self, shown: Retrieval) -> bool:
-        """Whether turns a kept recall showed are no longer stored (`kept_retrievals.erased`).
-
-        A recall is kept again when the store cannot be read (its feedback may be sent again).
-        """
-        try:
-            memory = await self._memory()
-            return bool(await self._run(erased, memory.store, shown))
-        except ToolError:
-            self.recalls.put(shown)
-            raise
 
     async def list_sessions(
         self,
