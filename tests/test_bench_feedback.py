@@ -191,38 +191,76 @@ def test_register_adds_parser():
     assert ns.func is bench.run and ns.granularity == "default" and ns.denoiser == "default"
     assert ns.cache.endswith("bench-embeddings.sqlite") and ns.splits == 5
     assert ns.conditions == bench.CONDITIONS and ns.epochs == 1
-    cfg = bench._config(ns)  # nothing given: the library's reranker defaults
+    cfg = bench._config(ns)  # nothing given: the library's turn-learning defaults
     d = MemoryConfig()
-    for name in ("scope", "features", "learning_rate", "baseline"):
+    for name in ("scope", "turn_update", "turn_learning_rate", "turn_user_learning_rate"):
         assert getattr(cfg.rerank, name) == getattr(d.rerank, name)
+    assert (cfg.rerank.turn_pull, cfg.rerank.turn_prior_pull) == (
+        d.rerank.turn_pull,
+        d.rerank.turn_prior_pull,
+    )
     assert cfg.units.granularities == d.units.granularities
-    paper = p.parse_args(
-        [
-            "feedback",
-            "--data",
-            "x.json",
-            "--baseline",
-            "0.5",
-            "--features",
-            "none",
-            "--scope",
-            "isolated",
-            "--conditions",
-            "citations,noise",
-        ]
-    )
-    cfg = bench._config(paper)
-    assert (
-        cfg.rerank.baseline == 0.5
-        and cfg.rerank.features == ()
-        and paper.conditions == ("citations", "noise")
-    )
-    assert cfg.rerank.scope == "isolated"
     with pytest.raises(SystemExit):
         p.parse_args(["feedback", "--data", "x.json", "--conditions", "loud"])
-    two = p.parse_args(["feedback", "--data", "x.json", "--features", "cost, cost"])
-    with pytest.raises(ConfigError):
-        bench._config(two)
+    bad = p.parse_args(["feedback", "--data", "x.json", "--turn-lr", "-1"])
+    with pytest.raises(ConfigError, match="turn_learning_rate"):
+        bench._config(bad)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--lr", "1e-4"],
+        ["--feature-lr", "1e-3"],
+        ["--user-lr", "1e-3"],
+        ["--user-decay", "1"],
+        ["--batch-size", "4"],
+        ["--baseline", "0.5"],
+        ["--features", "none"],
+    ],
+)
+def test_the_removed_head_reranker_options_are_refused(option, capsys):
+    """Options of the head reranker (removed) acted on nothing: argparse refuses them now."""
+    with pytest.raises(SystemExit) as info:
+        bench._arguments_parser().parse_args(["--data", "x.json", *option])
+    assert info.value.code == 2
+    assert f"unrecognized arguments: {' '.join(option)}" in capsys.readouterr().err
+
+
+def test_every_option_reaches_the_run(tmp_path, capsys, monkeypatch):
+    """Each turn-learning option is in the config of every memory the run opens, and in its
+    report; the run's own options shape what it does."""
+    opened: list[MemoryConfig] = []
+
+    class Recorded(bench.ReflectiveMemory):
+        def __init__(self, *args, config, **kw):
+            opened.append(config)
+            super().__init__(*args, config=config, **kw)
+
+    monkeypatch.setattr(bench, "ReflectiveMemory", Recorded)
+    f = _locomo_file(tmp_path, users=3, questions=4)
+    argv = ["--data", str(f), "--store", str(tmp_path / "store"), "--embedder", "hashing"]
+    argv += ["--cache", str(tmp_path / "v.sqlite"), "--granularity", "turn", "--denoiser", "none"]
+    argv += ["--seeds", "3", "--conditions", "citations", "--epochs", "2", "--limit", "2"]
+    argv += ["--scope", "shared", "--top-k", "60", "--start", "cosine", "--plot", ""]
+    argv += ["--turn-update", "pairwise", "--turn-lr", "0.2", "--turn-user-lr", "0.01"]
+    argv += ["--turn-pull", "0.3", "--turn-prior-pull", "0.02"]
+    assert bench.run(bench._arguments_parser().parse_args(argv)) == 0
+    out = capsys.readouterr().out
+    # ingest, the untrained evaluation and one condition of split 3
+    assert len(opened) == 3 and [c.rerank.seed for c in opened] == [0, 3, 3]
+    for cfg in opened:
+        rr = cfg.rerank
+        assert (rr.scope, rr.top_k, rr.turn_update) == ("shared", 60, "pairwise")
+        assert (rr.turn_learning_rate, rr.turn_user_learning_rate) == (0.2, 0.01)
+        assert (rr.turn_pull, rr.turn_prior_pull) == (0.3, 0.02)
+        assert cfg.units.granularities == ("turn",) and cfg.passages.budget_unit == "words"
+        assert cfg.passages.ranker.endswith("store-cosine-ranker.json")
+    assert "(2 users; protocol: per user; per split 4 teaching / 4 test questions)" in out
+    assert "start cosine, scope=shared, update=pairwise, lr=0.2, user lr=0.01" in out
+    assert "pull=0.3, prior pull=0.02" in out and "epochs=2, splits=[3]" in out
+    assert "| **citations, change** |" in out and "| **noise, change** |" not in out
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_all_exports():

@@ -235,14 +235,18 @@ def corpus(ctx: dict[str, Any]) -> Iterator[Call]:
 
 
 def _seed(mem: ReflectiveMemory) -> dict[str, Any]:
-    """A user with ended and open sessions, a direct memory and a retrieval to give feedback on."""
-    for session in ("s", "s3", "s4"):
-        mem.add_turn("u", session, "user", "My dog Pixel loves the beach.", turn_id="t0")
-        mem.add_turn("u", session, "assistant", "Pixel sounds lovely.")
+    """A user with ended and open sessions, a direct memory and a retrieval to give feedback on.
+
+    The retrieval is of a user no call erases: feedback on what was erased is refused.
+    """
+    for user, session in (("u", "s"), ("u", "s3"), ("u", "s4"), ("kept", "s")):
+        mem.add_turn(user, session, "user", "My dog Pixel loves the beach.", turn_id="t0")
+        mem.add_turn(user, session, "assistant", "Pixel sounds lovely.")
     mem.end_session("u", "s")
     mem.add_turn("gone", "s", "user", "I will be deleted.")
     stored = mem.put_memory("u", "likes coffee")
-    return {"retrieval": mem.retrieve("u", "what is my dog called?", k=2), "memory_id": stored.id}
+    shown = mem.retrieve("kept", "what is my dog called?", k=2)
+    return {"retrieval": shown, "memory_id": stored.id}
 
 
 def _still_usable(mem: ReflectiveMemory) -> None:

@@ -56,3 +56,47 @@ def test_the_docstring_example_runs() -> None:
     import reflective_memory.kept_retrievals
 
     assert doctest.testmod(reflective_memory.kept_retrievals).failed == 0
+
+
+def test_erased_sees_deletions_by_another_memory_on_the_same_store(tmp_path) -> None:
+    """Two memories on one SQLite path: what one retrieved, the other deletes; new turns and
+    memories written meanwhile erase nothing."""
+    from dataclasses import replace
+
+    from reflective_memory import HashingEmbedder, ReflectiveMemory
+    from reflective_memory.kept_retrievals import erased
+    from reflective_memory.types import Hit
+
+    lena = {"s1": "I live in Lyon near the old town.", "s2": "I moved to Oslo last month."}
+    lena["s3"] = "My sister lives in Bergen, near Oslo."
+    with (
+        ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(256)) as mine,
+        ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(256)) as other,
+    ):
+        for sid, text in lena.items():
+            mine.add_turn("ana", sid, "user", text, timestamp="2024-03-01T10:00:00")
+            mine.add_turn("bob", sid, "user", text, timestamp="2024-03-01T10:00:00")
+        note = mine.put_memory("ana", "Ana is allergic to cats.")
+        r = mine.retrieve("ana", "Where do I live? Oslo or Lyon?", budget_tokens=500)
+        assert {"s1", "s2", "s3"} <= {h.memory.session_id for h in r.hits}
+        # a topic of s3 holding a turn of s1, and the memory made of no turns
+        topic = replace(r.hits[0].memory, id="topic", session_id="s3", turn_ids=("s1:0",))
+        r.hits = [h for h in r.hits if h.memory.id != note.id] + [Hit(topic, 0.1, 0)]
+        r.hits.append(Hit(note, 0.1, 0))
+
+        def shown(*sessions: str) -> list[str]:
+            """The turn ids `r` shows of these sessions, in hit order."""
+            return [t for h in r.hits for t in h.memory.turn_ids if t.split(":")[0] in sessions]
+
+        assert erased(mine.store, r) == []
+        other.add_turn("ana", "s4", "user", "I now work in Bergen.")  # a write erases nothing
+        other.delete_session("bob", "s2")  # nor does another user's deletion
+        assert erased(mine.store, r) == []
+        other.delete_session("ana", "s2")
+        assert erased(mine.store, r) == shown("s2") != []
+        other.delete_memory("ana", note.id)
+        assert erased(mine.store, r) == [*shown("s2"), note.id]
+        other.delete_session("ana", "s1")  # the topic's turn of s1 goes too
+        assert "s1:0" in shown("s1") and erased(mine.store, r) == [*shown("s1", "s2"), note.id]
+        other.delete_user("ana")
+        assert erased(mine.store, r) == [*shown("s1", "s2", "s3"), note.id]

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,36 +178,43 @@ def _remember_lena() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+@contextlib.asynccontextmanager
+async def _lena_session(db: Path) -> AsyncIterator[ClientSession]:
+    """One MCP session with the stdio server of `db`, after remembering `LENA`."""
+    async with stdio_client(_stdio(db)) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            for name, args in _remember_lena():
+                await session.call_tool(name, args)
+            yield session
+
+
 def test_stdio_feedback_answers_one_recall_once(tmp_path: Path) -> None:
     """`recall` gives a retrieval id; `feedback` with it teaches the user's ranker once."""
     asked = {"query": "Where do I live now?"}
 
     async def calls() -> dict[str, CallToolResult]:
-        async with stdio_client(_stdio(tmp_path / "db")) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                for name, args in _remember_lena():
-                    await session.call_tool(name, args)
-                out = {"first": await session.call_tool("recall", asked)}
-                rid = _ok(out["first"])["retrieval_id"]
-                for key, args in (
-                    ("refused", {"retrieval_id": rid, "cited": [7]}),  # the recall still waits
-                    ("both", {"retrieval_id": rid, "answer": "Oslo [0].", "cited": [0]}),
-                    ("long", {"retrieval_id": rid, "answer": "a" * (MAX_ANSWER_CHARS + 1)}),
-                    ("bare", {"retrieval_id": rid, "answer": "[0]"}),  # an answer, though JSON
-                    ("again", {"retrieval_id": rid, "answer": "Oslo [0]."}),  # answered already
-                ):
-                    out[key] = await session.call_tool("feedback", args)
-                out["second"] = await session.call_tool("recall", asked)
-                rid = _ok(out["second"])["retrieval_id"]
-                said = {"retrieval_id": rid, "answer": "You live in Oslo [0] (see also [9])."}
-                out["learned"] = await session.call_tool("feedback", said)
-                rid = _ok(await session.call_tool("recall", asked))["retrieval_id"]
-                await session.call_tool("forget", {"session_id": "s3"})
-                out["forgotten"] = await session.call_tool(
-                    "feedback", {"retrieval_id": rid, "cited": []}
-                )
-                return out
+        async with _lena_session(tmp_path / "db") as session:
+            out = {"first": await session.call_tool("recall", asked)}
+            rid = _ok(out["first"])["retrieval_id"]
+            for key, args in (
+                ("refused", {"retrieval_id": rid, "cited": [7]}),  # the recall still waits
+                ("both", {"retrieval_id": rid, "answer": "Oslo [0].", "cited": [0]}),
+                ("long", {"retrieval_id": rid, "answer": "a" * (MAX_ANSWER_CHARS + 1)}),
+                ("bare", {"retrieval_id": rid, "answer": "[0]"}),  # an answer, though JSON
+                ("again", {"retrieval_id": rid, "answer": "Oslo [0]."}),  # answered already
+            ):
+                out[key] = await session.call_tool("feedback", args)
+            out["second"] = await session.call_tool("recall", asked)
+            rid = _ok(out["second"])["retrieval_id"]
+            said = {"retrieval_id": rid, "answer": "You live in Oslo [0] (see also [9])."}
+            out["learned"] = await session.call_tool("feedback", said)
+            rid = _ok(await session.call_tool("recall", asked))["retrieval_id"]
+            await session.call_tool("forget", {"session_id": "s3"})
+            out["forgotten"] = await session.call_tool(
+                "feedback", {"retrieval_id": rid, "cited": []}
+            )
+            return out
 
     out = asyncio.run(calls())
     shown = len(_ok(out["first"])["passages"])
@@ -228,6 +235,54 @@ def test_stdio_feedback_answers_one_recall_once(tmp_path: Path) -> None:
     assert learned["learned"] and learned["episodes"] == 2
     assert learned["cited"] == [0] and learned["out_of_range"] == 1
     assert out["forgotten"].isError and "no recall" in _text(out["forgotten"])
+
+
+def test_stdio_feedback_on_a_recall_erased_by_another_process_is_refused(tmp_path: Path) -> None:
+    """Another memory on the same SQLite store deletes what a kept recall showed: its feedback
+    is refused as for a recall `forget` dropped here, and teaches nothing; a write since drops
+    nothing."""
+    from reflective_memory import HashingEmbedder, ReflectiveMemory
+
+    asked = {"query": "Where do I live now?"}
+    later = [{"role": "user", "text": "I started a job in Bergen."}]
+
+    async def calls() -> dict[str, Any]:
+        async with _lena_session(tmp_path / "db") as session:
+
+            async def recall() -> tuple[str, list[str]]:
+                found = _ok(await session.call_tool("recall", asked))
+                return found["retrieval_id"], [p["session_id"] for p in found["passages"]]
+
+            async def feedback(rid: str) -> CallToolResult:
+                said = {"retrieval_id": rid, "answer": "You live in Oslo [0]."}
+                return await session.call_tool("feedback", said)
+
+            out: dict[str, Any] = {}
+            rid, _ = await recall()
+            await session.call_tool("remember", {"session_id": "s4", "turns": later})
+            out["after write"] = await feedback(rid)
+            rid, out["shown"] = await recall()
+            with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(256)) as other:
+                other.delete_session("ana", "s2")
+                out["session erased"] = await feedback(rid)
+                out["again"] = await feedback(rid)
+                rid, out["shown after"] = await recall()
+                out["new recall"] = await feedback(rid)
+                rid, _ = await recall()
+                other.delete_user("ana")
+                out["user erased"] = await feedback(rid)
+                out["sessions"] = await session.call_tool("list_sessions", {})
+                out["episodes"] = other.ranker_weights("ana").get("user_episodes", 0)
+            return out
+
+    out = asyncio.run(calls())
+    assert _ok(out["after write"])["learned"]  # a write since the recall erased nothing
+    assert "s2" in out["shown"] and "s2" not in out["shown after"]
+    for key in ("session erased", "again", "user erased"):
+        said = _text(out[key])
+        assert out[key].isError and "no recall" in said and "erased since" in said, key
+    assert _ok(out["new recall"])["learned"] and _ok(out["new recall"])["episodes"] == 2
+    assert _ok(out["sessions"])["sessions"] == [] and out["episodes"] == 0
 
 
 def test_read_only_tools_on_a_mistyped_db_create_nothing(tmp_path: Path) -> None:
@@ -349,6 +404,48 @@ def test_stdio_no_argument_is_coerced_and_nothing_is_erased(tmp_path: Path) -> N
     calls = [("remember", {"session_id": "s1", "turns": PIXEL})]
     calls += [(name, args) for name, args, _ in COERCED] + [("list_sessions", {})]
     _check_no_coercion(asyncio.run(_stdio_calls(tmp_path / "db", calls)))
+
+
+def test_stdio_text_arguments_that_look_like_json_are_kept_as_sent(tmp_path: Path) -> None:
+    """The SDK decodes a string that parses as JSON for an argument not typed `str`: a session
+    "[1]" would reach `forget` as a list, "null" as no session. Every text argument keeps it."""
+    odd = ["[1]", '{"a": 1}', "null"]
+    said = [{"role": "user", "text": "I keep bees.", "turn_id": "[2]"}]
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("remember", {"session_id": sid, "turns": said if sid == "[1]" else PIXEL}) for sid in odd
+    ]
+    calls += [
+        ("end_session", {"session_id": "[1]"}),
+        ("recall", {"query": "bees", "now": "null"}),
+        ("forget", {"everything": True, "confirm": "null"}),
+        *(("forget", {"session_id": sid}) for sid in odd[:2]),
+        ("list_sessions", {}),
+        ("forget", {"session_id": "null"}),
+        ("list_sessions", {}),
+    ]
+    got = asyncio.run(_stdio_calls(tmp_path / "db", calls))
+    assert [_ok(r)["session_id"] for r in got[:3]] == odd
+    assert _ok(got[0])["turn_ids"] == ["[2]"] and _ok(got[3])["memories"] > 0
+    assert got[4].isError and "'null'" in _text(got[4])  # no time, not "no `now` given"
+    assert got[5].isError and "got confirm='null'" in _text(got[5])
+    assert [_ok(r) for r in got[6:8]] == [
+        {"scope": "session", "session_id": "[1]", "turns": 1},
+        {"scope": "session", "session_id": '{"a": 1}', "turns": 2},
+    ]
+    assert [s["session_id"] for s in _ok(got[8])["sessions"]] == ["null"]
+    assert _ok(got[9]) == {"scope": "session", "session_id": "null", "turns": 2}
+    assert _ok(got[10])["sessions"] == []
+
+
+def test_a_tool_whose_text_argument_may_be_none_is_refused() -> None:
+    """`str | None` would let the SDK decode the string as JSON: such a tool is not served."""
+    from reflective_memory.serve.mcp import StrictFastMCP
+
+    async def tool(name: str | None = None) -> str:
+        return str(name)
+
+    with pytest.raises(TypeError, match=r"tool: argument 'name' takes a string or something else"):
+        StrictFastMCP("t").add_strict_tool(tool)
 
 
 def test_stdio_tools_publish_strict_schemas_and_forget_needs_its_confirmation(tmp_path) -> None:

@@ -258,6 +258,38 @@ def test_turn_ranker_offsets_from_two_processes_are_not_lost_and_go_with_the_use
         assert a.ranker_weights()["episodes"] == 13  # the shared offsets are an aggregate
 
 
+def test_a_user_deleted_by_another_process_leaves_no_offsets_unsaved_ones_included(pg_dsn) -> None:
+    """Issue 51 on PostgreSQL: what the user taught and was not yet stored is never written.
+
+    A learns from the user (one save, then episodes waiting), B deletes the user, A closes:
+    no state of the user is in the database, and A's feedback on its stale retrieval is
+    refused; the shared offsets keep the user's episodes, as an in-process deletion leaves them.
+    """
+    from reflective_memory.errors import UnknownMemoryError
+    from reflective_memory.rmm.turn_learning import USER_STATE
+
+    schema = pg_schema()
+    cfg = {"rerank": {"save_every": 1000, "save_seconds": 3600.0, "turn_learning_rate": 0.2}}
+    a = _mem(pg_dsn, schema, **cfg)
+    _notes(a, "gone")
+    assert _taught(a, "gone", 0).learned
+    a.rerank_stage.learning.flush()
+    assert a.store.state.version("gone", USER_STATE) > 0
+    stale = a.retrieve("gone", f"{WORDS[2]} and {WORDS[3]} note", budget_tokens=60)
+    for i in (1, 2):
+        assert _taught(a, "gone", i).pending > 0  # learned, not yet stored
+    with _mem(pg_dsn, schema, **cfg) as b:
+        assert b.delete_user("gone") > 0
+    with pytest.raises(UnknownMemoryError, match="erased since"):
+        a.feedback(stale, cited=[0])
+    a.close()
+    with _mem(pg_dsn, schema, **cfg) as c:
+        assert c.store.state.names("gone") == []
+        w = c.ranker_weights("gone")
+        assert w["user_episodes"] == 0 and not any(w["user"].values())
+        assert c.ranker_weights()["episodes"] == 3
+
+
 WRITER = textwrap.dedent(
     """
     import sys

@@ -11,6 +11,8 @@ from reflective_memory.retrieval.features import FEATURES
 from reflective_memory.rmm.turn_learning import PRIOR_OWNER, SHARED_STATE, USER_STATE
 from reflective_memory.storage.state import FileStateStore
 
+from tests.test_reliability_fixes import _files_with
+
 FACTS = [
     "I adopted a beagle called Rex last week",
     "My sister lives in Porto and teaches piano",
@@ -370,3 +372,94 @@ def test_scope_shared_keeps_no_user_offsets():
         w = mem.ranker_weights("u1")
         assert w["episodes"] == len(fits) and w["user_episodes"] == 0
         assert w["weights"] == {n: w["prior"][n] + w["shared"][n] for n in FEATURES}
+
+
+# ------------------------------------------------- a deletion anywhere wins (issue 51)
+GONE = "gone-user-5c1e"  # an id no file may hold once the user is deleted
+HELD = {"save_every": 1000, "save_seconds": 3600.0}  # learned episodes wait for flush / close
+
+
+def _open(path, **rerank):
+    return ReflectiveMemory(path, embedder=HashingEmbedder(), config=_cfg(rerank=HELD | rerank))
+
+
+def _teach_then_delete(path, *, elsewhere: bool, saved_before: bool) -> dict:
+    """Teach GONE (saved or not) and u2, delete GONE here or in another memory, close, reopen.
+
+    Returns the shared and u2's weights the reopened memory reads.
+    """
+    a = _open(path)
+    _fill(a, GONE)
+    _fill(a, "u2")
+    if saved_before:
+        assert a.feedback(_shown(a, user=GONE), cited=[0]).learned
+        a.rerank_stage.learning.flush()
+        assert FileStateStore(path / "rerankers").names(GONE) == [USER_STATE]
+    r = _shown(a, user=GONE)
+    for cited in ([0], [1], [0]):
+        assert a.feedback(r, cited=cited).pending > 0  # learned, not yet stored
+    assert a.feedback(_shown(a, user="u2"), cited=[1]).learned
+    if elsewhere:
+        with _open(path) as b:  # another process on the same store: no cache shared
+            assert b.delete_user(GONE) > 0
+    else:
+        a.delete_user(GONE)
+    a.close()  # stores what waits
+    assert _files_with(path, GONE.encode()) == []
+    with _open(path) as c:
+        assert GONE not in c.users()
+        w = c.ranker_weights(GONE)
+        assert w["user_episodes"] == 0 and not any(w["user"].values())
+        return {"shared": c.ranker_weights(), "u2": c.ranker_weights("u2")}
+
+
+@pytest.mark.parametrize("saved_before", [False, True])
+def test_a_user_deleted_by_another_memory_leaves_no_offsets_unsaved_ones_included(
+    tmp_path, saved_before
+):
+    """What the user taught and was not yet stored is dropped at the save, never written.
+
+    The shared offsets and the other user's come out exactly as when the memory that learned
+    deletes the user itself: the shared ones keep the deleted user's episodes.
+    """
+    here = _teach_then_delete(tmp_path / "here", elsewhere=False, saved_before=saved_before)
+    there = _teach_then_delete(tmp_path / "there", elsewhere=True, saved_before=saved_before)
+    assert there == here
+    assert here["shared"]["episodes"] == 4 + saved_before
+    assert here["u2"]["user_episodes"] == 1 and any(here["u2"]["user"].values())
+
+
+def test_offsets_learned_before_a_deletion_never_reach_the_user_stored_again(tmp_path):
+    a = _open(tmp_path)
+    _fill(a, GONE)
+    for _ in range(3):
+        assert a.feedback(_shown(a, user=GONE), cited=[0]).pending > 0
+    with _open(tmp_path) as b:  # deletes the user, who comes back and teaches once
+        b.delete_user(GONE)
+        _fill(b, GONE)
+        assert b.feedback(_shown(b, user=GONE), cited=[1]).learned
+        again = b.ranker_weights(GONE)["user"]
+    a.close()
+    with _open(tmp_path) as c:
+        w = c.ranker_weights(GONE)
+        assert w["user_episodes"] == 1 and w["user"] == again
+
+
+def test_feedback_on_a_retrieval_erased_since_is_refused_and_changes_nothing(tmp_path):
+    from reflective_memory.errors import UnknownMemoryError
+
+    with _open(tmp_path) as a, _open(tmp_path) as b:
+        _fill(a, GONE)
+        _fill(a, "u2")
+        stale, standing = _shown(a, user=GONE), _shown(a, user="u2")
+        assert a.feedback(_shown(a, user="u2"), cited=[0]).learned
+        before = (a.ranker_weights(), a.ranker_weights(GONE))
+        b.delete_user(GONE)  # another memory on the store
+        with pytest.raises(UnknownMemoryError, match="erased since"):
+            a.feedback(stale, cited=[0])
+        assert (a.ranker_weights(), a.ranker_weights(GONE)) == before
+        a.delete_session("u2", standing.hits[0].memory.session_id)  # here, a session
+        with pytest.raises(UnknownMemoryError, match="erased since"):
+            a.feedback(standing, "It was [0].")
+        assert a.ranker_weights() == before[0]
+    assert _files_with(tmp_path, GONE.encode()) == []

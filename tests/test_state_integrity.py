@@ -146,6 +146,7 @@ def test_flips_and_cuts_of_a_stored_blob_warn_and_start_from_the_prior(tmp_path,
         (lambda d: {**d, "gain": float("inf")}, "malformed"),
         (lambda d: {**d, "gain": d["judged"] + 1.0}, "malformed"),
         (lambda d: {**d, "gain2": -1.0}, "malformed"),
+        (lambda d: {**d, "generation": 7}, "malformed"),
     ],
 )
 def test_well_sealed_offsets_with_bad_values_start_from_zero(caplog, change, reason):

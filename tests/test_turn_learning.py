@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+import shutil
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from reflective_memory.retrieval.features import FEATURES
 from reflective_memory.retrieval.ranker import load_ranker
 from reflective_memory.rmm.config import RerankConfig
@@ -14,6 +22,7 @@ from reflective_memory.rmm.turn_learning import (
     USER_STATE,
     TurnEpisode,
     TurnLearning,
+    _decode,
     average_precision,
     passage_gradient,
 )
@@ -227,3 +236,98 @@ def test_the_gate_is_stored_with_the_offsets(tmp_path):
     assert b.inspect("u1")["user_gate"] == a.inspect("u1")["user_gate"]
     np.testing.assert_allclose(b.weights("u1"), a.weights("u1"))
     assert state.get("u1", USER_STATE) is not None
+
+
+# ------------------------------------------------- a deletion anywhere wins (issue 51)
+USERS = ("ana", "bo")
+PROCS = st.integers(0, 1)
+
+
+class DeletionMachine(RuleBasedStateMachine):
+    """Two processes' learning on one state directory: learn, rank, save, delete users.
+
+    Each `TurnLearning` has its own `FileStateStore` on the directory (no shared caches). The
+    model says what each save writes: a process's unsaved user episodes are added to the
+    stored state only when it is the generation they were learned on; a deletion (`forget`,
+    what `delete_user` calls) erases the state, so what any process learned before it is
+    never stored again. The shared offsets keep every episode, as in-process deletion does.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="rm-deletion-"))
+        cfg = RerankConfig(save_every=10**6, turn_learning_rate=0.1, turn_user_learning_rate=0.1)
+        self.procs = [
+            TurnLearning(cfg, load_ranker(), FileStateStore(self.dir), clock=lambda: 0.0)
+            for _ in range(2)
+        ]
+        self.episode = _episode(np.random.default_rng(9))
+        self.generations = itertools.count(1)
+        self.stored: dict[str, tuple[int, int] | None] = dict.fromkeys(USERS)  # (gen, episodes)
+        # per process and user: (generation it rests on or None, unsaved user episodes)
+        self.cache: list[dict[str, tuple[int | None, int]]] = [{}, {}]
+        self.shared_pending, self.shared_stored = [0, 0], 0
+
+    def _rest(self, p: int, user: str) -> tuple[int | None, int]:
+        """The process's offsets of the user, read from the store when it holds none."""
+        if user not in self.cache[p]:
+            got = self.stored[user]
+            self.cache[p][user] = (None if got is None else got[0], 0)
+        return self.cache[p][user]
+
+    @rule(p=PROCS, user=st.sampled_from(USERS))
+    def rank(self, p: int, user: str) -> None:
+        self.procs[p].weights(user)
+        self._rest(p, user)
+
+    @rule(p=PROCS, user=st.sampled_from(USERS))
+    def learn(self, p: int, user: str) -> None:
+        assert self.procs[p].learn(user, self.episode) is not None
+        gen, pending = self._rest(p, user)
+        if gen is None:  # the state is stored before a first step is learned on it
+            if self.stored[user] is None:
+                self.stored[user] = (next(self.generations), 0)
+            gen = self.stored[user][0]
+        self.cache[p][user] = (gen, pending + 1)
+        self.shared_pending[p] += 1
+
+    @rule(p=PROCS)
+    def flush(self, p: int) -> None:
+        self.procs[p].flush()
+        for user, (gen, pending) in list(self.cache[p].items()):
+            if not pending:
+                del self.cache[p][user]
+                continue
+            got = self.stored[user]
+            if got is not None and got[0] == gen:
+                self.stored[user] = (gen, got[1] + pending)
+                self.cache[p][user] = (gen, 0)
+            else:  # learned on a state erased since: dropped
+                self.cache[p][user] = (None if got is None else got[0], 0)
+        self.shared_stored += self.shared_pending[p]
+        self.shared_pending[p] = 0
+
+    @rule(p=PROCS, user=st.sampled_from(USERS))
+    def delete(self, p: int, user: str) -> None:
+        self.procs[p].forget(user)
+        self.cache[p].pop(user, None)
+        self.stored[user] = None
+
+    @invariant()
+    def the_store_holds_what_the_model_says(self) -> None:
+        state = FileStateStore(self.dir)
+        for user in USERS:
+            got, want = state.get(user, USER_STATE), self.stored[user]
+            assert (got is None) == (want is None), user
+            assert got is None or _decode(got[1]).episodes == want[1], user
+        shared = state.get(PRIOR_OWNER, SHARED_STATE)
+        assert (0 if shared is None else _decode(shared[1]).episodes) == self.shared_stored
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestDeletionMachine = DeletionMachine.TestCase
+TestDeletionMachine.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+)

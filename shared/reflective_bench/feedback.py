@@ -348,13 +348,6 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
         "turn_pull": args.turn_pull,
         "turn_prior_pull": args.turn_prior_pull,
         "scope": args.scope,
-        "learning_rate": args.lr,
-        "feature_learning_rate": args.feature_lr,
-        "user_learning_rate": args.user_lr,
-        "user_decay": args.user_decay,
-        "baseline": args.baseline,
-        "features": args.features,
-        "batch_size": args.batch_size,
     }
     rerank.update({name: val for name, val in given.items() if val is not None})
     kw: dict[str, Any] = {
@@ -475,16 +468,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--epochs", type=int, default=1, help="passes over the teaching half")
     p.add_argument("--checkpoints", type=int, default=3, help="learning-curve points per run")
-    p.add_argument("--top-k", type=int, default=20, help="candidates the reranker reorders (K)")
-    # Reranker settings: not given = the library's defaults.
+    p.add_argument(
+        "--top-k", type=int, default=20, help="candidates each ranker contributes at least"
+    )
+    # The turn ranker's learning: not given = the library's defaults.
     p.add_argument("--scope", default=None, choices=("user", "shared", "isolated"))
-    p.add_argument("--lr", type=float, default=None, help="prior's learning rate (maps)")
-    p.add_argument("--feature-lr", type=float, default=None, help="prior's feature-weight lr")
-    p.add_argument("--user-lr", type=float, default=None, help="per-user offsets' lr")
-    p.add_argument("--user-decay", type=float, default=None, help="per-user pull to the prior")
-    p.add_argument("--batch-size", type=int, default=None, help="episodes per prior update")
-    p.add_argument("--baseline", type=_baseline, default=None, help="a number or 'episode'")
-    p.add_argument("--features", type=_features, default=None, help="names, or 'none'")
     p.add_argument(
         "--start",
         default="prior",
@@ -514,19 +502,6 @@ def _names(text: str) -> tuple[str, ...]:
     if bad or not out:
         raise argparse.ArgumentTypeError(f"conditions must be among {CONDITIONS}, got {text!r}")
     return out
-
-
-def _baseline(text: str) -> float | str:
-    try:
-        return float(text)
-    except ValueError:
-        return text  # validated by MemoryConfig
-
-
-def _features(text: str) -> tuple[str, ...]:
-    if text.strip().lower() in ("", "none"):
-        return ()
-    return tuple(f.strip() for f in text.split(",") if f.strip())
 
 
 def _arguments_parser() -> argparse.ArgumentParser:

@@ -22,7 +22,8 @@ from reflective_memory import tracing
 from reflective_memory.config import MemoryConfig
 from reflective_memory.denoise import Denoiser, make_denoiser
 from reflective_memory.embed import Embedder, default_embedder
-from reflective_memory.errors import ConfigError, InvalidInputError
+from reflective_memory.errors import ConfigError, InvalidInputError, UnknownMemoryError
+from reflective_memory.kept_retrievals import erased
 from reflective_memory.llm import LLMClient, as_llm, count_tokens
 from reflective_memory.recall import RecallConfig
 from reflective_memory.records import Records
@@ -540,6 +541,10 @@ class ReflectiveMemory:
         Raises:
             InvalidInputError: Neither `answer` nor `cited` given, a cited position names
                 nothing, or `shown` is none of the types above.
+            UnknownMemoryError: The `Retrieval` shows turns (or memories) erased since it was
+                made, by this process or another on the store (`delete_user`,
+                `delete_session`, ...: `kept_retrievals.erased` reads the store); nothing is
+                learned from what was erased.
         """
         self._open()
         if answer is not None:
@@ -547,6 +552,12 @@ class ReflectiveMemory:
         if cited is not None:
             check_numbers("cited", cited)
         check_numbering("numbering", numbering)
+        if isinstance(shown, Retrieval) and (gone := erased(self.store, shown)):
+            more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
+            raise UnknownMemoryError(
+                f"retrieval {shown.retrieval_id!r} shows what was erased since it was made "
+                f"({gone[0]!r}{more}): no feedback is taken on it, nothing was learned"
+            )
         with tracing.span("feedback") as span:
             out = self.rerank_stage.feedback(shown, answer, cited, numbering=numbering)
             tracing.describe(span, tracing.feedback_attributes, out)

@@ -8,18 +8,24 @@ keeps what feedback on a ranking by a caller's own reranker needs (`rmm.feedback
 `RetrievalCache` is that one mechanism: a bounded map from retrieval ids to what is kept for
 them (a `Retrieval`, or anything with a `retrieval_id` and a `user_id`), oldest dropped first,
 optionally bounded per user too (so that one user's many retrievals never push another user's
-out) and checked against the user who asks for one.
+out) and checked against the user who asks for one. `erased` tells whether what a kept
+retrieval showed is still in the store: another process on the same store may have deleted it
+meanwhile, which no cache of this process hears of.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from reflective_memory.errors import InvalidInputError
 
-__all__ = ["RetrievalCache", "Kept"]
+if TYPE_CHECKING:
+    from reflective_memory.storage.base import MemoryStore
+    from reflective_memory.types import Retrieval
+
+__all__ = ["RetrievalCache", "Kept", "erased"]
 
 
 class Kept(Protocol):
@@ -114,3 +120,39 @@ class RetrievalCache(Generic[K]):
             for key in gone:
                 del self._items[key]
         return len(gone)
+
+
+def erased(store: MemoryStore, retrieval: Retrieval) -> list[str]:
+    """What `retrieval` showed that `store` no longer holds, by id (empty: all of it stands).
+
+    A hit stands when every turn it shows is still stored (looked up in the hit's session, and
+    among all of the user's turns for one from another session, as a topic's may be); a hit
+    made of no turns (a memory written directly) when its memory is still stored. Reads the
+    store, so a deletion by another process on the same store is seen.
+
+    Args:
+        store: The store the retrieval was made from.
+        retrieval: A kept retrieval.
+
+    Returns:
+        The ids of the erased turns (and of erased memories made of no turns), in hit order.
+    """
+    user = retrieval.user_id
+    held: dict[str | None, set[str]] = {}  # turn ids by session; None: all of the user's
+
+    def stored(session_id: str | None) -> set[str]:
+        if session_id not in held:
+            held[session_id] = {t.turn_id for t in store.turns(user, session_id)}
+        return held[session_id]
+
+    gone: list[str] = []
+    for hit in retrieval.hits:
+        m = hit.memory
+        if not m.turn_ids:
+            if not store.memories(user, [m.id]):
+                gone.append(m.id)
+            continue
+        away = [t for t in m.turn_ids if not m.session_id or t not in stored(m.session_id)]
+        if away:
+            gone += [t for t in away if t not in stored(None)]
+    return gone

@@ -39,6 +39,16 @@ what is stored (a read-modify-write), so processes sharing a store lose none of 
 updates; after a save a process reads the offsets again when next used, so it sees the others'
 updates (and a user deleted elsewhere) within one save window.
 
+**A deletion anywhere wins.** A user's stored offsets carry a *generation*: a random id given
+when the state is first stored (before the user's first episode is learned on it) and kept by
+every save after. `delete_user` erases the state, so a state stored again later has another
+generation. A save adds a user's unsaved change only to the generation it was learned on,
+checked inside the store's atomic update: when the user was deleted since (in this process or
+any other sharing the store), the change is dropped, never written, and the process starts
+from what is stored now. The shared offsets keep what the user's citations taught them, saved
+or not, exactly as `forget` (an in-process `delete_user`) leaves them: a few aggregate weights
+learned from everyone, no text.
+
 Each state is one JSON document (`FORMAT`: feature names, offsets, episode count) sealed with
 a checksum (`reflective_memory.rmm.sealed`), checked when read: a damaged one is set aside with
 a warning and learning starts again from zero. Offsets are stored by feature name, so a
@@ -52,6 +62,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,6 +107,10 @@ _USER_CACHE = 4096
 #: Learned offsets serve once the mean of their prequential gains (see `TurnLearning.learn`) is
 #: above this many standard errors: a one-sided paired test at about 2.3% by chance.
 GATE_SIGMAS = 2.0
+
+
+class _Erased(Exception):
+    """The stored state a user's unsaved change was learned on is gone (the user was deleted)."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +250,7 @@ class _Offsets:
     new_judged: int = 0
     new_gain: float = 0.0
     new_gain2: float = 0.0
+    generation: str | None = None
 
     @property
     def value(self) -> np.ndarray:
@@ -244,6 +260,10 @@ class _Offsets:
     def serves(self) -> bool:
         """Whether the offsets beat the weights they would replace (see `_beats`)."""
         return _beats(*self.gate())
+
+    def adopt(self, other: _Offsets) -> None:
+        """Become `other` (in place: callers hold this object)."""
+        vars(self).update(vars(other))
 
     def gate(self) -> tuple[int, float, float]:
         """Episodes judged, and the sum and sum of squares of their gains."""
@@ -283,7 +303,9 @@ def _beats(n: int, total: float, squares: float) -> bool:
     return total / n > GATE_SIGMAS * math.sqrt(var / n)
 
 
-def _encode(values: np.ndarray, episodes: int, gate: tuple[int, float, float]) -> bytes:
+def _encode(
+    values: np.ndarray, episodes: int, gate: tuple[int, float, float], generation: str
+) -> bytes:
     doc = {
         "format": FORMAT,
         "features": list(FEATURES),
@@ -292,12 +314,37 @@ def _encode(values: np.ndarray, episodes: int, gate: tuple[int, float, float]) -
         "judged": int(gate[0]),
         "gain": float(gate[1]),
         "gain2": float(gate[2]),
+        "generation": generation,
     }
     return seal(json.dumps(doc, separators=(",", ":")).encode())
 
 
-def _decode(data: bytes) -> tuple[np.ndarray, int, tuple[int, float, float]]:
-    """Offsets in `FEATURES` order, episodes and the gate's sums of stored bytes.
+@dataclass(frozen=True)
+class _Stored:
+    """A stored state, decoded: offsets in `FEATURES` order, episodes, gate sums, generation."""
+
+    values: np.ndarray
+    episodes: int
+    gate: tuple[int, float, float]
+    generation: str
+
+    def offsets(self, version: int) -> _Offsets:
+        """Offsets resting on this state (stored as `version`), with nothing unsaved."""
+        judged, gain, gain2 = self.gate
+        return _Offsets(
+            self.values,
+            np.zeros(len(FEATURES)),
+            self.episodes,
+            version=version,
+            judged=judged,
+            gain=gain,
+            gain2=gain2,
+            generation=self.generation,
+        )
+
+
+def _decode(data: bytes) -> _Stored:
+    """A stored state's bytes, decoded (a state stored before generations has generation "").
 
     Raises:
         ModelLoadError: The seal, format, names or values are wrong.
@@ -311,6 +358,7 @@ def _decode(data: bytes) -> tuple[np.ndarray, int, tuple[int, float, float]]:
         raise ModelLoadError(f"turn ranker offsets are not a {FORMAT} document")
     names, values, episodes = doc.get("features"), doc.get("offsets"), doc.get("episodes")
     judged, gain, gain2 = doc.get("judged", 0), doc.get("gain", 0.0), doc.get("gain2", 0.0)
+    generation = doc.get("generation", "")
     counts_ok = all(
         not isinstance(c, bool) and isinstance(c, int) and c >= 0 for c in (episodes, judged)
     )
@@ -326,9 +374,11 @@ def _decode(data: bytes) -> tuple[np.ndarray, int, tuple[int, float, float]]:
         or not sums_ok
         or gain2 < 0
         or abs(gain) > judged
+        or not isinstance(generation, str)
     ):
         raise ModelLoadError(
-            "turn ranker offsets: features, offsets, episodes or the gate's sums malformed"
+            "turn ranker offsets: features, offsets, episodes, the gate's sums or the "
+            "generation malformed"
         )
     out = np.zeros(len(FEATURES))
     where = {n: i for i, n in enumerate(FEATURES)}
@@ -339,7 +389,8 @@ def _decode(data: bytes) -> tuple[np.ndarray, int, tuple[int, float, float]]:
             raise ModelLoadError(f"turn ranker offset {name!r} is out of bounds ({v})")
         if name in where:  # a feature the ranker no longer has is dropped
             out[where[name]] = float(v)
-    return out, cast(int, episodes), (cast(int, judged), float(gain), float(gain2))
+    gate = (cast(int, judged), float(gain), float(gain2))
+    return _Stored(out, cast(int, episodes), gate, generation)
 
 
 class TurnLearning:
@@ -375,11 +426,10 @@ class TurnLearning:
             return _Offsets(np.zeros(len(FEATURES)), np.zeros(len(FEATURES)))
         version, data = got
         try:
-            values, episodes, (judged, gain, gain2) = _decode(data)
+            return _decode(data).offsets(version)
         except ModelLoadError as exc:
             self._set_aside(owner, name, version, exc)
             return _Offsets(np.zeros(len(FEATURES)), np.zeros(len(FEATURES)))
-        return _Offsets(values, np.zeros(len(FEATURES)), episodes, 0, version, judged, gain, gain2)
 
     def _set_aside(self, owner: str, name: str, version: int, exc: Exception) -> None:
         if isinstance(self.state, SetsAside):
@@ -522,6 +572,8 @@ class TurnLearning:
                 shared.episodes += 1
                 shared.unsaved += 1
             if cfg.scope != "shared":
+                if own.generation is None:  # nothing stored yet: zero offsets, judged nothing
+                    self._begin(user_id, own)
                 lr = cfg.turn_user_learning_rate
                 d_own = -lr * (grad + cfg.turn_pull * own.value)
                 own.change += d_own
@@ -543,31 +595,70 @@ class TurnLearning:
 
     # ------------------------------------------------------------------- saving
     def _save(self, owner: str, name: str, off: _Offsets) -> None:
-        """Add an owner's unsaved change to what is stored (read-modify-write)."""
+        """Add an owner's unsaved change to what is stored (read-modify-write).
+
+        A user's change is added only to the generation it was learned on (see the module
+        docs); when that state was erased since, the change is dropped, never written, and
+        `off` rests on what is stored now.
+        """
         change, unsaved = off.change.copy(), off.unsaved
         new = (off.new_judged, off.new_gain, off.new_gain2)
         box: dict[str, Any] = {}
 
         def update(_version: int, data: bytes | None) -> bytes:
-            base, episodes, gate = np.zeros(len(FEATURES)), 0, (0, 0.0, 0.0)
-            if data is not None:
-                try:
-                    base, episodes, gate = _decode(data)
-                except ModelLoadError as exc:
-                    logger.warning(
-                        "damaged learned state %r of %r (%s): replaced", name, owner, exc
-                    )
-            box["base"], box["episodes"] = base + change, episodes + unsaved
-            box["gate"] = tuple(a + b for a, b in zip(gate, new, strict=True))
-            return _encode(box["base"], box["episodes"], box["gate"])
+            stored = self._stored(owner, name, data)
+            if name == USER_STATE and data is None:
+                raise _Erased  # checked under the store's lock: nothing is written
+            if name == USER_STATE and stored is not None and stored.generation != off.generation:
+                raise _Erased  # erased, then stored again by another process
+            if stored is None:
+                gen = uuid.uuid4().hex if off.generation is None else off.generation
+                stored = _Stored(np.zeros(len(FEATURES)), 0, (0, 0.0, 0.0), gen)
+            box["base"], box["episodes"] = stored.values + change, stored.episodes + unsaved
+            box["gate"] = tuple(a + b for a, b in zip(stored.gate, new, strict=True))
+            box["generation"] = stored.generation
+            return _encode(box["base"], box["episodes"], box["gate"], stored.generation)
 
-        version, _ = self.state.update(owner, name, update)
+        try:
+            version, _ = self.state.update(owner, name, update)
+        except _Erased:
+            logger.info("dropped %d unsaved episodes of a user deleted since", unsaved)
+            off.adopt(self._load(owner, name))
+            return
         off.base, off.change = box["base"], off.change - change
         off.episodes, off.unsaved, off.version = box["episodes"], off.unsaved - unsaved, version
         off.judged, off.gain, off.gain2 = box["gate"]
+        off.generation = box["generation"]
         off.new_judged -= new[0]
         off.new_gain -= new[1]
         off.new_gain2 -= new[2]
+
+    def _stored(self, owner: str, name: str, data: bytes | None) -> _Stored | None:
+        """Stored bytes met in an update, decoded; None when absent or damaged (warned)."""
+        if data is None:
+            return None
+        try:
+            return _decode(data)
+        except ModelLoadError as exc:
+            logger.warning("damaged learned state %r of %r (%s): replaced", name, owner, exc)
+            return None
+
+    def _begin(self, user_id: str, off: _Offsets) -> None:
+        """Store a user's state before a first step is learned on it: its generation.
+
+        `off` rests on no stored state (nothing unsaved). Stores zero offsets under a new
+        generation, or, when another process stored the user's state since `off` was read,
+        rests `off` on that one.
+        """
+
+        def update(_version: int, data: bytes | None) -> bytes:
+            if data is not None and self._stored(user_id, USER_STATE, data) is not None:
+                return data
+            return _encode(np.zeros(len(FEATURES)), 0, (0, 0.0, 0.0), uuid.uuid4().hex)
+
+        version, data = self.state.update(user_id, USER_STATE, update)
+        assert data is not None  # the update always writes
+        off.adopt(_decode(data).offsets(version))
 
     def flush(self) -> None:
         """Store every unsaved change now; read again what other processes stored.
@@ -594,7 +685,8 @@ class TurnLearning:
 
         Every learned state stored under the user goes (also what an earlier version of the
         library kept there). The shared offsets keep what they learned from everyone (a few
-        aggregate weights, no text).
+        aggregate weights, no text). What another process learned from the user and has not
+        stored yet is dropped at its next save (the state's generation is gone).
         """
         with self.lock:
             self._users.pop(user_id, None)

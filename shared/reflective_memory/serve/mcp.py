@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import anyio
 import numpy as np
@@ -72,6 +72,7 @@ from reflective_memory.errors import (
     InvalidFileError,
     NoStoreError,
     ReflectiveMemoryError,
+    UnknownMemoryError,
 )
 from reflective_memory.jsonfile import read_text_file
 from reflective_memory.kept_retrievals import RetrievalCache
@@ -117,6 +118,7 @@ __all__ = [
     "strict_arguments",
     "StrictFastMCP",
     "FORGET_EVERYTHING",
+    "NOT_GIVEN",
     "MAX_ANSWER_CHARS",
     "MAX_CITED",
     "KEPT_RECALLS",
@@ -152,6 +154,11 @@ T = TypeVar("T")
 
 #: The `confirm` value `forget` needs to erase everything of a user.
 FORGET_EVERYTHING = "forget everything"
+#: An optional text argument that was not given. Such an argument is typed plain `str` with this
+#: default, never `str | None` (`StrictFastMCP.add_strict_tool` refuses that): the SDK decodes a
+#: string sent for an argument of any other type as JSON when it can, so `session_id="[1]"`
+#: would arrive as a list and `now="null"` as None; a `str` argument gets the string as sent.
+NOT_GIVEN = ""
 #: Longest answer `feedback` reads: an answer without a citation number is read sentence by
 #: sentence (the attribution fallback embeds each), so its length bounds the work.
 MAX_ANSWER_CHARS = 20_000
@@ -327,6 +334,11 @@ def _passage(hit: Hit) -> Passage:
     )
 
 
+def _given(text: str) -> str | None:
+    """An optional text argument's value, None when it was not given (`NOT_GIVEN`)."""
+    return None if text == NOT_GIVEN else text
+
+
 def _result(model: BaseModel, text: str | None = None) -> CallToolResult:
     """A tool result: `text` (default: the model as JSON) plus the model as structured content."""
     shown = model.model_dump_json(indent=1) if text is None else text
@@ -445,12 +457,12 @@ class MemoryTools:
             ),
         ] = None,
         now: Annotated[
-            str | None,
+            str,
             Field(
                 description="When the question is asked (ISO-8601, UTC without an offset), "
                 "for 'last week' etc. (default: the user's newest turn)"
             ),
-        ] = None,
+        ] = NOT_GIVEN,
     ) -> Annotated[CallToolResult, Recalled]:
         """Recall passages of earlier conversations relevant to a query, with their dates.
 
@@ -469,7 +481,7 @@ class MemoryTools:
             budget_tokens=budget_tokens,
             instruction=None,
             exclude_turns=(),
-            now=now,
+            now=_given(now),
         )
         self.recalls.put(found)
         out = Recalled(
@@ -497,7 +509,7 @@ class MemoryTools:
                 "[0] or [0, 2]), or [NO_CITE] when none helped",
                 max_length=MAX_ANSWER_CHARS,
             ),
-        ] = "",
+        ] = NOT_GIVEN,
         cited: Annotated[
             list[int] | None,
             Field(
@@ -515,21 +527,26 @@ class MemoryTools:
         recall takes one feedback, on the server that made it (recent recalls are kept there).
         """
         user = self.user_of(ctx)
-        # `answer` is a plain str (empty: not given): the SDK decodes a str argument that may
-        # be something else as JSON when it can, and an answer "[0]" is no list
-        if (answer == "") == (cited is None):
+        if (_given(answer) is None) == (cited is None):
             raise ToolError("give either answer (citing passages as [i]) or cited, not both")
         shown = self.recalls.pop(retrieval_id, user)
+        no_recall = ToolError(
+            f"no recall {retrieval_id!r} of this user waits for feedback on this server (a "
+            "recall takes one feedback; the server keeps each user's last "
+            f"{KEPT_RECALLS_PER_USER} recalls while it runs, and drops those showing "
+            "what was erased since)"
+        )
         if shown is None:  # unknown, answered already, dropped, or another user's: one message
-            raise ToolError(
-                f"no recall {retrieval_id!r} of this user waits for feedback on this server (a "
-                "recall takes one feedback; the server keeps each user's last "
-                f"{KEPT_RECALLS_PER_USER} recalls while it runs)"
-            )
-        memory = await self._memory()
+            raise no_recall
         try:
-            out = await self._run(memory.feedback, shown, answer or None, cited=cited)
-        except ToolError:
+            memory = await self._memory()
+            out = await self._run(memory.feedback, shown, _given(answer), cited=cited)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, UnknownMemoryError):
+                # erased since, here or by another process on the store (the memory's check):
+                # dropped, as `forget` drops it
+                logger.info("dropped recall %s: what it showed was erased since", retrieval_id)
+                raise no_recall from None
             self.recalls.put(shown)  # refused before anything was learned: it may be sent again
             raise
         weights = await self._run(memory.ranker_weights, user)
@@ -584,8 +601,8 @@ class MemoryTools:
         self,
         ctx: Context,
         session_id: Annotated[
-            str | None, Field(description="The session to erase (or give everything=true)")
-        ] = None,
+            str, Field(description="The session to erase (or give everything=true)")
+        ] = NOT_GIVEN,
         everything: Annotated[
             bool,
             Field(
@@ -594,9 +611,9 @@ class MemoryTools:
             ),
         ] = False,
         confirm: Annotated[
-            str | None,
+            str,
             Field(description=f"With everything=true: exactly {FORGET_EVERYTHING!r}"),
-        ] = None,
+        ] = NOT_GIVEN,
     ) -> Annotated[CallToolResult, Forgotten]:
         """Erase a session, or everything remembered about the user; this cannot be undone.
 
@@ -604,17 +621,18 @@ class MemoryTools:
         value, so no client's conversion of a string or a number can erase a user).
         """
         user = self.user_of(ctx)
-        if (session_id is None) == (not everything):
+        session, confirmed = _given(session_id), _given(confirm)
+        if (session is None) == (not everything):
             raise ToolError("give either session_id or everything=true (not both)")
-        if everything and confirm != FORGET_EVERYTHING:
+        if everything and confirmed != FORGET_EVERYTHING:
             raise ToolError(
                 f"erasing everything cannot be undone: give confirm={FORGET_EVERYTHING!r} "
-                f"with everything=true (got confirm={confirm!r})"
+                f"with everything=true (got confirm={confirmed!r})"
             )
-        if confirm is not None and not everything:
+        if confirmed is not None and not everything:
             raise ToolError("confirm goes with everything=true only")
         memory = await self._memory()
-        if session_id is not None:
+        if session is not None:
             if not await self._run(memory.turns, user, session_id):
                 raise ToolError(f"there is no session {session_id!r}")
             n = await self._run(memory.delete_session, user, session_id)
@@ -662,7 +680,8 @@ class StrictFastMCP(FastMCP):
     A call whose arguments do not validate is answered with an `isError` result naming each
     bad argument, before the tool runs. A list or an object sent as a JSON string is decoded
     first, as the SDK does for clients that send them so; a string is never read as a boolean or
-    a number.
+    a number, and a text argument (typed `str`: `add_strict_tool` takes no `str | None`) keeps
+    the string as sent, JSON-like or not.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -672,9 +691,20 @@ class StrictFastMCP(FastMCP):
         self.verifier: TokenUsers | None = kwargs.get("token_verifier")
 
     def add_strict_tool(self, fn: Callable[..., Any], **kwargs: Any) -> None:
-        """`add_tool(fn, **kwargs)`, its calls validated by `strict_arguments(fn)`."""
-        self.add_tool(fn, **kwargs)
+        """`add_tool(fn, **kwargs)`, its calls validated by `strict_arguments(fn)`.
+
+        Raises:
+            TypeError: An argument takes a string or something else (`str | None`): the SDK
+                would decode a string sent for it as JSON when it can (see `NOT_GIVEN`).
+        """
         meta = Tool.from_function(fn).fn_metadata
+        for name, info in meta.arg_model.model_fields.items():
+            if info.annotation is not str and str in get_args(info.annotation):
+                raise TypeError(
+                    f"{fn.__name__}: argument {name!r} takes a string or something else, so "
+                    "the SDK may decode its string as JSON; type it str (NOT_GIVEN: not given)"
+                )
+        self.add_tool(fn, **kwargs)
         self._strict[fn.__name__] = (strict_arguments(fn), meta)
 
     async def list_tools(self) -> list[MCPTool]:
