@@ -25,7 +25,10 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
 - `neighbour`: the best vote of the turns next to it, over the best vote;
 - `user`: said under the `user` role;
 - `position`: where it sits in its conversation, 0 (first) to 1 (last): its session, or the
-  part of it between two silences of over 30 minutes (a log kept under one session id).
+  part of it between two silences of over 30 minutes (a log kept under one session id);
+- `rarity`: how rare its rarest word is in the user's turns, 0 (every turn holds it) to 1
+  (`rarity.WordCounts.rarity`): chatter is made of words said all the time, a statement holds
+  one rare word however often it is said.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from reflective_memory.retrieval.rarity import WordCounts
 from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.retrieval.turn_votes import (
     TurnVotes,
@@ -47,6 +51,7 @@ from reflective_memory.retrieval.turn_votes import (
     recency_ranks,
     states_a_change,
 )
+from reflective_memory.text import words_of
 from reflective_memory.types import Turn
 
 __all__ = ["FEATURES", "TurnFeatures", "names_a_time", "turn_features"]
@@ -70,6 +75,7 @@ FEATURES: tuple[str, ...] = (
     "neighbour",
     "user",
     "position",
+    "rarity",
 )
 #: `own`'s entry of a turn whose own key was not ranked.
 _UNRANKED: tuple[int | None, dict[str, float]] = (None, {})
@@ -149,6 +155,7 @@ def turn_features(
     quiet: Collection[tuple[str, int]] = frozenset(),
     relevance: Callable[[tuple[str, int]], float | None] | None = None,
     cache: dict[Any, Any] | None = None,
+    words: WordCounts | None = None,
 ) -> TurnFeatures:
     """The feature rows of the voted turns (see the module for each column).
 
@@ -162,7 +169,9 @@ def turn_features(
         quiet: The short turns read with the turn before them (`redundancy.riders`).
         relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
         cache: Where a turn's `names_a_time` is kept (`("dated", session_id, position)`; the
-            text cache of `UserTurns.text_cache`, which lives as long as the turns do).
+            text cache of `UserTurns.text_cache`, which lives as long as the turns do), and
+            its words (`("words", session_id, position)`).
+        words: The user's word counts (`rarity`); None gives every turn a rarity of 0.
 
     Returns:
         The rows, in the order of `votes.turn`.
@@ -199,6 +208,14 @@ def turn_features(
             got = known["dated", sid, p] = names_a_time(turn)
         return bool(got)
 
+    def rarity(sid: str, p: int, turn: Turn) -> float:
+        if words is None:
+            return 0.0
+        got = known.get(("words", sid, p))
+        if got is None:
+            got = known["words", sid, p] = words_of(turn.text)
+        return words.rarity(got)
+
     rows: list[tuple[float, ...]] = []
     for key, (rank, _), cos, bm25 in zip(keys, mine, cosines, bm25s, strict=True):
         sid, p = key
@@ -224,6 +241,7 @@ def turn_features(
                 near / best_vote if best_vote > 0 else 0.0,  # neighbour
                 float(turn.role == "user"),  # user
                 _position(turns, sid, p, known),  # position
+                rarity(sid, p, turn),
             )
         )
     return TurnFeatures(keys, np.array(rows, dtype=np.float64))
