@@ -13,18 +13,24 @@ from reflective_memory.retrieval.votes import UserTurns
 from reflective_memory.text import words_of
 
 CHATTER = [
-    "Hey, how are you doing today?",
-    "I'm doing well, thanks, what about you?",
-    "Good to hear! Talk soon.",
-    "See you later!",
+    "Hey, how are you?",
+    "Hi, how are you doing?",
+    "Hey, how is it going?",
+    "I am doing well, and you?",
+    "Doing well, how about you?",
+    "It is going well, thanks!",
+    "Hi! Thanks, talk soon.",
+    "Thanks, talk to you soon! I am all good.",
+    "Good, and how about you?",
+    "All good, talk to you soon.",
 ]
 
 
 def _history(fact: str, times: int, sessions: int = 12) -> list[str]:
-    """A user's turns: the same chatter every session, `fact` said in `times` of them."""
+    """A user's turns: chatter in every session, `fact` said in `times` of them."""
     out: list[str] = []
     for s in range(sessions):
-        out += CHATTER
+        out += [CHATTER[(s + i) % len(CHATTER)] for i in range(4)]
         out.append(f"Today I cooked recipe number {s} from the new book.")
         if s < times:
             out.append(fact)
@@ -32,13 +38,9 @@ def _history(fact: str, times: int, sessions: int = 12) -> list[str]:
 
 
 def test_a_fact_said_again_and_again_stays_rarer_than_chatter() -> None:
-    """Said in 8 of 12 sessions, a fact is rarer than the chatter of every session.
-
-    (Said as often as the chatter, it is as rare: the ranker's other features, the query's
-    cosine and BM25, then tell them apart; `test_messy_histories` asks for it.)
-    """
+    """Said once or in every session, a fact is rarer than the chatter around it."""
     fact = "I am allergic to peanuts."
-    for times in (1, 3, 8):
+    for times in (1, 3, 8, 12):
         counts = WordCounts(_history(fact, times))
         said = counts.rarity(words_of(fact))
         for line in CHATTER:
@@ -62,10 +64,21 @@ def test_rarity_reads_any_language_without_a_word_list() -> None:
     )
 
 
+def test_a_statement_said_again_counts_once() -> None:
+    """Saying a fact again, word for word, leaves its words as rare as before."""
+    fact = "I am allergic to peanuts."
+    once = WordCounts(_history(fact, 1))
+    again = WordCounts([*_history(fact, 1), fact, "i AM allergic to peanuts!", fact])
+    assert again.rarity(words_of(fact)) == once.rarity(words_of(fact))
+    assert again.turns == once.turns
+
+
 def test_counting_out_undoes_counting_in() -> None:
     counts = WordCounts(CHATTER)
     before = (+counts.holding, counts.turns)
-    counts.add(["A new line about Lisbon."])
+    counts.add(["A new line about Lisbon.", "A new line about Lisbon!"])
+    counts.add(["A new line about Lisbon."], -1)
+    assert (+counts.holding, counts.turns) != before  # said twice, counted out once
     counts.add(["A new line about Lisbon."], -1)
     assert (+counts.holding, counts.turns) == before
     copy = counts.copy()
@@ -81,6 +94,7 @@ def test_the_ranker_has_a_rarity_feature_the_shipped_model_weighs_up() -> None:
 
 
 def _fresh(mem: ReflectiveMemory, user: str) -> tuple[Counter[str], int]:
+    """The counts of the user's turns, counted afresh."""
     turns = mem.store.turns(user)
     counts = WordCounts(t.text for t in turns)
     return +counts.holding, counts.turns

@@ -36,27 +36,37 @@ class WordCounts:
         True
     """
 
-    __slots__ = ("holding", "turns")
+    __slots__ = ("holding", "turns", "said")
 
     def __init__(self, texts: Iterable[str] = ()) -> None:
         self.holding: Counter[str] = Counter()
+        self.said: Counter[frozenset[str]] = Counter()
         self.turns = 0
         self.add(texts)
 
     def add(self, texts: Iterable[str], sign: int = 1) -> None:
-        """Count more turns (`sign=-1`: count turns counted before out again)."""
+        """Count more turns (`sign=-1`: count turns counted before out again).
+
+        A turn of the same words as one counted before is the same statement said again: it
+        counts once, so saying a fact again does not make its words common.
+        """
         for text in texts:
             words = words_of(text)
-            if sign > 0:
+            before = self.said[words]
+            self.said[words] = before + sign
+            if sign > 0 and before == 0:
                 self.holding.update(words)
-            else:
+                self.turns += 1
+            elif sign < 0 and before == 1:
                 self.holding.subtract(words)
-            self.turns += sign
+                self.turns -= 1
+                del self.said[words]
 
     def copy(self) -> WordCounts:
         """An independent copy."""
         out = WordCounts()
         out.holding = self.holding.copy()
+        out.said = self.said.copy()
         out.turns = self.turns
         return out
 
