@@ -22,7 +22,10 @@ session's turns and memories for good. `end_session(key)` builds memories at any
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ._compat import require_llama_index
@@ -37,7 +40,7 @@ from llama_index.core.storage.chat_store.base_db import (  # noqa: E402
     MessageStatus,
 )
 from reflective_memory.engine import ReflectiveMemory  # noqa: E402
-from reflective_memory.errors import InvalidInputError  # noqa: E402
+from reflective_memory.errors import InvalidInputError, StoreCorruptedError  # noqa: E402
 from reflective_memory.rmm.citations import strip_citations  # noqa: E402
 from reflective_memory.types import Memory, Turn  # noqa: E402
 from reflective_memory.validation import canonical_role, role_or  # noqa: E402
@@ -46,6 +49,7 @@ from reflective_memory.validation import message_time as time_of  # noqa: E402
 __all__ = [
     "ReflectiveChatStore",
     "ReflectiveDBChatStore",
+    "stored_turn",
     "message_text",
     "message_time",
     "speaker_role",
@@ -126,6 +130,58 @@ def without_marks(message: ChatMessage) -> ChatMessage:
     return clean
 
 
+@dataclass(frozen=True)
+class _Handed:
+    """The turn a message object a store handed out stands for."""
+
+    message: weakref.ref[ChatMessage]
+    memory: weakref.ref[Any]
+    user_id: str
+    session_id: str
+    turn_id: str
+
+
+#: The stores' own record of the message objects they handed out: `id(message)` -> its turn.
+#: An entry leaves with its message (a weak reference), so this holds only live messages.
+_HANDED: dict[int, _Handed] = {}
+_HANDED_LOCK = threading.RLock()  # a message may die (its callback) while it is held
+
+
+def _forget_handed(key: int, ref: weakref.ref[ChatMessage]) -> None:
+    with _HANDED_LOCK:
+        if key in _HANDED and _HANDED[key].message is ref:
+            del _HANDED[key]
+
+
+def _hand_out(
+    memory: Any, user_id: str, session_id: str, pairs: Sequence[tuple[Turn, ChatMessage]]
+):
+    """Record which turn each message object read from a store stands for."""
+    with _HANDED_LOCK:
+        for turn, message in pairs:
+            key = id(message)
+            ref = weakref.ref(message, lambda r, key=key: _forget_handed(key, r))
+            _HANDED[key] = _Handed(ref, weakref.ref(memory), user_id, session_id, turn.turn_id)
+
+
+def stored_turn(message: ChatMessage, memory: Any, user_id: str) -> tuple[str, str] | None:
+    """`(session_id, turn_id)` of the stored turn `message` was read from, if it was.
+
+    A message object one of our chat stores handed out (`get_messages`, what `Memory` flushes
+    to its blocks) is a turn already stored in `memory` for `user_id`; a block given it must
+    not store it again. Decided by the stores' own record of the objects they handed out, not
+    by comparing texts, so system messages, repeated flushes and concurrent `aput` calls
+    store each message once. None for any other message (a copy, one of another store).
+    """
+    with _HANDED_LOCK:
+        found = _HANDED.get(id(message))
+    if found is None or found.message() is not message or found.memory() is not memory:
+        return None
+    if found.user_id != user_id:
+        return None
+    return found.session_id, found.turn_id
+
+
 class _Conversations:
     """Message-level operations on one user's core sessions (shared by both stores)."""
 
@@ -138,10 +194,27 @@ class _Conversations:
         return _MARK_PREFIX + json.dumps([self.user_id, key])
 
     def marks(self, key: str) -> tuple[int, int]:
+        """(cleared, archived) sequence marks of a key.
+
+        Raises:
+            StoreCorruptedError: The stored marks are not two non-negative integers (an edited
+                or damaged value); nothing is shown rather than the wrong messages.
+        """
         got = self.memory.store.get_value(self._mark_key(key))
         if not got:
             return 0, 0
-        return int(got[0]), int(got[1])
+        ok = (
+            isinstance(got, list)
+            and len(got) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in got)
+        )
+        if not ok:
+            raise StoreCorruptedError(
+                f"the chat store's marks of session {key!r} of user {self.user_id!r} are "
+                f"damaged (expected two non-negative integers, got {str(got)[:60]}); "
+                "delete the value or restore the store from a backup"
+            )
+        return got[0], got[1]
 
     def set_marks(self, key: str, cleared: int, archived: int) -> None:
         self.memory.store.set_value(self._mark_key(key), [cleared, max(archived, cleared)])
@@ -164,6 +237,7 @@ class _Conversations:
         return out
 
     def messages(self, key: str, turns: Sequence[Turn]) -> list[ChatMessage]:
+        """The turns as messages; each object is recorded as its turn (`stored_turn`)."""
         extras = self.memory.store.turn_extra(self.user_id, key) if turns else {}
         out = []
         for t in turns:
@@ -172,6 +246,7 @@ class _Conversations:
                 out.append(ChatMessage.model_validate(extra))
             else:
                 out.append(ChatMessage(role=t.role, content=t.text))
+        _hand_out(self.memory, self.user_id, key, list(zip(turns, out, strict=True)))
         return out
 
     def add(self, key: str, messages: Sequence[ChatMessage]) -> list[Turn]:
@@ -200,20 +275,6 @@ class _Conversations:
         }
         self.memory.store.set_turn_extra(self.user_id, key, extras)
         return stored
-
-    def archived_run(self, key: str, messages: Sequence[ChatMessage]) -> bool:
-        """Whether `messages` are the key's latest archived turns (as `Memory` flushes them).
-
-        `Memory` archives its oldest messages in the chat store, then hands the same messages
-        to its memory blocks: when the chat store is one of ours, they are stored already.
-        """
-        if not messages or not self.exists(key):
-            return False
-        archived = self.turns(key, MessageStatus.ARCHIVED)
-        if len(archived) < len(messages):
-            return False
-        said = [(speaker_role(m), message_text(without_marks(m))) for m in messages]
-        return said == [(t.role, t.text) for t in archived[-len(messages) :]]
 
     def delete(self, key: str, turns: Sequence[Turn]) -> list[ChatMessage]:
         if not turns:

@@ -4,7 +4,9 @@
 
 * messages flushed from the short-term queue are stored as turns of the user's session (the
   block's `session_id`, else the `Memory`'s) and the session's memories are rebuilt, so they are
-  retrievable at once;
+  retrievable at once; with a `ReflectiveDBChatStore` of the same memory and user as the
+  `Memory`'s chat store, the flushed messages are its turns already and each is stored once
+  (`chat_store.stored_turn`), whatever the system messages and concurrent `aput` calls;
 * on every `get`, the latest messages are the query; the retrieved memories are numbered `[0]`,
   `[1]`, ... so an answer can cite them, and `feedback(answer)` hands the citations to the core;
 * "two weeks ago" resolves against `Memory.get(now=...)`, else the newest message's own time
@@ -28,7 +30,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole  # noqa: E
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
 from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
 from reflective_memory import FeedbackResult  # noqa: E402
-from reflective_memory.errors import InvalidInputError  # noqa: E402
+from reflective_memory.errors import InvalidInputError, SessionChangedError  # noqa: E402
 from reflective_memory.llm import count_tokens  # noqa: E402
 from reflective_memory.memory_block import (  # noqa: E402
     CITATION_INSTRUCTION,
@@ -40,11 +42,11 @@ from reflective_memory.text import parse_timestamp  # noqa: E402
 from reflective_memory.types import Hit, Retrieval  # noqa: E402
 
 from .chat_store import (  # noqa: E402
-    _Conversations,
     _role,
     message_text,
     message_time,
     speaker_role,
+    stored_turn,
     without_marks,
 )
 
@@ -154,14 +156,21 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
     def put(self, messages: list[ChatMessage]) -> None:
         """Store messages as turns and (by default) rebuild their session's memories.
 
-        Messages a `ReflectiveDBChatStore` of the same memory and user has just archived (the
-        ones `Memory` flushes to its blocks) are stored already and are not stored again.
+        A message one of our chat stores of the same memory and user handed out (what `Memory`
+        flushes to its blocks when its chat store is a `ReflectiveDBChatStore`) is a turn of
+        that session already and is not stored again: decided by the chat store's own record
+        (`chat_store.stored_turn`), so each message is stored once whatever the mix of system
+        messages, flushes and concurrent `aput` calls. System messages are not memories.
+
+        A rebuild that keeps meeting new turns (concurrent `aput` calls on one session) is
+        left to the next flush or `end_session`: the messages are stored either way.
         """
-        kept = [without_marks(m) for m in messages if _role(m) != MessageRole.SYSTEM.value]
-        if not kept:
+        talk = [m for m in messages if _role(m) != MessageRole.SYSTEM.value]
+        if not talk:
             return
-        session = self._session(kept)
-        if not _Conversations(self.memory, self.user_id).archived_run(session, kept):
+        session = self._session(talk)
+        new = [without_marks(m) for m in talk if not self._stored_in(m, session)]
+        if new:
             self.memory.add_turns(
                 [
                     {
@@ -171,11 +180,21 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
                         "text": message_text(m),
                         "timestamp": message_time(m),
                     }
-                    for m in kept
+                    for m in new
                 ]
             )
         if self.build_on_put:
-            self.memory.end_session(self.user_id, session)
+            try:
+                self.memory.end_session(self.user_id, session)
+            except SessionChangedError:
+                logger.info(
+                    "session %r kept changing while built; built at the next flush", session
+                )
+
+    def _stored_in(self, message: ChatMessage, session: str) -> bool:
+        """Whether `message` was read from a stored turn of `session` (`stored_turn`)."""
+        found = stored_turn(message, self.memory, self.user_id)
+        return found is not None and found[0] == session
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         await self.memory.arun(self.put, list(messages))

@@ -96,8 +96,49 @@ def pg_cluster() -> Iterator[_pg.Cluster]:
 @pytest.fixture(scope="module")
 def pg_dsn(pg_cluster: _pg.Cluster, request: pytest.FixtureRequest) -> str:
     """DSN of a fresh database for this test module."""
+    return pg_cluster.create_database(_module_database(request))
+
+
+def _module_database(request: pytest.FixtureRequest) -> str:
     base = re.sub(r"[^a-z0-9_]", "_", request.module.__name__.rsplit(".", 1)[-1].lower())
-    return pg_cluster.create_database(f"{base[:40]}_{uuid.uuid4().hex[:8]}")
+    return f"{base[:40]}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def pg_pair() -> Iterator[tuple[_pg.Cluster, _pg.Cluster]]:
+    """A primary and its hot standby (`pg_basebackup -R`, asynchronous streaming replication).
+
+    Their own clusters, not the session's: the replica tests stop, pause and lag the standby,
+    and the other tests' writes are not streamed anywhere. Made on first use (about 4 s).
+    """
+    reason = _pg.missing_reason()
+    if reason is not None:
+        _postgres_unavailable(reason)
+    primary = _pg.Cluster()
+    try:
+        primary.start()
+        standby = primary.standby()
+    except Exception as exc:  # noqa: BLE001 - reported as the skip / failure reason
+        primary.stop()
+        _postgres_unavailable(f"could not start a primary and its standby: {exc}")
+    yield primary, standby
+    standby.stop()
+    primary.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_replicated(
+    pg_pair: tuple[_pg.Cluster, _pg.Cluster], request: pytest.FixtureRequest
+) -> tuple[str, str]:
+    """`(primary DSN, replica DSN)` of a fresh database for this module, on `pg_pair`.
+
+    Returned once the standby has the database, so a store opened on it reads there at once.
+    """
+    primary, standby = pg_pair
+    name = _module_database(request)
+    dsn = primary.create_database(name)
+    standby.wait_caught_up(primary)
+    return dsn, standby.dsn_for(name)
 
 
 @pytest.fixture

@@ -32,10 +32,10 @@ CHILD = textwrap.dedent(
     where, schema, user = sys.argv[1], sys.argv[2], sys.argv[3]
     index_turns = SessionWriter._index_turns
 
-    def crash_before_indexing(self, stored):
+    def crash_before_indexing(self, stored, *rest):
         if any("zanzibar" in t.text for t in stored):
             os.kill(os.getpid(), signal.SIGKILL)  # the turn is committed, not yet indexed
-        return index_turns(self, stored)
+        return index_turns(self, stored, *rest)
 
     SessionWriter._index_turns = crash_before_indexing
     if where.startswith("postgresql://"):

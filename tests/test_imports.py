@@ -31,14 +31,18 @@ def _core_modules() -> dict[str, Path]:
 MODULES = _core_modules()
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """Modules `name` imports at module level or inside functions (not under TYPE_CHECKING)."""
+def _imports(name: str, path: Path, *, typing: bool = False) -> set[str]:
+    """Modules `name` imports at module level or inside functions.
+
+    Imports under `if TYPE_CHECKING:` count only with `typing` (they never run, but a module
+    that names another's types there still depends on it).
+    """
     tree = ast.parse(path.read_text("utf-8"))
     found: set[str] = set()
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.orelse:
                 visit(child)
             return
@@ -103,6 +107,38 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_core_has_no_import_cycles() -> None:
     cycle = _find_cycle(GRAPH)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_storage_has_no_import_circle_even_through_type_hints() -> None:
+    """No module of `storage/` depends on itself, counting imports made for type hints only.
+
+    The store contract (`base`), the index caches, the PostgreSQL connections, async route,
+    search and server index each depend one way: a change to one never needs the other first.
+    """
+    storage = {n: p for n, p in MODULES.items() if n.startswith("reflective_memory.storage.")}
+    graph = {n: _imports(n, p, typing=True) & storage.keys() for n, p in storage.items()}
+    assert len(graph) > 15, sorted(graph)
+    cycle = _find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_typing_import_scan_sees_type_checking_imports(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import p.b\n")
+    assert "p.b" in _imports("p.m", src, typing=True)
+    assert "p.b" not in _imports("p.m", src)
+
+
+def test_the_store_contract_names_no_implementation() -> None:
+    """`storage/base.py` (the contract) imports and names no store, index or driver module."""
+    base = MODULES["reflective_memory.storage.base"]
+    deps = _imports("reflective_memory.storage.base", base, typing=True) & MODULES.keys()
+    allowed = {"reflective_memory.storage.state", "reflective_memory.storage.user_index"}
+    light = {"reflective_memory.errors", "reflective_memory.text", "reflective_memory.types"}
+    assert deps <= allowed | light | {"reflective_memory.embed"}, sorted(deps)
+    text = base.read_text("utf-8")
+    for name in ("SQLiteStore", "PostgresStore", "PgDatabase", "AsyncPgRoute", "IndexCache"):
+        assert name not in text, name
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

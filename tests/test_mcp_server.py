@@ -576,9 +576,11 @@ def test_http_one_token_cannot_flood_the_server_with_requests(tmp_path: Path) ->
         assert ended.status_code < 400  # ending a session is never refused
 
 
-def test_the_request_rate_window_slides_and_a_guessed_token_is_not_counted() -> None:
+def test_the_request_rate_window_slides_and_an_unauthenticated_request_is_not_counted() -> None:
     """`RequestRate` in process, on a clock of its own: a request leaves the count after the
-    window; refused requests do not count; tokens the server does not know are not tracked."""
+    window; refused requests do not count; requests without an identity (none passed the
+    bearer gate) are not tracked."""
+    from reflective_memory.serve.bearer import IDENTITY_KEY, identity
     from reflective_memory.serve.limits import RequestRate
 
     now = [0.0]
@@ -593,28 +595,25 @@ def test_the_request_rate_window_slides_and_a_guessed_token_is_not_counted() -> 
         if message["type"] == "http.response.start":
             statuses.append(message["status"])
 
-    rate = RequestRate(app, 2, window=10, known=lambda t: t == ANA, clock=lambda: now[0])
+    rate = RequestRate(app, 2, key=identity, window=10, clock=lambda: now[0])
 
-    def call(token: str, path: str, method: str = "POST") -> None:
-        scope = {
-            "type": "http",
-            "method": method,
-            "path": path,
-            "headers": [(b"authorization", f"Bearer {token}".encode())],
-        }
+    def call(user: str | None, path: str, method: str = "POST") -> None:
+        scope: dict[str, Any] = {"type": "http", "method": method, "path": path, "headers": []}
+        if user is not None:
+            scope[IDENTITY_KEY] = user
         asyncio.run(rate(scope, None, send))
 
-    call(ANA, "/a"), call(ANA, "/b")
+    call("ana", "/a"), call("ana", "/b")
     now[0] = 5.0
-    call(ANA, "/refused"), call(ANA, "/refused")
-    call(ANA, "/delete", "DELETE")
+    call("ana", "/refused"), call("ana", "/refused")
+    call("ana", "/delete", "DELETE")
     for _ in range(5):
-        call("guessed-token-0123456789", "/guess")
+        call(None, "/guess")
     now[0] = 10.0  # the first two requests leave the window; the refused ones never counted
-    call(ANA, "/c"), call(ANA, "/d"), call(ANA, "/refused")
+    call("ana", "/c"), call("ana", "/d"), call("ana", "/refused")
     assert passed == ["/a", "/b", "/delete", *["/guess"] * 5, "/c", "/d"]
     assert statuses == [429, 429, 429]
-    assert len(rate.seen) == 1  # only the known token is tracked
+    assert len(rate.seen) == 1  # only the authenticated user is tracked
 
 
 def _raw_post(url: str, total: int, *, chunked: bool) -> tuple[int, bytes, int]:

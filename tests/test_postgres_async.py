@@ -234,7 +234,9 @@ def test_a_failing_query_embedding_fails_only_its_own_aretrieve(pg_dsn: str) -> 
             return got
 
     got = asyncio.run(main())
-    assert isinstance(got[4], Boom)
+    from reflective_memory.errors import EmbeddingError
+
+    assert isinstance(got[4], EmbeddingError) and isinstance(got[4].__cause__, Boom)
     assert [_hits(r) for r in got[:4]] == expected and [_hits(r) for r in got[5:]] == expected
 
 

@@ -51,7 +51,7 @@ def test_a_model_of_other_features_is_refused(tmp_path: Path) -> None:
         load_ranker(str(path))
     with pytest.raises(ConfigError, match="cannot read"):
         load_ranker(str(tmp_path / "missing.json"))
-    with pytest.raises(ConfigError, match="not JSON"):
+    with pytest.raises(ConfigError, match="not a readable JSON file"):
         (tmp_path / "bad.json").write_text("{")
         load_ranker(str(tmp_path / "bad.json"))
 

@@ -64,12 +64,23 @@ def test_another_embedder_makes_the_vectors_writing_makes(tmp_path) -> None:
         assert set(mem.store.embeddings("mia")[3]) == {"renamed:64"}
 
 
+_SAID = "Mia: Pixel chewed my red sneakers."
+
+
 def test_a_turn_embedded_late_gets_the_vector_of_what_was_said() -> None:
+    """A turn a stopped process left unindexed, indexed while the embedder was down (a
+    `pending` unit), gets the vector of what was said when the index build embeds it.
+
+    (`add_turn` itself embeds before it commits: with the embedder down it stores nothing.)
+    """
     emb = HashingEmbedder(64)
     with ReflectiveMemory(embedder=emb, config=_cfg()) as mem:
         broken = mem.embedder.encode
+        mem.store.add_turns(
+            [{"user_id": "mia", "session_id": "s", "role": "user", "text": _SAID, "turn_id": "t"}]
+        )
         mem.embedder.encode = lambda texts: (_ for _ in ()).throw(RuntimeError("down"))
-        mem.add_turn("mia", "s", "user", "Mia: Pixel chewed my red sneakers.")
+        assert mem.sessions.lost_turns.run("mia") == 1
         mem.embedder.encode = broken
         assert mem.retrieve("mia", "what did Pixel chew", k=1, mode="dense").hits
         got = _vectors(mem)

@@ -2,7 +2,8 @@
 
 Each backend has one class with a `store` fixture giving an empty store: SQLite in memory,
 SQLite on disk, PostgreSQL (a fresh schema per test in the module's database; skipped without a
-local PostgreSQL + pgvector, failed with REFLECTIVE_REQUIRE_POSTGRES=1). `OurStores` adds the
+local PostgreSQL + pgvector, failed with REFLECTIVE_REQUIRE_POSTGRES=1), and PostgreSQL reading
+from a hot standby (`read_dsn`; the same contract, unchanged). `OurStores` adds the
 tests of what our two stores offer beyond the contract; the capability protocols are checked
 for each.
 """
@@ -41,10 +42,13 @@ def _strip_offsets(store) -> None:  # noqa: ANN001
                 store.conn.execute(f"UPDATE {table} SET {col} = substr({col}, 1, 19)")
         store.conn.execute("UPDATE sessions SET created_at = substr(created_at, 1, 19)")
         return
-    with store.db.transaction() as conn:
+
+    def strip(conn) -> None:  # noqa: ANN001
         for table, cols in columns.items():
             for col in cols:
                 conn.execute(f"UPDATE {store._s}.{table} SET {col} = left({col}, 19)")
+
+    store.routes.write(["u"], strip)  # the reads that follow see it, on a replica too
 
 
 class OurStores:
@@ -123,6 +127,32 @@ class TestPostgres(MemoryStoreContract, OurStores):
         assert store.state.names("u") == []
         assert store.state.names("v") == ["rmm.reranker"]
         assert store.state.get("__shared__", "rmm.reranker")[1] == b"weights"
+
+
+class TestPostgresReplica(MemoryStoreContract, OurStores):
+    """The same contract with reads on a hot standby (read-your-writes by WAL position)."""
+
+    @pytest.fixture
+    def store(self, pg_replicated):
+        from reflective_memory.storage.postgres import PostgresStore
+
+        primary, replica = pg_replicated
+        s = PostgresStore(primary, read_dsn=replica, schema=pg_schema(), pool_max=4)
+        yield s
+        s.close()
+
+    def test_reads_are_answered_by_the_replica(self, store) -> None:
+        """Right after a write, its reads come from the standby, which has the write."""
+        from reflective_memory.storage.reads import reads_of_call
+
+        store.add_turns([{"user_id": "u", "session_id": "s", "role": "user", "text": "hi"}])
+        with reads_of_call() as log:
+            assert [t.text for t in store.turns("u")] == ["hi"]
+            assert store.session("u", "s").n_turns == 1
+        (server,) = log.servers
+        assert server.startswith("replica ") and log.servers[server] == 2 and not log.notes
+        (replica,) = store.routes.replicas
+        assert replica.db.dsn_label.endswith(server.rsplit(":", 1)[1])
 
 
 class _Partial:

@@ -13,7 +13,8 @@ package. Conversation files are read with the library's own `reflective_memory.i
 - `ingest`: bulk and per-message ingest turns/s against bare embedding, with LlamaIndex and
   LangChain reference rows (`ingest_peers`); `add_turn`: `add_turn` latency at 10K-100K turns
   of history; `storage`: the store backends.
-- `soak`: the reliability soaks (threads, processes, SIGKILL loop).
+- `soak`: the reliability soaks (threads, processes, SIGKILL loop); `attacks`: what
+  unauthenticated MCP clients (body floods, stalled bodies) and a huge gzip line cost.
 - `smalltalk`: the short-turn rule's word count, fitted and left-one-conversation-out.
 """
 

@@ -23,22 +23,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import multiprocessing as mp
-import os
-import platform
 import time
 from typing import Any
 
 import numpy as np
 
+from reflective_bench.report import bench_parser, finish, run_context
 from reflective_bench.storage import _fresh_pg as fresh_pg
-from reflective_bench.storage import synthetic_texts
+from reflective_bench.storage import load_users, synthetic_texts
 
 __all__ = ["register", "run_async_bench"]
 
 logger = logging.getLogger(__name__)
+
+#: What `bench --help` says of this benchmark.
+_SUMMARY = "64 concurrent aretrieve on PostgreSQL: native async vs thread twins"
 
 _SCHEMA = "bench_async"
 _MODES = ("native", "threads")
@@ -50,23 +50,6 @@ def _memory(args: argparse.Namespace) -> Any:
     store = fresh_pg(args.dsn, _SCHEMA, pool_max=args.pool_max)
     embedder = HashingEmbedder(384) if args.embedder == "hashing" else None
     return ReflectiveMemory(store=store, embedder=embedder)
-
-
-def _load(mem: Any, args: argparse.Namespace) -> float:
-    t0 = time.perf_counter()
-    texts = synthetic_texts(args.users * args.turns, seed=7)
-    for u in range(args.users):
-        mine = texts[u * args.turns : (u + 1) * args.turns]
-        for s in range(0, len(mine), 10):
-            sid = f"s{s // 10}"
-            mem.add_turns(
-                [
-                    {"user_id": f"u{u}", "session_id": sid, "role": "user", "text": t}
-                    for t in mine[s : s + 10]
-                ]
-            )
-            mem.end_session(f"u{u}", sid)
-    return time.perf_counter() - t0
 
 
 async def _probe(lags: list[float], stop: asyncio.Event) -> None:
@@ -149,9 +132,7 @@ def run_async_bench(args: argparse.Namespace) -> dict[str, Any]:
     if not is_postgres_dsn(args.dsn):
         raise InvalidInputError("--dsn must be a postgresql://... URI")
     res: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()} {mp.cpu_count()} cores",
-        "load_before": [round(x, 2) for x in os.getloadavg()],
+        **run_context(),
         "embedder": args.embedder,
         "users": args.users,
         "turns_per_user": args.turns,
@@ -162,7 +143,7 @@ def run_async_bench(args: argparse.Namespace) -> dict[str, Any]:
     }
     mem = _memory(args)
     try:
-        res["load_s"] = round(_load(mem, args), 1)
+        res["load_s"] = round(load_users(mem, args.users, args.turns), 1)
 
         async def main() -> dict[str, Any]:
             try:
@@ -173,27 +154,12 @@ def run_async_bench(args: argparse.Namespace) -> dict[str, Any]:
         res.update(asyncio.run(main()))
     finally:
         mem.close()
-    res["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    logger.info("async bench: %s", res)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=2)
-    return res
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    print(json.dumps(run_async_bench(args), indent=2))  # noqa: T201 - the command's output
-    return 0
+    return finish(res, args.out, "async")
 
 
 def register(bench: Any) -> None:
     """Add `bench async` to the CLI's bench sub-parsers."""
-    p = bench.add_parser(
-        "async",
-        help="64 concurrent aretrieve on PostgreSQL: native async vs thread twins",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = bench_parser(bench, "async", _SUMMARY, __doc__, run_async_bench)
     p.add_argument("--dsn", required=True, help="postgresql://... of a server with pgvector")
     p.add_argument("--users", type=int, default=64, help="users loaded")
     p.add_argument("--turns", type=int, default=40, help="turns per user")
@@ -202,5 +168,3 @@ def register(bench: Any) -> None:
     p.add_argument("--pool-max", type=int, default=10, help="connections of each pool")
     p.add_argument("--k", type=int, default=10, help="hits per retrieval")
     p.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
-    p.add_argument("--out", default=None, help="write the results here as JSON")
-    p.set_defaults(func=_cmd)

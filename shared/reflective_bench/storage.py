@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from reflective_memory.storage.checksum import text_crc
 
-__all__ = ["register", "run_storage_bench", "synthetic_texts"]
+__all__ = ["load_users", "register", "run_storage_bench", "synthetic_texts"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,28 @@ def synthetic_texts(n: int, seed: int, vocab: int = 5000, words: int = 14) -> li
     p /= p.sum()
     idx = rng.choice(vocab, size=(n, words), p=p)
     return [" ".join(lex[j] for j in row) for row in idx]
+
+
+def load_users(mem: Any, users: int, turns: int, seed: int = 7) -> float:
+    """Give users `u0`, `u1`, ... `turns` synthetic turns each, in ended sessions of 10.
+
+    Returns:
+        Seconds taken (turns stored, sessions' memories built).
+    """
+    t0 = time.perf_counter()
+    texts = synthetic_texts(users * turns, seed=seed)
+    for u in range(users):
+        mine = texts[u * turns : (u + 1) * turns]
+        for s in range(0, len(mine), 10):
+            sid = f"s{s // 10}"
+            mem.add_turns(
+                [
+                    {"user_id": f"u{u}", "session_id": sid, "role": "user", "text": t}
+                    for t in mine[s : s + 10]
+                ]
+            )
+            mem.end_session(f"u{u}", sid)
+    return time.perf_counter() - t0
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
@@ -102,7 +124,7 @@ def _load_sqlite(
 def _load_postgres(
     store: Any, rows: list[tuple[str, str, str]], vectors: np.ndarray, model: str
 ) -> None:
-    from reflective_memory.storage.postgres import _lex
+    from reflective_memory.storage.core import lexical_text as _lex
 
     s = store.db.qualified
     dim = int(vectors.shape[1])

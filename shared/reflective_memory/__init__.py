@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from reflective_memory.engine import ReflectiveMemory
     from reflective_memory.errors import (
         ConfigError,
+        EmbeddingError,
         InvalidInputError,
         LLMError,
         LLMOutputError,
@@ -103,6 +104,7 @@ _EXPORTS: dict[str, str] = {
     "LLMOutputError": "reflective_memory.errors",
     "ConfigError": "reflective_memory.errors",
     "ModelLoadError": "reflective_memory.errors",
+    "EmbeddingError": "reflective_memory.errors",
     "NoStoreError": "reflective_memory.errors",
 }
 
@@ -155,6 +157,7 @@ __all__ = [
     "LLMOutputError",
     "ConfigError",
     "ModelLoadError",
+    "EmbeddingError",
     "NoStoreError",
     "__version__",
 ]

@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reflective_memory.errors import InvalidFileError
-from reflective_memory.jsonfile import MAX_DEPTH, FileShape, json_depth
+from reflective_memory.jsonfile import MAX_DEPTH, FileShape, bounded_lines, json_depth
 from reflective_memory.text import parse_timestamp
 from reflective_memory.validation import MESSAGE_TIME_KEY, role_or
 
@@ -184,26 +184,28 @@ def is_chat_log(data: Any) -> bool:
     return False
 
 
-def looks_like_jsonl(path: Path) -> bool:
+def looks_like_jsonl(path: Path, max_chars: int = _PEEK_CHARS) -> bool:
     """Whether `path` holds JSON Lines: by its suffix, or by its shape.
 
     By shape: a first line that is a whole JSON object, followed by more lines (a
-    pretty-printed document's first line does not parse alone).
+    pretty-printed document's first line does not parse alone). At most `max_chars` of a
+    line are read to tell.
     """
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     if Path(name).suffix.lower() in _JSONL_SUFFIXES:
         return True
+    peek = min(max_chars, _PEEK_CHARS)
     try:
         with _open_text(path) as fh:
-            first = fh.readline(_PEEK_CHARS)
+            first = fh.readline(peek)
             while first and not first.strip():
-                first = fh.readline(_PEEK_CHARS)
+                first = fh.readline(peek)
             if not first.lstrip().startswith("{"):
                 return False
             json.loads(first)
-            following = fh.readline(_PEEK_CHARS)
+            following = fh.readline(peek)
             while following and not following.strip():
-                following = fh.readline(_PEEK_CHARS)
+                following = fh.readline(peek)
             return bool(following)
     except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError):
         return False  # the JSON reader reports what is wrong with the file
@@ -410,22 +412,22 @@ def read_chat_json(r: _Checks, data: Any, session_gap: float | None) -> ChatLog:
 
 
 def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]:
-    """`(line number, line)` of a text file, streamed, within `max_bytes` (decompressed too)."""
+    """`(line number, line)` of a text file, streamed, within `max_bytes` (decompressed too).
+
+    Each line is read with a limit (`jsonfile.bounded_lines`), so a `.gz` that inflates to one
+    huge line costs the limit, not the line.
+    """
     size = path.stat().st_size
     if size > max_bytes:
         raise InvalidFileError(
             path, "", f"is {size:,} bytes, more than the maximum of {max_bytes:,}"
         )
-    total = 0
+    too_large = f"the file holds more than {max_bytes:,} characters"
     try:
         with _open_text(path) as fh:
-            for n, line in enumerate(fh, 1):
-                total += len(line)
-                if total > max_bytes:
-                    raise InvalidFileError(
-                        path, f"line {n}", f"the file holds more than {max_bytes:,} characters"
-                    )
-                yield n, line
+            yield from bounded_lines(
+                fh, path, max_total=max_bytes, too_large=too_large, unit="characters"
+            )
     except UnicodeDecodeError as exc:
         raise InvalidFileError(path, "", f"is not UTF-8 text ({exc.reason})") from None
     except (OSError, EOFError) as exc:

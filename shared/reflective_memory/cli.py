@@ -33,7 +33,7 @@ from reflective_memory.errors import (
     ReflectiveMemoryError,
     UnknownUserError,
 )
-from reflective_memory.portable.commands import ArgTypes
+from reflective_memory.portable.commands import ArgTypes, read_dsn_argument
 from reflective_memory.portable.commands import add_commands as _portable_commands
 from reflective_memory.text import parse_timestamp
 from reflective_memory.validation import MAX_ID_CHARS
@@ -69,9 +69,11 @@ BENCH_MODULES = [
     "reflective_bench.chat",
     "reflective_bench.portable",
     "reflective_bench.async_pg",
+    "reflective_bench.replicas",
     "reflective_bench.surfaces",
     "reflective_bench.ranker",
     "reflective_bench.settings_cv",
+    "reflective_bench.attacks",
 ]
 
 #: What `bench` says (exit code 2) where the benchmarks are not there, e.g. an installed wheel.
@@ -463,6 +465,7 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--db", type=_new_or_store_dir, default=None, help="store directory")
     where.add_argument("--dsn", default=None, help="PostgreSQL store: postgresql://...")
+    read_dsn_argument(p)
     p.add_argument(
         "--transport",
         choices=("stdio", "http"),
@@ -491,9 +494,28 @@ def _mcp_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8766, help="http: port (default 8766)")
     _body_limit(p, "http: ")
     from reflective_memory.serve.limits import (
+        BODY_READ_SECONDS,
+        MAX_PENDING_BODIES,
         MAX_REQUESTS_PER_MINUTE,
         MAX_SESSIONS_PER_TOKEN,
         SESSION_IDLE_SECONDS,
+    )
+
+    p.add_argument(
+        "--body-read-seconds",
+        type=_positive_float,
+        default=BODY_READ_SECONDS,
+        metavar="S",
+        help="http: a request body must arrive whole within S seconds; a slower one gets 408 "
+        f"(default {BODY_READ_SECONDS:g})",
+    )
+    p.add_argument(
+        "--max-pending-bodies",
+        type=_positive_int,
+        default=MAX_PENDING_BODIES,
+        metavar="N",
+        help="http: most request bodies read at once; past it a request gets 503 "
+        f"(default {MAX_PENDING_BODIES})",
     )
 
     p.add_argument(

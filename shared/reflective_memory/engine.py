@@ -11,8 +11,9 @@ from an answer's citations. With a tracer provider set, each of these is an Open
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -103,6 +104,10 @@ class ReflectiveMemory:
             `postgresql://...` URI (a `reflective_memory.storage.postgres.PostgresStore` with its
             own pool) or a store object (closed with this memory). Many processes may share one
             database; see the README's "Scaling out".
+        read_dsn: With a `store` URI: the URI of a hot standby of that database, or a list of
+            them. Reads go to a replica, writes to the primary, and a read sees every write
+            this process made for its user (it waits up to `read_wait` for the replica, else
+            reads from the primary); see docs/storage.md, "Read replicas".
 
     Example:
         >>> from reflective_memory import ReflectiveMemory, HashingEmbedder
@@ -124,12 +129,17 @@ class ReflectiveMemory:
         segmenter: Segmenter | None = None,
         denoiser: Denoiser | str | None = None,
         store: Any | None = None,
+        read_dsn: str | Sequence[str] | None = None,
     ) -> None:
         cfg = self.config = config if config is not None else MemoryConfig()
         if not isinstance(cfg, MemoryConfig):
             raise ConfigError(f"config must be a MemoryConfig, got {type(cfg).__name__}")
         self.path = self._directory(path, store)
-        self.store: MemoryStore = self._open_store(store)
+        if read_dsn is not None and store is None:
+            raise InvalidInputError(
+                "read_dsn needs a PostgreSQL store: pass store='postgresql://...'"
+            )
+        self.store: MemoryStore = self._open_store(store, read_dsn)
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.llm: LLMClient | None = as_llm(
             llm, timeout_s=cfg.llm.timeout_s, max_chars=cfg.llm.max_chars
@@ -188,9 +198,9 @@ class ReflectiveMemory:
         directory.mkdir(parents=True, exist_ok=True)
         return directory
 
-    def _open_store(self, store: Any | None) -> MemoryStore:
+    def _open_store(self, store: Any | None, read_dsn: Any = None) -> MemoryStore:
         if store is not None:
-            return open_store(store)
+            return open_store(store, read_dsn=read_dsn)
         return SQLiteStore(
             None if self.path is None else self.path / "memory.sqlite3",
             must_exist=self.path is not None and _has_derived_files(self.path),
@@ -390,7 +400,8 @@ class ReflectiveMemory:
 
         Returns:
             The ranked `Retrieval`; its diagnostics hold the path taken, candidate counts, the
-            reranker's record and the time of every pipeline stage in ms.
+            reranker's record and the time of every pipeline stage in ms (and `reads`, the
+            servers that answered, on PostgreSQL with read replicas).
         """
         self._open()
         name, attrs = tracing.RETRIEVAL_SPAN, tracing.RETRIEVAL_ATTRIBUTES
@@ -625,19 +636,54 @@ class ReflectiveMemory:
             return await asyncio.to_thread(fn, *args, **kwargs)
         return await self._async_io.run(fn, *args, **kwargs)
 
-    async def aadd_turn(
+    def _awrite(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Awaitable[T]:
+        """`arun` for a write, started at the call: it runs to its end, whatever the caller does.
+
+        Called on a running event loop, the write is scheduled at once, so a caller cancelled
+        even before its first step still has its write done (as long as the loop runs); a
+        caller cancelled while it waits gets `CancelledError` after the write has finished.
+        So a cancelled `aadd_turn` is always stored, never sometimes: a retry with the same
+        `turn_id` stores nothing twice. Called outside a loop (`asyncio.run(mem.aadd_turn(...))`)
+        it starts when awaited.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._write_to_end(None, functools.partial(fn, *args, **kwargs))
+        write = loop.create_task(self.arun(fn, *args, **kwargs))
+        return self._write_to_end(write, None)
+
+    async def _write_to_end(self, write: asyncio.Task[T] | None, call: Callable[[], T] | None) -> T:
+        """Await `write` (or start `call`), shielded: a cancel is raised once it has finished."""
+        if write is None:
+            assert call is not None
+            write = asyncio.ensure_future(self.arun(call))
+        cancelled = False
+        while True:
+            try:
+                result = await asyncio.shield(write)
+            except asyncio.CancelledError:
+                if write.done():  # the write itself was cancelled (the loop is closing)
+                    raise
+                cancelled = True  # wait for the write, then tell the caller
+                continue
+            if cancelled:
+                raise asyncio.CancelledError
+            return result
+
+    def aadd_turn(
         self, user_id: str, session_id: str, role: str, text: str, **kw: Any
-    ) -> Turn:
-        """Async twin of `add_turn` (see `arun`)."""
-        return await self.arun(self.add_turn, user_id, session_id, role, text, **kw)
+    ) -> Awaitable[Turn]:
+        """Async twin of `add_turn` (see `arun`); a cancelled call still stores the turn."""
+        return self._awrite(self.add_turn, user_id, session_id, role, text, **kw)
 
-    async def aadd_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
-        """Async twin of `add_turns` (see `arun`)."""
-        return await self.arun(self.add_turns, turns)
+    def aadd_turns(self, turns: Iterable[dict[str, Any]]) -> Awaitable[list[Turn]]:
+        """Async twin of `add_turns` (see `arun`); a cancelled call still stores the turns."""
+        return self._awrite(self.add_turns, turns)
 
-    async def aend_session(self, user_id: str, session_id: str) -> list[Memory]:
-        """Async twin of `end_session` (see `arun`)."""
-        return await self.arun(self.end_session, user_id, session_id)
+    def aend_session(self, user_id: str, session_id: str) -> Awaitable[list[Memory]]:
+        """Async twin of `end_session` (see `arun`); a cancelled call still ends the session."""
+        return self._awrite(self.end_session, user_id, session_id)
 
     async def aretrieve(self, user_id: str, query: str, **kw: Any) -> Retrieval:
         """Async twin of `retrieve` (see `arun`)."""

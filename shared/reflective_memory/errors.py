@@ -16,6 +16,7 @@ __all__ = [
     "LLMOutputError",
     "ConfigError",
     "ModelLoadError",
+    "EmbeddingError",
     "StoreUnavailableError",
     "StoreError",
     "NoStoreError",
@@ -102,6 +103,16 @@ class ConfigError(ReflectiveMemoryError, ValueError):
 
 class ModelLoadError(ReflectiveMemoryError, RuntimeError):
     """A model (embedder, compressor) could not be loaded; the message says how to provide it."""
+
+
+class EmbeddingError(ReflectiveMemoryError, RuntimeError):
+    """The embedder raised on an input (a remote API refusing a text, say).
+
+    The embedder's own error is the `__cause__`. A write it cannot serve stores nothing:
+    `add_turn` / `add_turns` embed a turn before they commit it, so a turn the embedder
+    refuses is never acknowledged, and `end_session` leaves the session open (its turns stay
+    stored and searchable).
+    """
 
 
 class StoreUnavailableError(ReflectiveMemoryError, ConnectionError):

@@ -55,7 +55,7 @@ from reflective_memory.errors import InvalidFileError, InvalidInputError
 from reflective_memory.jsonfile import MAX_FILE_BYTES, FileShape, read_json
 from reflective_memory.sessions.config import SessionConfig
 from reflective_memory.text import parse_timestamp
-from reflective_memory.validation import canonical_role, check_encodable, check_id, check_role
+from reflective_memory.validation import canonical_role, check_id, check_role, check_storable
 
 if TYPE_CHECKING:
     from reflective_memory.engine import ReflectiveMemory
@@ -150,7 +150,11 @@ class _Reader:
             raise self.shape.fail(where, str(exc)) from None
 
     def text(self, value: Any, where: str, *, blank_ok: bool = False) -> str:
-        """Turn or question text: a string of at most `max_text_chars`, valid Unicode."""
+        """Turn or question text: at most `max_text_chars`, storable (valid Unicode, no NUL).
+
+        The checks `add_turn` makes, here, so a file it would refuse half-way is refused
+        whole before anything is stored.
+        """
         self.shape.expect(value, where, str)
         if len(value) > self.max_text_chars:
             raise self.shape.fail(
@@ -159,7 +163,7 @@ class _Reader:
         if not blank_ok and not value.strip():
             raise self.shape.fail(where, "must not be empty")
         try:
-            return check_encodable(where, value)
+            return check_storable(where, value)
         except InvalidInputError as exc:
             raise self.shape.fail(where, str(exc).removeprefix(where + " ")) from None
 
@@ -427,7 +431,7 @@ def load_conversations(
             f"session_gap must be a positive number of seconds, got {session_gap!r}"
         )
     r = _Reader(FileShape(path), max_text_chars)
-    if path.is_file() and looks_like_jsonl(path):
+    if path.is_file() and looks_like_jsonl(path, max_bytes):
         return _chat_conversations(
             r, _read_chat_jsonl(r, path, max_bytes, session_gap), default_user
         )
@@ -518,10 +522,11 @@ def ingest_conversations(
 ) -> IngestReport:
     """Add every session of `conversations` to `mem` and end each session.
 
-    Turns already stored are skipped, so ingesting a file twice adds nothing: a turn whose id
-    the session holds, or (without an id) one with the same role, text and timestamp as a
-    stored turn of the session, or the same role and text when the file gives no time
-    (counted, so a turn said twice is stored twice). A turn without a time takes its
+    Every turn is checked as `add_turns` checks it before anything is written, so a bad turn
+    stores nothing. Turns already stored are skipped, so ingesting a file twice adds nothing: a
+    turn whose id the session holds, or (without an id) one with the same role, text and
+    timestamp as a stored turn of the session, or the same role and text when the file gives
+    no time (counted, so a turn said twice is stored twice). A turn without a time takes its
     conversation's time (`ReflectiveMemory.turn_time`); a time without a zone is UTC.
 
     Args:
@@ -533,6 +538,10 @@ def ingest_conversations(
 
     Returns:
         Turns added and skipped per user id.
+
+    Raises:
+        InvalidInputError: A user id or a turn is not valid (naming the user, session and
+            turn); nothing has been written.
     """
     from tqdm import tqdm
 
@@ -547,6 +556,14 @@ def ingest_conversations(
             uid = f"{user}/{conv.user_id}"
         check_id("user id", uid)  # before anything is written
         todo += [(uid, s) for s in conv.sessions]
+    for uid, session in todo:  # every turn as `add_turns` checks it, before anything is written
+        for i, t in enumerate(session.turns):
+            try:
+                mem.sessions.check_turns([{**t, "user_id": uid, "session_id": session.session_id}])
+            except InvalidInputError as exc:
+                raise InvalidInputError(
+                    f"user {uid!r}, session {session.session_id!r}, turn {i}: {exc}"
+                ) from None
     for uid, session in tqdm(todo, desc="ingest sessions", unit="session", disable=not progress):
         if not session.turns:
             continue

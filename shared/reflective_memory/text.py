@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
@@ -18,6 +19,7 @@ __all__ = [
     "STOPWORDS",
     "short_words",
     "words_of",
+    "one_line",
 ]
 
 _FORMATS = (
@@ -114,6 +116,20 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def one_line(text: str) -> str:
+    r"""`text` on one line for storing, without control characters.
+
+    Whitespace runs become one space; control characters are dropped (a NUL, which no store
+    keeps, or an escape an LLM wrote).
+
+    Example:
+        >>> one_line("a\x00b\n  c\x01")
+        'ab c'
+    """
+    kept = "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) != "Cc")
+    return " ".join(kept.split())
 
 
 @lru_cache(maxsize=1 << 16)

@@ -74,6 +74,7 @@ __all__ = [
     "session_attributes",
     "turns_attributes",
     "TracedASGI",
+    "HTTP_METHODS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -427,6 +428,13 @@ def turns_attributes(turns: Sequence[Turn]) -> dict[str, AttributeValue]:
 
 
 # -- HTTP requests ----------------------------------------------------------------------------
+#: The HTTP methods a span names; any other is `_OTHER` (span `HTTP <route>`), as the
+#: OpenTelemetry HTTP conventions say, so a client cannot write its own words into span names.
+HTTP_METHODS = frozenset(
+    ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"]
+)
+
+
 class TracedASGI:
     """ASGI middleware: one server span per HTTP request, `<METHOD> <route>`.
 
@@ -450,6 +458,7 @@ class TracedASGI:
             await self.app(scope, receive, send)
             return
         method = str(scope.get("method", "GET"))
+        method = method if method in HTTP_METHODS else "_OTHER"  # a client's word is no name
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         status: dict[str, int] = {}
 
@@ -459,7 +468,9 @@ class TracedASGI:
             await send(message)
 
         attrs = {"http.request.method": method, "url.scheme": str(scope.get("scheme", "http"))}
-        with span(method, attrs, kind="server", headers=headers) as current:
+        with span(
+            "HTTP" if method == "_OTHER" else method, attrs, kind="server", headers=headers
+        ) as current:
             try:
                 await self.app(scope, receive, watch)
             finally:
@@ -470,7 +481,7 @@ class TracedASGI:
         route = self.route if self.route is not None else getattr(scope.get("route"), "path", None)
         if isinstance(route, str):
             current.set_attribute("http.route", route)
-            current.update_name(f"{method} {route}")
+            current.update_name(f"{'HTTP' if method == '_OTHER' else method} {route}")
         if code is not None:
             current.set_attribute("http.response.status_code", code)
             if code >= 500:

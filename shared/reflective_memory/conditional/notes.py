@@ -58,7 +58,7 @@ from reflective_memory.errors import InvalidInputError, LLMError, LLMOutputError
 from reflective_memory.framing import frame_lines, speaker_label
 from reflective_memory.llm import LLMClient
 from reflective_memory.storage.base import MemoryDraft
-from reflective_memory.text import as_utc, format_date
+from reflective_memory.text import as_utc, format_date, one_line
 from reflective_memory.types import Turn, Usage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,7 +145,7 @@ def _loads_lenient(chunk: str) -> dict[str, Any] | None:
 def _as_text(value: Any) -> str:
     if not isinstance(value, str):
         return ""
-    text = " ".join(value.split())
+    text = one_line(value)
     return "" if text.lower() in {"nan", "none", "n/a", "null", "-"} else text
 
 

@@ -15,14 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from reflective_memory.errors import StoreError
+from reflective_memory.errors import ConfigError, StoreError
 from reflective_memory.jsonfile import MAX_IMPORT_BYTES
 
 if TYPE_CHECKING:
     from reflective_memory.portable.endpoints import Endpoint
     from reflective_memory.portable.importer import ImportReport
 
-__all__ = ["add_commands", "ArgTypes"]
+__all__ = ["add_commands", "ArgTypes", "read_dsn_argument", "read_dsn_of"]
 
 
 def _out(text: str = "") -> None:
@@ -35,10 +35,36 @@ def _dsn(value: str) -> str:
     return value
 
 
+def read_dsn_argument(p: argparse.ArgumentParser, of: str = "--dsn") -> None:
+    """Add `--read-dsn` (repeatable): read replicas of the PostgreSQL store `of` names."""
+    p.add_argument(
+        "--read-dsn",
+        type=_dsn,
+        action="append",
+        default=None,
+        metavar="DSN",
+        help=f"a hot standby of the {of} database to read from (repeatable); reads see every "
+        "write of this process (they wait for the standby, else read the primary)",
+    )
+
+
+def read_dsn_of(args: argparse.Namespace, dsn: str | None) -> list[str] | None:
+    """The `--read-dsn` values, checked to go with a PostgreSQL store.
+
+    Raises:
+        ConfigError: `--read-dsn` without a PostgreSQL store.
+    """
+    replicas = getattr(args, "read_dsn", None)
+    if replicas and dsn is None:
+        raise ConfigError("--read-dsn names replicas of a PostgreSQL store: give --dsn too")
+    return replicas or None
+
+
 def _where(p: argparse.ArgumentParser, db_type: Any) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--db", type=db_type, help="embedded store directory")
     where.add_argument("--dsn", type=_dsn, help="PostgreSQL store: postgresql://user@host/db")
+    read_dsn_argument(p)
     _schema(p)
 
 
@@ -50,11 +76,13 @@ def _schema(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _open(db: str | None, dsn: str | None, schema: str) -> Endpoint:
+def _open(
+    db: str | None, dsn: str | None, schema: str, read_dsn: list[str] | None = None
+) -> Endpoint:
     from reflective_memory.portable.endpoints import open_endpoint
 
     if dsn is not None:
-        return open_endpoint(dsn=dsn, schema=schema)
+        return open_endpoint(dsn=dsn, schema=schema, read_dsn=read_dsn)
     return open_endpoint(db)
 
 
@@ -68,7 +96,7 @@ def _export(args: argparse.Namespace) -> int:
     from reflective_memory.portable.files import export_memory
 
     to_stdout = args.output == "-"
-    ep = _open(args.db, args.dsn, args.schema)
+    ep = _open(args.db, args.dsn, args.schema, read_dsn_of(args, args.dsn))
     try:
         users = None if args.user is None else [args.user]
         vectors = not args.no_vectors
@@ -128,12 +156,13 @@ def _print_import(report: ImportReport) -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from reflective_memory.portable.endpoints import endpoint
-    from reflective_memory.portable.files import import_memory
+    from reflective_memory.portable.files import check_import_file, import_memory
 
-    ep = _open(args.db, args.dsn, args.schema)
+    check_import_file(args.file, args.max_file_mb)  # a refused file creates no store
+    ep = _open(args.db, args.dsn, args.schema, read_dsn_of(args, args.dsn))
     try:
         target = endpoint(ep, embedder=_embedder(args.embedder))
-        report = import_memory(target, args.file, max_bytes=args.max_file_mb)
+        report = import_memory(target, args.file, max_bytes=args.max_file_mb, measure=False)
     finally:
         ep.store.close()
     _print_import(report)
@@ -145,7 +174,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
     src = _open(args.source, None, args.schema)
     try:
-        dst = _open(None, args.target, args.schema)
+        dst = _open(None, args.target, args.schema, read_dsn_of(args, args.target))
         try:
             report = migrate(src, dst)
         finally:
@@ -190,7 +219,8 @@ def add_commands(sub: Any, types: ArgTypes) -> None:
         help="write a store's users, turns, memories and learned state to a JSON Lines file",
         description="Streams the store (one user at a time) into a versioned JSON Lines file "
         "(reflective_memory.portable.format); FILE.gz is compressed. Embeddings travel with "
-        "their model's name unless --no-vectors.",
+        "their model's name unless --no-vectors. The file holds every exported user's "
+        "memory, their words verbatim: a new file is readable by its owner only (mode 0600).",
     )
     _where(p, types.store_dir)
     p.add_argument("--user", default=None, help="only this user")
@@ -255,5 +285,6 @@ def add_commands(sub: Any, types: ArgTypes) -> None:
         metavar="DSN",
         help="the PostgreSQL store to fill: postgresql://user@host:5432/db",
     )
+    read_dsn_argument(p, of="--to")
     _schema(p)
     p.set_defaults(func=_migrate)

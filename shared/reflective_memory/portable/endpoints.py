@@ -95,13 +95,15 @@ def open_endpoint(db: str | Path | None = None, dsn: str | None = None, **pg: An
     Args:
         db: An embedded store's directory (created when missing).
         dsn: A `postgresql://...` URI.
-        **pg: Options of `PostgresStore` (e.g. `schema`).
+        **pg: Options of `PostgresStore` (e.g. `schema`, `read_dsn`: its read replicas).
 
     Raises:
-        InvalidInputError: Neither or both given.
+        InvalidInputError: Neither or both given, or replicas of an embedded store.
     """
     if (db is None) == (dsn is None):
         raise InvalidInputError("give either a store directory or a PostgreSQL DSN")
+    if db is not None and pg.get("read_dsn"):
+        raise InvalidInputError("read_dsn names replicas of a PostgreSQL store, not a directory")
     if dsn is not None:
         from reflective_memory.storage.postgres import PostgresStore
 

@@ -3,33 +3,35 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import stat
+import tempfile
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from reflective_memory.errors import InvalidFileError, InvalidInputError
-from reflective_memory.jsonfile import MAX_IMPORT_BYTES
+from reflective_memory.jsonfile import MAX_IMPORT_BYTES, MAX_LINE_BYTES, bounded_lines
 from reflective_memory.portable.endpoints import endpoint
 from reflective_memory.portable.export import ExportReport, iter_records, write_records
+from reflective_memory.portable.format import check_header
 from reflective_memory.portable.importer import Importer, ImportReport
 
 if TYPE_CHECKING:
     from reflective_memory.embed import Embedder
     from reflective_memory.storage.state import StateStore
 
-__all__ = ["export_memory", "import_memory", "read_lines", "MAX_LINE_BYTES", "MAX_IMPORT_BYTES"]
-
-#: Longest line an import reads (a memory with its vector is a few KiB; 64 MiB is a guard).
-MAX_LINE_BYTES = 64 * 2**20
-
-
-def _open_write(path: Path, *, gz: bool) -> IO[str]:
-    if gz:
-        return gzip.open(path, "wt", encoding="utf-8", newline="\n")
-    return path.open("w", encoding="utf-8", newline="\n")
+__all__ = [
+    "export_memory",
+    "import_memory",
+    "check_import_file",
+    "read_lines",
+    "MAX_LINE_BYTES",
+    "MAX_IMPORT_BYTES",
+]
 
 
 def export_memory(
@@ -43,10 +45,12 @@ def export_memory(
     """Write a store's users, sessions, turns, memories and learned state as JSON Lines.
 
     Streams one user at a time (memory is bounded by the largest user, not the store). A file
-    path is written under a temporary name and renamed when complete, so a failed export
-    leaves no partial file; a `.gz` path is gzip-compressed. A path that is a symbolic link or
-    anything but a regular file (`/dev/null`, a FIFO) is refused before anything is written; a
-    regular file replaced keeps its permissions.
+    path is written under a temporary name of its own beside it (`.<name>.<random>.part`, so
+    no other file is touched) and renamed when complete, so a failed export leaves no partial
+    file; a `.gz` path is gzip-compressed. An export holds every exported user's memory: a new
+    file is created readable by its owner only (mode 0600); a regular file replaced keeps its
+    permissions. A path that is a symbolic link or anything but a regular file (`/dev/null`, a
+    FIFO) is refused before anything is written.
 
     Args:
         source: A `ReflectiveMemory` or a `MemoryStore` (`reflective_memory.portable.endpoints`).
@@ -78,14 +82,17 @@ def export_memory(
         return report
     path = Path(fp)
     _check_output(path)
-    part = path.with_name(path.name + ".part")
-    _check_output(part)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    part = Path(name)  # a name no other file has (mode 0600: an export holds every user's text)
     try:
-        with _open_write(part, gz=path.suffix == ".gz") as out:
+        with ExitStack() as files:  # closed in reverse: text, then gzip (its trailer), then file
+            stream: IO[bytes] = files.enter_context(os.fdopen(fd, "wb"))
+            if path.suffix == ".gz":
+                stream = files.enter_context(gzip.GzipFile(fileobj=stream, mode="wb"))
+            out = files.enter_context(io.TextIOWrapper(stream, encoding="utf-8", newline="\n"))
             write_records(records, out)
-            out.flush()
-            if path.suffix != ".gz":
-                os.fsync(out.fileno())
+        with part.open("rb") as done:
+            os.fsync(done.fileno())
         if path.exists():  # keep the replaced file's own permissions
             os.chmod(part, stat.S_IMODE(path.stat().st_mode))
         os.replace(part, path)
@@ -144,21 +151,8 @@ def _too_large(max_bytes: int) -> str:
 
 
 def _parse(fh: IO[bytes], name: str, max_bytes: int | None = None) -> Iterator[Any]:
-    n = total = 0
-    while True:
-        limit = MAX_LINE_BYTES if max_bytes is None else min(MAX_LINE_BYTES, max_bytes - total)
-        try:
-            raw = fh.readline(limit + 1)
-        except (OSError, EOFError) as exc:  # a damaged .gz
-            raise InvalidFileError(name, f"line {n + 1}", f"cannot be read ({exc})") from None
-        if not raw:
-            return
-        n += 1
-        total += len(raw)
-        if max_bytes is not None and total > max_bytes:
-            raise InvalidFileError(name, f"line {n}", _too_large(max_bytes))
-        if len(raw) > MAX_LINE_BYTES:
-            raise InvalidFileError(name, f"line {n}", f"is longer than {MAX_LINE_BYTES:,} bytes")
+    too_large = "" if max_bytes is None else _too_large(max_bytes)
+    for n, raw in bounded_lines(fh, name, max_total=max_bytes, too_large=too_large):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -200,6 +194,25 @@ def check_size(path: Path, max_bytes: int) -> None:
         return
 
 
+def check_import_file(path: str | Path, max_bytes: int | None = MAX_IMPORT_BYTES) -> None:
+    """Check an export file's size and header before any store is opened or created.
+
+    The size is measured as `check_size` does (a gzip bomb costs `max_bytes` of decompression,
+    no memory); the header line must be an export's. The lines are checked as they are
+    imported.
+
+    Raises:
+        InvalidFileError: The file is missing, larger than `max_bytes`, or not an export.
+    """
+    path = Path(path)
+    if max_bytes is not None:
+        check_size(path, max_bytes)
+    header = next(read_lines(path, max_bytes=max_bytes), None)
+    if header is None:
+        raise InvalidFileError(path, "", "is empty (no header line)")
+    check_header(path, header)
+
+
 def import_memory(
     target: Any,
     fp: str | Path | IO[bytes],
@@ -208,6 +221,7 @@ def import_memory(
     reembed: bool = True,
     state: StateStore | None = None,
     max_bytes: int | None = MAX_IMPORT_BYTES,
+    measure: bool = True,
 ) -> ImportReport:
     """Import an export file into a store; what the store already holds is skipped.
 
@@ -230,6 +244,8 @@ def import_memory(
             path is measured before anything is written (a `.gz` by decompressing it, stopping
             as soon as the count passes the limit); a stream is counted as it is read, so the
             users before the line that passes the limit stay imported.
+        measure: Measure a path before importing (False: the caller did, with
+            `check_import_file`, before it opened the target).
 
     Returns:
         Counts of what was added and skipped, by kind.
@@ -240,6 +256,6 @@ def import_memory(
     """
     ep = endpoint(target, state=state, embedder=embedder)
     name = str(fp) if isinstance(fp, (str, Path)) else "<stream>"
-    if max_bytes is not None and isinstance(fp, (str, Path)):
+    if measure and max_bytes is not None and isinstance(fp, (str, Path)):
         check_size(Path(fp), max_bytes)
     return Importer(ep, path=name, reembed=reembed).run(read_lines(fp, max_bytes=max_bytes))

@@ -5,11 +5,22 @@ counts and checksum match: a malformed line (every record passes the API's own c
 `reflective_memory.validation`, so a NUL, an empty text or a role that is no speaker label is
 refused here, not half-way through a write), a line out of place or an edited block raises
 `InvalidFileError` naming the line, and nothing of that user's block is in the store (blocks of
-users before it, already verified, stay imported). The staging area is a temporary SQLite file
-(`tempfile`'s folder), so memory stays bounded whatever the size of a block; the disk holds one
-block at a time. What the target already holds is skipped (a turn by session and turn id, a
-memory by id, a value or learned state equal to the file's), so importing a file twice adds
-nothing and an import stopped half-way (killed, say) finishes when run again. Learned state the
+users before it, already verified, stay imported). A block may not name one record twice (a turn
+id in its session, a memory id, a session, a value key, a learned state), and a memory's vector
+must have the size its model makes: the header's embedder's size for its model, one size per
+model otherwise (a cut vector would break every later read of its user).
+
+The staging area is a SQLite file (`staging_folder`): inside the target store's own folder for
+an embedded store (same file system, same permissions), else in a private folder of the user's
+cache (`$XDG_CACHE_HOME/reflective-memory`, mode 0700), never the system's temporary folder. It
+is written with SQLite's `secure_delete`, so a block that is cleared leaves no text in free
+pages, and it is locked while an import runs: an import removes the staging files of imports
+that died (killed, say) before it starts (`sweep_staging`). Memory stays bounded whatever the
+size of a block; the disk holds one block at a time.
+
+What the target already holds is skipped (a turn by session and turn id, a memory by id, a
+value or learned state equal to the file's), so importing a file twice adds nothing and an
+import stopped half-way (killed, say) finishes when run again. Learned state the
 target already holds under the same owner and name is kept, never overwritten.
 """
 
@@ -44,7 +55,7 @@ from reflective_memory.portable.format import (
 )
 from reflective_memory.storage.base import MemoryDraft, RestoresTimes
 
-__all__ = ["Importer", "ImportReport"]
+__all__ = ["Importer", "ImportReport", "staging_folder", "sweep_staging", "STAGING_PREFIX"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +64,8 @@ _MEMORY_BATCH = 256
 _SESSION_BATCH = 1000
 #: The model a memory is stored under until the target's writing has made its vector.
 _LATER = "pending"
+#: How a staging file's name starts (a hidden file beside the store's database).
+STAGING_PREFIX = ".import-staging-"
 
 
 @dataclass
@@ -95,6 +108,12 @@ class Importer:
     def __init__(self, target: Endpoint, *, path: str | Path = "<records>", reembed: bool = True):
         self.target, self.store = target, target.store
         self.shape = FileShape(Path(path))
+        #: Where the blocks are staged (see the module docs).
+        self.staging = staging_folder(target.store)
+        #: The header's embedder: (name, dim), or None.
+        self._header_model: tuple[str, int] | None = None
+        #: Each model's vector size in the file, and the line that set it.
+        self._sizes: dict[str, tuple[int, int]] = {}
         self.embedder = target.embedder if reembed else None
         self.vectors = target.vectors if reembed else None
         self.report = ImportReport()
@@ -130,6 +149,7 @@ class Importer:
         self._lines = 1
         if header["embedder"] is not None:
             self.report.embedder = header["embedder"]["name"]
+            self._header_model = (header["embedder"]["name"], header["embedder"]["dim"])
         if not header["vectors"] and self.target.embedder is None:
             raise InvalidInputError(
                 "the file carries no embeddings; import it with an embedder to compute them"
@@ -195,7 +215,8 @@ class Importer:
         self._user, self._digest = user_id, Digest()
         self.report.users.append(user_id)
         if self._stage is None:
-            self._stage = _Stage()
+            sweep_staging(self.staging)
+            self._stage = _Stage(self.staging)
         self._stage.clear()
 
     def _stage_line(self, record: dict[str, Any]) -> None:
@@ -213,7 +234,31 @@ class Importer:
             raise self._fail(
                 f"state of owner {record['owner']!r} inside the lines of user {user!r}"
             )
-        self._stage.add(kind, session, self._lines, record)
+        elif kind == "memory" and record.get("vector") is not None:
+            self._check_size(record["model"], record["vector"])
+        earlier = self._stage.add(kind, session, self._lines, record)
+        if earlier is not None:
+            raise self._fail(
+                f"this {kind} line repeats {_named(record)} of line {earlier} (a block names "
+                "each record once; the file was edited?)"
+            )
+
+    def _check_size(self, model: str, vector: str) -> None:
+        """A memory's vector has the size its model makes (the header's, or the file's first)."""
+        size = len(base64.b64decode(vector)) // 4
+        if self._header_model is not None and model == self._header_model[0]:
+            want, why = self._header_model[1], f"the header's embedder {model!r} makes"
+        elif model in self._sizes:
+            want, line = self._sizes[model]
+            why = f"line {line} gave {model!r}"
+        else:
+            self._sizes[model] = (size, self._lines)
+            return
+        if size != want:
+            raise self.shape.fail(
+                f"line {self._lines}.vector",
+                f"holds {size} floats, but {why} {want}: a vector cut or edited",
+            )
 
     def _turn(self, record: dict[str, Any]) -> None:
         self._turns.append(record)
@@ -466,18 +511,99 @@ def _value_session(user: str, key: str) -> str | None:
     return None
 
 
-class _Stage:
-    """A user block's checked lines, on disk (a temporary SQLite file) until it is verified."""
+def staging_folder(store: Any) -> Path:
+    """Where an import into `store` stages its blocks (see the module docs).
 
-    def __init__(self) -> None:
-        fd, self.path = tempfile.mkstemp(prefix="reflective-import-", suffix=".sqlite3")
-        os.close(fd)
+    The folder of an embedded store's database; else (PostgreSQL, an in-memory store) the
+    private folder `reflective-memory` of the user's cache (`$XDG_CACHE_HOME`, else
+    `~/.cache`), created with mode 0700.
+    """
+    from reflective_memory.storage.sqlite import SQLiteStore
+
+    if isinstance(store, SQLiteStore) and store.path is not None:
+        return store.path.parent
+    cache = os.environ.get("XDG_CACHE_HOME", "").strip()
+    folder = (Path(cache) if cache else Path.home() / ".cache") / "reflective-memory"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def sweep_staging(folder: Path) -> int:
+    """Remove the staging files of imports that died (their lock is free); return how many.
+
+    A running import holds its staging file's lock, so its file is left alone. Without
+    `fcntl` (Windows) nothing is removed.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        return 0
+    removed = 0
+    for path in sorted(folder.glob(STAGING_PREFIX + "*")):
+        try:
+            with path.open("rb") as fh:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                path.unlink()
+                removed += 1
+        except OSError:  # held by a running import, or gone meanwhile
+            continue
+    if removed:
+        logger.warning(
+            "removed %d staging files of imports that stopped half-way from %s", removed, folder
+        )
+    return removed
+
+
+def _named(record: dict[str, Any]) -> str:
+    """The record a line names, in words (for the error of a repeated one)."""
+    kind = record["kind"]
+    if kind == "turn":
+        return f"turn {record['turn_id']!r} of session {record['session_id']!r}"
+    if kind == "memory":
+        return f"memory {record['id']!r}"
+    if kind == "session":
+        return f"session {record['session_id']!r}"
+    if kind == "value":
+        return f"value {record['key'][:80]!r}"
+    return f"state {record['owner']!r}/{record['name']!r}"
+
+
+def _identity(record: dict[str, Any]) -> str:
+    """What a line names: two lines of a block naming the same are one record written twice."""
+    kind = record["kind"]
+    keys = {
+        "turn": ("session_id", "turn_id"),
+        "memory": ("id",),
+        "session": ("session_id",),
+        "value": ("key",),
+        "state": ("owner", "name"),
+    }[kind]
+    return json.dumps([kind, *(record[k] for k in keys)], ensure_ascii=False)
+
+
+class _Stage:
+    """A user block's checked lines, on disk until it is verified (see the module docs).
+
+    Args:
+        folder: Where the staging file is made (`staging_folder`).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        fd, self.path = tempfile.mkstemp(prefix=STAGING_PREFIX, suffix=".sqlite3", dir=folder)
+        self._lock = os.fdopen(fd, "rb")  # held open: its lock says this import is alive
+        try:
+            import fcntl
+
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # pragma: no cover - not on POSIX
+            pass
         self.db = sqlite3.connect(self.path)
         self.db.execute("PRAGMA journal_mode=OFF")
         self.db.execute("PRAGMA synchronous=OFF")
+        self.db.execute("PRAGMA secure_delete=ON")  # cleared blocks leave no text behind
         self.db.execute(
             "CREATE TABLE line (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, session TEXT, "
-            "at INTEGER NOT NULL, body TEXT NOT NULL)"
+            "at INTEGER NOT NULL, ident TEXT NOT NULL UNIQUE, body TEXT NOT NULL)"
         )
 
     def clear(self) -> None:
@@ -485,13 +611,19 @@ class _Stage:
         self.db.execute("DROP INDEX IF EXISTS line_session")
         self.db.execute("DELETE FROM line")
 
-    def add(self, kind: str, session: str | None, at: int, record: dict[str, Any]) -> None:
-        """Stage one line (`at`: its line number)."""
+    def add(self, kind: str, session: str | None, at: int, record: dict[str, Any]) -> int | None:
+        """Stage one line (`at`: its line number); the earlier line naming the same, if any."""
         body = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-        self.db.execute(
-            "INSERT INTO line (kind, session, at, body) VALUES (?, ?, ?, ?)",
-            (kind, session, at, body),
-        )
+        ident = _identity(record)
+        try:
+            self.db.execute(
+                "INSERT INTO line (kind, session, at, ident, body) VALUES (?, ?, ?, ?, ?)",
+                (kind, session, at, ident, body),
+            )
+        except sqlite3.IntegrityError:
+            row = self.db.execute("SELECT at FROM line WHERE ident = ?", (ident,)).fetchone()
+            return int(row[0])
+        return None
 
     def orphan_value(self) -> tuple[int, str] | None:
         """(line, key) of a value whose session has no session line in the block, if any."""
@@ -515,6 +647,7 @@ class _Stage:
         """Close and delete the staging file."""
         self.db.close()
         Path(self.path).unlink(missing_ok=True)
+        self._lock.close()
 
 
 def _draft(r: dict[str, Any]) -> MemoryDraft:

@@ -7,6 +7,7 @@ import logging
 import numpy as np
 
 from reflective_memory.embed import Embedder, QueryBatcher, encode_query
+from reflective_memory.errors import EmbeddingError, ReflectiveMemoryError
 from reflective_memory.recall import RecallConfig, fitted_gate
 from reflective_memory.recall import recall as rf_recall
 from reflective_memory.retrieval.state import RetrievalState
@@ -52,11 +53,21 @@ class EmbedQuery:
         event loop: the query waits on the loop, which serves other coroutines meanwhile, and
         is embedded in the model thread together with the queries of the loop's concurrent
         calls (`embed.QueryBatcher`; an embedder's own async method is awaited instead).
+
+        Raises:
+            EmbeddingError: The embedder raised on this query (its error is the cause).
         """
         text = text[: self.max_chars]
-        if bridged():
-            return await_io(self.batcher.encode(text))
-        return encode_query(self.embedder, text)
+        try:
+            if bridged():
+                return await_io(self.batcher.encode(text))
+            return encode_query(self.embedder, text)
+        except ReflectiveMemoryError:
+            raise
+        except Exception as exc:  # the embedder refused this query (only this caller's)
+            raise EmbeddingError(
+                f"the embedder raised on the query: {type(exc).__name__}: {exc}"
+            ) from exc
 
     async def aclose(self) -> None:
         """Let the running loop's waiting queries be embedded (see `QueryBatcher.aclose`)."""

@@ -10,7 +10,7 @@ from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.retrieval.units import turn_unit_id
 from reflective_memory.retrieval.votes import UserTurns
 from reflective_memory.storage.base import MemoryStore
-from reflective_memory.storage.index import UserIndex
+from reflective_memory.storage.user_index import UserIndex
 from reflective_memory.text import lexical_tokens
 from reflective_memory.types import Hit
 

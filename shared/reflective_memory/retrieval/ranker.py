@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.errors import ConfigError
+from reflective_memory.errors import ConfigError, InvalidFileError
+from reflective_memory.jsonfile import MAX_MODEL_FILE_BYTES, loads_bounded, read_text_file
 from reflective_memory.retrieval.features import FEATURES
 
 __all__ = ["FORMAT", "TurnRanker", "load_ranker", "fit_ranker", "model_checksum"]
@@ -91,11 +92,14 @@ def model_checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(canon.encode("ascii")).hexdigest()
 
 
-def _parse(text: str, where: str) -> TurnRanker:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"turn ranker {where} is not JSON: {exc}") from exc
+#: Largest turn ranker file read (the shipped one is under 1 KiB).
+MAX_MODEL_BYTES = MAX_MODEL_FILE_BYTES
+#: Largest weight a turn ranker file may hold (fitted ones are of order one; a score is
+#: `exp(w · x)`, which a weight past this would overflow).
+MAX_WEIGHT = 100.0
+
+
+def _parse(doc: Any, where: str) -> TurnRanker:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f"turn ranker {where} is not a {FORMAT} document")
     if doc.get("sha256") != model_checksum(doc):
@@ -105,27 +109,40 @@ def _parse(text: str, where: str) -> TurnRanker:
         isinstance(v, (int, float)) and not isinstance(v, bool) for v in weights.values()
     ):
         raise ConfigError(f"turn ranker {where} has no weights map of numbers")
-    return TurnRanker({str(k): float(v) for k, v in weights.items()}, doc.get("fitted") or {})
+    big = sorted(str(k) for k, v in weights.items() if not abs(v) <= MAX_WEIGHT)
+    if big:
+        raise ConfigError(
+            f"turn ranker {where} has weights beyond +-{MAX_WEIGHT:g}: {', '.join(big[:5])}"
+        )
+    fitted = doc.get("fitted") or {}
+    if not isinstance(fitted, dict):
+        raise ConfigError(f"turn ranker {where}: 'fitted' is not an object")
+    return TurnRanker({str(k): float(v) for k, v in weights.items()}, fitted)
 
 
 @lru_cache(maxsize=8)
 def load_ranker(path: str | None = None) -> TurnRanker:
     """Read a turn ranker: the one shipped with the package, or the JSON file at `path`.
 
+    A file is read only if it is a regular file of at most `MAX_MODEL_BYTES` (a FIFO or a
+    device is refused without blocking), UTF-8, and JSON within `jsonfile.loads_bounded`'s
+    limits (nesting, integer digits, finite numbers), with weights within `MAX_WEIGHT`.
+
     Raises:
-        ConfigError: The file is missing, not a turn ranker, fails its checksum, or names
-            other features.
+        ConfigError: The file is missing, not a regular file, too large, not a turn ranker,
+            fails its checksum, or names other features; the message names the file.
     """
-    if path is None:
-        where = "reflective_memory/data/turn_ranker.json"
-        text = resources.files("reflective_memory").joinpath("data/turn_ranker.json").read_text()
-    else:
-        where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read turn ranker {path}: {exc}") from exc
-    return _parse(text, where)
+    try:
+        if path is None:
+            where = "reflective_memory/data/turn_ranker.json"
+            text = resources.files("reflective_memory").joinpath("data/turn_ranker.json")
+            doc = loads_bounded(text.read_text(encoding="utf-8"), where)
+        else:
+            where = str(path)
+            doc = loads_bounded(read_text_file(path, max_bytes=MAX_MODEL_BYTES), where)
+    except InvalidFileError as exc:
+        raise ConfigError(f"cannot read turn ranker {exc}") from None
+    return _parse(doc, where)
 
 
 def _pairs(matrix: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

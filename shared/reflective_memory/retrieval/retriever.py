@@ -30,6 +30,7 @@ from reflective_memory.retrieval.votes import (
 )
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.index import IndexCache
+from reflective_memory.storage.reads import reads_of_call
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import GRANULARITIES, Retrieval
 from reflective_memory.validation import (
@@ -191,10 +192,18 @@ class Retriever:
         )  # fmt: skip
 
     def run(self, request: RetrievalRequest, t_start: float) -> Retrieval:
-        """Run the pipeline for a checked request."""
-        state = self.state(request)
+        """Run the pipeline for a checked request.
+
+        On a store that reads from several servers (PostgreSQL with read replicas), the
+        diagnostics say which answered (`reads`: reads per server, the time waited for a
+        replica to catch up, and why reads went to the primary).
+        """
+        with reads_of_call() as reads:
+            state = self.state(request)
         state.timings["total"] = (time.perf_counter() - t_start) * 1000
         diagnostics = state.diagnostics()
+        if reads.servers:
+            diagnostics["reads"] = reads.summary()
         return Retrieval(
             request.user_id,
             request.query,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from reflective_memory.retrieval.features import TurnFeatures
     from reflective_memory.retrieval.timeframe import TimeFrame
     from reflective_memory.retrieval.turn_votes import TurnVotes
-    from reflective_memory.storage.index import UserIndex
+    from reflective_memory.storage.user_index import UserIndex
     from reflective_memory.types import Hit, RerankRecord
 
 __all__ = ["RetrievalRequest", "RetrievalState"]

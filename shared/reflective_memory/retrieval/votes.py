@@ -41,7 +41,7 @@ from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.retrieval.turn_votes import TurnVotes, collect_votes, unit_positions
 from reflective_memory.retrieval.units import turn_unit_id
 from reflective_memory.storage.base import MemoryStore
-from reflective_memory.storage.index import UserIndex
+from reflective_memory.storage.user_index import UserIndex
 from reflective_memory.types import Memory, Turn
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "DistinctCandidates", "Votes"]

@@ -43,8 +43,8 @@ from reflective_memory.rmm.features import Candidates, citation_rewards, rank_pr
 from reflective_memory.rmm.personal import PersonalReranker
 from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.rerankers import Rerankers
-from reflective_memory.storage.index import UserIndex
 from reflective_memory.storage.state import StateStore
+from reflective_memory.storage.user_index import UserIndex
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import RerankRecord, Retrieval
 from reflective_memory.validation import check_id

@@ -12,6 +12,7 @@ from typing import Any
 
 from reflective_memory.errors import LLMOutputError
 from reflective_memory.framing import speaker_label
+from reflective_memory.text import one_line
 from reflective_memory.types import Turn
 
 __all__ = [
@@ -266,7 +267,7 @@ def parse_extraction(
         if not isinstance(summary, str) or not summary.strip() or not refs:
             skipped += 1
             continue
-        items.append((" ".join(summary.split()), tuple(refs)))
+        items.append((one_line(summary), tuple(refs)))
     return items, skipped
 
 
@@ -306,7 +307,7 @@ def parse_update(text: str, n_history: int) -> tuple[list[UpdateAction], int]:
             if not 0 <= idx < n_history or not merged or idx in merges:
                 ignored += 1
                 continue
-            merges[idx] = UpdateAction("merge", idx, " ".join(merged.split()))
+            merges[idx] = UpdateAction("merge", idx, one_line(merged))
         elif _ADD_RE.match(chunk):
             seen_any = True
             add = True

@@ -19,7 +19,6 @@ gap between two neighbouring units.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -31,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from reflective_memory.embed import Embedder, default_embedder
-from reflective_memory.errors import ConfigError, InvalidInputError
+from reflective_memory.errors import ConfigError, InvalidFileError, InvalidInputError
+from reflective_memory.jsonfile import MAX_MODEL_FILE_BYTES, loads_bounded, read_text_file
 from reflective_memory.segment.base import (
     UNITS,
     FixedWindowSegmenter,
@@ -357,20 +357,16 @@ def load_weights(path: str | Path | None = None) -> dict[str, Any]:
     """Load boundary-scorer weights (the bundled file when `path` is None).
 
     Raises:
-        ConfigError: The file is missing or does not match `FEATURE_NAMES`.
+        ConfigError: The file is missing, not a bounded regular JSON file (`jsonfile`), or
+            does not match `FEATURE_NAMES`; the message names the file.
     """
-    try:
-        if path is None:
-            text = (Path(__file__).resolve().parents[1] / "data" / DEFAULT_WEIGHTS).read_text(
-                "utf-8"
-            )
-        else:
-            text = Path(path).read_text("utf-8")
-        data = json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot read segmenter weights {path or DEFAULT_WEIGHTS!r}: {exc}"
-        ) from exc
+    where = Path(__file__).resolve().parents[1] / "data" / DEFAULT_WEIGHTS if path is None else path
+    try:  # a bounded regular file, bounded JSON (`jsonfile`), whoever wrote it
+        data = loads_bounded(read_text_file(where, max_bytes=MAX_MODEL_FILE_BYTES), where)
+    except InvalidFileError as exc:
+        raise ConfigError(f"cannot read segmenter weights {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"segmenter weights {where}: not a JSON object")
     if list(data.get("features", [])) != list(FEATURE_NAMES):
         raise ConfigError("segmenter weights were trained on other features; retrain them")
     if len(data.get("coef", [])) != len(FEATURE_NAMES):

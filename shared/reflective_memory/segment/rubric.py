@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflective_memory.errors import InvalidInputError
+from reflective_memory.errors import InvalidFileError, InvalidInputError
+from reflective_memory.jsonfile import MAX_MODEL_FILE_BYTES, loads_bounded, read_text_file
 from reflective_memory.segment.base import boundaries_to_spans, check_spans
 from reflective_memory.types import Turn
 
@@ -147,12 +148,12 @@ class Rubric:
         """Read a rubric written by `save`.
 
         Raises:
-            InvalidInputError: Missing file or not a rubric.
+            InvalidInputError: Missing file, not a bounded regular JSON file, or not a rubric.
         """
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InvalidInputError(f"cannot read rubric {path}: {exc}") from exc
+        try:  # a bounded regular file, bounded JSON (`jsonfile`)
+            data = loads_bounded(read_text_file(path, max_bytes=MAX_MODEL_FILE_BYTES), path)
+        except InvalidFileError as exc:
+            raise InvalidInputError(f"cannot read rubric {exc}") from None
         return cls.from_dict(data)
 
 

@@ -1,18 +1,22 @@
-"""Bounded requests: a body over a size limit, or a token over its request rate, is refused first.
+"""Bounded requests: a body over a size limit, a slow body, or a token over its rate is refused.
 
-`BodyLimit` is the outermost layer of the app (ASGI): a request whose `Content-Length` exceeds
-the limit is answered 413 without reading a byte of its body; any other body (chunked, or a
-`Content-Length` that lies) is read in the server's chunks and refused with 413 as soon as the
-bytes received pass the limit. Only then do access checks, CSRF checks and form or JSON parsing
-see the request, and they see the body already read (at most the limit held in memory).
+`BodyLimit` bounds what reading request bodies may cost (ASGI): a request whose
+`Content-Length` exceeds the limit is answered 413 without reading a byte of its body; any other
+body (chunked, or a `Content-Length` that lies) is read in the server's chunks and refused with
+413 as soon as the bytes received pass the limit. A body must arrive whole within
+`read_seconds` (else 408), and at most `max_pending` bodies are read at once (past that, 503
+at once), so stalled bodies hold bounded memory for a bounded time. A body check (the MCP
+server's JSON-RPC check) runs off the event loop for bodies past a few KiB. Only then do access
+checks, CSRF checks and form or JSON parsing see the request, and they see the body already
+read (at most the limit held in memory).
 
-`RequestRate` bounds the requests of each bearer token in a sliding time window (MCP over
-HTTP), answering 429 beyond it without reading the body; other tokens are not affected.
+`RequestRate` bounds the requests of each authenticated identity in a sliding time window (MCP
+over HTTP, behind `serve.bearer.BearerGate`), answering 429 beyond it without reading the
+body; other identities are not affected.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -27,7 +31,14 @@ __all__ = [
     "BodyCheck",
     "Refusal",
     "RequestRate",
+    "ASGIApp",
+    "Message",
+    "Receive",
+    "Send",
+    "answer",
     "MAX_BODY_BYTES",
+    "BODY_READ_SECONDS",
+    "MAX_PENDING_BODIES",
     "MAX_SESSIONS_PER_TOKEN",
     "MAX_REQUESTS_PER_MINUTE",
     "RATE_WINDOW_SECONDS",
@@ -53,6 +64,14 @@ BodyCheck = Callable[[Message, bytes], "Refusal | None"]
 #: `chat.MAX_MESSAGE_CHARS` (8,000) characters; written as JSON `\\uXXXX` surrogate pairs or as a
 #: percent-encoded form it takes 12 bytes per character, 96 KB, so 1 MiB leaves ten times that.
 MAX_BODY_BYTES = 2**20
+#: Default seconds a request body has to arrive whole once its headers are in (else 408): a 1 MiB
+#: body at 100 KB/s. A client that stalls half-way holds its bytes this long at most.
+BODY_READ_SECONDS = 10.0
+#: Default most request bodies read at once (a request past it is answered 503 at once), so
+#: clients that stall their bodies hold at most this many times `max_bytes`.
+MAX_PENDING_BODIES = 64
+#: Bodies up to this size are checked on the event loop; larger ones in a worker thread.
+_CHECK_ON_LOOP_BYTES = 4096
 #: Default most MCP sessions one token may hold open at once (the SDK's own cap, 10,000, is
 #: for the whole server: one token could take every one of them).
 MAX_SESSIONS_PER_TOKEN = 100
@@ -84,15 +103,27 @@ def check_body_limit(max_bytes: Any) -> int:
     return max_bytes
 
 
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
 class BodyLimit:
-    """ASGI middleware that refuses request bodies over `max_bytes` with 413.
+    """ASGI middleware that bounds what reading request bodies costs (see the module docs).
 
     Args:
         app: The application wrapped.
-        max_bytes: Largest body accepted, in bytes.
-        check: Looks at each whole body (within the limit) before the app may parse it.
+        max_bytes: Largest body accepted, in bytes (413 past it).
+        check: Looks at each whole body (within the limit) before the app may parse it; run in
+            a worker thread for bodies past a few KiB, so a costly check never holds the event
+            loop.
         jsonrpc: Refusals are JSON-RPC errors (id null), as a JSON-RPC client reads them
             (MCP); otherwise JSON under `/api`, text elsewhere.
+        read_seconds: A body must arrive whole within this many seconds (408 otherwise).
+        max_pending: Most bodies read at once; a request past it gets 503 at once.
+
+    Raises:
+        ConfigError: A limit is not a positive number.
     """
 
     def __init__(
@@ -102,12 +133,20 @@ class BodyLimit:
         check: BodyCheck | None = None,
         *,
         jsonrpc: bool = False,
+        read_seconds: float = BODY_READ_SECONDS,
+        max_pending: int = MAX_PENDING_BODIES,
     ) -> None:
         self.app, self.max_bytes = app, check_body_limit(max_bytes)
         self.check, self.jsonrpc = check, jsonrpc
+        _check_positive("the body read time", read_seconds)
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ConfigError(f"the pending bodies must be a positive integer, got {max_pending!r}")
+        self.read_seconds, self.max_pending = float(read_seconds), max_pending
+        #: Bodies being read now (one event loop: no lock needed).
+        self.pending = 0
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
-        """Check the declared size, read the body within the limit, then call the app."""
+        """Check the declared size, read the body within the limits, then call the app."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -121,36 +160,64 @@ class BodyLimit:
             if size > self.max_bytes:
                 await self._refuse(scope, send, 413, self._too_large(f"it declares {size:,}"))
                 return
+        if self.pending >= self.max_pending:
+            logger.warning("refused a request: %d request bodies are being read", self.pending)
+            busy = "the server is reading too many requests; retry"
+            await _refuse(scope, send, 503, busy, [_RETRY], jsonrpc=self.jsonrpc)
+            return
+        import anyio
+
+        self.pending += 1
+        try:
+            with anyio.move_on_after(self.read_seconds) as timer:
+                body = await self._read(scope, receive, send)
+        finally:
+            self.pending -= 1
+        if timer.cancelled_caught:
+            await self._refuse(
+                scope, send, 408, f"the request body did not arrive within {self.read_seconds:g} s"
+            )
+            return
+        if body is None:  # refused, or the client went away
+            return
+        refusal = None
+        if self.check is not None:
+            if len(body) <= _CHECK_ON_LOOP_BYTES:
+                refusal = self.check(scope, body)
+            else:
+                refusal = await anyio.to_thread.run_sync(self.check, scope, body)
+        if refusal is not None:
+            await answer(send, *refusal)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, scope: Message, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or None (answered 413, or the client went away)."""
         chunks: list[bytes] = []
         total = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
-                return
+                return None
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.max_bytes:
                 await self._refuse(scope, send, 413, self._too_large("more arrived"))
-                return
+                return None
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        refusal = None if self.check is None else self.check(scope, body)
-        if refusal is not None:
-            await _answer(send, *refusal)
-            return
-        await self.app(scope, _replay(body, receive), send)
+                return b"".join(chunks)
 
     async def _refuse(self, scope: Message, send: Send, status: int, message: str) -> None:
         """Answer `status`: a JSON-RPC error (`jsonrpc`), else as `_refuse` does."""
-        if self.jsonrpc:
-            await _answer(send, *jsonrpc_refusal(status, JSONRPC_INVALID_REQUEST, message))
-        else:
-            await _refuse(scope, send, status, message)
+        await _refuse(scope, send, status, message, jsonrpc=self.jsonrpc)
 
     def _too_large(self, what: str) -> str:
         return f"request body too large: at most {self.max_bytes:,} bytes are accepted ({what})"
+
+
+#: The header of a 503 for too many pending bodies: try again in a second.
+_RETRY = (b"retry-after", b"1")
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -163,17 +230,32 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _refuse(scope: Message, send: Send, status: int, message: str) -> None:
-    """Answer `status` (JSON under /api, text elsewhere) and close the connection."""
+async def _refuse(
+    scope: Message,
+    send: Send,
+    status: int,
+    message: str,
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    jsonrpc: bool = False,
+) -> None:
+    """Answer `status` and close the connection.
+
+    A JSON-RPC error with id null (`jsonrpc`: as an MCP client reads one), else JSON under
+    `/api` and text elsewhere.
+    """
+    if jsonrpc:
+        await answer(send, *jsonrpc_refusal(status, JSONRPC_INVALID_REQUEST, message), extra)
+        return
     path = scope.get("path", "")
     if path == "/api" or path.startswith("/api/"):
         body, kind = json.dumps({"detail": message, "status": status}).encode(), b"application/json"
     else:
         body, kind = f"{status}: {message}\n".encode(), b"text/plain; charset=utf-8"
-    await _answer(send, status, kind, body)
+    await answer(send, status, kind, body, extra)
 
 
-async def _answer(
+async def answer(
     send: Send, status: int, kind: bytes, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
     """Send a whole response of `status` (with `extra` headers) and close the connection."""
@@ -189,26 +271,21 @@ async def _answer(
     await send({"type": "http.response.body", "body": body})
 
 
-def bearer_token(scope: Message) -> bytes | None:
-    """The bearer token of a request's `Authorization` header, or None."""
-    auth = dict(scope.get("headers", [])).get(b"authorization", b"")
-    return auth[7:].strip() if auth.lower().startswith(b"bearer ") else None
-
-
 class RequestRate:
-    """ASGI middleware: each bearer token makes at most `per_window` requests in any `window`.
+    """ASGI middleware: each identity makes at most `per_window` requests in any `window`.
 
     A request beyond it is answered 429 with a JSON-RPC error and a `Retry-After` header before
     its body is read; refused requests do not count, so a client that waits gets in again, and
-    other tokens are not affected. `DELETE` (ending an MCP session, which frees the server) is
-    never refused. Only tokens `known` accepts are counted (a guessed one gets the app's 401),
-    so the bookkeeping stays bounded by the configured tokens, held as digests.
+    other identities are not affected. `DELETE` (ending an MCP session, which frees the server)
+    is never refused. The identity is what `key` reads from the request (the user
+    `serve.bearer.BearerGate` authenticated); a request without one is not counted, so the
+    bookkeeping stays bounded by the configured users.
 
     Args:
         app: The application wrapped.
-        per_window: Most requests per token in a window.
+        per_window: Most requests per identity in a window.
+        key: The identity of a request (None: not counted).
         window: The sliding window, in seconds.
-        known: Whether a token is one of the server's (None: count every bearer token).
         clock: Monotonic seconds (tests pass their own).
 
     Raises:
@@ -220,8 +297,8 @@ class RequestRate:
         app: ASGIApp,
         per_window: int = MAX_REQUESTS_PER_MINUTE,
         *,
+        key: Callable[[Message], str | None],
         window: float = RATE_WINDOW_SECONDS,
-        known: Callable[[str], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(per_window, bool) or not isinstance(per_window, int) or per_window < 1:
@@ -231,21 +308,16 @@ class RequestRate:
         if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
             raise ConfigError(f"the rate window must be a positive number, got {window!r}")
         self.app, self.per_window, self.window = app, per_window, float(window)
-        self.known, self.clock = known, clock
+        self.key, self.clock = key, clock
         self.seen: dict[str, deque[float]] = {}
         self._warned: dict[str, float] = {}
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
-        """Count the request against its token's window, or refuse it with 429."""
-        token = bearer_token(scope) if scope["type"] == "http" else None
-        if token is None or scope.get("method") == "DELETE":
+        """Count the request against its identity's window, or refuse it with 429."""
+        owner = self.key(scope) if scope["type"] == "http" else None
+        if owner is None or scope.get("method") == "DELETE":
             await self.app(scope, receive, send)
             return
-        text = token.decode("latin-1")
-        if self.known is not None and not self.known(text):
-            await self.app(scope, receive, send)
-            return
-        owner = hashlib.sha256(token).hexdigest()
         now = self.clock()
         times = self.seen.setdefault(owner, deque())
         while times and now - times[0] >= self.window:
@@ -262,7 +334,7 @@ class RequestRate:
                 f"{self.window:g} s (at most {self.per_window}); retry in {wait} s"
             )
             status, kind, body = jsonrpc_refusal(429, JSONRPC_INVALID_REQUEST, message)
-            await _answer(send, status, kind, body, [(b"retry-after", str(wait).encode())])
+            await answer(send, status, kind, body, [(b"retry-after", str(wait).encode())])
             return
         times.append(now)
         await self.app(scope, receive, send)

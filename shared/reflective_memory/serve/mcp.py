@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 import logging
+import math
 import re
 import sys
 import threading
@@ -48,6 +48,7 @@ try:
     from mcp.server.fastmcp.tools import Tool
     from mcp.types import (
         INTERNAL_ERROR,
+        INVALID_PARAMS,
         INVALID_REQUEST,
         PARSE_ERROR,
         CallToolResult,
@@ -65,10 +66,20 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
 from reflective_memory import tracing
 from reflective_memory.engine import ReflectiveMemory
-from reflective_memory.errors import ConfigError, NoStoreError, ReflectiveMemoryError
+from reflective_memory.errors import (
+    ConfigError,
+    InvalidFileError,
+    NoStoreError,
+    ReflectiveMemoryError,
+)
+from reflective_memory.jsonfile import read_text_file
 from reflective_memory.memory_block import shown_memories
+from reflective_memory.portable.commands import read_dsn_of
 from reflective_memory.portable.endpoints import STORE_FILE
+from reflective_memory.serve.bearer import BearerGate, identity
 from reflective_memory.serve.limits import (
+    BODY_READ_SECONDS,
+    MAX_PENDING_BODIES,
     MAX_REQUESTS_PER_MINUTE,
     MAX_SESSIONS_PER_TOKEN,
     RATE_WINDOW_SECONDS,
@@ -532,6 +543,8 @@ class StrictFastMCP(FastMCP):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._strict: dict[str, tuple[type[BaseModel], Any]] = {}
+        #: The bearer-token check of the HTTP transport (None over stdio).
+        self.verifier: TokenUsers | None = kwargs.get("token_verifier")
 
     def add_strict_tool(self, fn: Callable[..., Any], **kwargs: Any) -> None:
         """`add_tool(fn, **kwargs)`, its calls validated by `strict_arguments(fn)`."""
@@ -624,47 +637,97 @@ class _BodyProblem(ValueError):
     """A request body the SDK must not parse (it would raise, and answer 500)."""
 
 
+class _NotFinite:
+    """A number of a body that is not finite (`NaN`, `Infinity`, `1e999`), kept to be named."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 def _bounded_int(digits: str) -> int:
     if len(digits.lstrip("-")) > MAX_INT_DIGITS:
         raise _BodyProblem(f"an integer has {len(digits)} digits (at most {MAX_INT_DIGITS})")
     return int(digits)
 
 
-def json_body_problem(body: bytes) -> str | None:
-    """Why a JSON-RPC request body cannot be parsed safely, or None when it can.
+def _finite_float(text: str) -> float | _NotFinite:
+    value = float(text)
+    return value if math.isfinite(value) else _NotFinite(text)
 
-    Checked without recursion and before the SDK parses it: valid UTF-8, nesting at most
-    `MAX_JSON_DEPTH`, integers of at most `MAX_INT_DIGITS` digits, and JSON syntax.
-    """
+
+def _not_finite_at(value: Any) -> tuple[str, str] | None:
+    """(JSON path, text) of the first number of a parsed body that is not finite, if any."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, _NotFinite):
+            return where or "the body", item.text
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def _jsonrpc_problem(body: bytes) -> tuple[int, str, Any] | None:
+    """Why a body is refused: (JSON-RPC error code, message, the request's id or None)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return f"the body is not valid UTF-8 (byte {exc.start})"
+        return PARSE_ERROR, f"Parse error: the body is not valid UTF-8 (byte {exc.start})", None
     brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).encode("ascii")
     if brackets:
         marks = np.frombuffer(brackets, dtype=np.uint8)
         steps = np.where((marks == ord("[")) | (marks == ord("{")), 1, -1)
         if int(np.cumsum(steps).max()) > MAX_JSON_DEPTH:
-            return f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+            deep = f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+            return PARSE_ERROR, f"Parse error: {deep}", None
     try:
-        json.loads(text, parse_int=_bounded_int)
+        parsed = json.loads(
+            text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_NotFinite
+        )
     except _BodyProblem as exc:
-        return str(exc)
+        return PARSE_ERROR, f"Parse error: {exc}", None
     except ValueError as exc:
-        return f"the body is not JSON ({exc})"
-    return None
+        return PARSE_ERROR, f"Parse error: the body is not JSON ({exc})", None
+    found = _not_finite_at(parsed)
+    if found is None:
+        return None
+    where, number = found
+    ident = parsed.get("id") if isinstance(parsed, dict) else None
+    if isinstance(ident, bool) or not isinstance(ident, (str, int)):
+        ident = None
+    message = (
+        f"Invalid params: {where.removeprefix('params.arguments.')} is {number}, not a finite "
+        "number (JSON has no NaN or Infinity)"
+    )
+    return INVALID_PARAMS, message, ident
+
+
+def json_body_problem(body: bytes) -> str | None:
+    """Why a JSON-RPC request body cannot be parsed safely, or None when it can.
+
+    Checked without recursion and before the SDK parses it: valid UTF-8, nesting at most
+    `MAX_JSON_DEPTH`, integers of at most `MAX_INT_DIGITS` digits, JSON syntax, and every
+    number finite (the SDK reads `NaN` or `Infinity` in a tool's arguments as absent).
+    """
+    found = _jsonrpc_problem(body)
+    return None if found is None else found[1]
 
 
 def check_jsonrpc_body(scope: MutableMapping[str, Any], body: bytes) -> Refusal | None:
-    """A `BodyCheck`: a POST whose body cannot be parsed safely gets 400 and a JSON-RPC error."""
+    """A `BodyCheck`: a POST whose body cannot be parsed safely gets 400 and a JSON-RPC error.
+
+    The error is a parse error with id null (JSON-RPC 2.0's answer to a request it could not
+    read), or "invalid params" with the request's id for a number that is not finite.
+    """
     if scope.get("method") != "POST":
         return None
-    problem = json_body_problem(body)
-    if problem is None:
+    found = _jsonrpc_problem(body)
+    if found is None:
         return None
-    # id null, as JSON-RPC 2.0 answers a request it could not read (the SDK's model wants an id)
-    error = {"code": PARSE_ERROR, "message": f"Parse error: {problem}"}
-    answer = {"jsonrpc": "2.0", "id": None, "error": error}
+    code, message, ident = found
+    answer = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
     return 400, b"application/json", json.dumps(answer).encode()
 
 
@@ -678,13 +741,14 @@ class _Open:
 
 
 class SessionQuota:
-    """ASGI middleware: each bearer token may hold at most `per_token` MCP sessions open.
+    """ASGI middleware: each user's token may hold at most `per_token` MCP sessions open.
 
     A request that would open one more (a POST without `Mcp-Session-Id`) is answered 429 with a
     JSON-RPC error, so one token cannot take the server's every session from the others. A
     session stops counting when it is deleted, or after `idle_seconds` without a request (the
-    SDK closes it then too, given the same idle timeout). Tokens are held in memory only, as a
-    digest. Requests without a bearer token pass through (the SDK answers 401).
+    SDK closes it then too, given the same idle timeout). Sessions are counted by the user
+    `serve.bearer.BearerGate` authenticated (the user the tools act for); a request without one
+    passes through (the SDK answers 401).
 
     Args:
         app: The SDK's streamable HTTP app.
@@ -716,7 +780,7 @@ class SessionQuota:
         self.opening: dict[str, int] = {}
 
     def open_sessions(self, owner: str) -> int:
-        """Sessions `owner` (a token digest) holds or is opening now, after dropping idle ones."""
+        """Sessions `owner` (a user) holds or is opening now, after dropping idle ones."""
         now = self.clock()
         idle = [
             k
@@ -729,22 +793,18 @@ class SessionQuota:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Count, admit or refuse the request, then let the SDK answer it."""
-        if scope["type"] != "http":
+        owner = identity(scope) if scope["type"] == "http" else None
+        if owner is None:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers", []))
-        auth = headers.get(b"authorization", b"")
         session = headers.get(b"mcp-session-id", b"").decode("latin-1") or None
-        if not auth.lower().startswith(b"bearer "):
-            await self.app(scope, receive, send)
-            return
-        owner = hashlib.sha256(auth[7:].strip()).hexdigest()
         if session is None and scope.get("method") == "POST":
             await self._open(owner, scope, receive, send)
         elif session is not None and session in self.sessions:
             if self.sessions[session].owner == owner:
                 await self._use(session, scope, receive, send)
-            else:  # another token's session: the SDK answers 404, and it still counts for its own
+            else:  # another user's session: the SDK answers 404, and it still counts for its own
                 await self.app(scope, receive, send)
         else:
             await self.app(scope, receive, send)
@@ -815,28 +875,46 @@ async def _jsonrpc_error(send: Any, status: int, code: int, message: str) -> Non
 
 
 def http_app(
-    server: FastMCP,
+    server: StrictFastMCP,
     max_body_bytes: int,
     *,
     per_token: int = MAX_SESSIONS_PER_TOKEN,
     idle_seconds: float = SESSION_IDLE_SECONDS,
     per_minute: int = MAX_REQUESTS_PER_MINUTE,
-    known: Callable[[str], bool] | None = None,
+    read_seconds: float = BODY_READ_SECONDS,
+    max_pending: int = MAX_PENDING_BODIES,
 ) -> tracing.TracedASGI:
     """The streamable HTTP ASGI app of `server` (at `/mcp`), behind the request limits.
 
-    A token past `per_minute` requests in the last minute gets 429 and a JSON-RPC error
-    before its body is read (`RequestRate`; `known`: which tokens are counted). A body over
-    the limit gets 413 and a JSON-RPC error before it is read; one that is not UTF-8, nests too
-    deep, holds an over-long integer or is not JSON gets 400 with a JSON-RPC parse error before
-    the SDK parses it (its parser would raise and answer 500). Each token may hold `per_token`
-    sessions open (`SessionQuota`); give `server` the same `idle_seconds` (`build_server`).
-    With a tracer provider set, each request is a `POST /mcp` span (`TracedASGI`).
+    In order: each request must carry exactly one `Authorization` header with a known bearer
+    token, checked from its headers alone (`BearerGate`: 400 for two or more headers, 401 for a
+    missing or unknown token, before any body is read). Its user past `per_minute` requests in
+    the last minute gets 429 and a JSON-RPC error before its body is read (`RequestRate`). A
+    body over the limit gets 413 and a JSON-RPC error before it is read; one that does not
+    arrive within `read_seconds` gets 408; past `max_pending` bodies being read, 503
+    (`BodyLimit`). A body that is not UTF-8, nests too deep, holds an over-long integer, a
+    number that is not finite (`NaN`, `Infinity`) or is not JSON gets 400 and a JSON-RPC error
+    before the SDK parses it (its parser would raise and answer 500, or read `NaN` as absent);
+    the check runs off the event loop. Each user may hold `per_token` sessions open
+    (`SessionQuota`); give `server` the same `idle_seconds` (`build_server`). With a tracer
+    provider set, each request is a `POST /mcp` span (`TracedASGI`).
+
+    Raises:
+        ConfigError: `server` has no bearer-token check (`build_server(verifier=...)`).
     """
+    if server.verifier is None:
+        raise ConfigError("the HTTP transport needs a token check: build_server(verifier=...)")
     quota = SessionQuota(server.streamable_http_app(), per_token, idle_seconds)
-    body = BodyLimit(quota, max_body_bytes, check=check_jsonrpc_body, jsonrpc=True)
-    rate = RequestRate(body, per_minute, window=RATE_WINDOW_SECONDS, known=known)
-    return tracing.TracedASGI(rate, route="/mcp")
+    body = BodyLimit(
+        quota,
+        max_body_bytes,
+        check=check_jsonrpc_body,
+        jsonrpc=True,
+        read_seconds=read_seconds,
+        max_pending=max_pending,
+    )
+    rate = RequestRate(body, per_minute, key=identity, window=RATE_WINDOW_SECONDS)
+    return tracing.TracedASGI(BearerGate(rate, server.verifier), route="/mcp")
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -854,16 +932,17 @@ def read_tokens(path: str) -> dict[str, str]:
 
     A comment is a line that starts with `#`, or the end of a line from a `#` after a space
     (`ana=SECRET  # laptop`); a UTF-8 byte order mark at the start is not part of the first
-    user's name.
+    user's name. The file must be a regular file of at most `MAX_TOKENS_FILE_BYTES`.
 
     Raises:
-        ConfigError: The file cannot be read, a line is malformed, or a token holds a space.
+        ConfigError: The file cannot be read or is too large, a line is malformed, a user is
+            not a valid user id, or a token holds anything but visible ASCII characters.
     """
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            lines = [_INLINE_COMMENT.split(ln, maxsplit=1)[0].strip() for ln in f]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the tokens file {path}: {exc}") from exc
+        text = read_text_file(path, max_bytes=MAX_TOKENS_FILE_BYTES)
+    except InvalidFileError as exc:
+        raise ConfigError(f"cannot read the tokens file {exc}") from None
+    lines = [_INLINE_COMMENT.split(ln, maxsplit=1)[0].strip() for ln in text.splitlines()]
     items = [ln for ln in lines if ln and not ln.startswith("#")]
     tokens = parse_user_tokens(items, f"a line of {path}")
     spaced = sorted(user for user, token in tokens.items() if any(c.isspace() for c in token))
@@ -872,6 +951,8 @@ def read_tokens(path: str) -> dict[str, str]:
     return tokens
 
 
+#: Largest tokens file read (a line per user: room for thousands).
+MAX_TOKENS_FILE_BYTES = 2**20
 #: Where an inline comment starts in a tokens file: a `#` after whitespace.
 _INLINE_COMMENT = re.compile(r"\s+#")
 
@@ -963,9 +1044,13 @@ def refuse_over_stdio(message: str, *, wait: float = REFUSAL_WAIT_SECONDS) -> bo
 
 
 def _open_memory(args: argparse.Namespace) -> ReflectiveMemory | PendingStore:
-    """The memory of `--dsn` or `--db`; a `--db` that holds no store yet is not created here."""
+    """The memory of `--dsn` (and its `--read-dsn` replicas) or `--db`.
+
+    A `--db` that holds no store yet is not created here.
+    """
+    replicas = read_dsn_of(args, args.dsn)
     if args.dsn is not None:
-        return ReflectiveMemory(store=args.dsn)
+        return ReflectiveMemory(store=args.dsn, read_dsn=replicas)
     if not (Path(args.db) / STORE_FILE).is_file():
         logger.info("no store at %s yet: the first `remember` creates it", args.db)
         return PendingStore(args.db, functools.partial(ReflectiveMemory, args.db))
@@ -1018,7 +1103,8 @@ def run(args: argparse.Namespace) -> int:
             per_token=args.max_sessions_per_token,
             idle_seconds=args.session_idle_seconds,
             per_minute=args.max_requests_per_minute,
-            known=lambda token: policy.authenticate(token) is not None,
+            read_seconds=args.body_read_seconds,
+            max_pending=args.max_pending_bodies,
         )
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
         return 0

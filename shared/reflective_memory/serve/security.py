@@ -20,7 +20,8 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from reflective_memory.errors import ConfigError
+from reflective_memory.errors import ConfigError, InvalidInputError
+from reflective_memory.validation import check_id
 
 __all__ = [
     "TOKEN_ENV",
@@ -70,7 +71,8 @@ class AccessPolicy:
         secret: Key of the CSRF HMAC (default: a fresh random key per process).
 
     Raises:
-        ConfigError: A token is shorter than 16 characters or used twice.
+        ConfigError: A token is shorter than 16 characters, holds anything but visible ASCII
+            characters, or is used twice.
     """
 
     def __init__(
@@ -92,6 +94,12 @@ class AccessPolicy:
     def _add(self, token: str, principal: Principal) -> None:
         if not isinstance(token, str) or len(token) < _MIN_TOKEN_CHARS:
             raise ConfigError(f"access tokens need at least {_MIN_TOKEN_CHARS} characters")
+        odd = next((c for c in token if not "!" <= c <= "~"), None)
+        if odd is not None:  # what an HTTP header carries as typed: no space, control, invisible
+            raise ConfigError(
+                f"an access token holds {odd!r} (U+{ord(odd):04X}); tokens are visible ASCII "
+                "characters only (letters, digits and punctuation)"
+            )
         if token in self._by_token:
             raise ConfigError("the same access token is given twice")
         self._by_token[token] = principal
@@ -177,7 +185,8 @@ def parse_user_tokens(items: Iterable[str], option: str = "--user-token") -> dic
     """`{user_id: token}` from `USER=TOKEN` items (as given to `option`).
 
     Raises:
-        ConfigError: An item is not `USER=TOKEN`, or a user is given twice.
+        ConfigError: An item is not `USER=TOKEN`, a user is not a valid user id
+            (`validation.check_id`: a NUL, more than 512 characters), or a user is given twice.
     """
     out: dict[str, str] = {}
     for item in items:
@@ -185,6 +194,10 @@ def parse_user_tokens(items: Iterable[str], option: str = "--user-token") -> dic
         if not sep or not user.strip() or not token:
             shown = item if len(item) <= 40 else item[:37] + "..."
             raise ConfigError(f"{option} must look like USER=TOKEN, got {shown!r}")
+        try:
+            check_id("the user", user.strip())
+        except InvalidInputError as exc:
+            raise ConfigError(f"{option}: {exc}") from None
         if user.strip() in out:
             raise ConfigError(f"{option} gives user {user.strip()!r} twice")
         out[user.strip()] = token

@@ -27,10 +27,14 @@ logger = logging.getLogger(__name__)
 class LostTurns:
     """Finds turns of open sessions that have no `turn` unit, and indexes them.
 
+    A session this process is writing right now (`busy`) is left to its writer: its newest
+    turns may be committed and their units a moment from stored, which is no loss.
+
     Args:
         store: The store of record.
         index_turns: Stores the `turn` units of turns (the writer's indexing step).
         enabled: Whether turns get `turn` units at all (`"turn"` is a configured granularity).
+        busy: The `(user_id, session_id)` pairs being written by this process now.
     """
 
     def __init__(
@@ -39,9 +43,11 @@ class LostTurns:
         index_turns: Callable[[Sequence[Turn]], None],
         *,
         enabled: bool = True,
+        busy: Callable[[], set[tuple[str, str]]] = set,
     ) -> None:
         self.store = store
         self.index_turns = index_turns
+        self.busy = busy
         self._audit: TurnUnitAudit | None = (
             store if enabled and isinstance(store, TurnUnitAudit) else None
         )
@@ -50,10 +56,19 @@ class LostTurns:
 
     def run(self, user_id: str | None = None) -> int:
         """Index the lost turns of `user_id` (None: of every user); return how many."""
+        return self._run(user_id)[0]
+
+    def _run(self, user_id: str | None) -> tuple[int, bool]:
+        """(turns indexed, whether a session being written now was left for later)."""
         if self._audit is None:
-            return 0
+            return 0, False
         lost: list[Turn] = []
+        busy = self.busy()
+        skipped = False
         for user, session in self._audit.sessions_missing_turn_units(user_id):
+            if (user, session) in busy:
+                skipped = True
+                continue
             turns = self.store.turns(user, session)
             ids = [turn_unit_id(user, session, t.turn_id) for t in turns]
             have = {m.id for m in self.store.memories(user, ids)}
@@ -64,7 +79,7 @@ class LostTurns:
                 len(lost),
             )
             self.index_turns(lost)
-        return len(lost)
+        return len(lost), skipped
 
     def at_open(self) -> None:
         """`run` for every user, when a store is opened (failures are logged, not raised)."""
@@ -80,9 +95,11 @@ class LostTurns:
                 if self._audit is None or user_id in self._checked:
                     continue
             try:
-                self.run(user_id)
+                _, skipped = self._run(user_id)
             except Exception:  # the caller's turns are committed; the next process retries
                 logger.exception("indexing lost turns of user %s failed", user_id)
+                continue
+            if skipped:  # a session was being written: checked again at the next write
                 continue
             with self._guard:
                 self._checked.add(user_id)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,7 @@ from reflective_memory.conditional.notes import NOTE_GRANULARITY, build_note_dra
 from reflective_memory.denoise.base import Denoiser, denoiser_name
 from reflective_memory.embed import in_model_thread
 from reflective_memory.errors import (
+    EmbeddingError,
     InvalidInputError,
     ReflectiveMemoryError,
     SessionChangedError,
@@ -85,6 +88,19 @@ def received_time() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _draft_turn(record: dict[str, Any]) -> Turn:
+    """A checked turn record as a `Turn` not stored yet (for its dense text)."""
+    return Turn(
+        record["user_id"],
+        record["session_id"],
+        record["role"],
+        record["text"],
+        record["turn_id"] or "",
+        0,
+        record["timestamp"],
+    )
+
+
 def _age_seconds(then: datetime | None) -> float | None:
     """Seconds from `then` to now (naive times are read as UTC), or None."""
     if then is None:
@@ -128,9 +144,14 @@ class SessionWriter:
             denoiser,
             reflector,
         )
+        self._guard = threading.Lock()
+        self._in_flight: Counter[tuple[str, str]] = Counter()
         #: Indexes turns a crash left without their `turn` unit (see `sessions.recovery`).
         self.lost_turns = LostTurns(
-            store, self._index_turns, enabled="turn" in config.units.granularities
+            store,
+            self._index_turns,
+            enabled="turn" in config.units.granularities,
+            busy=self.writing_now,
         )
 
     def _open(self) -> None:
@@ -184,8 +205,15 @@ class SessionWriter:
             tracing.describe(span, tracing.turns_attributes, stored)
         return stored
 
-    def _add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
-        self._open()
+    def check_turns(self, turns: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The turns as `add_turns` would store them (roles canonical, times parsed), checked.
+
+        Nothing is written: a caller that stores many batches (an ingest) checks them all
+        first, so a bad turn late in its input stores nothing at all.
+
+        Raises:
+            InvalidInputError: A turn is not a dict, has unknown fields, or a bad value.
+        """
         if isinstance(turns, (str, bytes, dict)) or not isinstance(turns, Iterable):
             raise InvalidInputError(
                 f"turns must be an iterable of dicts, got {type(turns).__name__}"
@@ -207,20 +235,80 @@ class SessionWriter:
                     t.get("turn_id"),
                 )
             )
+        return records
+
+    def _add_turns(self, turns: Iterable[dict[str, Any]]) -> list[Turn]:
+        self._open()
+        records = self.check_turns(turns)
         if any(r["timestamp"] is None for r in records):
             self._clock().stamp(records)
         fresh = self._new_sessions(records)
-        try:
-            stored = self.store.add_turns(records)
-        except InvalidInputError:
-            resent = self._resent(records)
-            if not resent:
-                raise
-            return self._add_after_resend(records, resent, fresh)
-        self._index_turns(stored)
+        vectors = self._turn_keys_embedded(records)  # a refused turn is never stored
+        with self._writing({(r["user_id"], r["session_id"]) for r in records}):
+            try:
+                stored = self.store.add_turns(records)
+            except InvalidInputError:
+                resent = self._resent(records)
+                if not resent:
+                    raise
+                return self._add_after_resend(records, resent, fresh, vectors)
+            self._index_turns(stored, vectors)
         self.lost_turns.once(t.user_id for t in stored)
         self._auto_end(stored, fresh)
         return stored
+
+    @contextmanager
+    def _writing(self, sessions: set[tuple[str, str]]) -> Iterator[None]:
+        """Mark sessions as written by this process (committed turns not yet indexed)."""
+        with self._guard:
+            self._in_flight.update(sessions)
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._in_flight.subtract(sessions)
+                self._in_flight += Counter()  # drop the zeros
+
+    def writing_now(self) -> set[tuple[str, str]]:
+        """The `(user_id, session_id)` pairs this process is storing turns of right now.
+
+        Their turns may be committed and not yet indexed for a moment: `LostTurns` leaves them
+        to their writer instead of reporting them lost.
+        """
+        with self._guard:
+            return set(self._in_flight)
+
+    def _turn_keys_embedded(self, records: Sequence[dict[str, Any]]) -> np.ndarray | None:
+        """The dense vectors of new turns' keys, made before anything is stored.
+
+        None when turns get no `turn` unit.
+
+        Raises:
+            EmbeddingError: The embedder raised on a turn (named by its place in the batch);
+                nothing has been stored.
+        """
+        if not records or "turn" not in self.config.units.granularities:
+            return None
+        texts = [self._dense_text(_draft_turn(r)) for r in records]
+        try:
+            return self.embed_keys(texts)
+        except EmbeddingError as exc:
+            bad = 0
+            if len(texts) > 1:  # whose text is it: one by one, only when the batch failed
+                bad = next((i for i, t in enumerate(texts) if not self._embeds(t)), 0)
+            r = records[bad]
+            raise EmbeddingError(
+                f"the embedder could not embed turn {bad} of the batch (user {r['user_id']!r}, "
+                f"session {r['session_id']!r}): {exc.__cause__ or exc}; nothing was stored"
+            ) from exc.__cause__
+
+    def _embeds(self, text: str) -> bool:
+        """Whether the embedder takes `text` alone."""
+        try:
+            self.embed_keys([text])
+        except EmbeddingError:
+            return False
+        return True
 
     def _new_sessions(self, records: Sequence[dict[str, Any]]) -> set[tuple[str, str]]:
         """The `(user_id, session_id)` pairs of a batch that the store does not hold yet."""
@@ -253,6 +341,7 @@ class SessionWriter:
         records: Sequence[dict[str, Any]],
         resent: dict[int, Turn],
         fresh: set[tuple[str, str]],
+        vectors: np.ndarray | None,
     ) -> list[Turn]:
         """Store the new records of a batch that re-sends stored turns; index what is missing.
 
@@ -262,16 +351,16 @@ class SessionWriter:
         fresh = [r for i, r in enumerate(records) if i not in resent]
         stored = iter(self.store.add_turns(fresh) if fresh else [])
         out = [resent[i] if i in resent else next(stored) for i in range(len(records))]
-        new = [t for i, t in enumerate(out) if i not in resent]
-        unindexed = [
-            t
-            for t in resent.values()
-            if not self.store.memories(
+        todo = [
+            i
+            for i, t in enumerate(out)
+            if i not in resent
+            or not self.store.memories(
                 t.user_id, [turn_unit_id(t.user_id, t.session_id, t.turn_id)]
             )
         ]
-        self._index_turns(new + unindexed)
-        self._auto_end(new, fresh)
+        self._index_turns([out[i] for i in todo], None if vectors is None else vectors[todo])
+        self._auto_end([t for i, t in enumerate(out) if i not in resent], fresh)
         return out
 
     def _auto_end(self, stored: Sequence[Turn], fresh: set[tuple[str, str]]) -> None:
@@ -425,12 +514,14 @@ class SessionWriter:
         )
         return memories
 
-    def _index_turns(self, stored: Sequence[Turn]) -> None:
-        """Index newly stored turns as `turn` units so the next `retrieve` finds them.
+    def _index_turns(self, stored: Sequence[Turn], vectors: np.ndarray | None = None) -> None:
+        """Index stored turns as `turn` units so the next `retrieve` finds them.
 
-        The turns are already committed; if embedding fails the units are stored with a
-        placeholder vector marked `pending`, which the index build embeds again (so the turn
-        is still found by BM25 at once and by dense search as soon as the embedder works).
+        `vectors` are their keys' vectors, made before the turns were committed
+        (`add_turns`). Without them (turns a stopped process left unindexed) they are embedded
+        here; if that fails the units are stored with a placeholder vector marked `pending`,
+        which the index build embeds again (so the turn is still found by BM25 at once and by
+        dense search as soon as the embedder works).
         """
         if not stored or "turn" not in self.config.units.granularities:
             return
@@ -450,15 +541,21 @@ class SessionWriter:
             draft.id = turn_unit_id(t.user_id, t.session_id, t.turn_id)
             draft.metadata = {**(draft.metadata or {}), "key_denoiser": "none"}
             by_user.setdefault(t.user_id, []).append(draft)
+        rows: dict[str, list[int]] = {}
+        for i, t in enumerate(stored):
+            rows.setdefault(t.user_id, []).append(i)
         for user_id, drafts in by_user.items():
             model = self.embedder.name
-            try:
-                vectors = self.embed_keys(texts[user_id])
-            except Exception:  # the turns are committed; the index build embeds them later
-                logger.exception("embedding new turns of user %s failed; indexed later", user_id)
-                vectors = np.zeros((len(drafts), self.embedder.dim), np.float32)
-                model = "pending"
-            self.store.upsert_memories(user_id, drafts, vectors, model)
+            if vectors is not None:
+                made = vectors[rows[user_id]]
+            else:
+                try:
+                    made = self.embed_keys(texts[user_id])
+                except Exception:  # the turns are committed; the index build embeds them later
+                    logger.exception("embedding turns of user %s failed; indexed later", user_id)
+                    made = np.zeros((len(drafts), self.embedder.dim), np.float32)
+                    model = "pending"
+            self.store.upsert_memories(user_id, drafts, made, model)
 
     def end_stale_sessions(self) -> None:
         """On reopening a store, end open sessions idle longer than `session_idle_seconds`.
@@ -500,6 +597,8 @@ class SessionWriter:
         for i, (mid, t) in enumerate(zip(ids, turns, strict=True)):
             mem = found.get(mid)
             vec = stored.get(mid)
+            if vec is not None and vec.shape != (self.embedder.dim,):
+                vec = None  # a damaged vector (an edited import): made again, never broadcast
             if mem is not None and vec is not None and mem.key == raw_key([t], speakers):
                 out[i] = vec
             else:
@@ -601,13 +700,23 @@ class SessionWriter:
 
         Inside a native async call (bridged, PostgreSQL) the model runs in a worker thread,
         so the event loop serves other coroutines meanwhile.
+
+        Raises:
+            EmbeddingError: The embedder raised (its error is the cause).
         """
         cut = [k[: self.config.units.embed_max_chars] for k in keys]
         if not cut:
             return np.zeros((0, self.embedder.dim), np.float32)
-        if bridged():
-            return await_io(in_model_thread(self._embed_batches, cut))
-        return self._embed_batches(cut)
+        try:
+            if bridged():
+                return await_io(in_model_thread(self._embed_batches, cut))
+            return self._embed_batches(cut)
+        except ReflectiveMemoryError:
+            raise
+        except Exception as exc:  # the embedder's own error (a remote API refusing a text)
+            raise EmbeddingError(
+                f"the embedder raised on {len(cut)} key texts: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _embed_batches(self, cut: list[str]) -> np.ndarray:
         bs = max(self.config.units.embed_batch_size, 1) * 16
@@ -680,12 +789,38 @@ class SessionWriter:
     def stored_vectors(self, user_id: str, ids: list[str], keys: list[str]) -> np.ndarray:
         """Vectors for stored memories, made as writing makes them (`storage.base.MemoryVectors`).
 
+        A memory whose key the embedder refuses (one a former version stored, or an old key
+        a new embedder will not take) gets a zero vector, logged: it stays found by its words
+        and never breaks a read. When the embedder refuses every key, it is the embedder that
+        fails: `EmbeddingError` is raised and nothing is kept, so a later build tries again.
+
         The index build asks for the memories it finds without an embedding of the current
         embedder (one failed when the turn was added, or the embedder changed): a turn's is
         made from what was said (without a chat-role turn's `Name: ` label), a unit with a
         raw key the mean of its turns' (`units.segment_vectors`); any other key (denoised,
         written by an app, of a memory whose turns are gone) is embedded as it is.
         """
+        try:
+            return self._stored_vectors(user_id, ids, keys)
+        except EmbeddingError:
+            if len(ids) == 1:
+                raise
+        out = np.zeros((len(ids), self.embedder.dim), np.float32)
+        refused: list[str] = []
+        for i, (mid, key) in enumerate(zip(ids, keys, strict=True)):
+            try:
+                out[i] = self._stored_vectors(user_id, [mid], [key])[0]
+            except EmbeddingError:
+                refused.append(mid)
+        if len(refused) == len(ids):
+            raise EmbeddingError(f"the embedder refused every one of {len(ids)} memory keys")
+        logger.warning(
+            "the embedder refused %d memory keys of a user; they are found by their words only",
+            len(refused),
+        )
+        return out
+
+    def _stored_vectors(self, user_id: str, ids: list[str], keys: list[str]) -> np.ndarray:
         found = {m.id: m for m in self.store.memories(user_id, ids)}
         out = np.zeros((len(ids), self.embedder.dim), np.float32)
         by_session: dict[str, list[int]] = {}
@@ -705,8 +840,13 @@ class SessionWriter:
     def _session_vectors(
         self, user_id: str, session_id: str, units: Sequence[MemoryDraft | Memory]
     ) -> np.ndarray:
-        """Vectors of units of one session, from its stored turns (see `_unit_vectors`)."""
-        turns = self.store.turns(user_id, session_id)
+        """Vectors of units of one session, from their stored turns (see `_unit_vectors`).
+
+        Only the turns the units hold are read for vectors (a turn of the session no unit
+        here holds is not embedded for them).
+        """
+        held = {tid for u in units for tid in u.turn_ids}
+        turns = [t for t in self.store.turns(user_id, session_id) if t.turn_id in held]
         return self._unit_vectors(units, turns, self._turn_vectors(user_id, session_id, turns))
 
     def _rekey_drafts(self, user_id: str, only_stale: bool, current: str) -> list[MemoryDraft]:

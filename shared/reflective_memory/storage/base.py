@@ -13,9 +13,8 @@ checks once with `isinstance`:
 - `KeyListing`: the store lists the memories written since a row mark, so an index that only
   gained memories reads just those.
 
-The embedded backend is `reflective_memory.storage.sqlite.SQLiteStore`, the server backend
-`reflective_memory.storage.postgres.PostgresStore`; both pass the contract tests shipped in
-`reflective_memory.testing`, which any other implementation can run too.
+The contract names no implementation: every store, ours or a third party's, passes the
+contract tests shipped in `reflective_memory.testing`.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from reflective_memory.types import Memory, Turn
 
 if TYPE_CHECKING:
     from reflective_memory.embed import Embedder
-    from reflective_memory.storage.index import UserIndex
+    from reflective_memory.storage.user_index import UserIndex
 
 __all__ = [
     "MemoryStore",
@@ -410,9 +409,9 @@ class NativeAsync(Protocol):
     """A store whose I/O can be awaited on an event loop (`ReflectiveMemory`'s `a*` methods).
 
     `async_io()` returns an object with `async run(fn, *args, **kwargs)` that runs synchronous
-    engine code with the store's queries awaited on the running loop
-    (`reflective_memory.storage.pg_async.AsyncPgRoute`), and `async aclose()`; or None when
-    this store has none (e.g. it was given a caller's sync pool).
+    engine code with the store's queries awaited on the running loop, and `async aclose()`
+    that closes the loop's connections; or None when this store has none (e.g. it was given
+    a caller's sync pool).
     """
 
     def async_io(self) -> Any | None:

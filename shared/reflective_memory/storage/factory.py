@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError
@@ -11,17 +12,24 @@ from reflective_memory.storage.pg_database import is_postgres_dsn
 __all__ = ["open_store"]
 
 
-def open_store(store: Any) -> MemoryStore:
+def open_store(store: Any, *, read_dsn: str | Sequence[str] | None = None) -> MemoryStore:
     """Return the store for `store`.
 
     Args:
         store: A `postgresql://...` / `postgres://...` URI (opens a `PostgresStore` with its own
             connection pool) or an object implementing `MemoryStore` (used as is).
+        read_dsn: With a URI: read replicas of it (`PostgresStore(read_dsn=...)`: reads on a
+            hot standby, read-your-writes by WAL position).
 
     Raises:
-        InvalidInputError: Any other value (naming the missing `MemoryStore` members), before
-            anything is opened.
+        InvalidInputError: Any other value (naming the missing `MemoryStore` members), or
+            `read_dsn` without a URI, before anything is opened.
     """
+    if read_dsn is not None and not isinstance(store, str):
+        raise InvalidInputError(
+            "read_dsn goes with a 'postgresql://...' store URI; a store object is opened by "
+            "you (give it its replicas: PostgresStore(dsn, read_dsn=...))"
+        )
     if isinstance(store, str):
         if not is_postgres_dsn(store):
             raise InvalidInputError(
@@ -30,7 +38,7 @@ def open_store(store: Any) -> MemoryStore:
             )
         from reflective_memory.storage.postgres import PostgresStore
 
-        return PostgresStore(store)
+        return PostgresStore(store, read_dsn=read_dsn)
     if not isinstance(store, MemoryStore):
         missing = missing_members(store, MemoryStore)
         raise InvalidInputError(

@@ -9,7 +9,8 @@ directory. A persisted index is trusted only when its sealed metadata file check
 (`checksum.unseal`), the FAISS file matches the SHA-256 recorded there, and it matches the store
 version, the embedder (name and dimension) and its own counts; a damaged file is logged as a
 warning and, like a stale one, rebuilt from the stored embeddings. A version that only appended
-memories to the cached one extends it (`UserIndex.carried`).
+memories to the cached one extends it (`UserIndex.carried`; the record is in
+`reflective_memory.storage.user_index`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ import os
 import threading
 import time
 import uuid
-from collections import Counter, OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faiss
 import numpy as np
@@ -36,6 +35,7 @@ from reflective_memory.storage.base import KeyListing, MemoryStore, MemoryVector
 from reflective_memory.storage.bm25 import LexicalIndex
 from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import seal, unseal
+from reflective_memory.storage.user_index import UserIndex, log_model_change, text_bytes_of
 
 __all__ = [
     "log_model_change",
@@ -171,94 +171,9 @@ class DenseIndex:
         return scores, pos.astype(np.int64)
 
 
-@dataclass
-class Carried:
-    """What an index version takes over from the version before when it only appended.
-
-    Attributes:
-        appended_from: Positions before this one are the previous version's, unchanged.
-        extras: The previous version's `UserIndex.extras` (read only: components copy what
-            they take, since readers of the previous version may still use it).
-        lexical: The newest earlier BM25 index built over a prefix of these keys (the previous
-            version's, or the one it carried itself when it built none).
-    """
-
-    appended_from: int
-    extras: dict[str, Any]
-    lexical: LexicalIndex | None
-
-
-@dataclass
-class UserIndex:
-    """Everything searchable of one user, at one store version.
-
-    Attributes:
-        user_id: Owner.
-        version: Store version this index reflects.
-        ids: Memory id per position.
-        dense: The dense index.
-        lexical: The lexical index (built on first use).
-        keys: Key text per position.
-        extras: Room for components' derived per-user state tied to this version.
-    """
-
-    user_id: str
-    version: int
-    ids: list[str]
-    dense: DenseIndex
-    keys: list[str]
-    _lexical: LexicalIndex | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-    carried: Carried | None = None
-
-    @property
-    def lexical(self) -> LexicalIndex:
-        """BM25 index over the keys (built lazily, once per version).
-
-        When this version only appended memories to the one before, its BM25 index is that
-        one's extended by the new keys.
-        """
-        if self._lexical is None:
-            before = self.carried.lexical if self.carried is not None else None
-            if before is not None and self.carried is not None:
-                # `before` may be older than the previous version: extend it by all it lacks
-                self._lexical = before.extended(self.keys[before.size :])
-                self.carried.lexical = None
-            else:
-                self._lexical = LexicalIndex(self.keys)
-        return self._lexical
-
-    def carry_from(self, before: UserIndex) -> None:
-        """Take over what `before`, the previous version of this index, derived.
-
-        The caller has checked that this version holds `before`'s memories unchanged at the
-        same positions and only appends new ones after them.
-        """
-        lexical = before._lexical if isinstance(before._lexical, LexicalIndex) else None
-        if lexical is None and before.carried is not None:
-            lexical = before.carried.lexical
-        self.carried = Carried(len(before.ids), before.extras, lexical)
-
-    def overlap(self, query: str, positions: Sequence[int]) -> np.ndarray | None:
-        """`LexicalIndex.overlap` when this process holds a built BM25 index, else None.
-
-        None when the BM25 index is not built yet (dense-only use: building it just for this
-        would cost more than tokenizing a few keys) or is run by a database server.
-        """
-        lex = self._lexical
-        return lex.overlap(query, positions) if isinstance(lex, LexicalIndex) else None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def nbytes(self) -> int:
-        """Approximate memory held: vectors (ours and FAISS's copy), keys, ids, BM25."""
-        vec = int(self.dense.vectors.nbytes)
-        text = self.extras.get("text_bytes")
-        if text is None:
-            text = self.extras["text_bytes"] = text_bytes_of(self.ids, self.keys)
-        lexical = 0 if self._lexical is None else 3 * text
-        return 2 * vec + 2 * text + lexical + 4096
+def _faiss(built: UserIndex) -> Any:
+    """The FAISS index of a `UserIndex` this cache built (its dense part is a `DenseIndex`)."""
+    return cast(DenseIndex, built.dense).index
 
 
 def _only_appended(before: UserIndex, after: UserIndex) -> bool:
@@ -279,11 +194,6 @@ def _only_appended(before: UserIndex, after: UserIndex) -> bool:
     )
 
 
-def text_bytes_of(ids: Sequence[str], keys: Sequence[str]) -> int:
-    """Approximate memory of ids and keys."""
-    return sum(len(k) for k in keys) + sum(len(i) + 56 for i in ids)
-
-
 def _file_sha256(path: Path) -> str:
     """SHA-256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
@@ -302,30 +212,6 @@ def _read_meta(path: Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError("the metadata is not a JSON object")
     return meta
-
-
-def log_model_change(user_id: str, models: Sequence[str | None], embedder: Embedder) -> None:
-    """Say (WARNING) that memories embedded by another model are about to be re-embedded.
-
-    Args:
-        user_id: The user whose index is built.
-        models: The model names stored with the memories about to be embedded (`None`: never
-            embedded, e.g. a failed embed; those are not a model change).
-        embedder: The embedder that will embed them.
-    """
-    others = Counter(m for m in models if m is not None and m != embedder.name)
-    if not others:
-        return
-    was = ", ".join(f"{n} by {m!r}" for m, n in others.most_common())
-    logger.warning(
-        "user %s: the store holds vectors of another embedding model (%s); re-embedding %d "
-        "memories with %r (the store was written with another embedder; the new model's "
-        "vectors are written back)",
-        user_id,
-        was,
-        sum(others.values()),
-        embedder.name,
-    )
 
 
 class IndexCache:
@@ -564,7 +450,7 @@ class IndexCache:
         if kind == "exact":
             dense = build_dense_index(vectors, self.ann)
         else:  # the trained lists or graph take the new vectors; readers keep the old copy
-            index = faiss.clone_index(before.dense.index)
+            index = faiss.clone_index(_faiss(before))
             index.add(np.ascontiguousarray(vectors[n:]))
             dense = DenseIndex(vectors, index, self.ann)
         built = UserIndex(user_id, version, ids, dense, keys)
@@ -634,7 +520,7 @@ class IndexCache:
         token = f"{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
         tmp_idx = fidx.with_name(f"{fidx.stem}.{token}.faiss.tmp")
         tmp_meta = fmeta.with_name(f"{fmeta.stem}.{token}.json.tmp")
-        faiss.write_index(built.dense.index, str(tmp_idx))
+        faiss.write_index(_faiss(built), str(tmp_idx))
         meta = {
             "user_id": user_id,
             "version": built.version,

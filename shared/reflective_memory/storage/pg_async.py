@@ -22,15 +22,12 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from reflective_memory.errors import StoreClosedError, StoreUnavailableError
 from reflective_memory.storage.bridge import await_io, run_bridged
 
-if TYPE_CHECKING:
-    from reflective_memory.storage.pg_database import PgDatabase
-
-__all__ = ["AsyncPgRoute", "BridgedConnection", "BridgedCursor"]
+__all__ = ["AsyncPgRoute", "AsyncRoutes", "BridgedConnection", "BridgedCursor", "PoolSource"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +76,7 @@ class BridgedConnection:
     """A psycopg `AsyncConnection` used like a `Connection` from bridged synchronous code.
 
     Covers what the PostgreSQL store classes call on a connection: `execute`, `cursor`,
-    `transaction`, `commit`, `rollback`, `isolation_level` and `adapters`.
+    `transaction`, `commit`, `rollback`, `isolation_level`, `adapters` and `info`.
     """
 
     def __init__(self, conn: Any) -> None:
@@ -89,6 +86,11 @@ class BridgedConnection:
     def adapters(self) -> Any:
         """The connection's adapters (pgvector's types are registered when it is made)."""
         return self._conn.adapters
+
+    @property
+    def info(self) -> Any:
+        """The connection's `ConnectionInfo` (the server's host and port)."""
+        return self._conn.info
 
     def execute(self, query: Any, params: Any = None) -> BridgedCursor:
         """Run a statement on a new cursor and return it."""
@@ -135,15 +137,31 @@ def _entered(manager: Any) -> Iterator[Any]:
         await_io(manager.__aexit__(None, None, None))
 
 
+class PoolSource(Protocol):
+    """What an `AsyncPgRoute` needs of the database it serves (`PgDatabase` is one)."""
+
+    psycopg: Any
+    timeout: float
+
+    @property
+    def closed(self) -> bool:
+        """Whether the database was closed."""
+        ...
+
+    def async_pool(self, dsn: str, configure: Any) -> Any:
+        """A new, unopened `psycopg_pool.AsyncConnectionPool` sized like the sync pool."""
+        ...
+
+
 class AsyncPgRoute:
-    """The async connection pools of one `PgDatabase`, and the bridge that runs calls on them.
+    """The async connection pools of one database, and the bridge that runs calls on them.
 
     Args:
         db: The database (its URI and pool sizes are reused).
         dsn: The connection URI.
     """
 
-    def __init__(self, db: PgDatabase, dsn: str) -> None:
+    def __init__(self, db: PoolSource, dsn: str) -> None:
         self.db = db
         self._dsn = dsn
         self._pools: dict[asyncio.AbstractEventLoop, Any] = {}
@@ -169,10 +187,22 @@ class AsyncPgRoute:
                 raise StoreUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
         return pool
 
+    def loop_pool(self) -> Any | None:
+        """The running loop's pool, or None when it has none."""
+        return self._pools.get(asyncio.get_running_loop())
+
     @contextmanager
     def connection(self) -> Iterator[BridgedConnection]:
-        """A connection of the running loop's pool, for bridged code (`PgDatabase.connection`)."""
-        pool = self._pools[asyncio.get_running_loop()]
+        """A connection of the running loop's pool, for bridged code (`PgDatabase.connection`).
+
+        The pool is opened here when the call first reaches this database (a read replica
+        of a store whose calls run on the primary's route).
+        """
+        pool = self.loop_pool()
+        if pool is None:
+            if self.db.closed:
+                raise StoreClosedError("the memory store is closed")
+            pool = await_io(self._pool())
         with _entered(pool.connection()) as conn:
             yield BridgedConnection(conn)
 
@@ -198,3 +228,28 @@ class AsyncPgRoute:
         if self._pools:
             logger.debug("dropping %d async pools not closed with aclose()", len(self._pools))
         self._pools.clear()
+
+
+class AsyncRoutes:
+    """The async I/O of a store with several servers: calls run on the primary's route.
+
+    A bridged call asks each server's route for its loop's pool when it first reads there
+    (`AsyncPgRoute.connection`); `aclose()` closes them all.
+
+    Args:
+        primary: The route of the primary (runs the calls).
+        others: The routes of the read replicas.
+    """
+
+    def __init__(self, primary: AsyncPgRoute, others: list[AsyncPgRoute]) -> None:
+        self.primary = primary
+        self.others = list(others)
+
+    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """See `AsyncPgRoute.run`."""
+        return await self.primary.run(fn, *args, **kwargs)
+
+    async def aclose(self) -> None:
+        """Close the running loop's pools of every server (idempotent)."""
+        for route in [self.primary, *self.others]:
+            await route.aclose()

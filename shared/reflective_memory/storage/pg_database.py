@@ -9,6 +9,7 @@ Needs the `postgres` extra: `pip install 'reflective-memory[postgres]'`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,11 +20,13 @@ from reflective_memory.errors import (
     StoreClosedError,
     StoreUnavailableError,
 )
-from reflective_memory.storage.bridge import current_route
+from reflective_memory.storage.bridge import await_io, bridged
 from reflective_memory.storage.pg_async import AsyncPgRoute
 from reflective_memory.storage.pg_schema import check_schema_name
 
 __all__ = ["PgDatabase", "is_postgres_dsn"]
+
+logger = logging.getLogger(__name__)
 
 _DSN_PREFIXES = ("postgresql://", "postgres://")
 
@@ -108,8 +111,26 @@ class PgDatabase:
         #: async twin, so `ReflectiveMemory`'s `a*` methods then run in threads.
         self.async_route = None if self.dsn is None else AsyncPgRoute(self, self.dsn)
 
-    def open(self) -> None:
+    @property
+    def dsn_label(self) -> str:
+        """The server(s) of the URI as `host:port` (no user or password), for messages."""
+        if self.dsn is None:
+            return "a caller's pool"
+        try:
+            parts = self.psycopg.conninfo.conninfo_to_dict(self.dsn)
+        except self.psycopg.ProgrammingError:
+            return "an unparsable URI"
+        hosts = str(parts.get("host") or "localhost").split(",")
+        ports = str(parts.get("port") or "5432").split(",")
+        ports = ports * len(hosts) if len(ports) == 1 else ports
+        return ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=False))
+
+    def open(self, *, wait: bool = True) -> None:
         """Connect the pool this object made (a caller's pool is used as it is).
+
+        Args:
+            wait: Wait until `pool_min` connections are made (else they are made in the
+                background, and a server that is down is found by the first call).
 
         Raises:
             StoreUnavailableError: The server cannot be reached within `timeout`.
@@ -118,7 +139,7 @@ class PgDatabase:
             return
         pool = self.pool
         try:
-            pool.open(wait=True, timeout=self.timeout)
+            pool.open(wait=wait, timeout=self.timeout)
         except self._psycopg_pool.PoolTimeout as exc:
             self.close()
             raise StoreUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
@@ -159,19 +180,47 @@ class PgDatabase:
     def connection(self) -> Iterator[Any]:
         """A pooled connection without type registration (schema work, advisory locks).
 
-        Inside a call run by `async_route` it is a connection of the async pool
-        (`reflective_memory.storage.pg_async.BridgedConnection`) used the same way.
+        Inside a bridged call (`reflective_memory.storage.bridge`) it is a connection of this
+        database's async pool on the running loop
+        (`reflective_memory.storage.pg_async.BridgedConnection`), used the same way.
+
+        A connection found broken (the server went away, or failed over) makes the pool check
+        its idle connections at once, so the calls after it get new connections (a multi-host
+        URI then reaches the new primary) instead of meeting the dead ones one by one.
         """
         pool, own = self.pool, self.async_route
+        on_loop = own is not None and bridged()
         try:
-            if own is not None and current_route() is own:
-                with own.connection() as bridged:
-                    yield bridged
+            if on_loop:
+                with own.connection() as bridged_conn:  # type: ignore[union-attr]
+                    yield bridged_conn
                 return
             with pool.connection() as conn:
                 yield conn
         except self.psycopg.OperationalError as exc:
+            if self._lost_server(exc):
+                self._check_idle(own.loop_pool() if on_loop else pool)  # type: ignore[union-attr]
             raise StoreUnavailableError(f"PostgreSQL request failed: {exc}") from exc
+
+    def _lost_server(self, exc: Exception) -> bool:
+        """Whether `exc` says the connection or the server is gone (not a query's own error)."""
+        errors = self.psycopg.errors
+        statement = (errors.TransactionRollback, errors.QueryCanceled, errors.LockNotAvailable)
+        return not isinstance(exc, statement) and not isinstance(
+            exc, self._psycopg_pool.PoolTimeout
+        )
+
+    def _check_idle(self, pool: Any) -> None:
+        """Drop the pool's broken idle connections (best effort: a failure here is logged)."""
+        if pool is None:
+            return
+        try:
+            if bridged():
+                await_io(pool.check())
+            else:
+                pool.check()
+        except Exception as exc:  # noqa: BLE001 - the caller raises the original error
+            logger.debug("checking the idle connections failed: %s", exc)
 
     def with_vectors(self, conn: Any) -> Any:
         """Register pgvector's types on `conn` (once per connection); return it."""
@@ -187,15 +236,20 @@ class PgDatabase:
         Args:
             repeatable_read: Read every statement from one snapshot (`REPEATABLE READ`).
         """
-        with self.connection() as conn:
-            self.with_vectors(conn)
-            if not repeatable_read:
-                with conn.transaction():
-                    yield conn
-                return
-            conn.isolation_level = self.psycopg.IsolationLevel.REPEATABLE_READ
-            try:
-                with conn.transaction():
-                    yield conn
-            finally:
-                conn.isolation_level = None
+        with self.connection() as conn, self.begin(conn, repeatable_read=repeatable_read):
+            yield conn
+
+    @contextmanager
+    def begin(self, conn: Any, *, repeatable_read: bool = False) -> Iterator[Any]:
+        """One transaction on `conn` (a connection of this database), committed on exit."""
+        self.with_vectors(conn)
+        if not repeatable_read:
+            with conn.transaction():
+                yield conn
+            return
+        conn.isolation_level = self.psycopg.IsolationLevel.REPEATABLE_READ
+        try:
+            with conn.transaction():
+                yield conn
+        finally:
+            conn.isolation_level = None

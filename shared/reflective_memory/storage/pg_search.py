@@ -1,13 +1,13 @@
 """Search on the PostgreSQL server for `PostgresStore`: pgvector dense search and full-text.
 
 `PgSearch` is the store's collaborator for everything about embeddings and search (the store
-exposes it as `PostgresStore.search` and delegates its `vectors`, `set_embeddings` and
-`server_index` to it).
+exposes it as `PostgresStore.search` and delegates its `vectors` and `set_embeddings` to it).
 
 Dense search is exact for users up to `hnsw_threshold` memories (a scan of the user's rows via
 the `(user_id, ...)` btree) and walks the HNSW index with pgvector 0.8's iterative scans above;
-lexical search matches the library's tokens with a `tsvector` + GIN index. `server_index` wraps
-both as the `UserIndex` the engine's algorithms use (see `reflective_memory.storage.server_index`).
+lexical search matches the library's tokens with a `tsvector` + GIN index;
+`reflective_memory.storage.server_index` wraps both as the `UserIndex` the engine's algorithms
+use.
 """
 
 from __future__ import annotations
@@ -15,20 +15,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from reflective_memory.errors import ConfigError
-from reflective_memory.storage.base import MemoryVectors
 from reflective_memory.storage.bridge import TaskLock
 from reflective_memory.storage.checksum import checked_keys
-from reflective_memory.storage.pg_database import PgDatabase
+from reflective_memory.storage.pg_replicas import PgRoutes
 from reflective_memory.storage.pg_schema import ensure_vector_index, vector_index_name
 from reflective_memory.text import lexical_tokens
-
-if TYPE_CHECKING:
-    from reflective_memory.storage.index import UserIndex
 
 __all__ = ["PgSearch", "Snapshot", "to_vector", "tsquery_text"]
 
@@ -73,11 +69,11 @@ class PgSearch:
     """The embeddings of `PostgresStore`'s memories and the searches run over them on the server.
 
     Owns everything about the `embedding` column and the search indexes: stored vectors, the
-    per-dimension HNSW indexes, dense and full-text search, and `server_index`, the `UserIndex`
-    the engine's algorithms search through.
+    per-dimension HNSW indexes, dense and full-text search.
 
     Args:
-        db: The connections and schema (shared with the store).
+        routes: The store's transactions (writes on the primary, reads on a replica); the
+            schema is the primary's.
         hnsw_threshold: Users with more stored memories than this are searched through the
             HNSW index with iterative scans; smaller ones exactly (`None`: always exact).
         ef_search: HNSW search breadth (raised to the number of results asked for, at most
@@ -90,7 +86,7 @@ class PgSearch:
 
     def __init__(
         self,
-        db: PgDatabase,
+        routes: PgRoutes,
         *,
         hnsw_threshold: int | None = 50_000,
         ef_search: int = 64,
@@ -100,7 +96,8 @@ class PgSearch:
             not isinstance(hnsw_threshold, int) or hnsw_threshold < 0
         ):
             raise ConfigError(f"hnsw_threshold must be None or >= 0, got {hnsw_threshold!r}")
-        self.db = db
+        self.routes = routes
+        self.db = db = routes.primary
         self.hnsw_threshold = hnsw_threshold
         self.ef_search = int(ef_search)
         self.max_scan_tuples = int(max_scan_tuples)
@@ -126,7 +123,8 @@ class PgSearch:
         under a lower mark changes the sum.) The rows read that have no embedding of `model`
         and size `dim` are listed in `Snapshot.stale`: the earlier snapshot listed its own.
         """
-        with self.db.transaction(repeatable_read=True) as conn:
+
+        def read(conn: Any) -> tuple[Any, bool, list[Any]]:
             row = conn.execute(
                 f"SELECT version FROM {self._s}.user_state WHERE user_id=%s", (user_id,)
             ).fetchone()
@@ -146,6 +144,9 @@ class PgSearch:
                 " WHERE user_id=%s" + (" AND seq > %s" if appended else "") + " ORDER BY seq",
                 (model, dim, user_id, *((after[1],) if appended and after else ())),
             ).fetchall()
+            return row, appended, rows
+
+        row, appended, rows = self.routes.read(user_id, read, repeatable_read=True)
         return Snapshot(
             0 if row is None else int(row[0]),
             [r[0] for r in rows],
@@ -182,9 +183,12 @@ class PgSearch:
         if model is not None:
             sql += " AND embed_model=%s"
             args = (*args, model)
-        with self.db.transaction() as conn, conn.cursor(binary=True) as cur:
-            rows = cur.execute(sql, args).fetchall()
-        return {r[0]: to_vector(r[1]) for r in rows}
+
+        def read(conn: Any) -> list[Any]:
+            with conn.cursor(binary=True) as cur:
+                return list(cur.execute(sql, args).fetchall())
+
+        return {r[0]: to_vector(r[1]) for r in self.routes.read(user_id, read)}
 
     def set_embeddings(self, user_id: str, ids: Sequence[str], emb: np.ndarray, model: str) -> None:
         """Store (re)computed embeddings without changing the user's version."""
@@ -192,12 +196,16 @@ class PgSearch:
         for i, v in zip(ids, emb, strict=True):
             v = np.asarray(v, dtype=np.float32).reshape(-1)
             rows.append((v, int(v.shape[0]), model, user_id, i))
-        with self.db.transaction() as conn, conn.cursor() as cur:
-            cur.executemany(
-                f"UPDATE {self._s}.memories SET embedding=%s, embed_dim=%s, embed_model=%s "
-                "WHERE user_id=%s AND id=%s",
-                rows,
-            )
+
+        def write(conn: Any) -> None:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    f"UPDATE {self._s}.memories SET embedding=%s, embed_dim=%s, embed_model=%s "
+                    "WHERE user_id=%s AND id=%s",
+                    rows,
+                )
+
+        self.routes.write((user_id,), write)
 
     def dense_search(
         self, user_id: str, query: np.ndarray, n: int, model: str, *, approximate: bool
@@ -216,30 +224,36 @@ class PgSearch:
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         dim = int(q.shape[0])
         s = self._s
-        with self.db.transaction() as conn, conn.cursor(binary=True) as cur:
-            if approximate:
-                self.ensure_vector_index(dim)
-                cur.execute(
-                    "SELECT set_config('hnsw.ef_search', %s, true),"
-                    " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-                    " set_config('hnsw.max_scan_tuples', %s, true)",
-                    (str(min(1000, max(self.ef_search, n))), str(self.max_scan_tuples)),
-                )
-                rows = cur.execute(
-                    f"WITH hits AS MATERIALIZED (SELECT id, (embedding::vector({dim}) <#> %s)"
-                    f" AS d, embedding FROM {s}.memories WHERE user_id=%s AND embed_dim={dim}"
-                    " AND embed_model=%s"
-                    f" ORDER BY embedding::vector({dim}) <#> %s LIMIT %s)"
-                    " SELECT id, d, embedding FROM hits ORDER BY d, id",
-                    (q, user_id, model, q, n),
-                ).fetchall()
-            else:
-                rows = cur.execute(
-                    f"SELECT id, embedding <#> %s AS d, embedding FROM {s}.memories"
-                    " WHERE user_id=%s"
-                    f" AND embed_dim={dim} AND embed_model=%s ORDER BY d, seq LIMIT %s",
-                    (q, user_id, model, n),
-                ).fetchall()
+
+        def read(conn: Any) -> list[Any]:
+            with conn.cursor(binary=True) as cur:
+                if approximate:
+                    cur.execute(
+                        "SELECT set_config('hnsw.ef_search', %s, true),"
+                        " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+                        " set_config('hnsw.max_scan_tuples', %s, true)",
+                        (str(min(1000, max(self.ef_search, n))), str(self.max_scan_tuples)),
+                    )
+                    rows = cur.execute(
+                        f"WITH hits AS MATERIALIZED (SELECT id, (embedding::vector({dim}) <#> %s)"
+                        f" AS d, embedding FROM {s}.memories WHERE user_id=%s AND embed_dim={dim}"
+                        " AND embed_model=%s"
+                        f" ORDER BY embedding::vector({dim}) <#> %s LIMIT %s)"
+                        " SELECT id, d, embedding FROM hits ORDER BY d, id",
+                        (q, user_id, model, q, n),
+                    ).fetchall()
+                else:
+                    rows = cur.execute(
+                        f"SELECT id, embedding <#> %s AS d, embedding FROM {s}.memories"
+                        " WHERE user_id=%s"
+                        f" AND embed_dim={dim} AND embed_model=%s ORDER BY d, seq LIMIT %s",
+                        (q, user_id, model, n),
+                    ).fetchall()
+                return list(rows)
+
+        if approximate:
+            self.ensure_vector_index(dim)
+        rows = self.routes.read(user_id, read)
         vecs = np.zeros((len(rows), dim), np.float32)
         for i, r in enumerate(rows):
             vecs[i] = to_vector(r[2])
@@ -257,23 +271,13 @@ class PgSearch:
         tsq = tsquery_text(lexical_tokens(query))
         if not tsq or n <= 0:
             return [], np.zeros(0, np.float32)
-        with self.db.transaction() as conn:
-            rows = conn.execute(
+        rows = self.routes.read(
+            user_id,
+            lambda conn: conn.execute(
                 f"SELECT id, ts_rank(tsv, q, 1) AS r FROM {self._s}.memories,"
                 " to_tsquery('simple', %s) AS q WHERE user_id=%s AND tsv @@ q"
                 " ORDER BY r DESC, seq LIMIT %s",
                 (tsq, user_id, n),
-            ).fetchall()
+            ).fetchall(),
+        )
         return [r[0] for r in rows], np.asarray([float(r[1]) for r in rows], np.float32)
-
-    def server_index(
-        self,
-        user_id: str,
-        embedder: Any,
-        vectors: MemoryVectors | None = None,
-        before: UserIndex | None = None,
-    ) -> UserIndex:
-        """A `UserIndex` whose searches run on this server (see `storage.server_index`)."""
-        from reflective_memory.storage.server_index import build_server_index
-
-        return build_server_index(self, user_id, embedder, vectors, before)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reflective_memory.storage.pg_database import PgDatabase
+from reflective_memory.storage.pg_replicas import PgRoutes
 from reflective_memory.storage.state import StateUpdate, check_state_key, state_bytes
 
 __all__ = ["DatabaseStateStore", "delete_owner_rows"]
@@ -27,13 +27,19 @@ def delete_owner_rows(conn: Any, qualified: str, owner: str) -> int:
 class DatabaseStateStore:
     """`StateStore` on the `blobs` table of a `PostgresStore` schema.
 
+    Reads (`version`, `get`, `names`) may go to a read replica: they see every update this
+    process made to the owner's states (read-your-writes, `PgRoutes`); updates and deletions
+    run on the primary.
+
     Args:
-        db: The connections and schema (shared with the store; closing the store closes it).
+        routes: The store's transactions (shared with the store; closing the store closes
+            them); the schema is the primary's.
     """
 
-    def __init__(self, db: PgDatabase) -> None:
-        self.db = db
-        self._s = db.qualified
+    def __init__(self, routes: PgRoutes) -> None:
+        self.routes = routes
+        self.db = routes.primary
+        self._s = self.db.qualified
 
     def __repr__(self) -> str:
         return f"DatabaseStateStore(schema={self.db.schema!r})"
@@ -41,39 +47,38 @@ class DatabaseStateStore:
     def version(self, owner: str, name: str) -> int:
         """See `StateStore.version`."""
         check_state_key(owner, name)
-        with self.db.transaction() as conn:
-            row = conn.execute(
-                f"SELECT version FROM {self._s}.blobs WHERE owner=%s AND name=%s", (owner, name)
-            ).fetchone()
+        row = self._row(owner, name, "version")
         return 0 if row is None else int(row[0])
+
+    def _row(self, owner: str, name: str, columns: str) -> Any:
+        """`columns` of the state `(owner, name)`, read where reads go; None when absent."""
+        sql = f"SELECT {columns} FROM {self._s}.blobs WHERE owner=%s AND name=%s"
+        return self.routes.read(owner, lambda conn: conn.execute(sql, (owner, name)).fetchone())
 
     def get(self, owner: str, name: str) -> tuple[int, bytes] | None:
         """See `StateStore.get`."""
         check_state_key(owner, name)
-        with self.db.transaction() as conn:
-            row = conn.execute(
-                f"SELECT version, data FROM {self._s}.blobs WHERE owner=%s AND name=%s",
-                (owner, name),
-            ).fetchone()
+        row = self._row(owner, name, "version, data")
         return None if row is None else (int(row[0]), bytes(row[1]))
 
     def update(self, owner: str, name: str, fn: StateUpdate) -> tuple[int, bytes | None]:
         """See `StateStore.update`: `fn` runs while the advisory lock is held."""
         check_state_key(owner, name)
         s = self._s
-        with self.db.transaction() as conn:
+        where = "WHERE owner=%s AND name=%s"
+
+        def write(conn: Any) -> tuple[int, bytes | None]:
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))",
                 (f"blob\x1f{self.db.schema}\x1f{owner}\x1f{name}",),
             )
-            row = conn.execute(
-                f"SELECT version, data FROM {s}.blobs WHERE owner=%s AND name=%s", (owner, name)
-            ).fetchone()
+            row = conn.execute(f"SELECT version, data FROM {s}.blobs {where}", (owner, name))
+            row = row.fetchone()
             version = 0 if row is None else int(row[0])
             new = fn(version, None if row is None else bytes(row[1]))
             if new is None:
                 if row is not None:
-                    conn.execute(f"DELETE FROM {s}.blobs WHERE owner=%s AND name=%s", (owner, name))
+                    conn.execute(f"DELETE FROM {s}.blobs {where}", (owner, name))
                 return 0, None
             data = state_bytes(new)
             (stored,) = conn.execute(
@@ -83,28 +88,25 @@ class DatabaseStateStore:
                 " data = EXCLUDED.data, updated_at = now() RETURNING version",
                 (owner, name, version + 1, data),
             ).fetchone()
-        return int(stored), data
+            return int(stored), data
+
+        return self.routes.write((owner,), write)
 
     def delete(self, owner: str, name: str) -> bool:
         """See `StateStore.delete`."""
         check_state_key(owner, name)
-        with self.db.transaction() as conn:
-            n = conn.execute(
-                f"DELETE FROM {self._s}.blobs WHERE owner=%s AND name=%s", (owner, name)
-            ).rowcount
+        sql = f"DELETE FROM {self._s}.blobs WHERE owner=%s AND name=%s"
+        n = self.routes.write((owner,), lambda conn: conn.execute(sql, (owner, name)).rowcount)
         return n > 0
 
     def delete_owner(self, owner: str) -> int:
         """See `StateStore.delete_owner`."""
         check_state_key(owner)
-        with self.db.transaction() as conn:
-            return delete_owner_rows(conn, self._s, owner)
+        return self.routes.write((owner,), lambda conn: delete_owner_rows(conn, self._s, owner))
 
     def names(self, owner: str) -> list[str]:
         """See `StateStore.names`."""
         check_state_key(owner)
-        with self.db.transaction() as conn:
-            rows = conn.execute(
-                f"SELECT name FROM {self._s}.blobs WHERE owner=%s", (owner,)
-            ).fetchall()
+        sql = f"SELECT name FROM {self._s}.blobs WHERE owner=%s"
+        rows = self.routes.read(owner, lambda conn: conn.execute(sql, (owner,)).fetchall())
         return sorted(r[0] for r in rows)

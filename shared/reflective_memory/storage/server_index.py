@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reflective_memory.storage.base import MemoryVectors
-from reflective_memory.storage.index import UserIndex, log_model_change, text_bytes_of
+from reflective_memory.storage.user_index import UserIndex, log_model_change, text_bytes_of
 
 if TYPE_CHECKING:
     from reflective_memory.storage.pg_search import PgSearch
