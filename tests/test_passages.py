@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory, count_tokens
+from reflective_memory.errors import EmbeddingError
 from reflective_memory.retrieval.cues import present_tense
 from reflective_memory.retrieval.passages import GAP_MARK
 from reflective_memory.text import lexical_tokens
@@ -91,14 +92,18 @@ def test_ending_a_session_embeds_no_turn_twice() -> None:
         assert mem.open_sessions("u") == []
 
 
-def test_a_failing_embedder_keeps_the_turn_and_indexes_it_later() -> None:
+def test_a_failing_embedder_stores_nothing_and_the_retried_turn_is_found() -> None:
+    """A write the embedder cannot serve is refused, typed (issue 50); the retry is stored."""
     emb = CountingEmbedder()
     with ReflectiveMemory(embedder=emb, config=_cfg()) as mem:
         emb.fail = True
-        mem.add_turn("u", "s", "user", "Pixel chewed my favourite sneakers.")
+        with pytest.raises(EmbeddingError, match="nothing was stored"):
+            mem.add_turn("u", "s", "user", "Pixel chewed my favourite sneakers.", turn_id="t0")
+        assert mem.turns("u") == []
         emb.fail = False
+        mem.add_turn("u", "s", "user", "Pixel chewed my favourite sneakers.", turn_id="t0")
         r = mem.retrieve("u", "what did Pixel chew", k=1, mode="dense")
-        assert r.hits[0].memory.turn_ids == ("s:0",)
+        assert r.hits[0].memory.turn_ids == ("t0",)
 
 
 def test_open_sessions_older_than_the_idle_time_end_on_reopen(tmp_path: Path) -> None:

@@ -7,8 +7,10 @@ the next one reads only the rows marked above it; any deletion or rewrite reads 
 
 from __future__ import annotations
 
+import pytest
 from pg_cluster import pg_schema
 from reflective_memory import HashingEmbedder, MemoryConfig, ReflectiveMemory
+from reflective_memory.errors import EmbeddingError
 
 TURNS = [
     "I adopted a beagle called Pixel last week.",
@@ -109,17 +111,20 @@ def test_an_earlier_snapshot_that_no_longer_holds_is_not_extended(pg_dsn) -> Non
         assert search.index_snapshot("ana", "another", dim).stale == list(range(len(ids)))
 
 
-def test_a_turn_whose_embedding_failed_is_embedded_by_the_next_snapshot(pg_dsn) -> None:
+def test_a_turn_whose_embedding_failed_is_refused_and_its_retry_is_found(pg_dsn) -> None:
+    """A write the embedder cannot serve stores nothing (issue 50); the retry is embedded."""
     with _mem(pg_dsn) as mem:
-        took = _spy(mem)
         for text in TURNS[:3]:
             mem.add_turn("ana", "s1", "user", text)
         mem.retrieve("ana", "dog", k=1)
         encode = mem.embedder.encode
         mem.embedder.encode = lambda texts: (_ for _ in ()).throw(RuntimeError("down"))
-        mem.add_turn("ana", "s1", "user", TURNS[3])  # stored with no vector of the model
+        with pytest.raises(EmbeddingError, match="nothing was stored"):
+            mem.add_turn("ana", "s1", "user", TURNS[3], turn_id="t3")
         mem.embedder.encode = encode
+        assert len(mem.turns("ana")) == 3
+        mem.add_turn("ana", "s1", "user", TURNS[3], turn_id="t3")
         hits = mem.retrieve("ana", "night shifts at the hospital", k=1, mode="dense").hits
-        assert took[-1] is True and hits[0].memory.text.endswith(TURNS[3])
+        assert hits[0].memory.text.endswith(TURNS[3])
         _, _, _, models = mem.store.embeddings("ana")
         assert set(models) == {mem.embedder.name}
