@@ -170,7 +170,7 @@ def turn_features(
         relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
         cache: Where a turn's `names_a_time` is kept (`("dated", session_id, position)`; the
             text cache of `UserTurns.text_cache`, which lives as long as the turns do), and
-            its words (`("words", session_id, position)`).
+            its words (`("rare", session_id, position)`).
         words: The user's word counts (`rarity`); None gives every turn a rarity of 0.
 
     Returns:
@@ -211,9 +211,9 @@ def turn_features(
     def rarity(sid: str, p: int, turn: Turn) -> float:
         if words is None:
             return 0.0
-        got = known.get(("words", sid, p))
+        got = known.get(("rare", sid, p))
         if got is None:
-            got = known["words", sid, p] = words_of(turn.text)
+            got = known["rare", sid, p] = words_of(turn.text)
         return words.rarity(got)
 
     rows: list[tuple[float, ...]] = []
