@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -151,46 +152,51 @@ class Statements:
         return f"DELETE FROM {self.table_format.format(table)} WHERE {where}"
 
 
-class StoreCore:
+class StoreCore(ABC):
     """The store contract's logic over a backend's SQL (see the module docstring).
 
-    A backend sets `sql` and implements the hooks below; the public methods are the contract.
+    A backend sets `sql` and implements the abstract hooks below; the public methods are the
+    contract.
     """
 
     sql: Statements
 
     # -- the backend's hooks ----------------------------------------------------------------
+    @abstractmethod
     def _read(self, user_id: str | None, fn: Callable[[Any], T]) -> T:
         """Run `fn(conn)` in a read transaction (`user_id`: whose writes it must see)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _write(self, user_ids: Collection[str] | None, fn: Callable[[Any], T]) -> T:
         """Run `fn(conn)` in a write transaction, committed when it returns."""
-        raise NotImplementedError
 
-    def _erased(self) -> None:
-        """A deletion committed: make sure no copy of the deleted rows stays in a file."""
+    def _erased(self) -> None:  # noqa: B027 (a hook with nothing to do by default)
+        """A deletion committed: make sure no copy of the deleted rows stays in a file.
 
+        Nothing by default (a backend whose files keep no copy of deleted rows).
+        """
+
+    @abstractmethod
     def _clock(self) -> datetime:
         """The store's time for bookkeeping columns a backend fills from its parameters."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _bump_version(self, conn: Any, user_id: str) -> None:
         """Give the user a new version (in the transaction of `conn`)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _in(self, ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
         """`{in_ids}` conditions and their parameters for `ids`, one per statement to run."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _many(self, conn: Any, sql: str, rows: list[dict[str, Any]]) -> None:
         """Run `sql` once per parameter mapping."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _json(self, value: Any) -> Any:
         """A JSON column's value as Python data."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _insert_turn(self, conn: Any, p: dict[str, Any]) -> tuple[int, int, str] | None:
         """Insert a turn at the next position of its session.
 
@@ -198,23 +204,22 @@ class StoreCore:
         `text`, `ts` and `crc`. Returns `(seq, position, turn_id)`, or None when the turn id is
         taken in the session.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def _upsert_memory(self, conn: Any, row: MemoryRow) -> tuple[datetime, datetime]:
         """Insert or replace one memory; its `(created_at, updated_at)` as stored."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _merge_metadata(
         self, conn: Any, user_id: str, memory_id: str, fields: Mapping[str, Any]
     ) -> bool:
         """Merge top-level `fields` into one memory's metadata; whether it exists."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _delete_turn_rows(
         self, conn: Any, user_id: str, session_id: str, turn_ids: Sequence[str] | None
     ) -> list[Turn]:
         """Delete some (None: all) turns of a session; the deleted turns by position."""
-        raise NotImplementedError
 
     # -- rows -------------------------------------------------------------------------------
     @staticmethod
