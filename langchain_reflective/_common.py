@@ -7,14 +7,13 @@ into `reflective_memory.ReflectiveMemory`.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from reflective_memory.errors import InvalidInputError, UnknownSessionError
+from reflective_memory.kept_retrievals import RetrievalCache
 from reflective_memory.memory_block import CITATION_INSTRUCTION, memory_block
 from reflective_memory.rmm.citations import strip_citations
 from reflective_memory.types import Hit, Memory, Retrieval
@@ -81,7 +80,7 @@ def format_memories(
 
 
 def send_feedback(memory: Any, retrieval: Retrieval | None, answer: str) -> Any | None:
-    """Forward an answer's citations to the engine's reranker (`memory.feedback`).
+    """Forward an answer's citations to the memory's turn ranker (`memory.feedback`).
 
     Sent when the retrieval showed at least one memory and the engine reranks
     (`config.rerank.enabled`). Feedback never breaks the conversation: failures are logged and
@@ -166,35 +165,3 @@ class SessionTracker:
             built = []
         self.session_id = new_session_id() if next_session_id is None else next_session_id
         return built
-
-
-class RetrievalCache:
-    """A small LRU map from retrieval ids to `Retrieval`s kept for later feedback."""
-
-    def __init__(self, size: int = 256) -> None:
-        self.size = size
-        self._items: OrderedDict[str, Retrieval] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def put(self, retrieval: Retrieval) -> str:
-        """Keep a retrieval; return its id."""
-        with self._lock:
-            self._items[retrieval.retrieval_id] = retrieval
-            self._items.move_to_end(retrieval.retrieval_id)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return retrieval.retrieval_id
-
-    def get(self, retrieval_id: str | None) -> Retrieval | None:
-        """The retrieval with that id, if still kept."""
-        if retrieval_id is None:
-            return None
-        with self._lock:
-            return self._items.get(retrieval_id)
-
-    def pop(self, retrieval_id: str | None) -> Retrieval | None:
-        """Remove and return the retrieval with that id, if kept."""
-        if retrieval_id is None:
-            return None
-        with self._lock:
-            return self._items.pop(retrieval_id, None)

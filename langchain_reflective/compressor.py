@@ -67,8 +67,7 @@ class ReflectiveCompressor(BaseDocumentCompressor):
     reranker: Any | None = Field(
         default=None,
         description="Reranker with rerank(query, candidates, prior, *, explore) and "
-        "partial_fit(episode); None: the engine's reranker for user_id (cosine order when "
-        "config.rerank.enabled is off).",
+        "partial_fit(episode); None: the memory's citation-taught turn ranker for user_id.",
     )
     explore: bool = Field(
         default=False, description="Sample the kept documents with Gumbel noise (learning)."
@@ -78,13 +77,12 @@ class ReflectiveCompressor(BaseDocumentCompressor):
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def get_reranker(self) -> Any | None:
-        """The reranker in use: the explicit one, else the engine's for `user_id`.
+        """The caller's reranker, if one was given; None: the memory's turn ranker ranks.
 
-        Returns `None` (cosine order) when no reranker was given and the engine has reranking
-        off. The engine's reranker is looked up on every call, so a reranker saved by another
-        process, or dropped by `memory.delete_user`, is picked up.
+        The memory's weights for `user_id` (`memory.ranker_weights(user_id)`) are read on
+        every call, so what feedback taught, or `memory.delete_user` erased, is picked up.
         """
-        return self.reranker if self.reranker is not None else self.memory.reranker(self.user_id)
+        return self.reranker
 
     def _rank(self, query: str, docs: list[Document], **kw: Any) -> RankedTexts:
         return self.memory.rerank_texts(

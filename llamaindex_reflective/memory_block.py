@@ -312,7 +312,7 @@ class ReflectiveMemoryBlock(BaseMemoryBlock[str]):
             return FeedbackResult("", self.user_id, reason="nothing was retrieved yet")
         if not self.memory.config.rerank.enabled:
             return FeedbackResult(
-                last.retrieval_id, self.user_id, reason="reranking is off (config.rerank.enabled)"
+                last.retrieval_id, self.user_id, reason="learning is off (config.rerank.enabled)"
             )
         if echoes_instructions(answer, [self.instruction or ""]):
             reason = "the answer echoes the prompt's instructions"

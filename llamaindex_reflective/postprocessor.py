@@ -201,11 +201,8 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
 
     # -- hooks ----------------------------------------------------------------------------
     def _reranker(self) -> Any | None:
-        """The reranker to use: the explicit one, else the engine's for this user.
-
-        `None` (cosine scores) when no reranker was given and the engine has reranking off.
-        """
-        return self.reranker if self.reranker is not None else self.memory.reranker(self.user_id)
+        """The caller's reranker, if one was given; None: the memory's turn ranker ranks."""
+        return self.reranker
 
     def _denoiser(self) -> Any | None:
         return self.denoiser if self.denoiser is not None else self.memory.denoiser
@@ -226,7 +223,7 @@ class ReflectiveNodePostprocessor(BaseNodePostprocessor):
     def model_name(self) -> str:
         """What the rerank events report as the model."""
         rr = self._reranker()
-        return f"reflective-reranker:{type(rr).__name__ if rr is not None else 'cosine'}"
+        return f"reflective-reranker:{type(rr).__name__ if rr is not None else 'turn-ranker'}"
 
     # -- ranking --------------------------------------------------------------------------
     def _time(self, node: NodeWithScore) -> datetime | None:

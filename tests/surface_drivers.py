@@ -6,6 +6,13 @@ of LangChain and LlamaIndex messages, the MCP `timestamp` argument, the file's `
 field), and moves from one session to the next as the surface's documented use does. The core
 records are read back from the surface's `ReflectiveMemory` (in-process surfaces) or from the
 store file (MCP server, CLI).
+
+The surfaces that take feedback are also `FeedbackDriver`s: they ask a question and send the
+answer back the surface's way (the middleware and the classic chain memory send the model's
+answer themselves, the LlamaIndex memory block and the MCP server take it in a call, the
+LangChain compressor and the LlamaIndex postprocessor over the user's turns as another
+retriever's documents); the turn ranker is read from the memory (`ranker_weights`), or for the
+MCP server from its store with `reflective-memory weights`.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import concurrent.futures
 import contextlib
 import io
 import json
+import os
 import re
 import socket
 import subprocess
@@ -23,22 +31,26 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from unittest import mock
 
+from hashing_cli import CONFIG_ENV
 from langchain.agents import create_agent
 from langchain_core._api import LangChainDeprecationWarning
+from langchain_core.documents import Document
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langgraph.checkpoint.memory import InMemorySaver
 from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.base.response.schema import Response
 from llama_index.core.memory import Memory
+from llama_index.core.schema import NodeWithScore, TextNode
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -47,35 +59,48 @@ from mcp.types import CallToolResult
 from pydantic import Field
 from reflective_memory import HashingEmbedder, ReflectiveMemory
 from reflective_memory.cli import main as cli_main
+from reflective_memory.errors import InvalidInputError
 from reflective_memory.storage.sqlite import SQLiteStore
 from reflective_memory.testing.surfaces import (
     BUDGET_TOKENS,
     USER_ID,
+    Answered,
+    Cites,
+    CoreDriver,
     CoreView,
     Evidence,
     Message,
+    answer_citing,
+    answered,
 )
 from reflective_memory.types import Memory as CoreMemory
 from reflective_memory.types import Turn
 from test_mcp_server import _free_port, _ok, _text
 
 from langchain_reflective import (
+    CitationReranker,
     ReflectiveChatMemory,
     ReflectiveChatMessageHistory,
     ReflectiveMemoryMiddleware,
     ReflectiveStore,
 )
-from llamaindex_reflective import ReflectiveDBChatStore, ReflectiveMemoryBlock
+from llamaindex_reflective import (
+    ReflectiveDBChatStore,
+    ReflectiveMemoryBlock,
+    ReflectiveNodePostprocessor,
+)
 
 __all__ = [
     "HASHING_CLI",
     "MINILM_CLI",
     "CliDriver",
     "ChatMemoryDriver",
+    "CompressorDriver",
     "HistoryDriver",
     "LlamaIndexDriver",
     "McpDriver",
     "MiddlewareDriver",
+    "PostprocessorDriver",
     "StoreDriver",
     "StoreView",
     "readme_memory",
@@ -152,6 +177,10 @@ class _InProcess:
         """The surface's memory."""
         return self.memory
 
+    def ranker(self, user_id: str) -> Mapping[str, Any]:
+        """`ranker_weights(user_id)` of the surface's memory."""
+        return self.memory.ranker_weights(user_id)
+
     def close(self) -> None:
         """Close the memory."""
         self.memory.close()
@@ -186,16 +215,21 @@ class _ScriptedModel(GenericFakeChatModel):
 
 
 class _Answers:
-    """The iterator a `GenericFakeChatModel` reads its answers from, filled as we go."""
+    """The iterator a `GenericFakeChatModel` reads its answers from, filled as we go.
+
+    An answer may be a function, called when the model answers (it may read what the model
+    was shown).
+    """
 
     def __init__(self) -> None:
-        self.queue: deque[AIMessage] = deque()
+        self.queue: deque[AIMessage | Callable[[], AIMessage]] = deque()
 
     def __iter__(self) -> Iterator[AIMessage]:
         return self
 
     def __next__(self) -> AIMessage:
-        return self.queue.popleft()
+        answer = self.queue.popleft()
+        return answer if isinstance(answer, AIMessage) else answer()
 
 
 class MiddlewareDriver(_InProcess):
@@ -207,6 +241,7 @@ class MiddlewareDriver(_InProcess):
     """
 
     name = "LangChain middleware"
+    takes_numbers = False
 
     def __init__(self, memory: ReflectiveMemory) -> None:
         super().__init__(memory)
@@ -235,7 +270,7 @@ class MiddlewareDriver(_InProcess):
         """What else `create_agent` is given (nothing: the middleware alone)."""
         return {}
 
-    def _ask(self, question: HumanMessage, answer: AIMessage) -> None:
+    def _ask(self, question: HumanMessage, answer: AIMessage | Callable[[], AIMessage]) -> None:
         self._answers.queue.append(answer)
         config = {"configurable": {"thread_id": self._thread}}
         self.agent.invoke({"messages": [question]}, config)
@@ -261,6 +296,19 @@ class MiddlewareDriver(_InProcess):
         system = [m for m in self.model.seen[-1] if isinstance(m, SystemMessage)]
         return Evidence(system[0].text if system else "", BUDGET_TOKENS)
 
+    def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
+        """An agent run whose model cites `cites(shown)`; the middleware sends the answer."""
+        assert not numbers, "the middleware takes the model's answer only"
+
+        def reply() -> AIMessage:  # the model answers from what the middleware showed it
+            assert self.middleware is not None
+            last = self.middleware.last_retrieval
+            return AIMessage(answer_citing(cites(0 if last is None else len(last.hits))))
+
+        self._ask(HumanMessage(question), reply)
+        assert self.middleware is not None
+        return answered(self.middleware.last_retrieval)
+
 
 class ChatMemoryDriver(_InProcess):
     """`ReflectiveChatMemory` as a classic chain calls it: load, then save, per exchange.
@@ -270,6 +318,7 @@ class ChatMemoryDriver(_InProcess):
     """
 
     name = "LangChain classic memory"
+    takes_numbers = False
 
     def __init__(self, memory: ReflectiveMemory) -> None:
         super().__init__(memory)
@@ -300,6 +349,15 @@ class ChatMemoryDriver(_InProcess):
         history = self.chat.load_memory_variables({"input": question, **_at(now)})["history"]
         system = [m for m in history if isinstance(m, SystemMessage)]
         return Evidence(system[0].text if system else "", BUDGET_TOKENS)
+
+    def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
+        """`load_memory_variables`, then `save_context` with the answer (the memory sends it)."""
+        assert not numbers and self.chat is not None, "the chain memory takes the answer only"
+        asked = {"input": question}
+        self.chat.load_memory_variables(asked)
+        shown = answered(self.chat.last_retrieval)
+        self.chat.save_context(asked, {"output": answer_citing(cites(shown.shown))})
+        return shown
 
 
 class HistoryDriver(_InProcess):
@@ -383,6 +441,8 @@ class LlamaIndexDriver(_InProcess):
     system message.
     """
 
+    takes_numbers = False
+
     def __init__(self, memory: ReflectiveMemory, *, use_async: bool) -> None:
         super().__init__(memory)
         self.name = "LlamaIndex Memory (aput)" if use_async else "LlamaIndex Memory (put)"
@@ -422,11 +482,78 @@ class LlamaIndexDriver(_InProcess):
         found = None if system is None else _BLOCK.search(str(system.content))
         return Evidence("" if found is None else found.group(1), BUDGET_TOKENS)
 
+    def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
+        """Ask as `evidence` does, then the memory block's `feedback(answer)`."""
+        assert not numbers and self.chat is not None, "the memory block takes the answer only"
+        self.evidence(question)
+        block = self.chat.memory_blocks[0]
+        assert isinstance(block, ReflectiveMemoryBlock)
+        shown = answered(block.last_retrieval)
+        block.feedback(answer_citing(cites(shown.shown)))
+        return shown
+
     def close(self) -> None:
         """Stop the loop and close the memory."""
         if self._loop is not None:
             self._loop.close()
         super().close()
+
+
+# -- rerankers over another retriever's results ----------------------------------------------------
+class CompressorDriver(CoreDriver):
+    """The core API for the conversation; questions through LangChain's `CitationReranker`.
+
+    The documents of "another retriever" are the user's stored turns; the compressor keeps the
+    best `top_n` of them and `feedback(query, documents, answer)` sends the answer back.
+    Asking adds nothing to the memory, so its scores (`relevance_score`) tell the rankings
+    apart.
+    """
+
+    name = "LangChain compressor"
+    takes_numbers = False
+
+    def __init__(self, memory: ReflectiveMemory) -> None:
+        super().__init__(memory)
+        self.compressor = CitationReranker(memory=memory, user_id=USER_ID, top_n=5)
+
+    def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
+        """`compress_documents`, then `feedback` with an answer citing `[i]`."""
+        assert not numbers, "the compressor takes an answer's text only"
+        docs = [Document(t.text, id=t.turn_id) for t in self.memory.turns(self.user_id)]
+        shown = self.compressor.compress_documents(docs, question)
+        self.compressor.feedback(question, shown, answer_citing(cites(len(shown))))
+        scores = tuple(float(d.metadata["relevance_score"]) for d in shown)
+        return Answered(len(shown), scores, None)
+
+
+class PostprocessorDriver(CoreDriver):
+    """The core API for the conversation; questions through `ReflectiveNodePostprocessor`.
+
+    The nodes of "another retriever" are the user's stored turns; the answer cites its sources
+    as LlamaIndex's citation prompts number them (`Source 1`, ...), and `feedback(response)`
+    (or `cited=`) sends it back.
+    """
+
+    name = "LlamaIndex postprocessor"
+    takes_numbers = True
+
+    def __init__(self, memory: ReflectiveMemory) -> None:
+        super().__init__(memory)
+        self.postprocessor = ReflectiveNodePostprocessor(
+            memory=memory, user_id=USER_ID, top_n=5, candidate_k=1000
+        )
+
+    def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
+        """`postprocess_nodes`, then `feedback` on a `Response` citing `Source i`."""
+        pp = self.postprocessor
+        turns = self.memory.turns(self.user_id)
+        nodes = [NodeWithScore(node=TextNode(text=t.text, id_=t.turn_id)) for t in turns]
+        shown = pp.postprocess_nodes(nodes, query_str=question)
+        sources = [p + pp.citation_base for p in cites(len(shown))]
+        said = " ".join(f"Source {s} says so." for s in sources) or "[NO_CITE]"
+        record = pp.rankings[-1].ranked.record
+        pp.feedback(Response(response=said, source_nodes=shown), cited=sources if numbers else None)
+        return Answered(len(shown), tuple(float(n.score or 0.0) for n in shown), record)
 
 
 # -- MCP -------------------------------------------------------------------------------------------
@@ -500,26 +627,37 @@ class McpDriver:
     Over stdio the client starts the server; over HTTP the server runs on a free loopback port
     with a token for the user. Each exchange is one `remember` call (with the messages' own
     times); moving on ends the previous session with the `end_session` tool, as the server's
-    instructions ask; the evidence is the text of a `recall` with the budget.
+    instructions ask; the evidence is the text of a `recall` with the budget. An answer is a
+    `recall` and a `feedback` call naming its `retrieval_id`; the turn ranker is read from the
+    store (`reflective-memory weights`), so give `settings` that save every episode.
 
     Args:
         directory: The store directory of the server.
         transport: `stdio` or `http`.
         cli: The arguments after `python` that run the CLI (`HASHING_CLI` or `MINILM_CLI`).
+        settings: The server's `MemoryConfig` groups (`HASHING_CLI` only; None: defaults).
     """
 
     carries_message_time = True
+    takes_numbers = True
     _TOKEN = "surface-contract-token-0123456789"
 
-    def __init__(self, directory: Path, transport: str, cli: list[str]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        transport: str,
+        cli: list[str],
+        settings: dict[str, Any] | None = None,
+    ) -> None:
         self.name = f"MCP server ({transport})"
         self.directory = directory
         self._server: subprocess.Popen[bytes] | None = None
         self._view: StoreView | None = None
+        env = {} if settings is None else {CONFIG_ENV: json.dumps(settings)}
         store = ["--db", str(directory / "db")]
         if transport == "stdio":
             params = StdioServerParameters(
-                command=sys.executable, args=[*cli, "mcp", *store, "--user", USER_ID]
+                command=sys.executable, args=[*cli, "mcp", *store, "--user", USER_ID], env=env
             )
             self.session = _McpSession(lambda: stdio_client(params))
             return
@@ -528,7 +666,10 @@ class McpDriver:
         log = directory / "server.log"
         with log.open("w") as out:
             self._server = subprocess.Popen(
-                [*argv, "--token", f"{USER_ID}={self._TOKEN}"], stdout=out, stderr=out
+                [*argv, "--token", f"{USER_ID}={self._TOKEN}"],
+                stdout=out,
+                stderr=out,
+                env={**os.environ, **env},
             )
         _wait_for_port(self._server, port, log)
         url = f"http://127.0.0.1:{port}/mcp"
@@ -555,6 +696,28 @@ class McpDriver:
         _ok(found)
         return Evidence(_text(found), BUDGET_TOKENS)
 
+    def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
+        """`recall`, then `feedback` with its `retrieval_id` and the answer (or `cited`).
+
+        Raises:
+            InvalidInputError: `feedback` answered with `isError` (its message).
+        """
+        found = _ok(
+            self.session.call("recall", {"query": question, "budget_tokens": BUDGET_TOKENS})
+        )
+        passages = found["passages"]
+        positions = list(cites(len(passages)))
+        said = {"cited": positions} if numbers else {"answer": answer_citing(positions)}
+        result = self.session.call("feedback", {"retrieval_id": found["retrieval_id"], **said})
+        if result.isError:
+            raise InvalidInputError(_text(result))
+        return Answered(len(passages), tuple(p["score"] for p in passages), None)
+
+    def ranker(self, user_id: str) -> Mapping[str, Any]:
+        """The user's turn ranker as the server stored it (`reflective-memory weights`)."""
+        db = str(self.directory / "db")
+        return json.loads(_cli("weights", "--db", db, "--user", user_id, "--json"))
+
     def core(self) -> CoreView:
         """The server's store, read from its file."""
         if self._view is None:
@@ -572,6 +735,21 @@ class McpDriver:
 
 
 # -- CLI -------------------------------------------------------------------------------------------
+def _cli(*argv: str, hashing: bool = False) -> str:
+    """What `reflective-memory ARGV...` prints, run in this process (with `hashing`: with the
+    hashing embedder as the default)."""
+    out = io.StringIO()
+    patch = (
+        mock.patch("reflective_memory.engine.default_embedder", lambda: HashingEmbedder(256))
+        if hashing
+        else contextlib.nullcontext()
+    )
+    with patch, contextlib.redirect_stdout(out):
+        code = cli_main(list(argv))
+    assert code == 0, f"reflective-memory {' '.join(argv)} exited with {code}"
+    return out.getvalue()
+
+
 class CliDriver:
     """`reflective-memory ingest` of the conversation as a `reflective-memory/v1` file.
 
@@ -594,16 +772,7 @@ class CliDriver:
         self._view: StoreView | None = None
 
     def _cli(self, *argv: str) -> str:
-        out = io.StringIO()
-        patch = (
-            mock.patch("reflective_memory.engine.default_embedder", lambda: HashingEmbedder(256))
-            if self.hashing
-            else contextlib.nullcontext()
-        )
-        with patch, contextlib.redirect_stdout(out):
-            code = cli_main(list(argv))
-        assert code == 0, f"reflective-memory {' '.join(argv)} exited with {code}"
-        return out.getvalue()
+        return _cli(*argv, hashing=self.hashing)
 
     def exchange(self, session_id: str, user: Message, assistant: Message) -> None:
         """Write the exchange into the session of the file."""

@@ -228,3 +228,26 @@ def test_register_adds_parser():
 def test_all_exports():
     for name in bench.__all__:
         assert hasattr(bench, name)
+
+
+def test_start_rankers_prior_cosine_or_a_file(tmp_path):
+    from reflective_bench.feedback import start_ranker
+    from reflective_memory.retrieval.ranker import load_ranker
+
+    assert start_ranker("prior", tmp_path / "store") == "learned"
+    path = start_ranker("cosine", tmp_path / "store")
+    weights = load_ranker(path).weights
+    assert weights["cosine"] == load_ranker().weights["cosine"]
+    assert all(w == 0.0 for n, w in weights.items() if n != "cosine")
+    assert start_ranker("/some/ranker.json", tmp_path / "store") == "/some/ranker.json"
+
+
+def test_feedback_cost_measures_learned_episodes():
+    from reflective_bench.feedback_cost import measure
+    from reflective_memory import HashingEmbedder, ReflectiveMemory
+
+    with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        got = measure(mem, sessions=6, rounds=20)
+    assert got["learned"] == 20
+    assert 0 < got["feedback_p50"] <= got["feedback_p95"] <= got["feedback_max"]
+    assert got["retrieve_p50"] > 0

@@ -134,7 +134,7 @@ METHODS: dict[str, tuple[Arg, ...]] = {
         kw("exclude_turns", None),
         kw("now", None),
     ),
-    "reranker": (Arg("user_id", "u"),),
+    "ranker_weights": (Arg("user_id", "u"),),
     "rerank_texts": (
         Arg("user_id", "u"),
         Arg("query", "dogs"),

@@ -2,9 +2,11 @@
 
 Over stdio (the client starts the server) and over streamable HTTP on loopback (a server on a
 free port, tokens for two users): remember in one MCP session and recall in another, user
-isolation by token, bad arguments as tool errors, bearer tokens required, oversized bodies
-refused before they are read, and `langchain-mcp-adapters` loading the tools. The subprocesses
-run this checkout's CLI with the hashing embedder (`tests/hashing_cli.py`).
+isolation by token, `feedback` on a recall (what it takes and refuses; what it teaches is the
+feedback contract's, `tests/test_surface_feedback.py`), bad arguments as tool errors, bearer
+tokens required, oversized bodies refused before they are read, and `langchain-mcp-adapters`
+loading the tools. The subprocesses run this checkout's CLI with the hashing embedder
+(`tests/hashing_cli.py`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from mcp.types import CallToolResult  # noqa: E402
 from reflective_memory.cli import main  # noqa: E402
 from reflective_memory.errors import ConfigError  # noqa: E402
 from reflective_memory.memory_block import memory_block  # noqa: E402
+from reflective_memory.serve.mcp import MAX_ANSWER_CHARS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / "tests" / "hashing_cli.py")
@@ -40,7 +43,7 @@ ANA = "ana-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef"
 CAROL = "carol-token-0123456789abcdef"
 LIMIT = 64 * 1024
-TOOLS = {"remember", "recall", "list_sessions", "end_session", "forget"}
+TOOLS = {"remember", "recall", "feedback", "list_sessions", "end_session", "forget"}
 
 PIXEL = [
     {"role": "user", "text": "My dog Pixel loves the beach.", "timestamp": "2024-03-01T10:00:00"},
@@ -160,6 +163,73 @@ def test_recall_numbers_passages_from_zero_and_says_so(tmp_path: Path) -> None:
     assert _text(recalled) == memory_block([p["text"] for p in passages], instruction=None)
 
 
+LENA = [
+    ("s1", "I live in Lyon near the old town."),
+    ("s2", "I moved to Oslo last month."),
+    ("s3", "My sister lives in Bergen."),
+]
+
+
+def _remember_lena() -> list[tuple[str, dict[str, Any]]]:
+    """Three sessions, so that a question shows more than one passage."""
+    return [
+        ("remember", {"session_id": sid, "turns": [{"role": "user", "text": text}]})
+        for sid, text in LENA
+    ]
+
+
+def test_stdio_feedback_answers_one_recall_once(tmp_path: Path) -> None:
+    """`recall` gives a retrieval id; `feedback` with it teaches the user's ranker once."""
+    asked = {"query": "Where do I live now?"}
+
+    async def calls() -> dict[str, CallToolResult]:
+        async with stdio_client(_stdio(tmp_path / "db")) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                for name, args in _remember_lena():
+                    await session.call_tool(name, args)
+                out = {"first": await session.call_tool("recall", asked)}
+                rid = _ok(out["first"])["retrieval_id"]
+                for key, args in (
+                    ("refused", {"retrieval_id": rid, "cited": [7]}),  # the recall still waits
+                    ("both", {"retrieval_id": rid, "answer": "Oslo [0].", "cited": [0]}),
+                    ("long", {"retrieval_id": rid, "answer": "a" * (MAX_ANSWER_CHARS + 1)}),
+                    ("bare", {"retrieval_id": rid, "answer": "[0]"}),  # an answer, though JSON
+                    ("again", {"retrieval_id": rid, "answer": "Oslo [0]."}),  # answered already
+                ):
+                    out[key] = await session.call_tool("feedback", args)
+                out["second"] = await session.call_tool("recall", asked)
+                rid = _ok(out["second"])["retrieval_id"]
+                said = {"retrieval_id": rid, "answer": "You live in Oslo [0] (see also [9])."}
+                out["learned"] = await session.call_tool("feedback", said)
+                rid = _ok(await session.call_tool("recall", asked))["retrieval_id"]
+                await session.call_tool("forget", {"session_id": "s3"})
+                out["forgotten"] = await session.call_tool(
+                    "feedback", {"retrieval_id": rid, "cited": []}
+                )
+                return out
+
+    out = asyncio.run(calls())
+    shown = len(_ok(out["first"])["passages"])
+    assert shown >= 2
+    refused = _text(out["refused"])
+    assert out["refused"].isError and f"cited position 7 is not a hit (0..{shown - 1})" in refused
+    assert out["both"].isError and "give either answer" in _text(out["both"])
+    assert out["long"].isError and f"at most {MAX_ANSWER_CHARS} characters" in _text(out["long"])
+    bare = _ok(out["bare"])
+    assert bare["learned"] and bare["reason"] is None and bare["episodes"] == 1
+    assert bare["cited"] == [0] and not bare["inferred"] and not bare["no_cite"]
+    again = _text(out["again"])
+    assert out["again"].isError and "no recall" in again and "one feedback" in again
+    # one episode is learned, not yet proven: the next recall is scored as before (the gate)
+    scores = [[p["score"] for p in _ok(out[k])["passages"]] for k in ("first", "second")]
+    assert not bare["serving"] and scores[0] == scores[1]
+    learned = _ok(out["learned"])
+    assert learned["learned"] and learned["episodes"] == 2
+    assert learned["cited"] == [0] and learned["out_of_range"] == 1
+    assert out["forgotten"].isError and "no recall" in _text(out["forgotten"])
+
+
 def test_read_only_tools_on_a_mistyped_db_create_nothing(tmp_path: Path) -> None:
     """recall, list_sessions, end_session and forget say there is no store; remember makes it."""
     db = tmp_path / "memroy"
@@ -222,6 +292,9 @@ def test_stdio_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Pa
         ("forget", {"session_id": "s1", "everything": True}, "either"),
         ("forget", {"session_id": "nope"}, "nope"),
         ("list_sessions", {"status": "closed"}, "status"),
+        ("feedback", {"retrieval_id": "nope", "answer": "[0]"}, "no recall 'nope' of this user"),
+        ("feedback", {"retrieval_id": "nope"}, "give either answer"),
+        ("feedback", {"retrieval_id": "", "cited": [0]}, "retrieval_id"),
         ("no_such_tool", {}, "no_such_tool"),
     ]
     calls = [(name, args) for name, args, _ in bad]
@@ -256,6 +329,8 @@ COERCED: list[tuple[str, dict[str, Any], str]] = [
     ("recall", {"query": "dog", "budget_tokens": True}, "budget_tokens: a JSON integer"),
     ("recall", {"query": "dog", "budget_tokens": 5.0}, "budget_tokens: a JSON integer"),
     ("list_sessions", {"status": "open", "user": "bob"}, "user: unknown argument"),
+    ("feedback", {"retrieval_id": "r", "cited": [True]}, "cited.0: a JSON integer"),
+    ("feedback", {"retrieval_id": "r", "cited": ["0"]}, "cited.0: a JSON integer"),
     ("remember", {"session_id": 7, "turns": PIXEL}, "session_id"),
 ]
 
@@ -391,6 +466,33 @@ def test_http_a_second_users_token_cannot_read_the_first_users_memories(http_url
     assert forgot.isError and ended.isError  # bob has no such session
     (mine,) = asyncio.run(_http_calls(http_url, ANA, [("recall", {"query": "What is my PIN?"})]))
     assert "4711" in _ok(mine)["passages"][0]["text"]
+
+
+def test_http_feedback_names_only_the_users_own_recalls(http_url: str) -> None:
+    """Bob cannot answer ana's recall (told as for an unknown one); it still waits for ana."""
+
+    async def calls() -> tuple[CallToolResult, CallToolResult, CallToolResult]:
+        ana = {"Authorization": f"Bearer {ANA}"}
+        async with create_mcp_http_client(headers=ana) as http:
+            async with streamable_http_client(http_url, http_client=http) as (read, write, _):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    for name, args in _remember_lena():
+                        await session.call_tool(name, args)
+                    found = await session.call_tool("recall", {"query": "Where do I live now?"})
+                    rid = _ok(found)["retrieval_id"]
+                    (theirs,) = await _http_calls(
+                        http_url, BOB, [("feedback", {"retrieval_id": rid, "cited": [0]})]
+                    )
+                    mine = await session.call_tool(
+                        "feedback", {"retrieval_id": rid, "answer": "In Oslo [0]."}
+                    )
+                    return found, theirs, mine
+
+    found, theirs, mine = asyncio.run(calls())
+    rid = _ok(found)["retrieval_id"]
+    assert theirs.isError and f"no recall {rid!r} of this user" in _text(theirs)
+    assert _ok(mine)["retrieval_id"] == rid and _ok(mine)["cited"] == [0]
 
 
 HELLO = {

@@ -261,7 +261,7 @@ def test_cli_errors_are_one_line_exit_2(source, tmp_path, capsys) -> None:
 
 
 def test_known_keys_match_their_owners() -> None:
-    from reflective_memory.rmm.rerankers import PRIOR_OWNER
+    from reflective_memory.rmm.turn_learning import PRIOR_OWNER
 
     assert SHARED_OWNERS == (PRIOR_OWNER,)
     assert SESSION_VALUE_KEYS[0]("u", "s") == "rmm.reflection/u/s"

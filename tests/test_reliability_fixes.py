@@ -189,16 +189,21 @@ def test_delete_session_and_turns_scrub_files(tmp_path: Path) -> None:
         assert [h.memory.session_id for h in mem.retrieve(USER, "plants", k=5)] == ["s3"]
 
 
-def test_shared_reranker_forgets_a_deleted_users_episodes(tmp_path: Path) -> None:
-    cfg = _cfg(rerank={"scope": "shared", "batch_size": 16})
-    with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(64), config=cfg) as mem:
+def test_a_deleted_users_offsets_leave_the_state_and_the_shared_offsets_keep_no_text(
+    tmp_path: Path,
+) -> None:
+    cfg = _cfg(rerank={"save_every": 1})
+    directory = tmp_path / "db"
+    with ReflectiveMemory(directory, embedder=HashingEmbedder(64), config=cfg) as mem:
         _populate(mem)
         _populate(mem, "other-user")
-        assert len(mem.rerank_stage.reranker(USER).pending_) == 2
+        assert mem.ranker_weights(USER)["user_episodes"] == 1
         mem.delete_user(USER)
-        assert len(mem.rerank_stage.reranker("other-user").pending_) == 1
-    with ReflectiveMemory(tmp_path / "db", embedder=HashingEmbedder(64), config=cfg) as mem:
-        assert len(mem.rerank_stage.reranker("other-user").pending_) == 1
+        assert mem.ranker_weights(USER)["user_episodes"] == 0
+    state = directory / "rerankers"
+    assert _files_with(state, USER.encode()) == [] and _files_with(state, SECRET.encode()) == []
+    with ReflectiveMemory(directory, embedder=HashingEmbedder(64), config=cfg) as mem:
+        assert mem.ranker_weights("other-user")["user_episodes"] == 1
 
 
 def test_index_cache_of_a_deleted_user_is_not_saved_again(tmp_path: Path) -> None:

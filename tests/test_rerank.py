@@ -335,8 +335,8 @@ def test_features_round_trip_with_pending_episodes(tmp_path, data):
 def test_docstring_examples_run():
     import doctest
 
-    import reflective_memory.rmm.personal
+    import reflective_memory.rmm.text_rows
     import reflective_memory.types
 
-    for module in (rerank, reflective_memory.rmm.personal, reflective_memory.types):
+    for module in (rerank, reflective_memory.rmm.text_rows, reflective_memory.types):
         assert doctest.testmod(module).failed == 0

@@ -40,6 +40,7 @@ from reflective_memory.config import MemoryConfig
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.io import Conversation, Question, load_conversations
+from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
 from reflective_memory.types import Retrieval
 from tqdm import tqdm
 
@@ -270,12 +271,21 @@ def _train(
     budgets: Sequence[int],
     before: dict[int, float],
     train_before: dict[int, float],
+    per_user_marks: Sequence[int] = (),
 ) -> _Run:
     rng = np.random.default_rng([split.seed, CONDITIONS.index(condition)])
+    curve_budgets = tuple(b for b in budgets if b <= TEACH_BUDGET)
     p_false, cite_rate = _calibrate(mem, split.train)
+    # the curve's unit: episodes per user, or episodes in all when each user asks once (across
+    # users: the stream of users teaches the shared weights)
     users = max(len({it.user for it in split.train}), 1)
+    if users == len(split.train):
+        users = 1
     total = epochs * len(split.train)
-    marks = {round(total * (c + 1) / checkpoints) for c in range(checkpoints)}
+    if per_user_marks:
+        marks = {round(m * users) for m in per_user_marks}
+    else:
+        marks = {round(total * (c + 1) / checkpoints) for c in range(checkpoints)}
     curve = [(0.0, before)]
     fb_ms: list[float] = []
     done = 0
@@ -304,7 +314,7 @@ def _train(
             fb_ms.append((time.perf_counter() - t0) * 1000)
             done += 1
             if done in marks and done < total:
-                curve.append((done / users, _evaluate(mem, split.test, (TEACH_BUDGET,))))
+                curve.append((done / users, _evaluate(mem, split.test, curve_budgets)))
     after_ms: list[float] = []
     by_user: dict[str, dict[int, float]] = {}
     curve.append((done / users, _evaluate(mem, split.test, budgets, after_ms, by_user=by_user)))
@@ -312,9 +322,31 @@ def _train(
     return _Run(curve, train_before, train_after, fb_ms, after_ms, by_user)
 
 
+def start_ranker(start: str, store: Path) -> str:
+    """`passages.ranker` for `--start`.
+
+    `prior`: the shipped ranker; `cosine`: a ranker that weighs only the turn's query cosine
+    (at its shipped weight), an uninformed start; anything else: a ranker file.
+    """
+    if start == "prior":
+        return "learned"
+    if start != "cosine":
+        return start
+    prior = load_ranker()
+    weights = {n: (w if n == "cosine" else 0.0) for n, w in prior.weights.items()}
+    path = store.with_name(store.name + "-cosine-ranker.json")
+    TurnRanker(weights, {"data": ["cosine only: an uninformed start"]}).save(path)
+    return str(path)
+
+
 def _config(args: argparse.Namespace) -> MemoryConfig:
     rerank: dict[str, Any] = {"explore": False, "top_k": args.top_k}
     given = {
+        "turn_update": args.turn_update,
+        "turn_learning_rate": args.turn_lr,
+        "turn_user_learning_rate": args.turn_user_lr,
+        "turn_pull": args.turn_pull,
+        "turn_prior_pull": args.turn_prior_pull,
         "scope": args.scope,
         "learning_rate": args.lr,
         "feature_learning_rate": args.feature_lr,
@@ -327,7 +359,8 @@ def _config(args: argparse.Namespace) -> MemoryConfig:
     rerank.update({name: val for name, val in given.items() if val is not None})
     kw: dict[str, Any] = {
         "rerank": rerank,
-        "passages": {"budget_unit": "words"},  # budgets in whitespace words, as `bench systems`
+        # budgets in whitespace words, as `bench systems`
+        "passages": {"budget_unit": "words", "ranker": start_ranker(args.start, Path(args.store))},
     }
     if args.granularity != "default":
         kw["units"] = {"granularities": (args.granularity,)}
@@ -381,6 +414,7 @@ def run(args: argparse.Namespace) -> int:
                     budgets=budgets,
                     before=before,
                     train_before=train_before,
+                    per_user_marks=args.marks,
                 )
         per_split.append(
             {
@@ -451,6 +485,20 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="episodes per prior update")
     p.add_argument("--baseline", type=_baseline, default=None, help="a number or 'episode'")
     p.add_argument("--features", type=_features, default=None, help="names, or 'none'")
+    p.add_argument(
+        "--start",
+        default="prior",
+        help="the ranker learning starts from: prior (shipped), cosine (query cosine only), "
+        "or a ranker file (e.g. fitted on another corpus)",
+    )
+    p.add_argument("--turn-update", default=None, choices=("pairwise", "reinforce", "expected"))
+    p.add_argument("--turn-lr", type=float, default=None, help="shared offsets' step")
+    p.add_argument("--turn-user-lr", type=float, default=None, help="per-user offsets' step")
+    p.add_argument("--turn-pull", type=float, default=None, help="per-user pull to shared")
+    p.add_argument("--turn-prior-pull", type=float, default=None, help="shared pull to prior")
+    p.add_argument(
+        "--marks", type=_ints, default=(), help="curve points, episodes per user (10,20,40)"
+    )
     p.add_argument("--limit", type=int, default=None, help="use the first N conversations")
     p.add_argument("--plot", default="docs/rmm_feedback_curve.png", help="'' for none")
     p.add_argument("--json", default=None, help="write the results as JSON here")

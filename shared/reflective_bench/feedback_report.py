@@ -16,7 +16,10 @@ import numpy as np
 from reflective_memory.config import MemoryConfig
 from reflective_memory.io import Conversation
 
-__all__ = ["report", "as_json", "curves_of", "plot_curves"]
+__all__ = ["report", "as_json", "curves_of", "plot_curves", "CURVE_BUDGETS"]
+
+#: Budgets (words) of the learning curves (the teaching budget and below).
+CURVE_BUDGETS = (250, 500, 1000)
 
 
 def plot_curves(
@@ -135,11 +138,10 @@ def report(
         f"data: {args.data} ({len(convs)} users; protocol: {protocol}; per split "
         f"{len(sp0.train)} teaching / {len(sp0.test)} test questions), "
         f"units={list(cfg.units.granularities)}, denoiser={args.denoiser}, "
-        f"embedder={embedder_name}, retrieval={cfg.search.mode}; reranker: scope={rr.scope}, "
-        f"K={rr.top_k}, M={rr.top_m}, tau={rr.tau}, lr={rr.learning_rate}, "
-        f"feature lr={rr.feature_learning_rate}, user lr={rr.user_learning_rate}, "
-        f"user decay={rr.user_decay}, batch={rr.batch_size}, "
-        f"b={rr.baseline}, features={list(rr.features)}; "
+        f"embedder={embedder_name}, retrieval={cfg.search.mode}; turn ranker: start "
+        f"{args.start}, scope={rr.scope}, update={rr.turn_update}, lr={rr.turn_learning_rate}, "
+        f"user lr={rr.turn_user_learning_rate}, pull={rr.turn_pull}, "
+        f"prior pull={rr.turn_prior_pull}, explore tau={rr.tau}; "
         f"epochs={args.epochs}, splits={[p['split'].seed for p in per_split]}; "
         f"simulated citations: precision {precision}, recall {recall}; ingest {ingest_s:.0f} s",
         "",
@@ -185,13 +187,15 @@ def report(
             for c in conditions
         )
         lines.append(f"| {p['split'].seed} | {p['before'][1000]:.1f} | {cells} |")
-    lines += ["", "Learning curve, held-out coverage@1000, mean over splits:", ""]
     curves = curves_of(per_split, conditions)
-    head = curves[conditions[0]]
-    lines.append("| episodes per user | " + " | ".join(f"{x:.1f}" for x, _ in head) + " |")
-    lines.append("|---|" + "---|" * len(head))
-    for c in conditions:
-        lines.append(f"| {c} | " + " | ".join(f"{y:.1f}" for _, y in curves[c]) + " |")
+    for b in CURVE_BUDGETS:
+        lines += ["", f"Learning curve, held-out coverage@{b}, mean over splits:", ""]
+        at = curves_of(per_split, conditions, b)
+        head = at[conditions[0]]
+        lines.append("| episodes per user | " + " | ".join(f"{x:.1f}" for x, _ in head) + " |")
+        lines.append("|---|" + "---|" * len(head))
+        for c in conditions:
+            lines.append(f"| {c} | " + " | ".join(f"{y:.1f}" for _, y in at[c]) + " |")
     fb = [x for p in per_split for c in conditions for x in p["runs"][c].feedback_ms]
     ms_b = [x for p in per_split for x in p["ms"]]
     ms_a = [x for p in per_split for c in conditions for x in p["runs"][c].retrieve_ms_after]
@@ -214,16 +218,16 @@ def report(
 
 
 def curves_of(
-    per_split: list[dict[str, Any]], conditions: Sequence[str]
+    per_split: list[dict[str, Any]], conditions: Sequence[str], budget: int = 1000
 ) -> dict[str, list[tuple[float, float]]]:
-    """Per condition, the learning curve (episodes per user, coverage@1000) over splits."""
+    """Per condition, the learning curve (episodes per user, coverage@budget) over splits."""
     out = {}
     for c in conditions:
         n = min(len(p["runs"][c].curve) for p in per_split)
         out[c] = [
             (
                 float(np.mean([p["runs"][c].curve[i][0] for p in per_split])),
-                float(np.mean([p["runs"][c].curve[i][1][1000] for p in per_split])),
+                float(np.mean([p["runs"][c].curve[i][1][budget] for p in per_split])),
             )
             for i in range(n)
         ]

@@ -60,6 +60,7 @@ BENCH_MODULES = [
     "reflective_bench.gate",
     "reflective_bench.conditional",
     "reflective_bench.feedback",
+    "reflective_bench.feedback_cost",
     "reflective_bench.segmentation",
     "reflective_bench.latency",
     "reflective_bench.soak",
@@ -587,6 +588,42 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _weights(args: argparse.Namespace) -> int:
+    """Print the turn ranker's weights (a user's, or the memory's) next to the prior's."""
+    from reflective_memory.embed import HashingEmbedder
+
+    with _open(args.db, embedder=HashingEmbedder()) as mem:  # weights need no model
+        if args.user is not None:
+            _check_user(mem, args.user, args.db)
+        got = mem.ranker_weights(args.user)
+    if args.json:
+        _out(json.dumps(got, indent=2))
+        return 0
+    who = f"user {args.user}" if args.user is not None else "the memory"
+    _out(
+        f"turn ranker of {who}: {got['episodes']} feedback episodes of all users"
+        + (f", {got['user_episodes']} of this user" if args.user is not None else "")
+    )
+    gates = [("all users", got["shared_gate"])]
+    if args.user is not None:
+        gates.append(("this user", got["user_gate"]))
+    for label, gate in gates:
+        state = "ranks" if gate["serves"] else "held back (not yet better than what it replaces)"
+        _out(
+            f"what {label} taught: {state}; mean gain {gate['mean_gain']:+.4f} "
+            f"over {gate['judged']} judged episodes"
+        )
+    head = ["feature", "prior", "+ all users"] + (["+ user"] if args.user is not None else [])
+    _out(" | ".join(head + ["= weight"]))
+    for name in got["features"]:
+        cells = [got["prior"][name], got["shared"][name]]
+        if args.user is not None:
+            cells.append(got["user"][name])
+        cells.append(got["weights"][name])
+        _out(" | ".join([name] + [f"{v:+.4f}" for v in cells]))
+    return 0
+
+
 def _segment(args: argparse.Namespace) -> int:
     """Print (or `--json`) the segments the offline segmenter finds in each session of a file."""
     from reflective_memory.embed import HashingEmbedder, default_embedder
@@ -813,6 +850,14 @@ def build_parser(*, define: Collection[str] = _HEAVY_COMMANDS) -> argparse.Argum
     p.add_argument("--user", type=_user_id, default=None, help="only this user")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_stats)
+
+    p = sub.add_parser(
+        "weights", help="show the turn ranker's weights next to the prior's (what feedback taught)"
+    )
+    p.add_argument("--db", type=_store_dir, required=True, help="existing store directory")
+    p.add_argument("--user", type=_user_id, default=None, help="this user's weights")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_weights)
 
     p = sub.add_parser(
         "segment",

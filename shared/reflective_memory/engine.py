@@ -3,9 +3,9 @@
 Write path (`SessionWriter`): `add_turn` commits a turn at once and indexes it; `end_session`
 turns a session into memory units (turns, whole sessions or topical segments). Read path
 (`Retriever`): `retrieve` runs the retrieval pipeline (RF-Mem dense + BM25 candidates, fusion,
-RMM reranking, small-to-big passages). Learning (`RerankStage`): `feedback` trains the reranker
-from an answer's citations. With a tracer provider set, each of these is an OpenTelemetry span
-(`reflective_memory.tracing`).
+small-to-big passages weighed by the turn ranker). Learning (`RerankStage`): `feedback` teaches
+the turn ranker from an answer's citations (RMM's retrospective reflection). With a tracer
+provider set, each of these is an OpenTelemetry span (`reflective_memory.tracing`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from reflective_memory.errors import ConfigError, InvalidInputError
 from reflective_memory.llm import LLMClient, as_llm, count_tokens
 from reflective_memory.recall import RecallConfig
 from reflective_memory.records import Records
+from reflective_memory.retrieval.ranker import load_ranker
 from reflective_memory.retrieval.retriever import Retriever
 from reflective_memory.rmm.episodes import RankedTexts
 from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
-from reflective_memory.rmm.personal import PersonalReranker
-from reflective_memory.rmm.reranker import Reranker
 from reflective_memory.rmm.topics import ProspectiveReflector
+from reflective_memory.rmm.turn_learning import TurnLearning
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
 from reflective_memory.sessions.writer import SessionWriter
@@ -210,7 +210,10 @@ class ReflectiveMemory:
         """RMM's rerankers, their learned state where the store keeps it (else in files)."""
         files = None if self.path is None else self.path / "rerankers"
         state = self.store.state if isinstance(self.store, StateHolder) else FileStateStore(files)
-        return RerankStage(self.config.rerank, self.embedder, state, legacy=files)
+        ranker = self.config.passages.ranker
+        prior = load_ranker(None if ranker == "learned" else ranker)
+        learning = TurnLearning(self.config.rerank, prior, state)
+        return RerankStage(self.config.rerank, self.embedder, state, learning=learning)
 
     @property
     def segmenter(self) -> Segmenter:
@@ -236,8 +239,11 @@ class ReflectiveMemory:
     def close(self) -> None:
         """Close the store; later calls raise `StoreClosedError`. Idempotent.
 
-        Learned reranker state is stored as it is learned, so nothing is left to save.
+        What feedback taught the turn ranker and is not yet stored (`rerank.save_every`,
+        `rerank.save_seconds`) is stored first.
         """
+        if not self.store.closed:
+            self.rerank_stage.learning.flush()
         self.store.close()
 
     def __enter__(self) -> ReflectiveMemory:
@@ -425,15 +431,19 @@ class ReflectiveMemory:
     # -- feedback (RMM) --------------------------------------------------------------------
     # Forwarding façade of `self.rerank_stage` (`reflective_memory.rmm.feedback.RerankStage`).
     @typed_errors
-    def reranker(self, user_id: str) -> Reranker | PersonalReranker | None:
-        """The reranker serving `user_id` (None with `config.rerank.enabled` off).
+    def ranker_weights(self, user_id: str | None = None) -> dict[str, Any]:
+        """The turn ranker's weights next to the prior's: what citations taught so far.
 
-        With scope `user` a `PersonalReranker` (the prior shared by the users plus the user's
-        offsets), `shared` the prior itself, `isolated` the user's own `Reranker`.
+        Returns:
+            `TurnLearning.inspect`: by feature name the fitted `prior`, the memory's `shared`
+            offsets (learned from every user's feedback), with `user_id` that user's own
+            offsets (`user`), and the `weights` that rank (the user's, when given); the
+            episodes each learned from.
         """
         self._open()
-        check_id("user_id", user_id)
-        return self.rerank_stage.reranker(user_id) if self.config.rerank.enabled else None
+        if user_id is not None:
+            check_id("user_id", user_id)
+        return self.rerank_stage.learning.inspect(user_id)
 
     @typed_errors
     def rerank_texts(
@@ -450,11 +460,12 @@ class ReflectiveMemory:
         times: Sequence[datetime | str | float | None] | None = None,
         now: datetime | str | float | None = None,
     ) -> RankedTexts:
-        """Rerank texts from any retriever with the user's citation-trained reranker.
+        """Rank texts from any retriever with the user's citation-taught turn ranker.
 
-        The reranker `retrieve` applies orders the texts (by cosine with reranking off); give
-        the result to `feedback` with the answer that cited them (`[i]` names
-        `result.order[i]`) and the same reranker learns. With `times` (when each text was
+        The weights that rank the user's turns in `retrieve` order the texts (over the
+        features a text has: its place in the order given, query cosine, BM25); give the
+        result to `feedback` with the answer that cited them (`[i]` names
+        `result.order[i]`) and the same weights learn. With `times` (when each text was
         said), a query naming a period ("two weeks ago", resolved against `now`) puts the
         texts said in it first. See `RerankStage.rerank_texts` for the arguments.
 
@@ -502,10 +513,10 @@ class ReflectiveMemory:
 
         Citations (`[0]`, `[0, 2]`, `[NO_CITE]`, ...) refer to positions in `retrieval.hits`, as
         numbered by `reflective_memory.rmm.citations.build_answer_prompt(query, retrieval.hits)`,
-        or to the texts `rerank_texts` showed, best first. Each shown item that came from the
-        reranked candidates gets reward +1 if cited and -1 if not; the episode trains the
-        reranker that ranked (one update per `config.rerank.batch_size` episodes), which is
-        then saved with the store.
+        or to the texts `rerank_texts` showed, best first. Each shown passage (or text) cited
+        gets reward +1, each other shown one -1; the episode teaches the turn ranker's weights
+        (the memory's shared offsets and the user's own, `config.rerank.turn_*`), stored
+        every `config.rerank.save_every` episodes or `save_seconds` (and at `close`).
 
         Args:
             shown: The `Retrieval` the answer was generated from, or the `RankedTexts` (or its
@@ -521,7 +532,7 @@ class ReflectiveMemory:
 
         Returns:
             A `FeedbackResult` saying what was learned, or why nothing was (`reason`: e.g.
-            reranking is off, the answer cites nothing readable, the memories changed). Only
+            learning is off, the answer cites nothing readable, all or none cited). Only
             the answer is read: an answer that echoes the prompt's instructions or its memory
             blocks back (`reflective_memory.rmm.citations.echoes_instructions`) teaches
             nothing.
@@ -537,9 +548,7 @@ class ReflectiveMemory:
             check_numbers("cited", cited)
         check_numbering("numbering", numbering)
         with tracing.span("feedback") as span:
-            out = self.rerank_stage.feedback(
-                shown, answer, cited, self.indexes.get, numbering=numbering
-            )
+            out = self.rerank_stage.feedback(shown, answer, cited, numbering=numbering)
             tracing.describe(span, tracing.feedback_attributes, out)
         return out
 

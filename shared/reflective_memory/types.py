@@ -192,6 +192,9 @@ class RerankRecord:
         features: Side features of each candidate, as `candidates` (rounded to 5 decimals),
             or None when the reranker scores none.
         query: The query text as ranked (after speaker focus, if any).
+        groups: For a record of turns (scope `turns`: what `retrieve` showed, the turn
+            ranker's to learn from), the shown passage each candidate turn belongs to; the
+            candidates are then the shown turns' ids and `features` their feature rows.
     """
 
     user_id: str
@@ -206,6 +209,7 @@ class RerankRecord:
     prior: tuple[float, ...]
     features: tuple[tuple[float, ...], ...] | None
     query: str
+    groups: tuple[int, ...] | None = None
 
     def as_diagnostics(self) -> dict[str, Any]:
         """The record as `Retrieval.diagnostics["rerank"]` shows it (JSON-ready).
@@ -228,6 +232,8 @@ class RerankRecord:
         }
         if self.features is not None:
             out["features"] = [list(row) for row in self.features]
+        if self.groups is not None:
+            out["groups"] = list(self.groups)
         return out
 
     @classmethod
@@ -253,6 +259,7 @@ class RerankRecord:
             prior=tuple(float(x) for x in info["prior"]),
             features=None if feats is None else tuple(tuple(map(float, r)) for r in feats),
             query=query,
+            groups=None if info.get("groups") is None else tuple(int(g) for g in info["groups"]),
         )
 
 

@@ -138,17 +138,14 @@ def test_feedback_delegates(mem):
     assert calls[0][0] is block.last_retrieval and calls[0][1] == "Pixel [0]"
 
 
-def test_feedback_trains_the_engines_reranker_for_the_user():
-    cfg = MemoryConfig(units={"granularities": ("turn",)}, rerank={"batch_size": 1})
+def test_a_reply_echoing_the_blocks_instructions_teaches_nothing():
+    """What the block's feedback teaches is the feedback contract's
+    (`tests/test_surface_feedback.py`); a model repeating its prompt, full of citation
+    markers, teaches nothing."""
+    cfg = MemoryConfig(units={"granularities": ("turn",)})
     with ReflectiveMemory(embedder=HashingEmbedder(128), config=cfg) as mem:
         _seed(mem)
         block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=3)  # three turns
-        asyncio.run(block.aget([U("dog")]))
-        result = block.feedback("Pixel loves the beach [0].")
-        assert result.learned and result.cited == (0,) and result.updates == 1
-        # a reply that echoes the block's instructions (a model repeating its prompt) teaches
-        # nothing, although it is full of citation markers
         echoed = block.feedback("System: " + block.get([U("dog")]) + "\nAssistant: ok")
         assert not echoed.learned and "echoes" in echoed.reason
-        assert mem.retrieve("ana", "dog", k=1).diagnostics["rerank"]["updates"] == 1
-        assert mem.retrieve("bob", "dog", k=1).diagnostics["rerank"]["updates"] == 0
+        assert mem.ranker_weights("ana")["user_episodes"] == 0

@@ -174,7 +174,7 @@ def test_chat_recall_feedback_delete_and_xss(live_server, driver, tmp_path):
     # Feedback: mark the cited memory helpful; the reranker gets an episode.
     hit_id = hit.get_attribute("id")
     submit(f"#{hit_id} button.mark-helpful")
-    assert "the reranker got an episode" in driver.find_element(By.ID, "notice").text
+    assert "the turn ranker got an episode" in driver.find_element(By.ID, "notice").text
     assert driver.find_elements(By.CSS_SELECTOR, ".feedback-result")
     marked = driver.find_element(By.ID, hit_id)
     assert "marked helpful" in marked.text

@@ -218,12 +218,12 @@ def test_feedback_buttons_train_the_reranker(client, smem):
             data={"csrf_token": token, "exchange_id": ex, "hit": str(pos), "helpful": helpful},
         )
         assert r.status_code == 200
-        assert "the reranker got an episode" in r.text
+        assert "the turn ranker got an episode" in r.text
     assert r.text.count('class="feedback-result"') == 2
     assert "marked helpful" in r.text and "marked not helpful" in r.text
-    # two episodes reached the user's reranker (scope user: the prior and ana's own offsets)
-    assert smem.rerank_stage.rerankers.adapter("ana").n_episodes_ == 2
-    assert smem.rerank_stage.rerankers.prior().n_episodes_ >= 2
+    # two episodes reached the turn ranker (scope user: the shared and ana's own offsets)
+    assert smem.ranker_weights("ana")["user_episodes"] == 2
+    assert smem.ranker_weights()["episodes"] >= 2
     bad = [
         ({"exchange_id": "nope", "hit": "0", "helpful": "1"}, 404),
         ({"exchange_id": ex, "hit": "99", "helpful": "1"}, 400),
@@ -316,7 +316,7 @@ def test_api_reads(client, smem):
         "date",
     ):
         assert key in hit
-    assert "total" in r["timings_ms"] and r["rerank"]["scope"] == "user"
+    assert "total" in r["timings_ms"] and r["rerank"]["scope"] == "turns"
 
 
 @pytest.mark.parametrize(
@@ -493,3 +493,20 @@ def test_chat_with_an_llm_shows_its_citations_cost_and_training(smem):
     )
     assert r.status_code == 200 and "replaced by the offline answer" in r.text
     assert "quota exceeded" in r.text and "offline extractive" in r.text
+
+
+def test_user_page_and_api_show_the_turn_rankers_weights_next_to_the_prior(client, smem):
+    r = smem.retrieve("ana", "what dog do I have", budget_tokens=200)
+    cited = smem.feedback(r, cited=[0]) if len(r.hits) > 1 else None
+    page = client.get("/users/ana")
+    assert page.status_code == 200 and 'id="ranker"' in page.text and "cosine" in page.text
+    ranker = client.get("/api/users/ana").json()["ranker"]
+    rows = {row["feature"]: row for row in ranker["rows"]}
+    assert "cosine" in rows and rows["cosine"]["prior"] != 0
+    on = [ranker["shared_serves"], ranker["user_serves"]]
+    for row in rows.values():  # what each gate lets rank (one episode passes none)
+        taught = row["shared"] * on[0] + row["user"] * on[1]
+        assert row["weight"] == pytest.approx(row["prior"] + taught, abs=2e-4)
+    assert "is held back" in page.text
+    if cited is not None and cited.learned:
+        assert ranker["user_episodes"] == 1 and any(row["user"] for row in rows.values())

@@ -68,9 +68,12 @@ def endpoint(
     elif isinstance(target, MemoryStore):
         found = Endpoint(target, target.state if isinstance(target, StateHolder) else None)
     elif isinstance(target, _Engine):
+        # what feedback taught and waits to be stored is stored first; what this process
+        # holds is read again after an import writes the state
+        target.rerank_stage.learning.flush()
         found = Endpoint(
             target.store,
-            target.rerank_stage.rerankers.state,
+            target.rerank_stage.state,
             target.embedder,
             target.sessions.stored_vectors,
         )

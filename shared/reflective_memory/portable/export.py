@@ -45,9 +45,8 @@ SESSION_VALUE_KEYS: tuple[Callable[[str, str], str], ...] = (
     lambda u, s: "llamaindex_reflective:marks:" + _json_list(u, s),
 )
 
-#: Owners of learned state shared by all users, exported after the user blocks: the RMM
-#: reranker's prior (`reflective_memory.rmm.rerankers.PRIOR_OWNER`; not imported here, it
-#: would load torch).
+#: Owners of learned state shared by all users, exported after the user blocks: the turn
+#: ranker's shared offsets (`reflective_memory.rmm.turn_learning.PRIOR_OWNER`).
 SHARED_OWNERS = ("__shared__",)
 
 

@@ -1,47 +1,74 @@
-"""The reranking stage: RMM's citation-trained reranker reorders the head of the ranking."""
+"""The `shown` stage: what the packed passages show, as the record the turn ranker learns from.
+
+RMM's retrospective reflection trains the turn ranker that filled the budget
+(`reflective_memory.rmm.turn_learning`). Feedback on a retrieval needs the feature rows of the
+turns it showed and which passage each belongs to: this stage puts them on the state as a
+`RerankRecord` of scope `turns` (`Retrieval.rerank`), so feedback needs nothing else, in this
+process or another.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from reflective_memory.retrieval.candidates import EmbedQuery
+import numpy as np
+
 from reflective_memory.retrieval.state import RetrievalState
-from reflective_memory.storage.base import MemoryStore
+from reflective_memory.types import RerankRecord
 
-if TYPE_CHECKING:
-    from reflective_memory.rmm.feedback import RerankStage
+__all__ = ["ShownTurns", "TURNS_SCOPE"]
 
-__all__ = ["Rerank"]
+#: `RerankRecord.scope` of a record of shown turns.
+TURNS_SCOPE = "turns"
 
 
-class Rerank:
-    """Rerank the first `rerank.top_k` candidates (untrained, the order is kept).
+class ShownTurns:
+    """Record the shown passages' turns with their feature rows (`state.rerank`).
 
     Args:
-        rerankers: The memory's rerankers (RMM retrospective reflection).
-        query: Embeds the search text when no stage did (lexical mode).
-        store: Reads candidate memories for the side features that need them.
+        weights: The weights that ranked a user's turns (their log-scores are recorded).
+        episodes: How many episodes the shared weights learned from (recorded as `updates`).
     """
 
-    name = "rerank"
+    name = "shown"
     repeat = True
 
-    def __init__(self, rerankers: RerankStage, query: EmbedQuery, store: MemoryStore) -> None:
-        self.rerankers, self.query, self.store = rerankers, query, store
+    def __init__(self, weights: Callable[[str], np.ndarray], episodes: Callable[[], int]) -> None:
+        self.weights, self.episodes = weights, episodes
 
     def run(self, state: RetrievalState) -> None:
-        """Reorder `state.order` / `state.scores`; set `state.rerank`."""
-        req = state.request
-        if state.qvec is None:
-            state.qvec = self.query.vector(state.search_query)
-        state.order, state.scores, state.rerank = self.rerankers.apply(
-            req.user_id,
-            state.index,
-            state.qvec,
-            state.order,
-            state.scores,
-            explore=req.explore,
+        """Set `state.rerank` (None when no shown turn has a feature row)."""
+        feats, req = state.features, state.request
+        state.rerank = None
+        if feats is None or not state.hits or len(state.feature_ids) != len(feats.keys):
+            return
+        row_of = {tid: i for i, tid in enumerate(state.feature_ids)}
+        ids: list[str] = []
+        groups: list[int] = []
+        rows: list[int] = []
+        for g, hit in enumerate(state.hits):
+            for tid in hit.memory.turn_ids:
+                r = row_of.get(tid)
+                if r is not None:
+                    ids.append(tid)
+                    groups.append(g)
+                    rows.append(r)
+        if not ids:
+            return
+        matrix = np.round(feats.matrix[rows], 5)
+        scores = matrix @ self.weights(req.user_id)
+        state.rerank = RerankRecord(
+            user_id=req.user_id,
             retrieval_id=req.retrieval_id,
+            scope=TURNS_SCOPE,
+            top_k=len(ids),
+            top_m=len(state.hits),
+            explored=req.explore,
+            updates=self.episodes(),
+            candidates=tuple(ids),
+            reranked=tuple(ids),
+            prior=tuple(round(float(x), 6) for x in scores),
+            features=tuple(tuple(float(v) for v in row) for row in matrix),
             query=state.search_query,
-            fetch=lambda ids: self.store.memories(req.user_id, ids),
+            groups=tuple(groups),
         )

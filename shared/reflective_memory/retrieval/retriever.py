@@ -18,7 +18,7 @@ from reflective_memory.retrieval.candidates import DenseCandidates, EmbedQuery, 
 from reflective_memory.retrieval.fusion import SEARCH_MODES, Fusion
 from reflective_memory.retrieval.packing import PassagePacking, UnitPacking, wanted
 from reflective_memory.retrieval.passages import prepare_turns
-from reflective_memory.retrieval.rerank import Rerank
+from reflective_memory.retrieval.rerank import ShownTurns
 from reflective_memory.retrieval.runner import Pipeline, Stage
 from reflective_memory.retrieval.state import RetrievalRequest, RetrievalState
 from reflective_memory.retrieval.votes import (
@@ -54,10 +54,11 @@ class Retriever:
     """Answers `retrieve`: validates the call, runs the stages, reports what happened.
 
     The stages, in order: question cues (speaker, present tense, time frame), query
-    embedding, dense candidates (RF-Mem), lexical candidates (BM25), fusion, reranking (RMM),
-    turn votes and passage packing (small-to-big) — or unit packing when passages are off or
-    `views` are asked for. A stage a call does not need (dense search in lexical mode,
-    reranking when it is off) is not in its pipeline.
+    embedding, dense candidates (RF-Mem), lexical candidates (BM25), fusion, turn votes
+    weighed by the citation-taught turn ranker and passage packing (small-to-big), and the
+    record of the shown turns feedback learns from (RMM) — or unit packing when passages are
+    off or `views` are asked for. A stage a call does not need (dense search in lexical mode,
+    the record when learning is off) is not in its pipeline.
 
     Args:
         config: The memory's settings.
@@ -87,9 +88,17 @@ class Retriever:
         self.dense, self.lexical = DenseCandidates(embedder.name), LexicalCandidates()
         self.distinct = DistinctCandidates(turns)
         self.fusion = Fusion(config.search)
-        self.rerank = Rerank(rerankers, self.query, store)
+        learning = rerankers.learning
+        self.shown = ShownTurns(learning.weights, learning.episodes)
         context_units = any(g in CONTEXT_UNITS for g in config.units.granularities)
-        self.votes = Votes(config.passages, config.search.rrf_k, turns, context_units)
+        self.votes = Votes(
+            config.passages,
+            config.search.rrf_k,
+            turns,
+            context_units,
+            learning.weights,
+            learning.explore_noise,
+        )
         self.passages = PassagePacking(config.passages, config.units.date_prefix, turns, count)
         self.units = UnitPacking(store, count)
 
@@ -112,9 +121,9 @@ class Retriever:
         if passages:
             out.append(self.distinct)
         out.append(self.fusion)
-        if cfg.rerank.enabled:
-            out.append(self.rerank)
         out += [self.votes, self.passages] if passages else [self.units]
+        if passages and cfg.rerank.enabled:
+            out.append(self.shown)
         return out
 
     def retrieve(

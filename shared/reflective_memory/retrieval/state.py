@@ -78,10 +78,12 @@ class RetrievalState:
         lexical: Lexical candidates: index positions and BM25 scores.
         order: Ranked index positions (after fusion; after reranking).
         scores: Each ranked position's scores by ranker.
-        rerank: What the reranker showed (the typed record feedback learns from), when it ran.
+        rerank: What was shown (the typed record feedback learns from: the shown turns'
+            feature rows, by passage).
         votes: Turn votes of the small-to-big stage.
         recency: Whether the question read as present tense (with `passages.recency` on).
         features: The voted turns' feature rows, when the learned ranker scored them.
+        feature_ids: The turn id of each feature row.
         hits: The result, best first.
         filled: Whether the hits reached `k` or the budget (else: candidates ran out).
         tokens_used: Budget the hits use (passages).
@@ -109,6 +111,7 @@ class RetrievalState:
     votes: TurnVotes | None = None
     recency: bool = False
     features: TurnFeatures | None = None
+    feature_ids: list[str] = field(default_factory=list)
     hits: list[Hit] = field(default_factory=list)
     filled: bool = False
     tokens_used: int = 0

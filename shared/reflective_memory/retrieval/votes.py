@@ -493,17 +493,28 @@ class Votes:
         turns: The user's turns.
         context_units: Whether `end_session` builds segment or session units (with turn units
             alone no session ever gets a context vote, so none is stood in for).
+        weights: The ranker's weights for a user (citation-taught: `rmm.turn_learning`);
+            default: the fitted ranker's.
+        noise: Exploration noise for `n` turns' log-scores, added when a call explores
+            (`retrieve(explore=True)`: RMM's Gumbel sampling of what is shown).
     """
 
     name = "votes"
     repeat = True
 
     def __init__(
-        self, config: PassageConfig, rrf_k: int, turns: UserTurns, context_units: bool
+        self,
+        config: PassageConfig,
+        rrf_k: int,
+        turns: UserTurns,
+        context_units: bool,
+        weights: Callable[[str], np.ndarray] | None = None,
+        noise: Callable[[int], np.ndarray] | None = None,
     ) -> None:
         self.config, self.rrf_k, self.turns = config, rrf_k, turns
         self.context_units = context_units
         self.ranker: TurnRanker = load_ranker(None if config.ranker == "learned" else config.ranker)
+        self.weights, self.noise = weights, noise
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.votes`, `state.unit_scores`, `state.ranked_units` and `state.recency`."""
@@ -565,7 +576,13 @@ class Votes:
             words=self.turns.word_counts(req.user_id, state.index),
         )
         state.features = feats
-        scores = self.ranker.score(feats.matrix)
+        state.feature_ids = [session_turns(sid)[p].turn_id for sid, p in feats.keys]
+        if self.weights is None or not len(feats.keys):
+            scores = self.ranker.score(feats.matrix)
+        else:
+            scores = feats.matrix @ self.weights(req.user_id)
+        if req.explore and self.noise is not None:
+            scores = scores + self.noise(len(scores))
         for key, s in zip(feats.keys, scores.tolist(), strict=True):
             votes.turn[key] = math.exp(min(s, 50.0))
         gone = collapse_duplicates(votes, session_turns, texts, keep=lifting(votes, anchors))

@@ -1,14 +1,15 @@
 """RMM (Reflective Memory Management): prospective and retrospective reflection.
 
 - `topics` / `topic_prompts`: prospective reflection, topic memories per speaker with Add/Merge.
-- `reranker` / `features` / `episodes`: retrospective reflection, a reranker trained by
-  REINFORCE from the LLM's citations (with Gumbel top-M exploration).
-- `citations`: the numbered-memory answer prompt and the citation parser.
-- `personal`: per-user offsets on top of a prior shared by a memory's users.
-- `rerankers`: the engine's learned rerankers (prior + per-user, shared, or isolated), kept in a
+- `turn_learning`: retrospective reflection: citations teach the turn ranker that fills the
+  budget (the memory's shared offsets and per-user offsets on the shipped prior), kept in a
   `StateStore`, each state sealed with a checksum (`sealed`).
-- `feedback`: the engine's rerank stage: reranking retrievals and texts from any retriever, and
-  the one feedback path.
+- `text_rows`: the turn ranker's feature rows of texts from any retriever.
+- `citations`: the numbered-memory answer prompt and the citation parser.
+- `feedback`: the engine's feedback stage: ranking texts from any retriever, and the one
+  feedback path.
+- `reranker` / `features` / `episodes`: RMM's embedding reranker (REINFORCE, Gumbel top-M), a
+  model a caller may rank texts with instead (`CallerReranker`).
 - `answer_feedback`: reading an answer's citations into the items it cited (`FeedbackResult`).
 """
 
@@ -24,10 +25,9 @@ if TYPE_CHECKING:
     from reflective_memory.rmm.episodes import Episode, FitReport, RankedTexts, RerankResult
     from reflective_memory.rmm.features import FEATURES, Candidates, citation_rewards, rank_prior
     from reflective_memory.rmm.feedback import CallerReranker, FeedbackResult, RerankStage
-    from reflective_memory.rmm.personal import PersonalReranker, UserAdapter
     from reflective_memory.rmm.reranker import Reranker
-    from reflective_memory.rmm.rerankers import Rerankers
     from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport, TopicDraft
+    from reflective_memory.rmm.turn_learning import TurnLearning
 
 _EXPORTS = {
     "build_answer_prompt": "reflective_memory.rmm.citations",
@@ -43,10 +43,8 @@ _EXPORTS = {
     "FeedbackResult": "reflective_memory.rmm.feedback",
     "RerankStage": "reflective_memory.rmm.feedback",
     "CallerReranker": "reflective_memory.rmm.feedback",
-    "PersonalReranker": "reflective_memory.rmm.personal",
-    "UserAdapter": "reflective_memory.rmm.personal",
     "Reranker": "reflective_memory.rmm.reranker",
-    "Rerankers": "reflective_memory.rmm.rerankers",
+    "TurnLearning": "reflective_memory.rmm.turn_learning",
     "ProspectiveReflector": "reflective_memory.rmm.topics",
     "ReflectionReport": "reflective_memory.rmm.topics",
     "TopicDraft": "reflective_memory.rmm.topics",
@@ -68,10 +66,8 @@ __all__ = [
     "FeedbackResult",
     "RerankStage",
     "CallerReranker",
-    "PersonalReranker",
-    "UserAdapter",
     "Reranker",
-    "Rerankers",
+    "TurnLearning",
     "ProspectiveReflector",
     "ReflectionReport",
     "TopicDraft",

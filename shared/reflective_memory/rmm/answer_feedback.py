@@ -2,9 +2,8 @@
 
 `read_answer` validates a feedback call and turns the answer's citation markers (or the cited
 numbers given directly) into positions in the shown list, through a numbering (by default
-number `i` names shown item `i`); `candidate_positions` maps the hits of a `Retrieval` onto the
-reranked candidates, a passage hit standing for one of its source units. What the rerankers then
-learn from it is `reflective_memory.rmm.feedback.RerankStage`'s business.
+number `i` names shown item `i`). What the turn ranker then learns from it is
+`reflective_memory.rmm.feedback.RerankStage`'s business.
 """
 
 from __future__ import annotations
@@ -16,9 +15,8 @@ import numpy as np
 
 from reflective_memory.errors import InvalidInputError
 from reflective_memory.rmm.citations import echoes_instructions, parse_citations
-from reflective_memory.types import Retrieval
 
-__all__ = ["FeedbackResult", "read_answer", "candidate_positions"]
+__all__ = ["FeedbackResult", "read_answer"]
 
 
 @dataclass
@@ -35,17 +33,20 @@ class FeedbackResult:
         user_id: Its user.
         cited: Positions in the shown list (`retrieval.hits`, or the texts shown) counted as
             cited.
-        rewards: Reward per shown item (+1 cited, -1 not) fed to the reranker, by memory id (or
+        rewards: Reward per shown item (+1 cited, -1 not), by memory id (or
             text id: the node / document id in the adapters).
         inferred: The citations were inferred by the attribution fallback (no marker in the
             answer).
         no_cite: The answer said `[NO_CITE]`.
         out_of_range: Cited numbers that named no hit (ignored).
         repeated: Repeated citations (ignored).
-        learned: An episode was given to the reranker.
-        updates: Reranker optimizer steps taken by this call (0 while a batch fills).
-        pending: Episodes waiting for the next step.
-        loss: REINFORCE loss of the step taken, if any.
+        learned: An episode was given to the turn ranker (or to the caller's reranker).
+        updates: Steps taken by this call (1 when the turn ranker learned).
+        pending: Episodes learned but not yet stored (`rerank.save_every`).
+        loss: The episode's loss before the step, if one was taken.
+        serving: What the user's citations taught ranks their next retrieval: it has ranked
+            later citations better than the weights it replaces (the gate, see
+            `reflective_memory.rmm.turn_learning`); False while it is still being proven.
         similarities: For inferred feedback, the best answer-sentence cosine per hit.
         reason: Why nothing was learned, when `learned` is False.
     """
@@ -62,6 +63,7 @@ class FeedbackResult:
     updates: int = 0
     pending: int = 0
     loss: float | None = None
+    serving: bool = False
     similarities: list[float] | None = None
     reason: str = ""
 
@@ -139,23 +141,3 @@ def read_answer(
     if n_shown == 0:
         out.reason = "the retrieval has no hits"
     return out
-
-
-def candidate_positions(retrieval: Retrieval, ids: Sequence[str]) -> dict[str, int]:
-    """Position among the reranked candidates `ids` of each shown hit's memory id.
-
-    A hit that is a candidate itself maps to its own position; a passage hit (built from turns
-    at retrieval) stands for the first of its `metadata["sources"]` that is a candidate no
-    other hit already stands for. Hits with neither are left out.
-    """
-    where = {mid: i for i, mid in enumerate(ids)}
-    taken = {where[h.memory.id] for h in retrieval.hits if h.memory.id in where}
-    for hit in retrieval.hits:
-        mem = hit.memory
-        if mem.id not in where:
-            for src in mem.metadata.get("sources") or ():
-                if src in where and where[src] not in taken:
-                    where[mem.id] = where[src]
-                    taken.add(where[src])
-                    break
-    return where

@@ -20,6 +20,7 @@ __all__ = [
     "RERANK_FEATURES",
     "RERANK_SCOPES",
     "EPISODE_BASELINE",
+    "TURN_UPDATES",
 ]
 
 #: Reranker side features by name (computed in `reflective_memory.rmm.features`).
@@ -37,6 +38,8 @@ RERANK_FEATURES = (
 )
 #: `RerankConfig.scope` values: prior + per-user adaptation, one shared reranker, one per user.
 RERANK_SCOPES = ("user", "shared", "isolated")
+#: `RerankConfig.turn_update` values (`reflective_memory.rmm.turn_learning.passage_gradient`).
+TURN_UPDATES = ("expected", "reinforce", "pairwise")
 #: `RerankConfig.baseline` value for the per-episode mean-reward baseline.
 EPISODE_BASELINE = "episode"
 
@@ -81,6 +84,20 @@ class RerankConfig:
             memories from answer-sentence / memory embedding similarity.
         attribution_threshold: Cosine an answer sentence must reach with a memory key for the
             fallback to count it as used (0.55 suits all-MiniLM-L6-v2).
+        turn_update: How citations teach the turn ranker (`rmm/turn_learning.py`):
+            `expected` (the gradient of the expected reward under a softmax over the shown
+            passages: REINFORCE's step in expectation, fading once the cited passages lead),
+            `reinforce` (REINFORCE, the episode's mean reward as baseline) or `pairwise`
+            (logistic loss of each cited passage over each shown one not cited).
+        turn_learning_rate: Step of the memory's shared offsets to the turn ranker's weights,
+            per feedback episode.
+        turn_prior_pull: Pull of the shared offsets back to the shipped prior per episode
+            (L2, as a multiple of the offsets).
+        turn_user_learning_rate: Step of a user's own offsets (scope `user`).
+        turn_pull: Pull of a user's offsets back to the shared weights per episode.
+        save_every: Feedback episodes learned in memory before they are stored (a crash
+            loses at most this many, or `save_seconds` of them).
+        save_seconds: Seconds after which learned episodes are stored at the next feedback.
     """
 
     enabled: bool = True
@@ -100,6 +117,13 @@ class RerankConfig:
     seed: int | None = None
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
+    turn_update: str = "expected"
+    turn_learning_rate: float = 0.05
+    turn_prior_pull: float = 0.0
+    turn_user_learning_rate: float = 0.05
+    turn_pull: float = 0.1
+    save_every: int = 16
+    save_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("enabled", "explore", "signed_features", "attribution_fallback"):
@@ -126,6 +150,12 @@ class RerankConfig:
         set_field(self, "features", check_names("rerank.features", self.features, RERANK_FEATURES))
         check_int("rerank.seed", self.seed, 0, optional=True)
         check_number("rerank.attribution_threshold", self.attribution_threshold, -1.0, 1.0)
+        check_choice("rerank.turn_update", self.turn_update, TURN_UPDATES)
+        for name in ("turn_learning_rate", "turn_prior_pull", "turn_user_learning_rate"):
+            check_number(f"rerank.{name}", getattr(self, name), 0)
+        check_number("rerank.turn_pull", self.turn_pull, 0)
+        check_int("rerank.save_every", self.save_every)
+        check_number("rerank.save_seconds", self.save_seconds, 0)
 
 
 @dataclass(frozen=True)

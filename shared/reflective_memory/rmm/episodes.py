@@ -40,11 +40,11 @@ class RankedTexts:
 
     Attributes:
         order: Positions (into the texts given) of the texts to show, best first.
-        scores: The reranker's score of each shown text (its cosine with the query when
-            reranking is off), as `order`.
+        scores: Each shown text's log-score by the user's turn ranker (or by the caller's
+            reranker), as `order`.
         cosines: Each shown text's cosine with the query, as `order`.
-        texts: The texts given, in the order given (feedback re-embeds them when the ranking's
-            vectors are no longer kept).
+        texts: The texts given, in the order given (the attribution fallback of feedback
+            embeds the shown ones).
         record: What was shown: give it (or this object) to `ReflectiveMemory.feedback`,
             whose citations `[i]` name `order[i]`.
     """

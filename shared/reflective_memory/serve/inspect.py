@@ -20,6 +20,7 @@ __all__ = [
     "parse_k",
     "users_overview",
     "user_detail",
+    "ranker_table",
     "session_detail",
     "memory_detail",
     "search",
@@ -65,6 +66,36 @@ def user_detail(memory: ReflectiveMemory, user_id: str) -> dict[str, Any]:
         "stats": memory.stats(user_id),
         "sessions": views.session_views(turns, memory.open_sessions(user_id), mems),
         "memories_by_kind": by_kind,
+        "ranker": ranker_table(memory, user_id),
+    }
+
+
+def ranker_table(memory: ReflectiveMemory, user_id: str) -> dict[str, Any]:
+    """The turn ranker's weights for a user next to the prior's, one row per feature.
+
+    Returns:
+        `{"rows": [{"feature", "prior", "shared", "user", "weight"}, ...], "episodes": n,
+        "user_episodes": n, "shared_serves": bool, "user_serves": bool}`: the fitted
+        prior, what every user's citations added, what this user's added, the weight that
+        ranks the user's turns, and whether each taught part ranks (passed its gate).
+    """
+    got = memory.ranker_weights(user_id)
+    rows = [
+        {
+            "feature": name,
+            "prior": round(got["prior"][name], 4),
+            "shared": round(got["shared"][name], 4),
+            "user": round(got["user"][name], 4),
+            "weight": round(got["weights"][name], 4),
+        }
+        for name in got["features"]
+    ]
+    return {
+        "rows": rows,
+        "episodes": got["episodes"],
+        "user_episodes": got["user_episodes"],
+        "shared_serves": got["shared_gate"]["serves"],
+        "user_serves": got["user_gate"]["serves"],
     }
 
 

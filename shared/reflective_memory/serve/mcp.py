@@ -1,8 +1,9 @@
 """`reflective-memory mcp`: a user's long-term memory as Model Context Protocol tools.
 
 Built on the official `mcp` SDK (`FastMCP`), over stdio (a desktop client or an agent starts the
-server as a subprocess) or streamable HTTP. Five tools: `remember` (turns of a session),
-`recall` (passages under a token budget, with their dates and sessions), `list_sessions`,
+server as a subprocess) or streamable HTTP. Six tools: `remember` (turns of a session),
+`recall` (passages under a token budget, with their dates and sessions), `feedback` (the answer
+written from a recall, whose citations teach the user's turn ranker), `list_sessions`,
 `end_session` and `forget` (a session, or everything of the user).
 
 The user is never a tool argument, so no call can name another user's id:
@@ -32,7 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -73,6 +74,7 @@ from reflective_memory.errors import (
     ReflectiveMemoryError,
 )
 from reflective_memory.jsonfile import read_text_file
+from reflective_memory.kept_retrievals import RetrievalCache
 from reflective_memory.memory_block import shown_memories
 from reflective_memory.portable.commands import read_dsn_of
 from reflective_memory.portable.endpoints import STORE_FILE
@@ -95,13 +97,15 @@ from reflective_memory.serve.security import (
     check_port,
     parse_user_tokens,
 )
-from reflective_memory.types import Memory
+from reflective_memory.types import Hit, Retrieval
+from reflective_memory.validation import MAX_ID_CHARS
 
 __all__ = [
     "TurnIn",
     "Remembered",
     "Passage",
     "Recalled",
+    "Learned",
     "SessionRow",
     "Sessions",
     "Ended",
@@ -113,6 +117,10 @@ __all__ = [
     "strict_arguments",
     "StrictFastMCP",
     "FORGET_EVERYTHING",
+    "MAX_ANSWER_CHARS",
+    "MAX_CITED",
+    "KEPT_RECALLS",
+    "KEPT_RECALLS_PER_USER",
     "http_app",
     "SessionQuota",
     "MAX_SESSIONS_PER_TOKEN",
@@ -135,13 +143,24 @@ _INSTRUCTIONS = (
     "Long-term memory of the user's conversations. Call `remember` with the turns of the "
     "current session (and end_session=true when the conversation is over), and `recall` with a "
     "question to get dated passages of earlier sessions, numbered from [0] (cite them as [0], "
-    "[1], ...)."
+    "[1], ...). After answering from a recall, call `feedback` with its retrieval_id and your "
+    "answer as written (or the numbers of the passages you used): the memory learns which "
+    "passages help."
 )
 
 T = TypeVar("T")
 
 #: The `confirm` value `forget` needs to erase everything of a user.
 FORGET_EVERYTHING = "forget everything"
+#: Longest answer `feedback` reads: an answer without a citation number is read sentence by
+#: sentence (the attribution fallback embeds each), so its length bounds the work.
+MAX_ANSWER_CHARS = 20_000
+#: Most passage numbers `feedback` takes (a recall shows far fewer passages).
+MAX_CITED = 256
+#: Recalls the server keeps for `feedback` (the oldest goes first), and per user (so that one
+#: user's recalls never push another user's out).
+KEPT_RECALLS = 1024
+KEPT_RECALLS_PER_USER = 32
 
 
 # -- tool inputs and outputs -------------------------------------------------------------------
@@ -182,6 +201,10 @@ class Passage(BaseModel):
     end_date: str | None = Field(description="When its last turn was said (ISO-8601), if known")
     turn_ids: list[str] = Field(description="Ids of its turns")
     relevance: float = Field(description="How well it matches the query, in [0, 1]")
+    score: float = Field(
+        description="What the passages are ordered by: the user's turn ranker's score of the "
+        "passage (higher first; compare within one recall only; `feedback` changes it)"
+    )
     text: str = Field(description="The turns as the reader sees them, dated")
 
 
@@ -189,7 +212,29 @@ class Recalled(BaseModel):
     """What `recall` found."""
 
     query: str = Field(description="The query")
+    retrieval_id: str = Field(
+        description="Id of this recall: give it to `feedback` with the answer written from it"
+    )
     passages: list[Passage] = Field(description="The passages, best first")
+
+
+class Learned(BaseModel):
+    """What `feedback` taught the user's turn ranker."""
+
+    retrieval_id: str = Field(description="The recall the answer was written from")
+    learned: bool = Field(description="Whether the user's turn ranker learned one episode")
+    reason: str | None = Field(description="Why nothing was learned (when learned is false)")
+    cited: list[int] = Field(description="Numbers of the passages counted as cited")
+    no_cite: bool = Field(description="The answer said [NO_CITE]")
+    out_of_range: int = Field(description="Citation numbers in the answer that name no passage")
+    inferred: bool = Field(
+        description="The answer cites no number: what it used was read from its wording"
+    )
+    episodes: int = Field(description="Episodes the user's turn ranker has learned from")
+    serving: bool = Field(
+        description="What the user's citations taught ranks their next recall (it has ranked "
+        "later citations better than the weights it replaces); false while still proven"
+    )
 
 
 class SessionRow(BaseModel):
@@ -270,14 +315,15 @@ def _iso(value: Any) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _passage(hit_memory: Memory, relevance: float) -> Passage:
+def _passage(hit: Hit) -> Passage:
     return Passage(
-        session_id=hit_memory.session_id,
-        date=_iso(hit_memory.start_time),
-        end_date=_iso(hit_memory.end_time),
-        turn_ids=list(hit_memory.turn_ids),
-        relevance=round(float(relevance), 4),
-        text=hit_memory.text,
+        session_id=hit.memory.session_id,
+        date=_iso(hit.memory.start_time),
+        end_date=_iso(hit.memory.end_time),
+        turn_ids=list(hit.memory.turn_ids),
+        relevance=round(float(hit.relevance), 4),
+        score=round(float(hit.score), 6),
+        text=hit.memory.text,
     )
 
 
@@ -340,10 +386,14 @@ class MemoryTools:
     Attributes:
         memory: The memory, or a `PendingStore` that only `remember` may create.
         user_of: Who a call acts for.
+        recalls: The recalls waiting for their `feedback`, by retrieval id (in this process).
     """
 
     memory: ReflectiveMemory | PendingStore
     user_of: UserOf
+    recalls: RetrievalCache[Retrieval] = field(
+        default_factory=lambda: RetrievalCache(KEPT_RECALLS, per_user=KEPT_RECALLS_PER_USER)
+    )
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
@@ -405,7 +455,8 @@ class MemoryTools:
         """Recall passages of earlier conversations relevant to a query, with their dates.
 
         The passages are numbered from [0], best first, as everywhere in this library: cite
-        passage i as [i] (e.g. [0] or [0, 2]).
+        passage i as [i] (e.g. [0] or [0, 2]). Send the answer written from them to `feedback`
+        with this recall's retrieval_id.
         """
         user = self.user_of(ctx)
         memory = await self._memory()
@@ -420,8 +471,80 @@ class MemoryTools:
             exclude_turns=(),
             now=now,
         )
-        out = Recalled(query=query, passages=[_passage(h.memory, h.relevance) for h in found.hits])
+        self.recalls.put(found)
+        out = Recalled(
+            query=query,
+            retrieval_id=found.retrieval_id,
+            passages=[_passage(h) for h in found.hits],
+        )
         return _result(out, text or "No memories match this query.")
+
+    async def feedback(
+        self,
+        retrieval_id: Annotated[
+            str,
+            Field(
+                description="The retrieval_id of the recall the answer was written from",
+                min_length=1,
+                max_length=MAX_ID_CHARS,
+            ),
+        ],
+        ctx: Context,
+        answer: Annotated[
+            str,
+            Field(
+                description="The answer as written, citing the passages it used as [i] (e.g. "
+                "[0] or [0, 2]), or [NO_CITE] when none helped",
+                max_length=MAX_ANSWER_CHARS,
+            ),
+        ] = "",
+        cited: Annotated[
+            list[int] | None,
+            Field(
+                description="The numbers of the passages the answer used, instead of the "
+                "answer ([] when none helped)",
+                max_length=MAX_CITED,
+            ),
+        ] = None,
+    ) -> Annotated[CallToolResult, Learned]:
+        """Tell the memory which recalled passages an answer used: its ranker learns from it.
+
+        Give the recall's retrieval_id and either the answer (its [i] citations are read) or
+        the cited passage numbers. The passages cited against those shown but not cited are
+        one lesson for this user's turn ranker, which orders the next recall's passages. Each
+        recall takes one feedback, on the server that made it (recent recalls are kept there).
+        """
+        user = self.user_of(ctx)
+        # `answer` is a plain str (empty: not given): the SDK decodes a str argument that may
+        # be something else as JSON when it can, and an answer "[0]" is no list
+        if (answer == "") == (cited is None):
+            raise ToolError("give either answer (citing passages as [i]) or cited, not both")
+        shown = self.recalls.pop(retrieval_id, user)
+        if shown is None:  # unknown, answered already, dropped, or another user's: one message
+            raise ToolError(
+                f"no recall {retrieval_id!r} of this user waits for feedback on this server (a "
+                "recall takes one feedback; the server keeps each user's last "
+                f"{KEPT_RECALLS_PER_USER} recalls while it runs)"
+            )
+        memory = await self._memory()
+        try:
+            out = await self._run(memory.feedback, shown, answer or None, cited=cited)
+        except ToolError:
+            self.recalls.put(shown)  # refused before anything was learned: it may be sent again
+            raise
+        weights = await self._run(memory.ranker_weights, user)
+        done = Learned(
+            retrieval_id=retrieval_id,
+            learned=out.learned,
+            reason=out.reason or None,
+            cited=list(out.cited),
+            no_cite=out.no_cite,
+            out_of_range=out.out_of_range,
+            inferred=out.inferred,
+            episodes=int(weights.get("user_episodes", 0)),
+            serving=out.serving,
+        )
+        return _result(done)
 
     async def list_sessions(
         self,
@@ -495,8 +618,10 @@ class MemoryTools:
             if not await self._run(memory.turns, user, session_id):
                 raise ToolError(f"there is no session {session_id!r}")
             n = await self._run(memory.delete_session, user, session_id)
+            self.recalls.forget(user)  # what they showed may be gone
             return _result(Forgotten(scope="session", session_id=session_id, turns=n))
         n = await self._run(memory.delete_user, user)
+        self.recalls.forget(user)
         return _result(Forgotten(scope="user", session_id=None, turns=n))
 
 
@@ -618,6 +743,8 @@ def build_server(
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True)
     server.add_strict_tool(tools.remember, annotations=write)
     server.add_strict_tool(tools.recall, annotations=ToolAnnotations(readOnlyHint=True))
+    learn = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False)
+    server.add_strict_tool(tools.feedback, annotations=learn)
     server.add_strict_tool(tools.list_sessions, annotations=ToolAnnotations(readOnlyHint=True))
     server.add_strict_tool(tools.end_session, annotations=write)
     server.add_strict_tool(tools.forget, annotations=ToolAnnotations(destructiveHint=True))

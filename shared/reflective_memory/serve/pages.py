@@ -228,8 +228,8 @@ async def feedback(request: Request, user_id: str) -> Response:
     verdict = "helpful" if helpful_raw == "1" else "not helpful"
     if result.learned:
         notice = (
-            f"Marked memory [{position}] {verdict}: the reranker got an episode with "
-            f"{len(result.rewards)} rewards (updates {result.updates}, pending {result.pending})."
+            f"Marked memory [{position}] {verdict}: the turn ranker got an episode with "
+            f"{len(result.rewards)} rewards ({result.pending} waiting to be stored)."
         )
     else:
         notice = f"Marked memory [{position}] {verdict}; nothing learned: {result.reason}"

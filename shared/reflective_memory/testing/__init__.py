@@ -8,6 +8,8 @@
   framework adapter, a server, the CLI), driven through one scripted conversation by a
   `SurfaceDriver`; they need `surface_run` / `evidence_run` and `core_run` fixtures
   (`run_surface`), see `reflective_memory.testing.surfaces`.
+- `SurfaceFeedbackContract`: every surface that takes feedback, through a `FeedbackDriver`,
+  teaches the user's turn ranker and no one else's; it needs a `feedback_driver` fixture.
 
 Subclass one in a `Test...` class of your test suite and define its fixture; every test of the
 contract then runs against your implementation. This package needs pytest (the `dev` extra);
@@ -26,10 +28,13 @@ from reflective_memory.testing.memory_store import MemoryStoreContract
 from reflective_memory.testing.state_store import StateStoreContract
 from reflective_memory.testing.surfaces import (
     CoreDriver,
+    FeedbackDriver,
     SurfaceContract,
     SurfaceDriver,
     SurfaceEvidenceContract,
+    SurfaceFeedbackContract,
     run_surface,
+    teach_other_user,
 )
 
 __all__ = [
@@ -37,7 +42,10 @@ __all__ = [
     "StateStoreContract",
     "SurfaceContract",
     "SurfaceEvidenceContract",
+    "SurfaceFeedbackContract",
     "SurfaceDriver",
+    "FeedbackDriver",
     "CoreDriver",
     "run_surface",
+    "teach_other_user",
 ]

@@ -20,6 +20,14 @@ driver and records what it left, and the checks as two pytest mixins:
   answers without a time) leaves only timezone-aware times, each answer at its question's time,
   and a question asked at a given `now` ("two weeks ago") shows the turn said then first. Needs
   a `time_run` fixture (`run_surface(driver, DATED_CONVERSATION, asked_at=TIME_QUESTIONS)`).
+- `SurfaceFeedbackContract`: a surface that takes feedback (a `FeedbackDriver`) teaches the
+  memory's turn ranker: an answer citing a shown passage, sent back the surface's way, is one
+  episode of the user's (and only the user's) ranker, whose changed weights rank the next
+  question through the surface; an answer citing nothing, every shown passage or only numbers
+  that name no passage teaches nothing, and cited numbers that name no passage are refused
+  (`InvalidInputError`), as by `ReflectiveMemory.feedback`. Needs a `feedback_driver` fixture:
+  a `FeedbackDriver` after `run_surface`, over a memory in which `teach_other_user` ran first
+  (learning on, `rerank.scope` "user", the default).
 
 A new surface is added by writing one driver and two small test classes::
 
@@ -40,17 +48,19 @@ A new surface is added by writing one driver and two small test classes::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import numpy as np
 import pytest
 
+from reflective_memory.errors import InvalidInputError
 from reflective_memory.llm import count_tokens
 from reflective_memory.memory_block import CITATION_INSTRUCTION, shown_memories
 from reflective_memory.text import as_utc
-from reflective_memory.types import Memory, Turn
+from reflective_memory.types import Memory, RerankRecord, Retrieval, Turn
 
 if TYPE_CHECKING:
     from reflective_memory.engine import ReflectiveMemory
@@ -72,15 +82,29 @@ __all__ = [
     "TWO_WEEKS_AGO",
     "TIME_QUESTIONS",
     "BUDGET_TOKENS",
+    "OTHER_USER",
+    "OTHER_CONVERSATION",
+    "OTHER_QUESTION",
+    "Cites",
+    "cite_first",
+    "cite_nothing",
+    "cite_every",
+    "cite_beyond",
+    "answer_citing",
     "Evidence",
+    "Answered",
+    "answered",
     "CoreView",
     "SurfaceDriver",
+    "FeedbackDriver",
     "CoreDriver",
     "SurfaceRun",
     "run_surface",
+    "teach_other_user",
     "SurfaceContract",
     "SurfaceEvidenceContract",
     "SurfaceTimeContract",
+    "SurfaceFeedbackContract",
 ]
 
 #: The user every surface talks to.
@@ -368,6 +392,57 @@ TWO_WEEKS_AGO = "What did I cook two weeks ago?"
 #: would be the pumpkin soup, so only a surface that passes `now` shows the curry first.
 TIME_QUESTIONS = ((TWO_WEEKS_AGO, datetime(2025, 4, 20, 12, 0), COOKING[1][1]),)
 
+# -- feedback ---------------------------------------------------------------------------------
+#: A second user of the memory: feedback on `USER_ID`'s questions must leave theirs alone.
+OTHER_USER = "mika"
+#: What the other user said: three sessions, so that a question shows several passages.
+OTHER_CONVERSATION = Conversation(
+    OTHER_USER,
+    (
+        _live_session("balcony", (("I grow tomatoes and basil on my balcony.", "Lovely!", False),)),
+        _live_session("commute", (("I cycle to work along the river.", "Healthy!", False),)),
+        _live_session("family", (("My sister lives in Bergen near the harbour.", "Nice.", False),)),
+    ),
+)
+#: The question the other user's answer cites the first passage of (`teach_other_user`).
+OTHER_QUESTION = "Where does my sister live?"
+
+#: Which shown passages an answer cites, given how many the surface showed: positions from 0
+#: (none: the answer says `[NO_CITE]`). A driver writes the answer its surface's way.
+Cites = Callable[[int], Sequence[int]]
+
+
+def cite_first(shown: int) -> tuple[int, ...]:
+    """The first passage shown."""
+    return (0,)
+
+
+def cite_nothing(shown: int) -> tuple[int, ...]:
+    """No passage: the answer says `[NO_CITE]`."""
+    return ()
+
+
+def cite_every(shown: int) -> tuple[int, ...]:
+    """Every passage shown."""
+    return tuple(range(shown))
+
+
+def cite_beyond(shown: int) -> tuple[int, ...]:
+    """A number that names no passage shown."""
+    return (shown + 2,)
+
+
+def answer_citing(positions: Sequence[int], base: int = 0) -> str:
+    """An answer citing `positions` as `[i, j]` (numbered from `base`), or `[NO_CITE]`.
+
+    Example:
+        >>> answer_citing([0, 2]), answer_citing([0], base=1), answer_citing([])
+        ('You live in Oslo now [0, 2].', 'You live in Oslo now [1].', '[NO_CITE]')
+    """
+    if not positions:
+        return "[NO_CITE]"
+    return f"You live in Oslo now [{', '.join(str(p + base) for p in positions)}]."
+
 
 # -- drivers -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -382,6 +457,31 @@ class Evidence:
 
     text: str
     budget: int | None
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A question asked through a surface, and the answer sent back for it.
+
+    Attributes:
+        shown: How many passages (or texts) the surface showed for the question.
+        scores: What the surface ordered them by, as it reports them, best first.
+        record: The ranking's record feedback learns from, where the driver can read it (an
+            in-process surface); None for a surface that shows only `scores` (a server). A
+            driver gives None only if asking adds nothing to the memory, so that two answers
+            to one question differ in nothing but the weights that ranked them.
+    """
+
+    shown: int
+    scores: tuple[float, ...]
+    record: RerankRecord | None
+
+
+def answered(retrieval: Retrieval | None) -> Answered:
+    """What a surface that showed `retrieval`'s hits showed (none for None)."""
+    if retrieval is None:
+        return Answered(0, (), None)
+    return Answered(len(retrieval.hits), tuple(h.score for h in retrieval.hits), retrieval.rerank)
 
 
 @runtime_checkable
@@ -451,6 +551,55 @@ class SurfaceDriver(Protocol):
         ...
 
 
+@runtime_checkable
+class FeedbackDriver(SurfaceDriver, Protocol):
+    """A surface that takes feedback; `SurfaceFeedbackContract` drives it.
+
+    Attributes:
+        takes_numbers: Besides an answer's text the surface takes the cited numbers (the
+            core's `feedback(cited=...)`, MCP's `cited`, the LlamaIndex postprocessor's).
+    """
+
+    takes_numbers: bool
+
+    def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
+        """Ask `question`, then send back an answer citing `cites(shown)` the surface's way.
+
+        Args:
+            question: The question, asked in the current session.
+            cites: Which shown passages the answer cites.
+            numbers: Send the cited numbers instead of an answer's text (`takes_numbers`).
+
+        Raises:
+            InvalidInputError: The surface refused the feedback (with the library's message).
+        """
+        ...
+
+    def ranker(self, user_id: str) -> Mapping[str, Any]:
+        """A user's turn ranker as the surface's memory holds it (`ranker_weights`)."""
+        ...
+
+
+def _block(
+    memory: ReflectiveMemory,
+    user_id: str,
+    question: str,
+    budget_tokens: int,
+    now: datetime | None = None,
+) -> tuple[Retrieval, str]:
+    """The retrieval and the numbered block every surface shows its model for a question."""
+    return shown_memories(
+        memory,
+        user_id,
+        question,
+        k=None,
+        budget_tokens=budget_tokens,
+        instruction=CITATION_INSTRUCTION,
+        exclude_turns=(),
+        now=now,
+    )
+
+
 class CoreDriver:
     """The core API as an application uses it: `add_turn`, `end_session`, `retrieve`.
 
@@ -468,6 +617,7 @@ class CoreDriver:
 
     name = "core API"
     carries_message_time = True
+    takes_numbers = True
 
     def __init__(
         self, memory: ReflectiveMemory, user_id: str = USER_ID, budget_tokens: int = BUDGET_TOKENS
@@ -489,17 +639,22 @@ class CoreDriver:
 
     def evidence(self, question: str, now: datetime | None = None) -> Evidence:
         """The block every surface shows its model (`memory_block.shown_memories`)."""
-        _, text = shown_memories(
-            self.memory,
-            self.user_id,
-            question,
-            k=None,
-            budget_tokens=self.budget_tokens,
-            instruction=CITATION_INSTRUCTION,
-            exclude_turns=(),
-            now=now,
-        )
+        _, text = _block(self.memory, self.user_id, question, self.budget_tokens, now)
         return Evidence(text, self.budget_tokens)
+
+    def answer(self, question: str, cites: Cites, *, numbers: bool = False) -> Answered:
+        """`feedback` on the block's retrieval: an answer citing `[i]`, or `cited=`."""
+        shown, _ = _block(self.memory, self.user_id, question, self.budget_tokens)
+        positions = list(cites(len(shown.hits)))
+        if numbers:
+            self.memory.feedback(shown, cited=positions)
+        else:
+            self.memory.feedback(shown, answer_citing(positions))
+        return answered(shown)
+
+    def ranker(self, user_id: str) -> Mapping[str, Any]:
+        """`ranker_weights(user_id)` of the memory."""
+        return self.memory.ranker_weights(user_id)
 
     def core(self) -> CoreView:
         """The memory itself."""
@@ -600,6 +755,19 @@ def run_surface(
     for q, now, _ in asked_at:
         run.evidence_at[(q, now)] = driver.evidence(q, now)
     return run
+
+
+def teach_other_user(memory: ReflectiveMemory) -> None:
+    """Store `OTHER_CONVERSATION` and give it one feedback episode (its own offsets move).
+
+    Raises:
+        AssertionError: The episode taught nothing (fewer than two passages shown).
+    """
+    for session_id, m in OTHER_CONVERSATION.messages():
+        memory.add_turn(OTHER_USER, session_id, m.role, m.text)
+    shown, _ = _block(memory, OTHER_USER, OTHER_QUESTION, BUDGET_TOKENS)
+    taught = memory.feedback(shown, answer_citing([0]))
+    assert taught.learned, f"the other user learned nothing: {taught.reason}"
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -804,3 +972,145 @@ class SurfaceTimeContract:
                 f"{time_run.name}, {q!r} asked {now:%Y-%m-%d}: the user's turns shown are "
                 f"{shown}, not {first!r} first"
             )
+
+
+def _weights(ranker: Mapping[str, Any], part: str = "weights") -> np.ndarray:
+    """A part of the ranker (`weights`: those that rank) in the ranker's feature order."""
+    return np.array([ranker[part][name] for name in ranker["features"]], dtype=np.float64)
+
+
+def _taught(ranker: Mapping[str, Any]) -> np.ndarray:
+    """What citations taught the user's ranker, served or not: prior + shared + own offsets."""
+    return _weights(ranker, "prior") + _weights(ranker, "shared") + _weights(ranker, "user")
+
+
+def _served(ranker: Mapping[str, Any]) -> np.ndarray:
+    """The weights that must rank the user's turns, by what the ranker says its gates allow."""
+    w = _weights(ranker, "prior")
+    if ranker["shared_gate"]["serves"]:
+        w = w + _weights(ranker, "shared")
+    if ranker["user_gate"]["serves"]:
+        w = w + _weights(ranker, "user")
+    return w
+
+
+def _episodes(driver: FeedbackDriver, user_id: str = USER_ID) -> tuple[int, np.ndarray]:
+    """A user's own episode count and what citations taught the user's ranker."""
+    got = driver.ranker(user_id)
+    return int(got["user_episodes"]), _taught(got)
+
+
+#: How close a record's scores are to its rows times the weights that made them (the rows are
+#: rounded to 5 decimals).
+_SCORE_TOLERANCE = 1e-3
+
+
+class SurfaceFeedbackContract:
+    """What a surface's feedback teaches; subclasses provide a `feedback_driver` fixture.
+
+    The fixture is a `FeedbackDriver` after `run_surface`, over a memory in which
+    `teach_other_user` ran first. Every test measures what it changes, so the tests may share
+    one driver.
+    """
+
+    def _teaches_nothing(self, driver: FeedbackDriver, cites: Cites, what: str) -> Answered:
+        episodes, weights = _episodes(driver)
+        got = driver.answer(WHERE_DO_I_LIVE, cites)
+        after, now = _episodes(driver)
+        assert after == episodes, f"{driver.name}: an answer citing {what} taught an episode"
+        assert np.array_equal(now, weights), f"{driver.name}: citing {what} moved the weights"
+        return got
+
+    def test_an_answer_citing_a_passage_is_one_episode_of_its_user(
+        self, feedback_driver: FeedbackDriver
+    ) -> None:
+        """The user's turn ranker learns exactly one episode, and its weights move."""
+        episodes, weights = _episodes(feedback_driver)
+        got = feedback_driver.answer(WHERE_DO_I_LIVE, cite_first)
+        assert got.shown >= 2, f"{feedback_driver.name} showed {got.shown} passages"
+        after, now = _episodes(feedback_driver)
+        assert after == episodes + 1, (
+            f"{feedback_driver.name}: {after - episodes} episodes learned from one answer"
+        )
+        assert not np.allclose(now, weights), f"{feedback_driver.name}: the weights did not move"
+
+    def test_the_next_question_is_ranked_with_what_the_gate_serves(
+        self, feedback_driver: FeedbackDriver
+    ) -> None:
+        """The next ranking through the surface is scored with the weights the memory serves.
+
+        What citations teach ranks once it has ranked later citations better than what it
+        replaces (the gate of `reflective_memory.rmm.turn_learning`; the core's tests show it
+        opening); until then the prior (and the shared offsets, if they serve) rank.
+        """
+        feedback_driver.answer(WHERE_DO_I_LIVE, cite_first)
+        ranker = feedback_driver.ranker(USER_ID)
+        served, taught = _served(ranker), _taught(ranker)
+        assert np.allclose(_weights(ranker), served), (
+            f"{feedback_driver.name}: the weights shown are not the ones the gates serve"
+        )
+        again = feedback_driver.answer(WHERE_DO_I_LIVE, cite_nothing)  # teaches nothing
+        if again.record is None:
+            return
+        rows = np.asarray(again.record.features, dtype=np.float64)
+        scores = np.asarray(again.record.prior, dtype=np.float64)
+        name = feedback_driver.name
+        assert np.allclose(rows @ served, scores, atol=_SCORE_TOLERANCE), (
+            f"{name}: the next ranking was not scored with the weights the memory serves"
+        )
+        if not np.allclose(served, taught):  # taught, not yet proven: it must not rank
+            assert not np.allclose(rows @ taught, scores, atol=_SCORE_TOLERANCE), (
+                f"{name}: weights the gate holds back ranked the next question"
+            )
+
+    def test_another_users_ranker_does_not_move(self, feedback_driver: FeedbackDriver) -> None:
+        """Only the user's own offsets learn: the other user's stay as they were."""
+        before = feedback_driver.ranker(OTHER_USER)
+        assert before["user_episodes"] >= 1, "the other user was not taught (teach_other_user)"
+        feedback_driver.answer(WHERE_DO_I_LIVE, cite_first)
+        after = feedback_driver.ranker(OTHER_USER)
+        assert after["user_episodes"] == before["user_episodes"], (
+            f"{feedback_driver.name}: the other user learned an episode"
+        )
+        assert after["user"] == before["user"], (
+            f"{feedback_driver.name}: the other user's own offsets moved"
+        )
+
+    def test_an_answer_citing_nothing_teaches_nothing(
+        self, feedback_driver: FeedbackDriver
+    ) -> None:
+        """`[NO_CITE]`: every passage was shown for nothing, but nothing tells them apart."""
+        self._teaches_nothing(feedback_driver, cite_nothing, "nothing")
+
+    def test_an_answer_citing_every_passage_teaches_nothing(
+        self, feedback_driver: FeedbackDriver
+    ) -> None:
+        """Every shown passage cited: nothing to tell apart."""
+        got = self._teaches_nothing(feedback_driver, cite_every, "every passage")
+        assert got.shown >= 2, f"{feedback_driver.name} showed {got.shown} passages"
+
+    def test_an_answer_citing_only_numbers_beyond_the_passages_teaches_nothing(
+        self, feedback_driver: FeedbackDriver
+    ) -> None:
+        """Citations in an answer that name no passage are ignored, as by the core."""
+        self._teaches_nothing(feedback_driver, cite_beyond, "no shown passage")
+
+    def test_cited_numbers_teach_as_an_answer_does(self, feedback_driver: FeedbackDriver) -> None:
+        """A surface that takes the cited numbers learns one episode from them."""
+        if not feedback_driver.takes_numbers:
+            pytest.skip(f"{feedback_driver.name} takes an answer's text only")
+        episodes, _ = _episodes(feedback_driver)
+        feedback_driver.answer(WHERE_DO_I_LIVE, cite_first, numbers=True)
+        assert _episodes(feedback_driver)[0] == episodes + 1
+
+    def test_cited_numbers_beyond_the_passages_are_refused(
+        self, feedback_driver: FeedbackDriver
+    ) -> None:
+        """A cited number that names no passage is a typed error, and nothing is learned."""
+        if not feedback_driver.takes_numbers:
+            pytest.skip(f"{feedback_driver.name} takes an answer's text only")
+        episodes, weights = _episodes(feedback_driver)
+        with pytest.raises(InvalidInputError, match="is not a hit"):
+            feedback_driver.answer(WHERE_DO_I_LIVE, cite_beyond, numbers=True)
+        after, now = _episodes(feedback_driver)
+        assert after == episodes and np.array_equal(now, weights)
