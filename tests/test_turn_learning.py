@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from reflective_memory.retrieval.features import FEATURES
-from reflective_memory.retrieval.ranker import load_ranker
+from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
 from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.text_rows import text_rows
 from reflective_memory.rmm.turn_learning import (
@@ -108,9 +108,14 @@ def test_shared_and_user_offsets_and_the_pull_back_to_the_shared_weights():
     cfg = RerankConfig(
         save_every=1000, turn_learning_rate=0.1, turn_user_learning_rate=0.1, turn_pull=0.5
     )
-    learning = TurnLearning(cfg, load_ranker(), FileStateStore())
     rng = np.random.default_rng(4)
     ep = _episode(rng)
+    # a prior that ranks the cited passages (0 and 3) a little below the others, so what the
+    # episode teaches ranks them better and the gate opens, whatever the shipped weights are
+    cited = np.isin(ep.groups, [0, 3])
+    lift = ep.rows[cited].mean(axis=0) - ep.rows[~cited].mean(axis=0)
+    prior = TurnRanker(dict(zip(FEATURES, (-0.01 * lift).tolist(), strict=True)))
+    learning = TurnLearning(cfg, prior, FileStateStore())
     for _ in range(50):
         learning.learn("u1", ep)
     seen = learning.inspect("u1")
@@ -121,6 +126,7 @@ def test_shared_and_user_offsets_and_the_pull_back_to_the_shared_weights():
     assert 0 < np.linalg.norm(own) < np.linalg.norm(shared)
     other = learning.inspect("u2")
     assert not any(other["user"].values())
+    assert other["shared_gate"]["serves"] and not other["user_gate"]["serves"]
     np.testing.assert_allclose(
         learning.weights("u2"), learning.prior_vector + shared, rtol=0, atol=1e-12
     )
