@@ -15,9 +15,7 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
 - `other_person`: in a user/assistant chat the question asks in the first (or second) person
   and the other role said it (`cues.addressed_role`);
 - `recent`: for a present-tense question, how new the turn is among the best ten
-  (`turn_votes.recency_ranks`, 0 oldest to 1 newest; 0 otherwise); for one that asks for a
-  time ("When is my sister's wedding?"), among those of them that name one (`dated`), so the
-  newest date given wins, not a newer turn without any;
+  (`turn_votes.recency_ranks`, 0 oldest to 1 newest; 0 otherwise);
 - `change`: for a present-tense question, one of the best ten that says something changed;
 - `in_frame`: said inside the period the question names ("two weeks ago");
 - `dated`: the question asks for a time ("When is ...?", `cues.asks_when`) and the turn names
@@ -27,10 +25,7 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
 - `neighbour`: the best vote of the turns next to it, over the best vote;
 - `user`: said under the `user` role;
 - `position`: where it sits in its conversation, 0 (first) to 1 (last): its session, or the
-  part of it between two silences of over 30 minutes (a log kept under one session id);
-- `rarity`: how rare its rarest word is in the user's turns, 0 (every turn holds it) to 1
-  (`rarity.WordCounts.rarity`): chatter is made of words said all the time, a statement holds
-  one rare word however often it is said.
+  part of it between two silences of over 30 minutes (a log kept under one session id).
 """
 
 from __future__ import annotations
@@ -43,7 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from reflective_memory.retrieval.rarity import WordCounts
 from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.retrieval.turn_votes import (
     TurnVotes,
@@ -53,7 +47,6 @@ from reflective_memory.retrieval.turn_votes import (
     recency_ranks,
     states_a_change,
 )
-from reflective_memory.text import words_of
 from reflective_memory.types import Turn
 
 __all__ = ["FEATURES", "TurnFeatures", "names_a_time", "turn_features"]
@@ -77,7 +70,6 @@ FEATURES: tuple[str, ...] = (
     "neighbour",
     "user",
     "position",
-    "rarity",
 )
 #: `own`'s entry of a turn whose own key was not ranked.
 _UNRANKED: tuple[int | None, dict[str, float]] = (None, {})
@@ -157,7 +149,6 @@ def turn_features(
     quiet: Collection[tuple[str, int]] = frozenset(),
     relevance: Callable[[tuple[str, int]], float | None] | None = None,
     cache: dict[Any, Any] | None = None,
-    words: WordCounts | None = None,
 ) -> TurnFeatures:
     """The feature rows of the voted turns (see the module for each column).
 
@@ -171,9 +162,7 @@ def turn_features(
         quiet: The short turns read with the turn before them (`redundancy.riders`).
         relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
         cache: Where a turn's `names_a_time` is kept (`("dated", session_id, position)`; the
-            text cache of `UserTurns.text_cache`, which lives as long as the turns do), and
-            its words (`("rare", session_id, position)`).
-        words: The user's word counts (`rarity`); None gives every turn a rarity of 0.
+            text cache of `UserTurns.text_cache`, which lives as long as the turns do).
 
     Returns:
         The rows, in the order of `votes.turn`.
@@ -194,6 +183,13 @@ def turn_features(
         else set()
     )
     person = signals.speakers == ("user", "assistant")
+    ranks = recency_ranks(votes, session_turns, relevance=relevance) if signals.present else {}
+    pool = set(sorted(vote, key=lambda k: -vote[k])[:10]) if signals.present else set()
+    frame = (
+        set(in_time_frame(votes, session_turns, *signals.frame))
+        if signals.frame is not None
+        else set()
+    )
     scale = rrf_k + 1
     known = {} if cache is None else cache
 
@@ -202,34 +198,6 @@ def turn_features(
         if got is None:
             got = known["dated", sid, p] = names_a_time(turn)
         return bool(got)
-
-    def answers_when(key: tuple[str, int]) -> bool:
-        return dated(*key, session_turns(key[0])[key[1]])
-
-    ranks = (
-        recency_ranks(
-            votes,
-            session_turns,
-            relevance=relevance,
-            answers=answers_when if signals.when else None,
-        )
-        if signals.present
-        else {}
-    )
-    pool = set(sorted(vote, key=lambda k: -vote[k])[:10]) if signals.present else set()
-    frame = (
-        set(in_time_frame(votes, session_turns, *signals.frame))
-        if signals.frame is not None
-        else set()
-    )
-
-    def rarity(sid: str, p: int, turn: Turn) -> float:
-        if words is None:
-            return 0.0
-        got = known.get(("rare", sid, p))
-        if got is None:
-            got = known["rare", sid, p] = words_of(turn.text)
-        return words.rarity(got)
 
     rows: list[tuple[float, ...]] = []
     for key, (rank, _), cos, bm25 in zip(keys, mine, cosines, bm25s, strict=True):
@@ -256,7 +224,6 @@ def turn_features(
                 near / best_vote if best_vote > 0 else 0.0,  # neighbour
                 float(turn.role == "user"),  # user
                 _position(turns, sid, p, known),  # position
-                rarity(sid, p, turn),
             )
         )
     return TurnFeatures(keys, np.array(rows, dtype=np.float64))

@@ -27,7 +27,6 @@ from reflective_memory.retrieval.cues import (
 from reflective_memory.retrieval.features import QuestionSignals, turn_features
 from reflective_memory.retrieval.passages import PassageConfig
 from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
-from reflective_memory.retrieval.rarity import WordCounts
 from reflective_memory.retrieval.redundancy import (
     Distinct,
     collapse_duplicates,
@@ -205,40 +204,6 @@ class UserTurns:
             else:
                 got = index.extras.setdefault("said", (said, roles))
         return got
-
-    def word_counts(self, user_id: str, index: UserIndex) -> WordCounts:
-        """How many of the user's turns hold each word (`rarity.WordCounts`).
-
-        Counted once per index version over all the user's turns; a version that only
-        appended recounts only the sessions it touched. Above `PRELOAD_TURNS`, the counts are
-        of the sessions read so far, grown as more are read.
-        """
-        cache = self.sessions(user_id, index)
-        if len(index) > PRELOAD_TURNS:  # grown as sessions are read, never changed in place
-            read = dict(cache)  # readers may add sessions meanwhile
-            counts, counted = index.extras.get("word_counts_read", (WordCounts(), frozenset()))
-            new = [sid for sid in read if sid not in counted]
-            if new:
-                counts = counts.copy()
-                for sid in new:
-                    counts.add(t.text for t in read[sid])
-                index.extras["word_counts_read"] = (counts, counted | set(new))
-            return counts
-        counts = index.extras.get("word_counts")
-        if counts is None:
-            before = self._carried(index, "word_counts")
-            old = self._carried(index, "session_turns")
-            if before is not None and old is not None:
-                counts = before.copy()
-                for sid in self._touched(user_id, index):
-                    if sid in old:
-                        counts.add((t.text for t in old[sid]), -1)
-                    if sid in cache:
-                        counts.add(t.text for t in cache[sid])
-            else:
-                counts = WordCounts(t.text for turns in list(dict(cache).values()) for t in turns)
-            counts = index.extras.setdefault("word_counts", counts)
-        return counts
 
     def newest(self, user_id: str, index: UserIndex) -> datetime | None:
         """The time of the user's newest turn (timezone-aware), if any turn has one."""
@@ -573,7 +538,6 @@ class Votes:
             quiet=frozenset(anchors),
             relevance=self._relevance(state, session_turns),
             cache=texts,
-            words=self.turns.word_counts(req.user_id, state.index),
         )
         state.features = feats
         state.feature_ids = [session_turns(sid)[p].turn_id for sid, p in feats.keys]
