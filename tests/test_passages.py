@@ -518,6 +518,28 @@ def test_a_recent_turn_far_from_the_question_does_not_compete_on_time() -> None:
     assert again[("new", 0)] > again[("old", 0)]
 
 
+def test_for_a_when_question_only_turns_that_name_a_time_compete_on_recency() -> None:
+    """"When is the wedding?": the newest date given wins, not a newer turn without a date."""
+    from reflective_memory.retrieval.features import names_a_time
+    from reflective_memory.retrieval.turn_votes import recency_ranks
+
+    sessions = {
+        "mar": _turns("mar", ["The wedding is on June 14 in Gothenburg."], "2025-03-01"),
+        "may": _turns("may", ["The wedding got moved, it's now on September 6."], "2025-05-01"),
+        "oct": _turns("oct", ["Also, the wedding was beautiful."], "2025-10-01"),
+    }
+    votes = _votes([("oct", 0), ("may", 0), ("mar", 0)])
+
+    def dated(key: tuple[str, int]) -> bool:
+        return names_a_time(sessions[key[0]][key[1]])
+
+    assert [dated(k) for k in votes.turn] == [False, True, True]
+    anyone = recency_ranks(votes, sessions.__getitem__)
+    assert max(anyone, key=anyone.__getitem__) == ("oct", 0)
+    ranks = recency_ranks(votes, sessions.__getitem__, answers=dated)
+    assert ranks == {("may", 0): 1.0, ("mar", 0): 0.0}
+
+
 @pytest.mark.integration
 def test_small_talk_in_the_newest_session_is_not_the_answer_to_a_present_question() -> None:
     # "What am I allergic to?" reads as present tense ("am I"); in a short history every fused

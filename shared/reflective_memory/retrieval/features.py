@@ -15,7 +15,9 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
 - `other_person`: in a user/assistant chat the question asks in the first (or second) person
   and the other role said it (`cues.addressed_role`);
 - `recent`: for a present-tense question, how new the turn is among the best ten
-  (`turn_votes.recency_ranks`, 0 oldest to 1 newest; 0 otherwise);
+  (`turn_votes.recency_ranks`, 0 oldest to 1 newest; 0 otherwise); for one that asks for a
+  time ("When is my sister's wedding?"), among those of them that name one (`dated`), so the
+  newest date given wins, not a newer turn without any;
 - `change`: for a present-tense question, one of the best ten that says something changed;
 - `in_frame`: said inside the period the question names ("two weeks ago");
 - `dated`: the question asks for a time ("When is ...?", `cues.asks_when`) and the turn names
@@ -183,13 +185,6 @@ def turn_features(
         else set()
     )
     person = signals.speakers == ("user", "assistant")
-    ranks = recency_ranks(votes, session_turns, relevance=relevance) if signals.present else {}
-    pool = set(sorted(vote, key=lambda k: -vote[k])[:10]) if signals.present else set()
-    frame = (
-        set(in_time_frame(votes, session_turns, *signals.frame))
-        if signals.frame is not None
-        else set()
-    )
     scale = rrf_k + 1
     known = {} if cache is None else cache
 
@@ -198,6 +193,26 @@ def turn_features(
         if got is None:
             got = known["dated", sid, p] = names_a_time(turn)
         return bool(got)
+
+    def answers_when(key: tuple[str, int]) -> bool:
+        return dated(*key, session_turns(key[0])[key[1]])
+
+    ranks = (
+        recency_ranks(
+            votes,
+            session_turns,
+            relevance=relevance,
+            answers=answers_when if signals.when else None,
+        )
+        if signals.present
+        else {}
+    )
+    pool = set(sorted(vote, key=lambda k: -vote[k])[:10]) if signals.present else set()
+    frame = (
+        set(in_time_frame(votes, session_turns, *signals.frame))
+        if signals.frame is not None
+        else set()
+    )
 
     rows: list[tuple[float, ...]] = []
     for key, (rank, _), cos, bm25 in zip(keys, mine, cosines, bm25s, strict=True):

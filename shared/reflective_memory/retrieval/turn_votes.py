@@ -145,6 +145,7 @@ def recency_ranks(
     top: int = 10,
     changes: bool = True,
     relevance: Callable[[tuple[str, int]], float | None] | None = None,
+    answers: Callable[[tuple[str, int]], bool] | None = None,
 ) -> dict[tuple[str, int], float]:
     """How new each turn competing on time is: 0 for the oldest of them, 1 for the newest.
 
@@ -156,12 +157,15 @@ def recency_ranks(
     competes with an older "I live in Alfama" even when it matches the question's words less).
     Time is their conversation's (`conversation_time`: a later turn of the same conversation
     is no update, so its turns keep their order), so a log kept under one session id still
-    tells the months apart.
+    tells the months apart. With `answers`, only the turns it accepts compete (a "when"
+    question: the turns that name a time; a newer turn without one does not answer it).
 
     Returns:
         `r` per competing turn; empty when fewer than two distinct times are known.
     """
     pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
+    if answers is not None:
+        pool = [key for key in pool if answers(key)]
     if pool:
         cosines = {key: relevance(key) for key in pool} if relevance is not None else {}
         known = [c for c in cosines.values() if c is not None]
