@@ -519,7 +519,7 @@ def test_a_recent_turn_far_from_the_question_does_not_compete_on_time() -> None:
 
 
 def test_for_a_when_question_only_turns_that_name_a_time_compete_on_recency() -> None:
-    """"When is the wedding?": the newest date given wins, not a newer turn without a date."""
+    """A "when is" question: the newest date given wins, not a newer turn without a date."""
     from reflective_memory.retrieval.features import names_a_time
     from reflective_memory.retrieval.turn_votes import recency_ranks
 
