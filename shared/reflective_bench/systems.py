@@ -293,6 +293,13 @@ class SystemsResult:
             out.setdefault(s, {}).setdefault(c, {})[b] = [float(np.sum(v)), len(v)]
         return out
 
+    def _by_question(self) -> dict[str, dict[str, dict[str, list[float]]]]:
+        """`{system: {conversation: {cell: [each question's coverage, in order]}}}`."""
+        out: dict[str, dict[str, dict[str, list[float]]]] = {}
+        for (s, c, b), v in self.by_conversation.items():
+            out.setdefault(s, {}).setdefault(c, {})[b] = [float(x) for x in v]
+        return out
+
     def summary(self) -> dict[str, Any]:
         """Plain-dict means (JSON-friendly)."""
         return {
@@ -323,6 +330,7 @@ class SystemsResult:
             },
             "session_recall": {f"{s}/{n}": float(np.mean(v)) for (s, n), v in self.recall.items()},
             "coverage_by_conversation": self._by_conversation(),
+            "coverage_by_question": self._by_question(),
             "folds": dict(self.folds),
         }
 

@@ -74,6 +74,7 @@ BENCH_MODULES = [
     "reflective_bench.surfaces",
     "reflective_bench.ranker",
     "reflective_bench.settings_cv",
+    "reflective_bench.paired",
     "reflective_bench.attacks",
 ]
 
