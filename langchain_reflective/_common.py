@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from reflective_memory.errors import InvalidInputError, UnknownSessionError
+from reflective_memory.errors import InvalidInputError, UnknownMemoryError, UnknownSessionError
 from reflective_memory.kept_retrievals import RetrievalCache
 from reflective_memory.memory_block import CITATION_INSTRUCTION, memory_block
 from reflective_memory.rmm.citations import strip_citations
@@ -94,6 +94,9 @@ def send_feedback(memory: Any, retrieval: Retrieval | None, answer: str) -> Any 
         return None
     try:
         return memory.feedback(retrieval, answer)
+    except UnknownMemoryError as exc:  # it showed what was erased since: refused, nothing learned
+        logger.warning("citation feedback not taken for user %s: %s", retrieval.user_id, exc)
+        return None
     except Exception:  # feedback is best effort; the exchange is already stored
         logger.exception("citation feedback failed for user %s", retrieval.user_id)
         return None
