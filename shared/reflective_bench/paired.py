@@ -24,6 +24,8 @@ from typing import Any
 
 from reflective_memory.errors import ConfigError
 
+from reflective_bench.settings_cv import cell_order
+
 __all__ = ["paired_differences", "register"]
 
 #: The row compared when `--system` is not given.
@@ -43,13 +45,6 @@ def _questions(path: str, system: str) -> dict[str, dict[str, list[float]]]:
     if system not in rows:
         raise ConfigError(f"{path}: no system {system!r}; it holds {sorted(rows)}")
     return rows[system]  # type: ignore[no-any-return]
-
-
-def _cells(names: set[str]) -> list[str]:
-    """Budgets in increasing order, then `k=...`."""
-    return sorted((c for c in names if c.isdigit()), key=int) + sorted(
-        c for c in names if not c.isdigit()
-    )
 
 
 def paired_differences(
@@ -74,7 +69,7 @@ def paired_differences(
         )
     out: dict[str, tuple[float, float, int]] = {}
     cells = set().union(*(set(c) for c in first.values())) if first else set()
-    for cell in _cells(cells):
+    for cell in cell_order(cells):
         diffs: list[float] = []
         for conv, by_cell in first.items():
             a, b = by_cell.get(cell, []), second[conv].get(cell, [])

@@ -34,6 +34,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_ROW = "learned ranker, cross-validated"
 
 
+def cell_order(names: set[str]) -> list[str]:
+    """Cells of a `bench retrieval --json` run: budgets in increasing order, then `k=...`."""
+    return sorted((c for c in names if c.isdigit()), key=int) + sorted(
+        c for c in names if not c.isdigit()
+    )
+
+
 @dataclass(frozen=True)
 class Run:
     """One `bench retrieval --json` file, read for per-conversation coverage.
@@ -72,10 +79,7 @@ class Run:
 
     def cell_names(self) -> list[str]:
         """Budgets in increasing order, then `k=...`."""
-        names = {c for _, _, c in self.cells}
-        return sorted((c for c in names if c.isdigit()), key=int) + sorted(
-            c for c in names if not c.isdigit()
-        )
+        return cell_order({c for _, _, c in self.cells})
 
     def mean(self, row: str, keep: set[str] | None, cell: str | None = None) -> float | None:
         """Mean coverage of `row` over the questions of the folds in `keep` (None: all).
