@@ -87,6 +87,12 @@ def test_fit_ranker_writes_a_model_and_one_per_fold(chats: Path, tmp_path: Path,
     again = tmp_path / "again.json"
     assert _cli("bench", "fit-ranker", "--table", str(table), "--out", str(again)) == 0
     assert load_ranker(str(again)).weights == model.weights
+    # the rows of every question are views of one matrix read once, not one copy each
+    from reflective_bench.ranker import _load_table
+
+    rows = _load_table(str(table))
+    bases = {id(r[1].base) for _, r in rows}
+    assert len(rows) == 12 and len(bases) == 1
 
 
 def test_retrieval_prints_the_cross_validated_row(chats: Path, tmp_path: Path, capsys) -> None:

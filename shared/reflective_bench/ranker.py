@@ -122,12 +122,15 @@ def _load_table(path: str) -> list[tuple[str, Rows]]:
     z = np.load(path)
     if tuple(z["features"].tolist()) != FEATURES or "newness" not in z:
         raise SystemExit(f"{path}: rows of other features; collect them again")
+    # each `z[name]` reads the array again: read each once (a slice of one per question kept
+    # every question's copy of the whole matrix alive, 24 GB for three REALTALK tables)
+    matrix, labels, newness = z["matrix"], z["labels"], z["newness"]
     out: list[tuple[str, Rows]] = []
     at = 0
     for d, f, n, present in zip(z["data"], z["folds"], z["sizes"], z["present"], strict=True):
         part = slice(at, at + int(n))
-        newness = z["newness"][part] if present else None
-        out.append((str(d), (str(f), z["matrix"][part], z["labels"][part], newness)))
+        new = newness[part] if present else None
+        out.append((str(d), (str(f), matrix[part], labels[part], new)))
         at += int(n)
     return out
 
