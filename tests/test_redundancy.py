@@ -154,10 +154,11 @@ def test_a_flood_s_copies_rank_below_every_distinct_candidate() -> None:
         ]
         for i, text in enumerate(facts):
             mem.add_turn("u", f"fact{i}", "user", text, timestamp=t + timedelta(days=i))
+        ask = "Can you give me dinner idea number {} for this week?"
         for n in range(40):
-            mem.add_turn("u", "flood", "user", f"Can you give me dinner idea number {n} for this week?",
+            mem.add_turn("u", "flood", "user", ask.format(n),
                          timestamp=t + timedelta(days=5, minutes=n))  # fmt: skip
-        mem.add_turn("u", "later", "user", "Can you give me dinner idea number 99 for this week?",
+        mem.add_turn("u", "later", "user", ask.format(99),
                      timestamp=t + timedelta(days=9))  # fmt: skip
         r = mem.retriever
         req = r.request("u", "What dinner recipes did I cook this week?",
@@ -165,7 +166,8 @@ def test_a_flood_s_copies_rank_below_every_distinct_candidate() -> None:
         state = r.state(req)
         distinct = next(s for s in r.stages(req) if s.name == "distinct")
         for name in ("dense", "lexical"):
-            keys = [distinct.turns.turn_at("u", state.index, int(p)) for p in getattr(state, name)[0]]
+            at = getattr(state, name)[0]
+            keys = [distinct.turns.turn_at("u", state.index, int(p)) for p in at]
             sessions = [k[0] for k in keys if k is not None]
             flood = [i for i, s in enumerate(sessions) if s == "flood"]
             others = [i for i, s in enumerate(sessions) if s != "flood"]
