@@ -131,3 +131,47 @@ def test_a_flood_of_requests_does_not_push_the_answer_out_of_the_candidates() ->
         assert texts.count("dinner idea") <= 1
         block = "\n".join(h.memory.text for h in mem.retrieve("u", "When is dinner ready?").hits)
         assert block.count("dinner idea") == 1  # a flood costs one line
+
+
+def test_a_copy_in_its_own_session_is_a_flood_and_in_another_a_thing_said_again() -> None:
+    sessions = _session("I am allergic to peanuts.", "I am allergic to peanuts.", sid="s")
+    sessions |= _session("I am allergic to peanuts.", "I am allergic to peanuts.", sid="t")
+    seen = Distinct({}, _reader(sessions))
+    assert [seen.place(k) for k in [("s", 0), ("t", 0), ("s", 1), ("t", 1)]] == [
+        "fresh", "again", "flood", "flood",
+    ]  # fmt: skip
+
+
+def test_a_flood_s_copies_rank_below_every_distinct_candidate() -> None:
+    """The copies of a flood go to the end of each candidate list; copies said on other days
+    keep their place (`retrieval.votes.DistinctCandidates`)."""
+    with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        t = datetime(2025, 3, 3, 10)
+        facts = [
+            "My grandmother taught me her lentil soup recipe for dinner.",
+            "I cooked a lemon tart this week for the first time.",
+            "Dinner with Lena this week was a Thai curry I made myself.",
+        ]
+        for i, text in enumerate(facts):
+            mem.add_turn("u", f"fact{i}", "user", text, timestamp=t + timedelta(days=i))
+        ask = "Can you give me dinner idea number {} for this week?"
+        for n in range(40):
+            mem.add_turn("u", "flood", "user", ask.format(n),
+                         timestamp=t + timedelta(days=5, minutes=n))  # fmt: skip
+        mem.add_turn("u", "later", "user", ask.format(99),
+                     timestamp=t + timedelta(days=9))  # fmt: skip
+        r = mem.retriever
+        req = r.request("u", "What dinner recipes did I cook this week?",
+                        None, 500, None, None, None, None, None, None)  # fmt: skip
+        state = r.state(req)
+        distinct = next(s for s in r.stages(req) if s.name == "distinct")
+        for name in ("dense", "lexical"):
+            at = getattr(state, name)[0]
+            keys = [distinct.turns.turn_at("u", state.index, int(p)) for p in at]
+            sessions = [k[0] for k in keys if k is not None]
+            flood = [i for i, s in enumerate(sessions) if s == "flood"]
+            others = [i for i, s in enumerate(sessions) if s != "flood"]
+            assert len(flood) > 1 and "later" in sessions
+            # one copy of the flood ranks where it scores, the others after every other turn
+            assert all(i > max(others) for i in flood[1:]), name
+            assert sum(s.startswith("fact") for s in sessions) == len(facts)

@@ -15,10 +15,12 @@ Two rules, neither a word list, so they hold in any language and from a user's f
   numbers aside, are the same set, and at least `DUPLICATE_OVERLAP` of all their distinct words
   (numbers included) are shared (`Distinct`): a request sent 200 times with a different number
   in it is one turn, while "I moved to Oslo in 2023" and "... in 2024" (5 of 7 words) stay two.
-  Only the best-ranked of a set of near-duplicates keeps its place in each candidate list
-  (`retrieval.votes.DistinctCandidates`) and, once every turn is scored, its vote
-  (`collapse_duplicates`), so a flood of them takes neither candidate slots from an update nor
-  lines of a passage, and a fact said again takes one slot. Short turns are never collapsed
+  In each candidate list a copy of a turn ranked above it in the same session (a flood) moves
+  to the end, and the list makes room for as many distinct candidates as it held copies
+  (`retrieval.votes.DistinctCandidates`); once every turn is scored only the best-voted of a
+  set keeps its vote (`collapse_duplicates`). So a flood takes neither candidate slots nor
+  ranks from an update, nor lines of a passage, and a fact said again on other days counts
+  for it (each day's copy keeps its rank) but takes one slot. Short turns are never collapsed
   ("Yes" means what its anchor asked), nor is an anchor a short turn lifted.
 """
 
@@ -96,18 +98,32 @@ class Distinct:
 
     def __init__(self, cache: dict[Any, Any], session_turns: SessionTurns) -> None:
         self.cache, self.session_turns = cache, session_turns
-        self.seen: dict[frozenset[str], list[frozenset[str]]] = {}
+        self.seen: dict[frozenset[str], list[tuple[frozenset[str], set[str]]]] = {}
 
     def fresh(self, key: Key) -> bool:
         """Whether the turn is no near-duplicate of a turn seen before; it is seen from now."""
+        return self.place(key) == "fresh"
+
+    def place(self, key: Key) -> str:
+        """What the turn is beside the turns seen before; it is seen from now.
+
+        Returns:
+            `"fresh"` (no near-duplicate seen), `"again"` (a near-duplicate of one seen, the
+            first in its session: a thing said again another day) or `"flood"` (a
+            near-duplicate of one already seen in its own session).
+        """
         if is_short(self.cache, self.session_turns, key):
-            return True
+            return "fresh"
         bare, words = _signature(self.cache, self.session_turns, key)
         kept = self.seen.setdefault(bare, [])
-        if any(len(words & w) >= DUPLICATE_OVERLAP * len(words | w) for w in kept):
-            return False
-        kept.append(words)
-        return True
+        for w, sessions in kept:
+            if len(words & w) >= DUPLICATE_OVERLAP * len(words | w):
+                if key[0] in sessions:
+                    return "flood"
+                sessions.add(key[0])
+                return "again"
+        kept.append((words, {key[0]}))
+        return "fresh"
 
 
 def collapse_duplicates(
