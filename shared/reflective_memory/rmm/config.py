@@ -57,8 +57,11 @@ class RerankConfig:
             adaptation (feature-weight offsets learned from that user's feedback only, pulled
             back toward the prior by `user_decay`); `shared`: the prior alone; `isolated`: a
             full reranker per user learned from that user's feedback only (RMM's form).
-        explore: Sample the top-M with Gumbel noise at retrieval (for learning); off, the
-            reranked order is deterministic. `retrieve(explore=...)` overrides it per call.
+        explore: Retrieve for learning: once citations taught the user's weights something,
+            show the team-draft interleaving of the learned and the served ranking, whose
+            citations judge what was learned (`rmm.turn_learning`, the gate); before, sample
+            what is shown with Gumbel noise. Off, the order is deterministic.
+            `retrieve(explore=...)` overrides it per call.
         tau: Gumbel-softmax temperature (paper: 0.5).
         learning_rate: REINFORCE step `eta` (paper: 1e-3; 1e-4 here: at 1e-3 pure-noise
             feedback cost 1.5 points of coverage at 250 words on REALTALK dev, at 1e-4 0.9).
