@@ -4,12 +4,12 @@ What citations taught the turn ranker serves only once it has shown that it rank
 reader cites better than the weights it would replace (`rmm.turn_learning`, the gate). Judged
 on what the serving weights chose alone, that test never sees a turn only the learned weights
 would show. An explored retrieval (`retrieve(explore=True)`) of a user with learned offsets
-therefore shows an *interleaving* of two rankings (`TurnLearning.rivals`; Radlinski, Kurup
-and Joachims 2008, team draft): in each round the two rankings, in random order, each put
-their best turn not yet placed next in the list, and the turn is that ranking's (its *team*). A cited passage
-counts for the team of its best-placed turn. A reader who cites at random favours neither
-team on average, whatever the two rankings are; a reader who cites what answers favours the
-ranking that put more of it on top.
+therefore shows an *interleaving* of two rankings (`TurnLearning.rivals`; Radlinski, Kurup and
+Joachims 2008, team draft): in each round the two rankings, in random order, each put their
+best turn not yet placed next in the list, and the turn is that ranking's (its *team*). A cited
+passage counts for the team of its best-placed turn. A reader who cites at random favours
+neither team on average, whatever the two rankings are; a reader who cites what answers favours
+the ranking that put more of it on top.
 """
 
 from __future__ import annotations
