@@ -11,6 +11,7 @@ from reflective_memory import HashingEmbedder, ReflectiveMemory
 from reflective_memory.retrieval.features import FEATURES
 from reflective_memory.retrieval.interleave import (
     LEARNED,
+    NEITHER,
     SERVED,
     interleaved_scores,
     team_draft,
@@ -29,12 +30,15 @@ def test_team_draft_places_every_item_once_and_keeps_the_teams_even(served, lear
     coins = iter(flips)
     order, team = team_draft(served, learned, lambda: next(coins, True))
     assert sorted(order) == list(range(12)) and set(team) == set(order)
-    for n in range(1, len(order) + 1):  # every prefix: the teams differ by one at most
-        sides = [team[i] for i in order[:n]]
-        assert abs(sides.count(LEARNED) - sides.count(SERVED)) <= 1
+    assert set(team.values()) <= {LEARNED, SERVED, NEITHER}
     assert order[0] in (served[0], learned[0])
+    assert (team[order[0]] == NEITHER) == (served[0] == learned[0])
+    for n in range(1, len(order) + 1):  # every prefix holds one ranking's top n or nearly
+        top = set(order[:n])
+        assert len(top & set(served[:n])) >= n // 2 or len(top & set(learned[:n])) >= n // 2
     if list(served) == list(learned):
-        assert order == list(served)  # one ranking interleaved with itself is itself
+        assert order == list(served)  # one ranking interleaved with itself is itself ...
+        assert set(team.values()) == {NEITHER}  # ... and compares nothing
 
 
 def test_interleaved_scores_keep_the_served_scale_in_the_interleaved_order():
@@ -43,7 +47,8 @@ def test_interleaved_scores_keep_the_served_scale_in_the_interleaved_order():
     scores, teams = interleaved_scores(served, learned, lambda: True)
     assert sorted(scores.tolist()) == sorted(served.tolist())
     assert np.argsort(-scores).tolist() == [3, 0, 2, 1]  # learned, served, learned, served
-    assert teams.tolist() == [SERVED, SERVED, LEARNED, LEARNED]
+    # item 1 is both rankings' next pick in the fourth round: neither team's
+    assert teams.tolist() == [SERVED, NEITHER, LEARNED, LEARNED]
 
 
 def test_the_gain_is_the_learned_team_s_cited_share_minus_the_served_team_s():
@@ -101,7 +106,7 @@ def test_random_citations_of_an_interleaving_keep_the_gate_shut():
     for _ in range(300):
         learning.learn("u", _interleaved(learning, rng, noise=True))
     gate = learning.inspect("u")["shared_gate"]
-    assert gate["judged"] == 300 and not gate["serves"]
+    assert gate["judged"] > 100 and not gate["serves"]
     np.testing.assert_array_equal(learning.weights("u"), load_ranker().vector)
 
 
@@ -127,7 +132,7 @@ def test_an_explored_retrieval_interleaves_what_does_not_serve_and_its_citations
         mixed = mem.retrieve("u", question, budget_tokens=60, explore=True)
         rec = mixed.rerank
         assert rec is not None and rec.teams is not None and len(rec.teams) == len(rec.groups)
-        assert set(rec.teams) <= {LEARNED, SERVED}
+        assert set(rec.teams) <= {LEARNED, SERVED, NEITHER}
         again = type(rec).from_diagnostics(
             rec.as_diagnostics(), user_id="u", retrieval_id=rec.retrieval_id, query=rec.query
         )

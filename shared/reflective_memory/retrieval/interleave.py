@@ -7,9 +7,10 @@ would show. An explored retrieval (`retrieve(explore=True)`) of a user with lear
 therefore shows an *interleaving* of two rankings (`TurnLearning.rivals`; Radlinski, Kurup and
 Joachims 2008, team draft): in each round the two rankings, in random order, each put their
 best turn not yet placed next in the list, and the turn is that ranking's (its *team*). A cited
-passage counts for the team of its best-placed turn. A reader who cites at random favours
-neither team on average, whatever the two rankings are; a reader who cites what answers favours
-the ranking that put more of it on top.
+passage counts for the team of its best-placed turn; a turn both rankings would have placed
+next is neither team's (its citations compare nothing and only add noise). A reader who cites
+at random favours neither team on average, whatever the two rankings are; a reader who cites
+what answers favours the ranking that put more of it on top.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["SERVED", "LEARNED", "team_draft", "interleaved_scores"]
+__all__ = ["SERVED", "LEARNED", "NEITHER", "team_draft", "interleaved_scores"]
 
 #: Team of a turn the serving weights placed.
 SERVED = -1
 #: Team of a turn the learned weights placed.
 LEARNED = 1
+#: Team of a turn both rankings would have placed next (it tells them apart in nothing).
+NEITHER = 0
 
 K = TypeVar("K", bound=Hashable)
 
@@ -40,7 +43,9 @@ def team_draft(
         coin: A fair coin: True when the learned ranking picks first in a tied round.
 
     Returns:
-        The interleaved order and each item's team (`SERVED` or `LEARNED`).
+        The interleaved order and each item's team: `SERVED` or `LEARNED`, or `NEITHER` when
+        both rankings would have placed it next (the coin gave it to a team; it counts for
+        that team's turns but its citations compare nothing).
     """
     order: list[K] = []
     team: dict[K, int] = {}
@@ -56,13 +61,15 @@ def team_draft(
         learned_turn = b < len(learned) and (
             a >= len(served) or n_learned < n_served or (n_learned == n_served and coin())
         )
+        agreed = a < len(served) and b < len(learned) and served[a] == learned[b]
         if learned_turn:
             item, side = learned[b], LEARNED
             n_learned += 1
         else:
             item, side = served[a], SERVED
             n_served += 1
-        team[item] = side
+        # an item both rankings would place next is the coin's, and says nothing about them
+        team[item] = NEITHER if agreed else side
         order.append(item)
 
 
