@@ -183,7 +183,7 @@ class RerankRecord:
             passed in by the caller.
         top_k: Candidates reranked (the head of the retriever's ranking).
         top_m: Memories the reranker selects (for text rankings: texts shown).
-        explored: The head was sampled with Gumbel noise.
+        explored: Retrieved for learning (`explore`: an interleaving, or Gumbel noise).
         updates: Optimizer steps the reranker had taken when it ranked.
         candidates: Candidate ids in the retriever's order (memory ids, or the ids of the
             texts given).

@@ -32,7 +32,7 @@ class RetrievalRequest:
         mode: `hybrid`, `dense` or `lexical`.
         recall: RF-Mem settings of this call.
         views: Memory kinds ranked as units (`None`: every kind, as passages).
-        explore: Sample the reranked head with Gumbel noise.
+        explore: Retrieve for learning (an interleaving of two rankings, or Gumbel noise).
         retrieval_id: Id feedback on this retrieval refers to.
         exclude: Ids of turns never returned (the reader sees them already).
         now: When the question is asked (relative times resolve against it; `None`: the
