@@ -11,10 +11,11 @@ default config (or `--granularity` / `--denoiser`). Two protocols, picked from t
   two halves; feedback on one half's questions, coverage on the other's.
 
 Feedback: a teaching question is retrieved as a live app would, `retrieve(budget_tokens=1000,
-explore=True)` (small-to-big passages, the reranked top M sampled with Gumbel noise); a simulated
-generator cites the returned passages that hold an evidence turn with RMM's measured recall
-(0.86) and any other with a chance set for its precision (0.87, RMM Table 3) -- condition
-`citations`; or cites passages at random at the same rate -- `noise`; or cites nothing -- `none`.
+explore=True)` (small-to-big passages; once something is learned, an interleaving of the learned
+and the served ranking, `retrieval.interleave`); a simulated generator cites the returned
+passages that hold an evidence turn with RMM's measured recall (0.86) and any other with a
+chance set for its precision (0.87, RMM Table 3) -- condition `citations`; or cites passages at
+random at the same rate -- `noise`; or cites nothing -- `none`.
 Coverage is what a user gets: `retrieve(budget_tokens=B)` on a memory that counts its budget in
 words (`budget_unit="words"`, as `bench systems`), the fraction of the question's evidence turns
 among the returned passages' turns, at every budget B.

@@ -398,7 +398,10 @@ class ReflectiveMemory:
                 override `config.recall`.
             views: Memory kinds to rank as units (override `config.search.views`).
             reflect: Override `config.conditional.self_reflection`.
-            explore: Sample the reranked top-M with Gumbel noise (`config.rerank.explore`).
+            explore: Retrieve for learning (`config.rerank.explore`): once citations taught
+                the user's turn ranker something, show the interleaving of the learned and the
+                served ranking, whose citations judge it (`rmm.turn_learning`); before, sample
+                what is shown with Gumbel noise.
             exclude_turns: Ids of turns never returned, e.g. the current exchange the reader
                 sees anyway (the adapters pass it); other turns take their place.
             now: When the question is asked (a datetime or any timestamp `add_turn` takes;

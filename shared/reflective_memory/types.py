@@ -183,7 +183,7 @@ class RerankRecord:
             passed in by the caller.
         top_k: Candidates reranked (the head of the retriever's ranking).
         top_m: Memories the reranker selects (for text rankings: texts shown).
-        explored: The head was sampled with Gumbel noise.
+        explored: Retrieved for learning (`explore`: an interleaving, or Gumbel noise).
         updates: Optimizer steps the reranker had taken when it ranked.
         candidates: Candidate ids in the retriever's order (memory ids, or the ids of the
             texts given).
@@ -195,6 +195,9 @@ class RerankRecord:
         groups: For a record of turns (scope `turns`: what `retrieve` showed, the turn
             ranker's to learn from), the shown passage each candidate turn belongs to; the
             candidates are then the shown turns' ids and `features` their feature rows.
+        teams: For a record of turns of an interleaved retrieval (`retrieval.interleave`),
+            per candidate the team that placed its passage (1: the learned weights, -1: the
+            served ones); None when the retrieval was not interleaved.
     """
 
     user_id: str
@@ -210,6 +213,7 @@ class RerankRecord:
     features: tuple[tuple[float, ...], ...] | None
     query: str
     groups: tuple[int, ...] | None = None
+    teams: tuple[int, ...] | None = None
 
     def as_diagnostics(self) -> dict[str, Any]:
         """The record as `Retrieval.diagnostics["rerank"]` shows it (JSON-ready).
@@ -234,6 +238,8 @@ class RerankRecord:
             out["features"] = [list(row) for row in self.features]
         if self.groups is not None:
             out["groups"] = list(self.groups)
+        if self.teams is not None:
+            out["teams"] = list(self.teams)
         return out
 
     @classmethod
@@ -260,6 +266,7 @@ class RerankRecord:
             features=None if feats is None else tuple(tuple(map(float, r)) for r in feats),
             query=query,
             groups=None if info.get("groups") is None else tuple(int(g) for g in info["groups"]),
+            teams=None if info.get("teams") is None else tuple(int(t) for t in info["teams"]),
         )
 
 

@@ -57,6 +57,7 @@ class ShownTurns:
             return
         matrix = np.round(feats.matrix[rows], 5)
         scores = matrix @ self.weights(req.user_id)
+        teams = _passage_teams(state, groups, rows) if state.teams else None
         state.rerank = RerankRecord(
             user_id=req.user_id,
             retrieval_id=req.retrieval_id,
@@ -71,4 +72,27 @@ class ShownTurns:
             features=tuple(tuple(float(v) for v in row) for row in matrix),
             query=state.search_query,
             groups=tuple(groups),
+            teams=teams,
         )
+
+
+def _passage_teams(
+    state: RetrievalState, groups: list[int], rows: list[int]
+) -> tuple[int, ...] | None:
+    """Per recorded turn, the team of its passage: that of the passage's best-voted turn.
+
+    None when a passage has no turn the interleaving placed.
+    """
+    assert state.features is not None and state.votes is not None
+    keys, votes = state.features.keys, state.votes.turn
+    best: dict[int, tuple[float, int]] = {}
+    for g, r in zip(groups, rows, strict=True):
+        team = state.teams.get(keys[r])
+        if team is None:
+            continue
+        vote = votes.get(keys[r], 0.0)
+        if g not in best or vote > best[g][0]:
+            best[g] = (vote, team)
+    if len(best) != len(set(groups)):
+        return None
+    return tuple(best[g][1] for g in groups)

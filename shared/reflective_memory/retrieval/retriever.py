@@ -98,6 +98,8 @@ class Retriever:
             context_units,
             learning.weights,
             learning.explore_noise,
+            learning.rivals,
+            learning.coin,
         )
         self.passages = PassagePacking(config.passages, config.units.date_prefix, turns, count)
         self.units = UnitPacking(store, count)

@@ -32,7 +32,7 @@ class RetrievalRequest:
         mode: `hybrid`, `dense` or `lexical`.
         recall: RF-Mem settings of this call.
         views: Memory kinds ranked as units (`None`: every kind, as passages).
-        explore: Sample the reranked head with Gumbel noise.
+        explore: Retrieve for learning (an interleaving of two rankings, or Gumbel noise).
         retrieval_id: Id feedback on this retrieval refers to.
         exclude: Ids of turns never returned (the reader sees them already).
         now: When the question is asked (relative times resolve against it; `None`: the
@@ -84,6 +84,7 @@ class RetrievalState:
         recency: Whether the question read as present tense (with `passages.recency` on).
         features: The voted turns' feature rows, when the learned ranker scored them.
         feature_ids: The turn id of each feature row.
+        teams: For an interleaved retrieval, each voted turn's team (`retrieval.interleave`).
         hits: The result, best first.
         filled: Whether the hits reached `k` or the budget (else: candidates ran out).
         tokens_used: Budget the hits use (passages).
@@ -112,6 +113,7 @@ class RetrievalState:
     recency: bool = False
     features: TurnFeatures | None = None
     feature_ids: list[str] = field(default_factory=list)
+    teams: dict[tuple[str, int], int] = field(default_factory=dict)
     hits: list[Hit] = field(default_factory=list)
     filled: bool = False
     tokens_used: int = 0

@@ -25,6 +25,7 @@ from reflective_memory.retrieval.cues import (
     without_present_cue,
 )
 from reflective_memory.retrieval.features import QuestionSignals, turn_features
+from reflective_memory.retrieval.interleave import interleaved_scores
 from reflective_memory.retrieval.passages import PassageConfig
 from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
 from reflective_memory.retrieval.redundancy import (
@@ -481,6 +482,10 @@ class Votes:
             default: the fitted ranker's.
         noise: Exploration noise for `n` turns' log-scores, added when a call explores
             (`retrieve(explore=True)`: RMM's Gumbel sampling of what is shown).
+        rivals: A user's two weights to compare, `(served, learned)`, or None: a call that
+            explores shows the team-draft interleaving of their rankings instead of adding
+            noise (`retrieval.interleave`; `state.teams`).
+        coin: The fair coin of the interleaving.
     """
 
     name = "votes"
@@ -494,11 +499,14 @@ class Votes:
         context_units: bool,
         weights: Callable[[str], np.ndarray] | None = None,
         noise: Callable[[int], np.ndarray] | None = None,
+        rivals: Callable[[str], tuple[np.ndarray, np.ndarray] | None] | None = None,
+        coin: Callable[[], bool] | None = None,
     ) -> None:
         self.config, self.rrf_k, self.turns = config, rrf_k, turns
         self.context_units = context_units
         self.ranker: TurnRanker = load_ranker(None if config.ranker == "learned" else config.ranker)
         self.weights, self.noise = weights, noise
+        self.rivals, self.coin = rivals, coin
 
     def run(self, state: RetrievalState) -> None:
         """Set `state.votes`, `state.unit_scores`, `state.ranked_units` and `state.recency`."""
@@ -564,7 +572,15 @@ class Votes:
             scores = self.ranker.score(feats.matrix)
         else:
             scores = feats.matrix @ self.weights(req.user_id)
-        if req.explore and self.noise is not None:
+        pair = None
+        if req.explore and self.rivals is not None and self.coin is not None and len(scores):
+            pair = self.rivals(req.user_id)
+        if pair is not None:
+            scores, teams = interleaved_scores(
+                feats.matrix @ pair[0], feats.matrix @ pair[1], self.coin
+            )
+            state.teams = dict(zip(feats.keys, teams.tolist(), strict=True))
+        elif req.explore and self.noise is not None:
             scores = scores + self.noise(len(scores))
         for key, s in zip(feats.keys, scores.tolist(), strict=True):
             votes.turn[key] = math.exp(min(s, 50.0))

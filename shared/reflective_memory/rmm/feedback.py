@@ -280,7 +280,11 @@ class RerankStage:
         if width != len(self.learning.prior_vector) or max(rec.groups, default=0) >= len(ids):
             out.reason = "the record's turn features are not this ranker's"
             return out
-        fit = self.learning.learn(user_id, episode_from_record(rec.features, rec.groups, flags))
+        if rec.teams is not None and len(rec.teams) != len(rec.groups):
+            out.reason = "the record's interleaving teams do not match its turns"
+            return out
+        episode = episode_from_record(rec.features, rec.groups, flags, rec.teams)
+        fit = self.learning.learn(user_id, episode)
         if fit is None:
             out.reason = "every shown item was cited, or none: nothing to tell apart"
             return out

@@ -18,14 +18,22 @@ reward as baseline; `pairwise` steps on every (cited, not cited) pair's logistic
 the first two, citations that do not depend on the passages teach nothing on average.
 
 **The gate.** What is learned ranks only once it has shown that it ranks citations better
-than the weights it would replace. Before each step the episode judges the offsets learned so
-far (prequential: on citations they have not learned from): the average precision of the cited
-passages among the shown ones (`average_precision`) under the learned weights minus that under
-the weights without them: the shared offsets against the prior, a user's own against the prior
-plus the shared offsets if those serve. Offsets serve once the mean of these gains is above
-`GATE_SIGMAS` (2) standard errors. Random citations give every ranking of the shown passages
-the same expected precision, so they leave the prior ranking; so does a prior already right
-about what the reader cites; consistent citations the prior ranks badly pass the gate.
+than the weights it would replace. Each episode judges the offsets learned so far
+(prequential: on citations they have not learned from), and offsets serve while the mean of
+their gains is above `GATE_SIGMAS` (2) standard errors (`_beats`). The gain of an episode is:
+
+- for an *explored* retrieval (`retrieve(explore=True)`), an interleaved comparison
+  (`interleaved_gain`): the retrieval showed the team-draft interleaving of two rankings
+  (`rivals`: the served weights against the weights with every learned offset while some do
+  not serve yet; once all serve, the prior against them, so they keep being judged), and the
+  gain is the share of the learned team's passages cited minus that of the other team's. It
+  sees the turns only the learned weights would show; a reader citing at random favours
+  neither team whatever the rankings are (`retrieval.interleave`);
+- otherwise, the average precision of the cited passages among the shown ones
+  (`average_precision`) under the learned weights minus that under the weights without them
+  (the shared offsets against the prior, a user's own against the prior plus the shared
+  offsets if those serve). Random citations give every ranking of the shown passages the same
+  expected precision; consistent citations the prior ranks badly pass.
 
 A user's weights are the prior, plus the shared offsets if they serve, plus the user's own if
 they serve; `inspect` shows each gate (`judged`, `mean_gain`, `serves`).
@@ -72,6 +80,7 @@ import numpy as np
 
 from reflective_memory.errors import ModelLoadError
 from reflective_memory.retrieval.features import FEATURES
+from reflective_memory.retrieval.interleave import LEARNED, SERVED
 from reflective_memory.retrieval.ranker import TurnRanker
 from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.sealed import seal, unseal
@@ -89,6 +98,7 @@ __all__ = [
     "average_precision",
     "GATE_SIGMAS",
     "episode_from_record",
+    "interleaved_gain",
 ]
 
 logger = logging.getLogger(__name__)
@@ -121,11 +131,15 @@ class TurnEpisode:
         rows: Feature rows of the shown turns (`FEATURES` columns), `(n, len(FEATURES))`.
         groups: The shown passage (0, 1, ...) each row belongs to.
         cited: Per shown passage, whether the answer cited it.
+        teams: Per shown passage, the team of an interleaved retrieval that placed it
+            (`retrieval.interleave`: `LEARNED`, `SERVED`), or None when the retrieval was not
+            interleaved.
     """
 
     rows: np.ndarray
     groups: np.ndarray
     cited: tuple[bool, ...]
+    teams: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -280,6 +294,26 @@ class _Offsets:
         self.new_gain2 += gain * gain
 
 
+def interleaved_gain(episode: TurnEpisode) -> float | None:
+    """How much more the reader cited the learned weights' passages than the served weights'.
+
+    The share of the passages the learned weights placed that were cited, minus that share
+    of the passages the serving weights placed (`retrieval.interleave`). A reader citing at
+    random gives both teams the same expected share, whatever the two rankings are.
+
+    Returns:
+        The difference, or None when the episode was not interleaved, a team placed no shown
+        passage, or nothing was cited.
+    """
+    if episode.teams is None or not any(episode.cited):
+        return None
+    teams, cited = np.asarray(episode.teams), np.asarray(episode.cited, dtype=bool)
+    learned, served = teams == LEARNED, teams == SERVED
+    if not learned.any() or not served.any():
+        return None
+    return float(cited[learned].mean() - cited[served].mean())
+
+
 def _judge(off: _Offsets, episode: TurnEpisode, learned: np.ndarray, base: np.ndarray) -> None:
     """Count whether `learned` ranked the episode's citations better than `base` (prequential)."""
     if not off.value.any():
@@ -296,10 +330,15 @@ def _gate(off: _Offsets) -> dict[str, Any]:
 
 
 def _beats(n: int, total: float, squares: float) -> bool:
-    """Whether the mean gain of `n` judged episodes is above `GATE_SIGMAS` standard errors."""
+    """Whether the mean gain of `n` judged episodes is above `GATE_SIGMAS` standard errors.
+
+    Gains lie in [-1, 1]. The spread is estimated with one more episode of the largest
+    variance a gain can have (1): a few equal gains (a reader citing at random gives
+    interleaved gains of exactly +-0.5 often) do not look certain.
+    """
     if n < 2 or total <= 0:
         return False
-    var = max(squares - total * total / n, 0.0) / (n - 1)
+    var = (max(squares - total * total / n, 0.0) + 1.0) / n
     return total / n > GATE_SIGMAS * math.sqrt(var / n)
 
 
@@ -491,6 +530,46 @@ class TurnLearning:
                 return w + own.value, w
         return w, w
 
+    def _learned_offsets(self, user_id: str) -> list[_Offsets]:
+        """The user's offsets (shared, own, as the scope has them) that hold something."""
+        scope, out = self.config.scope, []
+        if scope != "isolated" and self._shared_offsets().value.any():
+            out.append(self._shared_offsets())
+        if scope != "shared" and self._user_offsets(user_id).value.any():
+            out.append(self._user_offsets(user_id))
+        return out
+
+    def _judged(self, user_id: str) -> list[_Offsets]:
+        """The offsets an interleaving of `rivals` judges: those that do not serve, else all."""
+        learned = self._learned_offsets(user_id)
+        waiting = [off for off in learned if not off.serves]
+        return waiting or learned
+
+    def rivals(self, user_id: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The two weights an explored retrieval interleaves, so citations judge what is learned.
+
+        `(served, learned)`: the served weights against those with every learned offset, while
+        some offsets do not serve yet; once all serve, the prior against them, so what serves
+        keeps being judged (and stops serving when later citations say so). An explored
+        retrieval shows their team-draft interleaving (`retrieval.interleave`) and its
+        citations judge the offsets (`learn`). None when learning is off or nothing is learned.
+        """
+        if not self.config.enabled:
+            return None
+        with self.lock:
+            learned = self._learned_offsets(user_id)
+            if not learned:
+                return None
+            w = self.prior_vector + sum(off.value for off in learned)
+            if any(not off.serves for off in learned):
+                return self._served(user_id)[0], w
+            return self.prior_vector, w
+
+    def coin(self) -> bool:
+        """A fair coin from the learner's seeded generator (who picks first when interleaving)."""
+        with self.lock:
+            return bool(self._rng.random() < 0.5)
+
     def explore_noise(self, n: int) -> np.ndarray:
         """Gumbel noise for `n` turn log-scores at temperature `rerank.tau` (exploration).
 
@@ -553,13 +632,21 @@ class TurnLearning:
             prior = self.prior_vector
             shared = self._shared_offsets()
             learned = prior.copy()
+            gain = interleaved_gain(episode)
+            if gain is not None:
+                # an interleaved retrieval: its citations judge the offsets the learned team
+                # ranked with and the other team did not (see `rivals`)
+                for off in self._judged(user_id):
+                    off.judge(gain)
             if cfg.scope != "isolated":
                 learned += shared.value
-                _judge(shared, episode, prior + shared.value, prior)
+                if episode.teams is None:
+                    _judge(shared, episode, prior + shared.value, prior)
             if cfg.scope != "shared":
                 own = self._user_offsets(user_id)
                 _, base = self._served(user_id)  # what ranks without the user's own offsets
-                _judge(own, episode, base + own.value, base)
+                if episode.teams is None:
+                    _judge(own, episode, base + own.value, base)
                 learned += own.value
             got = passage_gradient(learned, episode, cfg.turn_update)
             if got is None:
@@ -694,8 +781,23 @@ class TurnLearning:
 
 
 def episode_from_record(
-    features: Sequence[Sequence[float]], groups: Sequence[int], cited: Sequence[bool]
+    features: Sequence[Sequence[float]],
+    groups: Sequence[int],
+    cited: Sequence[bool],
+    teams: Sequence[int] | None = None,
 ) -> TurnEpisode:
-    """A `TurnEpisode` from a record's rows, their passages and the passages' citations."""
+    """A `TurnEpisode` from a record's rows, their passages and the passages' citations.
+
+    Args:
+        features: The shown turns' feature rows.
+        groups: The shown passage of each row.
+        cited: Per shown passage, whether it was cited.
+        teams: Per row, the interleaving team of its passage (`RerankRecord.teams`), or None.
+    """
     rows = np.asarray(features, dtype=np.float64).reshape(len(features), len(FEATURES))
-    return TurnEpisode(rows, np.asarray(groups, dtype=np.int64), tuple(bool(c) for c in cited))
+    g = np.asarray(groups, dtype=np.int64)
+    per_passage = None
+    if teams is not None:
+        team_of = dict(zip(g.tolist(), (int(t) for t in teams), strict=True))
+        per_passage = tuple(team_of.get(i, 0) for i in range(len(cited)))
+    return TurnEpisode(rows, g, tuple(bool(c) for c in cited), per_passage)
