@@ -93,9 +93,9 @@ class RerankConfig:
             `reinforce` (REINFORCE, the episode's mean reward as baseline) or `pairwise`
             (logistic loss of each cited passage over each shown one not cited).
         turn_learning_rate: Step of the memory's shared offsets to the turn ranker's weights,
-            per feedback episode (0.15: from an uninformed start it recovers about half of the
+            per feedback episode (0.25: from an uninformed start it recovers over half of the
             gap to the fitted prior on REALTALK and LongMemEval behind the interleaved gate;
-            0.05 recovered a third, BENCHMARKS.md).
+            0.15 fell short at 500 words on LongMemEval, 0.05 recovered a third; BENCHMARKS.md).
         turn_prior_pull: Pull of the shared offsets back to the shipped prior per episode
             (L2, as a multiple of the offsets).
         turn_user_learning_rate: Step of a user's own offsets (scope `user`).
@@ -123,9 +123,9 @@ class RerankConfig:
     attribution_fallback: bool = True
     attribution_threshold: float = 0.55
     turn_update: str = "expected"
-    turn_learning_rate: float = 0.15
+    turn_learning_rate: float = 0.25
     turn_prior_pull: float = 0.0
-    turn_user_learning_rate: float = 0.15
+    turn_user_learning_rate: float = 0.25
     turn_pull: float = 0.1
     save_every: int = 16
     save_seconds: float = 5.0
