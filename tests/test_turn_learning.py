@@ -206,7 +206,7 @@ def test_learned_offsets_rank_only_once_they_beat_the_weights_they_replace():
     cfg = RerankConfig(save_every=1000, turn_learning_rate=0.2, turn_user_learning_rate=0.2)
     prior = load_ranker()
     learning = TurnLearning(cfg, prior, FileStateStore())
-    episodes = _consistent(np.random.default_rng(6), 40)
+    episodes = _consistent(np.random.default_rng(6), 60)
     first = learning.learn("u1", episodes[0])
     assert not first.serving  # one episode proves nothing: the prior still ranks
     np.testing.assert_array_equal(learning.weights("u1"), prior.vector)
@@ -214,7 +214,7 @@ def test_learned_offsets_rank_only_once_they_beat_the_weights_they_replace():
     assert fits[-1].serving
     seen = learning.inspect("u1")
     assert seen["shared_gate"]["serves"] and seen["shared_gate"]["mean_gain"] > 0
-    assert seen["shared_gate"]["judged"] == 39  # zero offsets are not judged
+    assert seen["shared_gate"]["judged"] == 59  # zero offsets are not judged
     w = np.array([seen["weights"][n] for n in FEATURES])
     assert w[FEATURES.index("bm25")] > prior.vector[FEATURES.index("bm25")]
 
