@@ -43,6 +43,18 @@ def test_a_changed_weight_fails_the_checksum(tmp_path: Path) -> None:
         load_ranker(str(path))
 
 
+def test_editing_a_model_s_document_leaves_the_shared_model_alone() -> None:
+    shipped = load_ranker()
+    before = shipped.vector.copy()
+    doc = shipped.to_json()
+    doc["weights"]["cosine"] += 1.0  # what the checksum test above does
+    doc["fitted"]["questions"] = -1
+    np.testing.assert_array_equal(load_ranker().vector, before)
+    assert load_ranker().fitted.get("questions", 0) > 0
+    with pytest.raises(TypeError):
+        shipped.weights["cosine"] = 0.0  # type: ignore[index]
+
+
 def test_a_model_of_other_features_is_refused(tmp_path: Path) -> None:
     body = {"format": "reflective-memory/turn-ranker/1", "weights": {"cosine": 1.0}, "fitted": {}}
     path = tmp_path / "ranker.json"

@@ -12,15 +12,17 @@ refitted with `reflective-memory bench fit-ranker`.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -51,10 +53,14 @@ class TurnRanker:
         fitted: What it was fitted on (data, questions, pairs), for the reader.
     """
 
-    weights: dict[str, float]
+    weights: Mapping[str, float]
     fitted: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # read-only copies: `load_ranker` shares one object per file across the process, and
+        # a document edited from `to_json()` changed the shipped prior for every later caller
+        object.__setattr__(self, "weights", MappingProxyType(dict(self.weights)))
+        object.__setattr__(self, "fitted", copy.deepcopy(self.fitted))
         if tuple(self.weights) != FEATURES:
             raise ConfigError(
                 f"turn ranker weights must name the features {list(FEATURES)} in order, "
@@ -77,7 +83,11 @@ class TurnRanker:
 
     def to_json(self) -> dict[str, Any]:
         """The model as the JSON document `load_ranker` reads (checksum included)."""
-        body = {"format": FORMAT, "weights": self.weights, "fitted": self.fitted}
+        body = {
+            "format": FORMAT,
+            "weights": dict(self.weights),
+            "fitted": copy.deepcopy(self.fitted),
+        }
         return {**body, "sha256": model_checksum(body)}
 
     def save(self, path: str | Path) -> None:
