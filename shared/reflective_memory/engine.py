@@ -442,7 +442,8 @@ class ReflectiveMemory:
             `TurnLearning.inspect`: by feature name the fitted `prior`, the memory's `shared`
             offsets (learned from every user's feedback), with `user_id` that user's own
             offsets (`user`), and the `weights` that rank (the user's, when given); the
-            episodes each learned from.
+            episodes each learned from, and each gate (`shared_gate`, `user_gate`: episodes
+            judged, mean gain, `t` the mean gain in standard errors, whether it ranks).
         """
         self._open()
         if user_id is not None:
