@@ -93,19 +93,21 @@ def _changes(
     ]
 
 
+def _table(title: str, columns: Sequence[str]) -> list[str]:
+    """The lines that open a titled Markdown table: a blank line, the title, the header."""
+    return ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def _per_user(
     per_split: list[dict[str, Any]], conditions: Sequence[str], budgets: Sequence[int]
 ) -> list[str]:
     """Per user, the held-out coverage change (condition minus prior alone): mean (worst split)."""
     users = list(dict.fromkeys(u for p in per_split for u in p["before_by_user"]))
-    lines = [
-        "",
+    lines = _table(
         "Per user, held-out coverage (%) before learning, and its change by each condition: "
         "mean over splits (worst split):",
-        "",
-        "| user | run | " + " | ".join(f"cov@{b}" for b in budgets) + " |",
-        "|---|---|" + "---|" * len(budgets),
-    ]
+        ["user", "run", *(f"cov@{b}" for b in budgets)],
+    )
     for u in users:
         own = [p["before_by_user"][u] for p in per_split if u in p["before_by_user"]]
         cells = " | ".join(f"{_mean(own, b):.1f}" for b in budgets)
@@ -171,15 +173,10 @@ def report(
         )
         lines.append(f"| {c}, worst split | {worst} | {tr_w:+.2f} |")
     lines += _per_user(per_split, conditions, budgets)
-    lines += [
-        "",
+    lines += _table(
         "Per split, change of held-out coverage@1000 (and @500):",
-        "",
-        "| split | before @1000 | "
-        + " | ".join(f"{c} Δ@1000 | {c} Δ@500" for c in conditions)
-        + " |",
-        "|---|---|" + "---|---|" * len(conditions),
-    ]
+        ["split", "before @1000", *(f"{c} Δ@{b}" for c in conditions for b in (1000, 500))],
+    )
     for p in per_split:
         cells = " | ".join(
             f"{p['runs'][c].curve[-1][1][1000] - p['before'][1000]:+.1f} | "
@@ -187,14 +184,11 @@ def report(
             for c in conditions
         )
         lines.append(f"| {p['split'].seed} | {p['before'][1000]:.1f} | {cells} |")
-    lines += [
-        "",
+    lines += _table(
         "Gates after teaching, per split: the shared offsets' mean gain in standard errors "
         "(they rank above the gate), and users whose own offsets rank:",
-        "",
-        "| split | " + " | ".join(f"{c}: shared t | {c}: users ranking" for c in conditions) + " |",
-        "|---|" + "---|---|" * len(conditions),
-    ]
+        ["split", *(f"{c}: {what}" for c in conditions for what in ("shared t", "users ranking"))],
+    )
     for p in per_split:
         cells = []
         for c in conditions:
