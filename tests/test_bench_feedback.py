@@ -164,6 +164,13 @@ def test_tiny_run_end_to_end(tmp_path, capsys):
     assert set(res[0]["before_by_user"]) == set(res[0]["runs"]["noise"]["test_by_user"])
     assert len(res[0]["runs"]["citations"]["curve"]) == 3 and (tmp_path / "p.png").exists()
     assert not (tmp_path / "store" / "rerankers").exists()  # learned state cleaned up
+    # the gates after teaching: nothing cited teaches nothing, so nothing is judged or ranks
+    gates = res[0]["runs"]["none"]["gates"]
+    assert gates["shared"] == {"judged": 0, "mean_gain": 0.0, "t": 0.0, "serves": False}
+    assert gates["users"] == 3 and gates["users_serving"] == 0
+    assert "Gates after teaching" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| 0 | ") and "judged" in ln)
+    assert row.count("judged") == len(bench.CONDITIONS)
 
 
 def test_per_user_table_mean_and_worst_split():

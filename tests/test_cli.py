@@ -128,3 +128,26 @@ def test_search_now_resolves_relative_times(tmp_path, capsys) -> None:
     assert "argument --now: timestamp 'the other day' is in no known format" in (
         capsys.readouterr().err
     )
+
+
+def test_weights_shows_each_gate_in_standard_errors(tmp_path, capsys) -> None:
+    """`weights` says whether what citations taught ranks, and how far it is from the gate."""
+    from unittest import mock
+
+    from reflective_memory import HashingEmbedder, ReflectiveMemory
+    from reflective_memory.rmm.turn_learning import GATE_SIGMAS
+
+    db = tmp_path / "db"
+    with ReflectiveMemory(db, embedder=HashingEmbedder(256)) as mem:
+        for i, text in enumerate(["I grow tomatoes on the balcony.", "My bike is blue."]):
+            mem.add_turn("kim", f"s{i}", "user", text)
+        r = mem.retrieve("kim", "What do I grow?", budget_tokens=200)
+        mem.feedback(r, cited=[0])
+        want = mem.ranker_weights("kim")
+    with mock.patch("reflective_memory.engine.default_embedder", lambda: HashingEmbedder(256)):
+        assert main(["weights", "--db", str(db), "--user", "kim"]) == 0
+    out = capsys.readouterr().out
+    for label, gate in (("all users", want["shared_gate"]), ("this user", want["user_gate"])):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"what {label} taught"))
+        assert f"over {gate['judged']} judged episodes ({gate['t']:+.2f} standard errors" in line
+        assert f"ranks above {GATE_SIGMAS})" in line

@@ -17,6 +17,7 @@ from reflective_memory.retrieval.ranker import TurnRanker, load_ranker
 from reflective_memory.rmm.config import RerankConfig
 from reflective_memory.rmm.text_rows import text_rows
 from reflective_memory.rmm.turn_learning import (
+    GATE_SIGMAS,
     PRIOR_OWNER,
     SHARED_STATE,
     USER_STATE,
@@ -24,6 +25,7 @@ from reflective_memory.rmm.turn_learning import (
     TurnLearning,
     _decode,
     average_precision,
+    gate_t,
     passage_gradient,
 )
 from reflective_memory.storage.state import FileStateStore
@@ -215,6 +217,7 @@ def test_learned_offsets_rank_only_once_they_beat_the_weights_they_replace():
     seen = learning.inspect("u1")
     assert seen["shared_gate"]["serves"] and seen["shared_gate"]["mean_gain"] > 0
     assert seen["shared_gate"]["judged"] == 59  # zero offsets are not judged
+    assert seen["shared_gate"]["t"] > GATE_SIGMAS  # what `inspect` shows is what the gate read
     w = np.array([seen["weights"][n] for n in FEATURES])
     assert w[FEATURES.index("bm25")] > prior.vector[FEATURES.index("bm25")]
 
@@ -337,3 +340,15 @@ TestDeletionMachine = DeletionMachine.TestCase
 TestDeletionMachine.settings = settings(
     max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
 )
+
+
+def test_gate_t_is_the_mean_gain_in_standard_errors_with_one_worst_case_episode():
+    """`gate_t`: n gains of sum `total`, sum of squares `squares`; spread padded by variance 1."""
+    gains = [0.5, 0.25, 0.5, 0.0, 0.5, 0.25]
+    n, total, squares = len(gains), sum(gains), sum(g * g for g in gains)
+    sample_var = (squares - total * total / n + 1.0) / n
+    assert gate_t(n, total, squares) == pytest.approx((total / n) / np.sqrt(sample_var / n))
+    # equal gains alone would have no spread at all; the worst-case episode keeps t finite
+    assert gate_t(4, 2.0, 1.0) == pytest.approx(0.5 / np.sqrt(0.25 / 4))
+    assert gate_t(1, 1.0, 1.0) == 0.0 and gate_t(0, 0.0, 0.0) == 0.0
+    assert gate_t(10, -2.0, 1.0) < 0  # a learned ranking cited less shows as negative

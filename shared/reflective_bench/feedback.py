@@ -260,6 +260,7 @@ class _Run:
     feedback_ms: list[float]
     retrieve_ms_after: list[float]
     test_by_user: dict[str, dict[int, float]] = field(default_factory=dict)
+    gates: dict[str, Any] = field(default_factory=dict)
 
 
 def _train(
@@ -320,7 +321,18 @@ def _train(
     by_user: dict[str, dict[int, float]] = {}
     curve.append((done / users, _evaluate(mem, split.test, budgets, after_ms, by_user=by_user)))
     train_after = _evaluate(mem, split.train, (TEACH_BUDGET,))
-    return _Run(curve, train_before, train_after, fb_ms, after_ms, by_user)
+    return _Run(curve, train_before, train_after, fb_ms, after_ms, by_user, _gates(mem, split))
+
+
+def _gates(mem: ReflectiveMemory, split: Split) -> dict[str, Any]:
+    """The gates after teaching: the shared one, and how many users' own offsets rank."""
+    users = sorted({it.user for it in split.train})
+    own = [mem.ranker_weights(u)["user_gate"] for u in users]
+    return {
+        "shared": mem.ranker_weights()["shared_gate"],
+        "users_serving": sum(g["serves"] for g in own),
+        "users": len(users),
+    }
 
 
 def start_ranker(start: str, store: Path) -> str:

@@ -187,6 +187,26 @@ def report(
             for c in conditions
         )
         lines.append(f"| {p['split'].seed} | {p['before'][1000]:.1f} | {cells} |")
+    lines += [
+        "",
+        "Gates after teaching, per split: the shared offsets' mean gain in standard errors "
+        "(they rank above the gate), and users whose own offsets rank:",
+        "",
+        "| split | " + " | ".join(f"{c}: shared t | {c}: users ranking" for c in conditions) + " |",
+        "|---|" + "---|---|" * len(conditions),
+    ]
+    for p in per_split:
+        cells = []
+        for c in conditions:
+            g = p["runs"][c].gates
+            if not g:
+                cells.append("- | -")
+                continue
+            sh = g["shared"]
+            mark = " (ranks)" if sh["serves"] else ""
+            shared = f"{sh['t']:+.2f} of {sh['judged']} judged{mark}"
+            cells.append(f"{shared} | {g['users_serving']} of {g['users']}")
+        lines.append(f"| {p['split'].seed} | " + " | ".join(cells) + " |")
     curves = curves_of(per_split, conditions)
     for b in CURVE_BUDGETS:
         lines += ["", f"Learning curve, held-out coverage@{b}, mean over splits:", ""]
@@ -248,6 +268,7 @@ def as_json(per_split: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "train_after": r.train_after,
                     "test_by_user": r.test_by_user,
                     "feedback_ms_mean": float(np.mean(r.feedback_ms)) if r.feedback_ms else None,
+                    "gates": r.gates,
                 }
                 for c, r in p["runs"].items()
             },

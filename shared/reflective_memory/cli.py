@@ -592,6 +592,7 @@ def _stats(args: argparse.Namespace) -> int:
 def _weights(args: argparse.Namespace) -> int:
     """Print the turn ranker's weights (a user's, or the memory's) next to the prior's."""
     from reflective_memory.embed import HashingEmbedder
+    from reflective_memory.rmm.turn_learning import GATE_SIGMAS
 
     with _open(args.db, embedder=HashingEmbedder()) as mem:  # weights need no model
         if args.user is not None:
@@ -612,7 +613,8 @@ def _weights(args: argparse.Namespace) -> int:
         state = "ranks" if gate["serves"] else "held back (not yet better than what it replaces)"
         _out(
             f"what {label} taught: {state}; mean gain {gate['mean_gain']:+.4f} "
-            f"over {gate['judged']} judged episodes"
+            f"over {gate['judged']} judged episodes ({gate['t']:+.2f} standard errors, "
+            f"ranks above {GATE_SIGMAS})"
         )
     head = ["feature", "prior", "+ all users"] + (["+ user"] if args.user is not None else [])
     _out(" | ".join(head + ["= weight"]))

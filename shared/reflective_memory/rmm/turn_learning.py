@@ -97,6 +97,7 @@ __all__ = [
     "passage_gradient",
     "average_precision",
     "GATE_SIGMAS",
+    "gate_t",
     "episode_from_record",
     "interleaved_gain",
 ]
@@ -328,21 +329,31 @@ def _judge(off: _Offsets, episode: TurnEpisode, learned: np.ndarray, base: np.nd
 
 def _gate(off: _Offsets) -> dict[str, Any]:
     """An owner's gate as `inspect` shows it."""
-    n, total, _ = off.gate()
-    return {"judged": n, "mean_gain": total / n if n else 0.0, "serves": off.serves}
+    n, total, squares = off.gate()
+    return {
+        "judged": n,
+        "mean_gain": total / n if n else 0.0,
+        "t": gate_t(n, total, squares),
+        "serves": off.serves,
+    }
 
 
-def _beats(n: int, total: float, squares: float) -> bool:
-    """Whether the mean gain of `n` judged episodes is above `GATE_SIGMAS` standard errors.
+def gate_t(n: int, total: float, squares: float) -> float:
+    """The mean gain of `n` judged episodes in standard errors (0.0 under two episodes).
 
     Gains lie in [-1, 1]. The spread is estimated with one more episode of the largest
     variance a gain can have (1): a few equal gains (a reader citing at random gives
     interleaved gains of exactly +-0.5 often) do not look certain.
     """
-    if n < 2 or total <= 0:
-        return False
+    if n < 2:
+        return 0.0
     var = (max(squares - total * total / n, 0.0) + 1.0) / n
-    return total / n > GATE_SIGMAS * math.sqrt(var / n)
+    return (total / n) / math.sqrt(var / n)
+
+
+def _beats(n: int, total: float, squares: float) -> bool:
+    """Whether the mean gain of `n` judged episodes is above `GATE_SIGMAS` standard errors."""
+    return total > 0 and gate_t(n, total, squares) > GATE_SIGMAS
 
 
 def _encode(
@@ -596,7 +607,9 @@ class TurnLearning:
             `{"features": [...], "prior": {...}, "shared": {...}, "weights": {...},
             "episodes": n, "shared_gate": {...}}` and, for a user, `"user": {...}`,
             `"user_episodes": n`, `"user_gate": {...}`; `weights` are the ones that rank (the
-            user's when given); a gate is `{"judged": n, "mean_gain": x, "serves": bool}`.
+            user's when given); a gate is `{"judged": n, "mean_gain": x, "t": x, "serves":
+            bool}`, `t` the mean gain in standard errors (`gate_t`; it serves above
+            `GATE_SIGMAS`).
         """
         with self.lock:
             shared = self._shared_offsets()
