@@ -175,3 +175,37 @@ def test_a_flood_s_copies_rank_below_every_distinct_candidate() -> None:
             # one copy of the flood ranks where it scores, the others after every other turn
             assert all(i > max(others) for i in flood[1:]), name
             assert sum(s.startswith("fact") for s in sessions) == len(facts)
+
+
+def test_every_saying_of_a_fact_said_on_several_days_is_a_candidate() -> None:
+    """A fact said again on other days comes into the candidates with every saying: when a
+    list's cut falls between its sayings (they score alike), the ones cut off are added with
+    the distinct candidates that make up for the copies, each to be scored in its own context
+    (one keeps the vote). Before, only distinct turns were added and a saying was left out."""
+    said = "I am allergic to peanuts and to shellfish, so please keep that in mind."
+    with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
+        t = datetime(2025, 3, 3, 10)
+        for day in range(3):
+            at = t + timedelta(days=day)
+            mem.add_turn("u", f"day{day}", "user", said, timestamp=at)
+            mem.add_turn("u", f"day{day}", "user", f"I walked {day + 2} km by the river today.",
+                         timestamp=at + timedelta(minutes=1))  # fmt: skip
+        r = mem.retriever
+        req = r.request("u", "What am I allergic to? peanuts shellfish",
+                        None, 500, None, None, None, None, None, None)  # fmt: skip
+        state = r.state(req)
+        distinct = next(s for s in r.stages(req) if s.name == "distinct")
+        sayings = {("day0", 0), ("day1", 0), ("day2", 0)}
+        for name in ("dense", "lexical"):
+            positions, scores = getattr(state, name)
+            keys = [distinct.turns.turn_at("u", state.index, int(p)) for p in positions]
+            assert keys[:3] and set(keys[:3]) == sayings, name  # they lead, alike
+            setattr(state, name, (positions[:2], scores[:2]))  # a cut between the sayings
+            distinct.run(state)
+            keys = [
+                distinct.turns.turn_at("u", state.index, int(p)) for p in getattr(state, name)[0]
+            ]
+            assert sayings <= set(keys), name
+            assert len(keys) == 4  # and one distinct candidate for the copy in the list
+        hits = mem.retrieve("u", "What am I allergic to? peanuts shellfish", k=3).hits
+        assert sum(said in h.memory.text for h in hits) == 1  # the sayings still take one slot

@@ -382,7 +382,9 @@ class DistinctCandidates:
     copies in the middle of the list cost every turn below them rank in the fusion and in the
     votes: up to 0.4 points of REALTALK coverage with a flood, see BENCHMARKS.md). A copy said
     in another session keeps its rank: a fact said again counts for it (the votes stage keeps
-    one copy of it, `redundancy.collapse_duplicates`).
+    one copy of it, `redundancy.collapse_duplicates`). Sayings of a fact found by the wider
+    search come with it too (they score alike, so a list's cut can fall between them): each is
+    then scored in its own session's context, and the best keeps the vote.
 
     Args:
         turns: The user's turns.
@@ -415,9 +417,6 @@ class DistinctCandidates:
                 key = self.turns.turn_at(req.user_id, index, position)
                 return "fresh" if key is None else seen.place(key)  # noqa: B023 (this loop)
 
-            def fresh(position: int) -> bool:
-                return place(position) == "fresh"
-
             places = [place(int(p)) for p in got[0]]
             first = np.array([p != "flood" for p in places], bool)
             room = sum(p != "fresh" for p in places)
@@ -431,11 +430,16 @@ class DistinctCandidates:
                 scores, positions = index.lexical.search(state.search_query, more)
             taken = {int(p) for p in got[0]}
             extra: list[tuple[int, float]] = []
+            added = 0
             for p, x in zip(positions.tolist(), scores.tolist(), strict=True):
-                if len(extra) >= room:
+                if added >= room:
                     break
-                if p >= 0 and p not in taken and fresh(p):
+                if p < 0 or p in taken:
+                    continue
+                at = place(p)
+                if at != "flood":  # a copy said on another day comes with its fact
                     extra.append((p, x))
+                    added += at == "fresh"
             # a flood's copies go last: they keep a rank but push no distinct candidate down
             # (the ranks fusion and the votes read); a copy said in another session keeps its
             # place, so a fact said again still counts for it
