@@ -17,7 +17,8 @@ Two rules, neither a word list, so they hold in any language and from a user's f
   in it is one turn, while "I moved to Oslo in 2023" and "... in 2024" (5 of 7 words) stay two.
   In each candidate list a copy of a turn ranked above it in the same session (a flood) moves
   to the end, and the list makes room for as many distinct candidates as it held copies
-  (`retrieval.votes.DistinctCandidates`); once every turn is scored only the best-voted of a
+  (`retrieval.votes.DistinctCandidates`; sayings of a fact on other days found on the way come
+  with them); once every turn is scored only the best-voted of a
   set keeps its vote (`collapse_duplicates`). So a flood takes neither candidate slots nor
   ranks from an update, nor lines of a passage, and a fact said again on other days counts
   for it (each day's copy keeps its rank) but takes one slot. Short turns are never collapsed
