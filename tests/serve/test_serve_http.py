@@ -508,5 +508,9 @@ def test_user_page_and_api_show_the_turn_rankers_weights_next_to_the_prior(clien
         taught = row["shared"] * on[0] + row["user"] * on[1]
         assert row["weight"] == pytest.approx(row["prior"] + taught, abs=2e-4)
     assert "is held back" in page.text
+    want = smem.ranker_weights("ana")
+    assert ranker["shared_t"] == round(want["shared_gate"]["t"], 2) and ranker["gate_t"] == 2.5
+    assert f"({want['user_gate']['t']:+.2f} standard errors)" in page.text
+    assert "by more than 2.5 standard errors" in page.text
     if cited is not None and cited.learned:
         assert ranker["user_episodes"] == 1 and any(row["user"] for row in rows.values())

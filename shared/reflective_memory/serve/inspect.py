@@ -10,6 +10,7 @@ from typing import Any
 
 from reflective_memory.engine import ReflectiveMemory
 from reflective_memory.errors import InvalidInputError, UnknownMemoryError, UnknownSessionError
+from reflective_memory.rmm.turn_learning import GATE_SIGMAS
 from reflective_memory.serve import views
 from reflective_memory.serve.context import ServeState
 from reflective_memory.serve.security import Principal
@@ -75,9 +76,11 @@ def ranker_table(memory: ReflectiveMemory, user_id: str) -> dict[str, Any]:
 
     Returns:
         `{"rows": [{"feature", "prior", "shared", "user", "weight"}, ...], "episodes": n,
-        "user_episodes": n, "shared_serves": bool, "user_serves": bool}`: the fitted
-        prior, what every user's citations added, what this user's added, the weight that
-        ranks the user's turns, and whether each taught part ranks (passed its gate).
+        "user_episodes": n, "shared_serves": bool, "user_serves": bool, "shared_t": x,
+        "user_t": x, "gate_t": x}`: the fitted prior, what every user's citations added, what
+        this user's added, the weight that ranks the user's turns, whether each taught part
+        ranks (passed its gate) and its mean gain in standard errors (it ranks above
+        `gate_t`).
     """
     got = memory.ranker_weights(user_id)
     rows = [
@@ -96,6 +99,9 @@ def ranker_table(memory: ReflectiveMemory, user_id: str) -> dict[str, Any]:
         "user_episodes": got["user_episodes"],
         "shared_serves": got["shared_gate"]["serves"],
         "user_serves": got["user_gate"]["serves"],
+        "shared_t": round(got["shared_gate"]["t"], 2),
+        "user_t": round(got["user_gate"]["t"], 2),
+        "gate_t": GATE_SIGMAS,
     }
 
 
