@@ -142,6 +142,19 @@ def test_a_copy_in_its_own_session_is_a_flood_and_in_another_a_thing_said_again(
     ]  # fmt: skip
 
 
+def _candidates(mem: ReflectiveMemory, query: str):
+    """A 500-token question's retrieval state, its `distinct` stage, and a list's turns."""
+    r = mem.retriever
+    req = r.request("u", query, None, 500, None, None, None, None, None, None)
+    state = r.state(req)
+    distinct = next(s for s in r.stages(req) if s.name == "distinct")
+
+    def turns_of(name: str) -> list:
+        return [distinct.turns.turn_at("u", state.index, int(p)) for p in getattr(state, name)[0]]
+
+    return state, distinct, turns_of
+
+
 def test_a_flood_s_copies_rank_below_every_distinct_candidate() -> None:
     """The copies of a flood go to the end of each candidate list; copies said on other days
     keep their place (`retrieval.votes.DistinctCandidates`)."""
@@ -160,14 +173,9 @@ def test_a_flood_s_copies_rank_below_every_distinct_candidate() -> None:
                          timestamp=t + timedelta(days=5, minutes=n))  # fmt: skip
         mem.add_turn("u", "later", "user", ask.format(99),
                      timestamp=t + timedelta(days=9))  # fmt: skip
-        r = mem.retriever
-        req = r.request("u", "What dinner recipes did I cook this week?",
-                        None, 500, None, None, None, None, None, None)  # fmt: skip
-        state = r.state(req)
-        distinct = next(s for s in r.stages(req) if s.name == "distinct")
+        _, _, turns_of = _candidates(mem, "What dinner recipes did I cook this week?")
         for name in ("dense", "lexical"):
-            at = getattr(state, name)[0]
-            keys = [distinct.turns.turn_at("u", state.index, int(p)) for p in at]
+            keys = turns_of(name)
             sessions = [k[0] for k in keys if k is not None]
             flood = [i for i, s in enumerate(sessions) if s == "flood"]
             others = [i for i, s in enumerate(sessions) if s != "flood"]
@@ -190,21 +198,15 @@ def test_every_saying_of_a_fact_said_on_several_days_is_a_candidate() -> None:
             mem.add_turn("u", f"day{day}", "user", said, timestamp=at)
             mem.add_turn("u", f"day{day}", "user", f"I walked {day + 2} km by the river today.",
                          timestamp=at + timedelta(minutes=1))  # fmt: skip
-        r = mem.retriever
-        req = r.request("u", "What am I allergic to? peanuts shellfish",
-                        None, 500, None, None, None, None, None, None)  # fmt: skip
-        state = r.state(req)
-        distinct = next(s for s in r.stages(req) if s.name == "distinct")
+        state, distinct, turns_of = _candidates(mem, "What am I allergic to? peanuts shellfish")
         sayings = {("day0", 0), ("day1", 0), ("day2", 0)}
         for name in ("dense", "lexical"):
-            positions, scores = getattr(state, name)
-            keys = [distinct.turns.turn_at("u", state.index, int(p)) for p in positions]
+            keys = turns_of(name)
             assert keys[:3] and set(keys[:3]) == sayings, name  # they lead, alike
+            positions, scores = getattr(state, name)
             setattr(state, name, (positions[:2], scores[:2]))  # a cut between the sayings
             distinct.run(state)
-            keys = [
-                distinct.turns.turn_at("u", state.index, int(p)) for p in getattr(state, name)[0]
-            ]
+            keys = turns_of(name)
             assert sayings <= set(keys), name
             assert len(keys) == 4  # and one distinct candidate for the copy in the list
         hits = mem.retrieve("u", "What am I allergic to? peanuts shellfish", k=3).hits
