@@ -99,7 +99,9 @@ class Distinct:
 
     def __init__(self, cache: dict[Any, Any], session_turns: SessionTurns) -> None:
         self.cache, self.session_turns = cache, session_turns
-        self.seen: dict[frozenset[str], list[tuple[frozenset[str], set[str]]]] = {}
+        self.seen: dict[frozenset[str], list[tuple[frozenset[str], set[str], Key]]] = {}
+        #: Per turn placed, the first turn of its set (itself when fresh).
+        self.first: dict[Key, Key] = {}
 
     def fresh(self, key: Key) -> bool:
         """Whether the turn is no near-duplicate of a turn seen before; it is seen from now."""
@@ -113,17 +115,19 @@ class Distinct:
             first in its session: a thing said again another day) or `"flood"` (a
             near-duplicate of one already seen in its own session).
         """
+        self.first[key] = key
         if is_short(self.cache, self.session_turns, key):
             return "fresh"
         bare, words = _signature(self.cache, self.session_turns, key)
         kept = self.seen.setdefault(bare, [])
-        for w, sessions in kept:
+        for w, sessions, first in kept:
             if len(words & w) >= DUPLICATE_OVERLAP * len(words | w):
+                self.first[key] = first
                 if key[0] in sessions:
                     return "flood"
                 sessions.add(key[0])
                 return "again"
-        kept.append((words, {key[0]}))
+        kept.append((words, {key[0]}, key))
         return "fresh"
 
 
@@ -133,10 +137,13 @@ def collapse_duplicates(
     cache: dict[Any, Any],
     keep: Collection[Key] = frozenset(),
 ) -> set[Key]:
-    """Near-duplicate voted turns count once: the best-voted keeps its vote, the rest lose it.
+    """Near-duplicate voted turns count once: the best-voted stands for them, the rest lose it.
 
-    Run on final scores, after every turn's features were read (a copy's neighbours keep the
-    support its vote gave them).
+    A fact said again on other days counts for it: the turn that stands for a set adds the
+    votes of its sayings on other days to its own, as fusion adds a unit's votes from each
+    ranking. A set that floods a session (`Distinct.place`) keeps its best vote only, so a
+    request sent 200 times counts as once said. Run on final scores, after every turn's
+    features were read (a copy's neighbours keep the support its vote gave them).
 
     Args:
         votes: The votes.
@@ -150,12 +157,22 @@ def collapse_duplicates(
     """
     voted = votes.turn
     seen = Distinct(cache, session_turns)
-    gone = set()
-    for key in sorted(voted, key=lambda k: (k not in keep, -voted[k], votes.first_seen[k])):
-        if not seen.fresh(key) and key not in keep:
-            gone.add(key)
+    order = sorted(voted, key=lambda k: (k not in keep, -voted[k], votes.first_seen[k]))
+    placed = [(key, seen.place(key)) for key in order]
+    flooded = {seen.first[key] for key, place in placed if place == "flood"}
+    gone, said_again = set(), dict.fromkeys(order, 0.0)
+    for key, place in placed:
+        if place == "fresh" or key in keep:
+            continue
+        gone.add(key)
+        first = seen.first[key]
+        if place == "again" and first not in flooded:
+            said_again[first] += voted[key]
     for key in gone:
         del voted[key]
+    for key, more in said_again.items():
+        if more and key in voted:
+            voted[key] += more
     return gone
 
 
