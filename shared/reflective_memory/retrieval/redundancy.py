@@ -18,11 +18,12 @@ Two rules, neither a word list, so they hold in any language and from a user's f
   In each candidate list a copy of a turn ranked above it in the same session (a flood) moves
   to the end, and the list makes room for as many distinct candidates as it held copies
   (`retrieval.votes.DistinctCandidates`; sayings of a fact on other days found on the way come
-  with them); once every turn is scored only the best-voted of a set keeps its vote
-  (`collapse_duplicates`). So a flood takes neither candidate slots nor ranks from an update,
-  nor lines of a passage, and a fact said again on other days counts for it (each day's copy
-  keeps its rank) but takes one slot. Short turns are never collapsed ("Yes" means what its
-  anchor asked), nor is an anchor a short turn lifted.
+  with them); once every turn is scored only the best-voted of a set keeps a vote, to which
+  the set's sayings on other days add theirs (`collapse_duplicates`). So a flood takes
+  neither candidate slots nor ranks from an update, nor lines of a passage, and a fact said
+  again on other days counts for it (each day's copy keeps its rank, and their votes add up)
+  but takes one slot. Short turns are never collapsed ("Yes" means what its anchor asked),
+  nor is an anchor a short turn lifted.
 """
 
 from __future__ import annotations

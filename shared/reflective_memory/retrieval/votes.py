@@ -384,7 +384,7 @@ class DistinctCandidates:
     in another session keeps its rank: a fact said again counts for it (the votes stage keeps
     one copy of it, `redundancy.collapse_duplicates`). Sayings of a fact found by the wider
     search come with it too (they score alike, so a list's cut can fall between them): each is
-    then scored in its own session's context, and the best keeps the vote.
+    then scored in its own session's context, and the best keeps the votes of all.
 
     Args:
         turns: The user's turns.
