@@ -143,8 +143,10 @@ def collapse_duplicates(
     A fact said again on other days counts for it: the turn that stands for a set adds the
     votes of its sayings on other days to its own, as fusion adds a unit's votes from each
     ranking. A set that floods a session (`Distinct.place`) keeps its best vote only, so a
-    request sent 200 times counts as once said. Run on final scores, after every turn's
-    features were read (a copy's neighbours keep the support its vote gave them).
+    request sent 200 times counts as once said; nor do an assistant's sayings add up (its
+    "Hello! How can I help you today?" opens every session and states nothing). Run on final
+    scores, after every turn's features were read (a copy's neighbours keep the support its
+    vote gave them).
 
     Args:
         votes: The votes.
@@ -167,7 +169,7 @@ def collapse_duplicates(
             continue
         gone.add(key)
         first = seen.first[key]
-        if place == "again" and first not in flooded:
+        if place == "again" and first not in flooded and not _assistant(session_turns, key):
             said_again[first] += voted[key]
     for key in gone:
         del voted[key]
@@ -175,6 +177,10 @@ def collapse_duplicates(
         if more and key in voted:
             voted[key] += more
     return gone
+
+
+def _assistant(session_turns: SessionTurns, key: Key) -> bool:
+    return session_turns(key[0])[key[1]].role == "assistant"
 
 
 def riders(
