@@ -19,11 +19,11 @@ Two rules, neither a word list, so they hold in any language and from a user's f
   to the end, and the list makes room for as many distinct candidates as it held copies
   (`retrieval.votes.DistinctCandidates`; sayings of a fact on other days found on the way come
   with them); once every turn is scored only the best-voted of a set keeps a vote, to which
-  the set's sayings on other days add theirs (`collapse_duplicates`). So a flood takes
-  neither candidate slots nor ranks from an update, nor lines of a passage, and a fact said
-  again on other days counts for it (each day's copy keeps its rank, and their votes add up)
-  but takes one slot. Short turns are never collapsed ("Yes" means what its anchor asked),
-  nor is an anchor a short turn lifted.
+  the set's sayings on other days that the search found add theirs (`collapse_duplicates`).
+  So a flood takes neither candidate slots nor ranks from an update, nor lines of a passage,
+  and a fact said again on other days counts for it (each day's copy keeps its rank, and
+  their votes add up) but takes one slot. Short turns are never collapsed ("Yes" means what
+  its anchor asked), nor is an anchor a short turn lifted.
 """
 
 from __future__ import annotations
@@ -137,16 +137,18 @@ def collapse_duplicates(
     session_turns: SessionTurns,
     cache: dict[Any, Any],
     keep: Collection[Key] = frozenset(),
+    found: Collection[Key] = frozenset(),
 ) -> set[Key]:
     """Near-duplicate voted turns count once: the best-voted stands for them, the rest lose it.
 
     A fact said again on other days counts for it: the turn that stands for a set adds the
-    votes of its sayings on other days to its own, as fusion adds a unit's votes from each
-    ranking. A set that floods a session (`Distinct.place`) keeps its best vote only, so a
-    request sent 200 times counts as once said; nor do an assistant's sayings add up (its
-    "Hello! How can I help you today?" opens every session and states nothing). Run on final
-    scores, after every turn's features were read (a copy's neighbours keep the support its
-    vote gave them).
+    votes of its sayings on other days that the search found on their own (`found`), as
+    fusion adds a unit's votes from each ranking it is in. A saying voted only as the context
+    of a unit around it adds nothing ("Hey, how is your day going?" opening every session is
+    no fact said again), nor do an assistant's sayings ("Hello! How can I help you today?"),
+    and a set that floods a session (`Distinct.place`) keeps its best vote only: a request
+    sent 200 times counts as once said. Run on final scores, after every turn's features were
+    read (a copy's neighbours keep the support its vote gave them).
 
     Args:
         votes: The votes.
@@ -154,6 +156,8 @@ def collapse_duplicates(
         cache: The text cache the signatures are kept in.
         keep: Turns that keep their vote whatever they duplicate (an anchor a short turn
             lifted: "¡Hola!" before "Vivo en Madrid." is that answer's context).
+        found: Turns the search ranked on their own (their `turn` unit is in the ranking);
+            only their votes count for the set they say again.
 
     Returns:
         The turns that lost their vote.
@@ -169,7 +173,12 @@ def collapse_duplicates(
             continue
         gone.add(key)
         first = seen.first[key]
-        if place == "again" and first not in flooded and not _assistant(session_turns, key):
+        if (
+            place == "again"
+            and first not in flooded
+            and key in found
+            and not _assistant(session_turns, key)
+        ):
             said_again[first] += voted[key]
     for key in gone:
         del voted[key]
