@@ -69,6 +69,37 @@ def test_a_fact_said_in_many_sessions_is_still_the_first_hit(minilm, said):
         assert ALLERGY in block.hits[0].memory.text
 
 
+GLUTEN = "I can't eat gluten, it makes me sick."
+ASKED = [
+    ("Can you suggest a good book about space?", "Try 'Cosmos' by Carl Sagan."),
+    ("How do I fix a squeaky door?", "A drop of oil on the hinge usually does it."),
+    ("What's a quick pasta recipe?", "Garlic, olive oil and chili: ten minutes."),
+    ("Any tips for sleeping better?", "Keep the room cool and dark."),
+    ("How do I clean a cast iron pan?", "Hot water, a brush, then a thin coat of oil."),
+    ("What should I pack for a weekend hike?", "Water, layers, a map and snacks."),
+]
+
+
+@pytest.mark.parametrize("said", [2, 3])
+def test_a_fact_said_on_several_days_counts_for_it(minilm, said):
+    """Each day's saying adds to the fact's weight: "Which foods should I avoid?" is closer to
+    the pasta request than to the gluten turn, yet the fact said on two or three days is hit
+    [0] (when only the best saying counted, said on three days it was not in the first
+    three)."""
+    with ReflectiveMemory(None, embedder=minilm) as mem:
+        start = datetime(2025, 1, 6, 10)
+        for s, (request, answer) in enumerate(ASKED):
+            sid, t = f"s{s}", start + timedelta(days=7 * s)
+            mem.add_turn("u", sid, "user", request, timestamp=t)
+            mem.add_turn("u", sid, "assistant", answer, timestamp=t + timedelta(minutes=1))
+            if s in (1, 3, 5)[:said]:
+                mem.add_turn("u", sid, "user", GLUTEN, timestamp=t + timedelta(minutes=2))
+                mem.add_turn("u", sid, "assistant", "Noted!", timestamp=t + timedelta(minutes=3))
+            mem.end_session("u", sid)
+        lines = _last_lines(mem.retrieve("u", "Which foods should I avoid?", k=3))
+        assert lines[0] == f"user: {GLUTEN}" and sum(GLUTEN in line for line in lines) == 1
+
+
 ACKS = ["Got it.", "Thanks!", "Tusen takk!", "Danke schön!", "Merci beaucoup !", "¡Gracias!"]
 
 

@@ -116,6 +116,28 @@ def test_the_best_of_near_duplicates_keeps_its_vote_unless_an_answer_needs_anoth
     assert set(votes.turn) == {("s", 1)}  # the copy a short answer follows stands for them all
 
 
+def test_a_fact_said_on_other_days_adds_their_votes_and_a_flood_keeps_its_best() -> None:
+    fact, ask = "I am allergic to peanuts.", "Can you give me dinner idea number {} please?"
+    sessions = _session(fact, ask.format(1), ask.format(2), sid="a")
+    sessions |= _session(fact, sid="b") | _session(fact, ask.format(3), sid="c")
+    votes = _votes(
+        {("a", 0): 1.0, ("b", 0): 2.0, ("c", 0): 0.5, ("a", 1): 3.0, ("a", 2): 1.0, ("c", 1): 2.0}
+    )
+    gone = collapse_duplicates(votes, _reader(sessions), {}, found=set(votes.turn))
+    # the fact's three days count together (2 + 1 + 0.5); the request floods session "a", so
+    # its saying on day "c" adds nothing: sent 200 times or twice, it counts as said once
+    assert votes.turn == {("b", 0): pytest.approx(3.5), ("a", 1): 3.0}
+    assert gone == {("a", 0), ("c", 0), ("a", 2), ("c", 1)}
+    votes = _votes({("a", 0): 1.0, ("b", 0): 2.0, ("c", 0): 0.5})
+    collapse_duplicates(votes, _reader(sessions), {}, found={("b", 0), ("c", 0)})
+    assert votes.turn == {("b", 0): pytest.approx(2.5)}  # voted as context only: adds nothing
+    hello = "Hello! How can I help you today?"
+    sessions = {sid: [Turn("u", sid, "assistant", hello, f"{sid}:0", 0)] for sid in ("a", "b", "c")}
+    votes = _votes({("a", 0): 1.0, ("b", 0): 2.0, ("c", 0): 0.5})
+    collapse_duplicates(votes, _reader(sessions), {}, found=set(votes.turn))
+    assert votes.turn == {("b", 0): 2.0}  # an assistant's greeting every session is no fact
+
+
 def test_a_flood_of_requests_does_not_push_the_answer_out_of_the_candidates() -> None:
     with ReflectiveMemory(embedder=HashingEmbedder()) as mem:
         t = datetime(2025, 3, 3, 10)

@@ -18,11 +18,12 @@ Two rules, neither a word list, so they hold in any language and from a user's f
   In each candidate list a copy of a turn ranked above it in the same session (a flood) moves
   to the end, and the list makes room for as many distinct candidates as it held copies
   (`retrieval.votes.DistinctCandidates`; sayings of a fact on other days found on the way come
-  with them); once every turn is scored only the best-voted of a set keeps its vote
-  (`collapse_duplicates`). So a flood takes neither candidate slots nor ranks from an update,
-  nor lines of a passage, and a fact said again on other days counts for it (each day's copy
-  keeps its rank) but takes one slot. Short turns are never collapsed ("Yes" means what its
-  anchor asked), nor is an anchor a short turn lifted.
+  with them); once every turn is scored only the best-voted of a set keeps a vote, to which
+  the set's sayings on other days that the search found add theirs (`collapse_duplicates`).
+  So a flood takes neither candidate slots nor ranks from an update, nor lines of a passage,
+  and a fact said again on other days counts for it (each day's copy keeps its rank, and
+  their votes add up) but takes one slot. Short turns are never collapsed ("Yes" means what
+  its anchor asked), nor is an anchor a short turn lifted.
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ class Distinct:
 
     def __init__(self, cache: dict[Any, Any], session_turns: SessionTurns) -> None:
         self.cache, self.session_turns = cache, session_turns
-        self.seen: dict[frozenset[str], list[tuple[frozenset[str], set[str]]]] = {}
+        self.seen: dict[frozenset[str], list[tuple[frozenset[str], set[str], Key]]] = {}
+        #: Per turn placed, the first turn of its set (itself when fresh).
+        self.first: dict[Key, Key] = {}
 
     def fresh(self, key: Key) -> bool:
         """Whether the turn is no near-duplicate of a turn seen before; it is seen from now."""
@@ -113,17 +116,19 @@ class Distinct:
             first in its session: a thing said again another day) or `"flood"` (a
             near-duplicate of one already seen in its own session).
         """
+        self.first[key] = key
         if is_short(self.cache, self.session_turns, key):
             return "fresh"
         bare, words = _signature(self.cache, self.session_turns, key)
         kept = self.seen.setdefault(bare, [])
-        for w, sessions in kept:
+        for w, sessions, first in kept:
             if len(words & w) >= DUPLICATE_OVERLAP * len(words | w):
+                self.first[key] = first
                 if key[0] in sessions:
                     return "flood"
                 sessions.add(key[0])
                 return "again"
-        kept.append((words, {key[0]}))
+        kept.append((words, {key[0]}, key))
         return "fresh"
 
 
@@ -132,11 +137,18 @@ def collapse_duplicates(
     session_turns: SessionTurns,
     cache: dict[Any, Any],
     keep: Collection[Key] = frozenset(),
+    found: Collection[Key] = frozenset(),
 ) -> set[Key]:
-    """Near-duplicate voted turns count once: the best-voted keeps its vote, the rest lose it.
+    """Near-duplicate voted turns count once: the best-voted stands for them, the rest lose it.
 
-    Run on final scores, after every turn's features were read (a copy's neighbours keep the
-    support its vote gave them).
+    A fact said again on other days counts for it: the turn that stands for a set adds the
+    votes of its sayings on other days that the search found on their own (`found`), as
+    fusion adds a unit's votes from each ranking it is in. A saying voted only as the context
+    of a unit around it adds nothing ("Hey, how is your day going?" opening every session is
+    no fact said again), nor do an assistant's sayings ("Hello! How can I help you today?"),
+    and a set that floods a session (`Distinct.place`) keeps its best vote only: a request
+    sent 200 times counts as once said. Run on final scores, after every turn's features were
+    read (a copy's neighbours keep the support its vote gave them).
 
     Args:
         votes: The votes.
@@ -144,19 +156,40 @@ def collapse_duplicates(
         cache: The text cache the signatures are kept in.
         keep: Turns that keep their vote whatever they duplicate (an anchor a short turn
             lifted: "¡Hola!" before "Vivo en Madrid." is that answer's context).
+        found: Turns the search ranked on their own (their `turn` unit is in the ranking);
+            only their votes count for the set they say again.
 
     Returns:
         The turns that lost their vote.
     """
     voted = votes.turn
     seen = Distinct(cache, session_turns)
-    gone = set()
-    for key in sorted(voted, key=lambda k: (k not in keep, -voted[k], votes.first_seen[k])):
-        if not seen.fresh(key) and key not in keep:
-            gone.add(key)
+    order = sorted(voted, key=lambda k: (k not in keep, -voted[k], votes.first_seen[k]))
+    placed = [(key, seen.place(key)) for key in order]
+    flooded = {seen.first[key] for key, place in placed if place == "flood"}
+    gone, said_again = set(), dict.fromkeys(order, 0.0)
+    for key, place in placed:
+        if place == "fresh" or key in keep:
+            continue
+        gone.add(key)
+        first = seen.first[key]
+        if (
+            place == "again"
+            and first not in flooded
+            and key in found
+            and not _assistant(session_turns, key)
+        ):
+            said_again[first] += voted[key]
     for key in gone:
         del voted[key]
+    for key, more in said_again.items():
+        if more and key in voted:
+            voted[key] += more
     return gone
+
+
+def _assistant(session_turns: SessionTurns, key: Key) -> bool:
+    return session_turns(key[0])[key[1]].role == "assistant"
 
 
 def riders(

@@ -384,7 +384,7 @@ class DistinctCandidates:
     in another session keeps its rank: a fact said again counts for it (the votes stage keeps
     one copy of it, `redundancy.collapse_duplicates`). Sayings of a fact found by the wider
     search come with it too (they score alike, so a list's cut can fall between them): each is
-    then scored in its own session's context, and the best keeps the vote.
+    then scored in its own session's context, and the best keeps the votes of all.
 
     Args:
         turns: The user's turns.
@@ -560,10 +560,11 @@ class Votes:
             frame=None if state.frame is None else (state.frame.start, state.frame.end),
             when=asks_when(req.query),
         )
+        own = self._own(state, ranked, votes, session_turns)
         feats = turn_features(
             votes,
             session_turns,
-            self._own(state, ranked, votes, session_turns),
+            own,
             signals,
             rrf_k=self.rrf_k,
             quiet=frozenset(anchors),
@@ -588,7 +589,10 @@ class Votes:
             scores = scores + self.noise(len(scores))
         for key, s in zip(feats.keys, scores.tolist(), strict=True):
             votes.turn[key] = math.exp(min(s, 50.0))
-        gone = collapse_duplicates(votes, session_turns, texts, keep=lifting(votes, anchors))
+        found = {key for key, (rank, _) in own.items() if rank is not None}
+        gone = collapse_duplicates(
+            votes, session_turns, texts, keep=lifting(votes, anchors), found=found
+        )
         ride(votes, anchors, req.budget is not None, gone)
         state.recency = present
 
