@@ -18,6 +18,7 @@ from reflective_bench.perturb import (
     filler_exchange,
     load_perturbed,
     perturb,
+    small_talk_exchange,
 )
 from reflective_bench.ranker import collect_rows
 from reflective_bench.retrieval import coverage_at_budget, run_retrieval_bench, session_recall
@@ -148,6 +149,27 @@ def test_filler_of_a_one_session_chat_puts_both_floods_in_it() -> None:
     assert len(roles) == 1 + 2 * (FILLER_MIDDLE + FILLER_LAST)
     added = roles[:-1]  # in the middle of one turn: before it
     assert set(added[0::2]) == {"user"} and set(added[1::2]) == {"assistant"}  # nobody else
+
+
+def test_smalltalk_opens_every_session_with_an_exchange_in_five_languages_in_turn(
+    chats: Path, convs
+) -> None:
+    out = perturb(convs, "smalltalk", _sides(convs, chats))
+    assert out.turns == (24, 24 + 2 * 6) and out.sessions == (6, 6)
+    for before, after in zip(convs, out.conversations, strict=True):
+        user = before.sessions[0].turns[1]["role"]
+        other = before.sessions[0].turns[0]["role"]
+        for i, (old, new) in enumerate(zip(before.sessions, after.sessions, strict=True)):
+            assert new.turns[2:] == old.turns  # the session as it was, after the opening
+            q, a = new.turns[:2]
+            assert (q["text"], a["text"]) == small_talk_exchange(i)
+            assert (q["role"], a["role"]) == (user, other)
+            assert q["timestamp"] == a["timestamp"] == old.turns[0]["timestamp"]
+            assert all(len(t["text"].split()) > 2 for t in (q, a))  # not a short rider
+        assert after.questions == before.questions
+        assert len(set(_ids(after))) == len(_ids(after))
+    assert len({small_talk_exchange(i) for i in range(6)}) == 6  # then they come back
+    assert small_talk_exchange(6) == small_talk_exchange(0)
 
 
 def test_sessionless_puts_every_turn_under_one_session_with_per_turn_times(convs) -> None:

@@ -32,6 +32,13 @@ once). Questions and their evidence are kept; turn ids are kept.
   turn and session before coverage and session recall are counted, and `bench fit-ranker`
   labels a copy as evidence when its original is.
 
+* `smalltalk`: every session opens with a small-talk exchange of more than two words (short
+  turns ride with their anchor, `retrieval.redundancy`; these do not), the user side greeting
+  and the conversation's first other speaker answering, in English, German, French, Spanish and
+  Norwegian in turn (`small_talk_exchange`: session `i` takes exchange `i`), timed like the
+  session's first turn. The same exchanges come back every few sessions, as a person's
+  greetings do: near-duplicates said on many days.
+
 Which side is the user: the role `user` in a user / assistant conversation (LongMemEval, or any
 chat under `--roles ua`), else the speaker `reflective_bench.roles.user_roles` names (the file's
 `speaker_a`, else the first speaker).
@@ -61,13 +68,14 @@ __all__ = [
     "Copies",
     "Perturbed",
     "filler_exchange",
+    "small_talk_exchange",
     "perturb",
     "load_perturbed",
     "add_perturb_argument",
 ]
 
 #: Values of `--perturb`.
-PERTURBATIONS = ("none", "filler", "sessionless", "unstamped", "repeated")
+PERTURBATIONS = ("none", "filler", "sessionless", "unstamped", "repeated", "smalltalk")
 #: Filler exchanges inserted in the middle session and in the last one.
 FILLER_MIDDLE = 30
 FILLER_LAST = 60
@@ -90,6 +98,14 @@ _DISHES = (
     "tacos with black beans, corn and lime",
 )
 _ANSWER = "Dinner idea {n}: {dish}, ready in about 30 minutes."
+_SMALL_TALK = (
+    ("Hey, how is your day going so far?", "Pretty good so far, thanks for asking!"),
+    ("Hallo, wie geht es dir heute?", "Mir geht es gut, danke der Nachfrage!"),
+    ("Salut, comment ça va aujourd'hui ?", "Ça va bien, merci de demander !"),
+    ("Hola, ¿qué tal tu día hoy?", "Muy bien por ahora, ¡gracias por preguntar!"),
+    ("Hei, hvordan går det med deg i dag?", "Det går fint, takk som spør!"),
+    ("Good morning, I hope you slept well!", "I did, thank you, and you?"),
+)
 
 Turn = dict[str, Any]
 
@@ -100,6 +116,11 @@ def filler_exchange(n: int) -> tuple[str, str]:
         _REQUESTS[(n - 1) % len(_REQUESTS)].format(n=n),
         _ANSWER.format(n=n, dish=_DISHES[(n - 1) % len(_DISHES)]),
     )
+
+
+def small_talk_exchange(i: int) -> tuple[str, str]:
+    """The small talk opening session `i` (0-based): `(greeting, answer)`, in turn."""
+    return _SMALL_TALK[i % len(_SMALL_TALK)]
 
 
 @dataclass(frozen=True)
@@ -210,10 +231,7 @@ def _check_new(conv: Conversation, new: Iterable[str]) -> None:
 
 
 def _filler_turns(conv: Conversation, user: str, first: int, count: int) -> list[Turn]:
-    other = next(
-        (str(t["role"]) for s in conv.sessions for t in s.turns if t["role"] != user),
-        "assistant",
-    )
+    other = _other(conv, user)
     out: list[Turn] = []
     for n in range(first, first + count):
         request, answer = filler_exchange(n)
@@ -232,6 +250,30 @@ def _filler(conv: Conversation, user: str) -> tuple[Conversation, dict[str, tupl
     added[last] = [*added.get(last, []), *more]
     _check_new(conv, (str(t["turn_id"]) for ts in added.values() for t in ts))
     sessions = [_insert(s, added[i]) if i in added else s for i, s in enumerate(conv.sessions)]
+    return replace(conv, sessions=sessions), {}
+
+
+def _other(conv: Conversation, user: str) -> str:
+    """The conversation's first speaker who is not `user` (`assistant` when there is none)."""
+    return next(
+        (str(t["role"]) for s in conv.sessions for t in s.turns if t["role"] != user),
+        "assistant",
+    )
+
+
+def _smalltalk(conv: Conversation, user: str) -> tuple[Conversation, dict[str, tuple[str, str]]]:
+    other = _other(conv, user)
+    new = {f"smalltalk:{i}:{side}" for i in range(len(conv.sessions)) for side in "qa"}
+    _check_new(conv, new)
+    sessions = []
+    for i, s in enumerate(conv.sessions):
+        stamp = _when(s.turns[0], s) if s.turns else s.date
+        greeting, answer = small_talk_exchange(i)
+        opening = [
+            {"role": user, "text": greeting, "turn_id": f"smalltalk:{i}:q", "timestamp": stamp},
+            {"role": other, "text": answer, "turn_id": f"smalltalk:{i}:a", "timestamp": stamp},
+        ]
+        sessions.append(replace(s, turns=[*opening, *s.turns]))
     return replace(conv, sessions=sessions), {}
 
 
@@ -304,11 +346,12 @@ _RULES = {
     "sessionless": _sessionless,
     "unstamped": _unstamped,
     "repeated": _repeated,
+    "smalltalk": _smalltalk,
 }
 
 
 #: The perturbations that tell the user side from the other.
-_SIDED = ("filler", "unstamped", "repeated")
+_SIDED = ("filler", "unstamped", "repeated", "smalltalk")
 
 
 def _check_name(name: str) -> None:
@@ -395,5 +438,6 @@ def add_perturb_argument(parser: Any) -> None:
         help="messy-history variant of the data: filler (30 and 60 near-duplicate exchanges in "
         "the middle and last session), sessionless (one session id, per-turn times), unstamped "
         "(only the user side's turns timed), repeated (each user evidence turn said again in "
-        "two later sessions; a copy counts as the original). See reflective_bench.perturb",
+        "two later sessions; a copy counts as the original), smalltalk (every session opens with "
+        "small talk of over two words, in five languages in turn). See reflective_bench.perturb",
     )
