@@ -189,6 +189,7 @@ def collapse_duplicates(
 
 
 def _assistant(session_turns: SessionTurns, key: Key) -> bool:
+    """Whether the turn was said under the `assistant` role."""
     return session_turns(key[0])[key[1]].role == "assistant"
 
 

@@ -384,7 +384,8 @@ class DistinctCandidates:
     in another session keeps its rank: a fact said again counts for it (the votes stage keeps
     one copy of it, `redundancy.collapse_duplicates`). Sayings of a fact found by the wider
     search come with it too (they score alike, so a list's cut can fall between them): each is
-    then scored in its own session's context, and the best keeps the votes of all.
+    then scored in its own session's context, and the best keeps the vote, with those of
+    the others the search ranked on their own.
 
     Args:
         turns: The user's turns.
