@@ -167,7 +167,8 @@ def collapse_duplicates(
     order = sorted(voted, key=lambda k: (k not in keep, -voted[k], votes.first_seen[k]))
     placed = [(key, seen.place(key)) for key in order]
     flooded = {seen.first[key] for key, place in placed if place == "flood"}
-    gone, said_again = set(), dict.fromkeys(order, 0.0)
+    gone: set[Key] = set()
+    said_again: dict[Key, float] = {}  # per set's best-voted turn: its other days' votes
     for key, place in placed:
         if place == "fresh" or key in keep:
             continue
@@ -179,12 +180,11 @@ def collapse_duplicates(
             and key in found
             and not _assistant(session_turns, key)
         ):
-            said_again[first] += voted[key]
+            said_again[first] = said_again.get(first, 0.0) + voted[key]
     for key in gone:
         del voted[key]
-    for key, more in said_again.items():
-        if more and key in voted:
-            voted[key] += more
+    for key, more in said_again.items():  # the first of a set is fresh: never gone
+        voted[key] += more
     return gone
 
 
