@@ -100,6 +100,29 @@ def test_a_fact_said_on_several_days_counts_for_it(minilm, said):
         assert lines[0] == f"user: {GLUTEN}" and sum(GLUTEN in line for line in lines) == 1
 
 
+GREETING = ("Hey, how is your day going so far?", "Pretty good so far, thanks for asking!")
+EMMA = "I met Emma at the climbing gym, she is really nice."
+
+
+def test_a_greeting_that_opens_every_session_does_not_outrank_what_answers(minilm):
+    """The words "days" and "day" bring the greeting's eight sayings into the search; their
+    votes once added up to put it above the one turn that answers (hit [0] at k=3 and k=5)."""
+    with ReflectiveMemory(None, embedder=minilm) as mem:
+        start = datetime(2025, 1, 6, 10)
+        for s, request in enumerate(REQUESTS):
+            sid, t = f"s{s}", start + timedelta(days=3 * s)
+            chat = [*GREETING, request, f"Sure, here is some help: option {s}."]
+            chat += [EMMA, "How lovely!"] if s == 4 else []
+            for i, text in enumerate(chat):
+                role = ("user", "assistant")[i % 2]
+                mem.add_turn("u", sid, role, text, timestamp=t + timedelta(minutes=i))
+            mem.end_session("u", sid)
+        for k in (3, 5):
+            lines = _last_lines(mem.retrieve("u", "How many days ago did I meet Emma?", k=k))
+            assert lines[0] == f"user: {EMMA}"
+            assert sum(GREETING[0] in line for line in lines) <= 1
+
+
 ACKS = ["Got it.", "Thanks!", "Tusen takk!", "Danke schön!", "Merci beaucoup !", "¡Gracias!"]
 
 

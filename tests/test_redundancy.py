@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reflective_memory import HashingEmbedder, ReflectiveMemory
 from reflective_memory.retrieval.redundancy import (
+    SAID_AGAIN,
     SHORT_WORDS,
     Distinct,
     collapse_duplicates,
@@ -136,6 +137,17 @@ def test_a_fact_said_on_other_days_adds_their_votes_and_a_flood_keeps_its_best()
     votes = _votes({("a", 0): 1.0, ("b", 0): 2.0, ("c", 0): 0.5})
     collapse_duplicates(votes, _reader(sessions), {}, found=set(votes.turn))
     assert votes.turn == {("b", 0): 2.0}  # an assistant's greeting every session is no fact
+
+
+def test_a_line_said_in_every_session_adds_no_more_than_a_fact_said_on_three_days() -> None:
+    greeting = "Hey, how is your day going so far?"
+    sessions: dict[str, list[Turn]] = {}
+    for d in range(8):
+        sessions |= _session(greeting, sid=f"d{d}")
+    votes = _votes({(f"d{d}", 0): 1.0 + d / 10 for d in range(8)})
+    gone = collapse_duplicates(votes, _reader(sessions), {}, found=set(votes.turn))
+    assert SAID_AGAIN == 2 and len(gone) == 7
+    assert votes.turn == {("d7", 0): pytest.approx(1.7 + 1.6 + 1.5)}  # the best and two more
 
 
 def test_a_flood_of_requests_does_not_push_the_answer_out_of_the_candidates() -> None:
