@@ -2,7 +2,6 @@ import asyncio
 
 import pytest
 from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.memory import Memory
 from llama_index.core.memory.memory_blocks import StaticMemoryBlock
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 from reflective_memory import (
@@ -91,9 +90,9 @@ def test_truncation_drops_lowest_ranked(mem):
     assert format_hits([]) == ""
 
 
-def test_inside_memory_flush_and_recall(mem):
+def test_inside_memory_flush_and_recall(mem, sql_memory):
     block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=3, priority=1)
-    memory = Memory.from_defaults(  # 40 tokens of chat, 120 for the block (instruction, dates)
+    memory = sql_memory(  # 40 tokens of chat, 120 for the block (instruction, dates)
         session_id="conv",
         token_limit=160,
         token_flush_size=30,
@@ -113,11 +112,11 @@ def test_inside_memory_flush_and_recall(mem):
     assert system.role.value == "system" and "Marta" in system.content and "[0]" in system.content
 
 
-def test_priority_truncation_in_memory(mem):
+def test_priority_truncation_in_memory(mem, sql_memory):
     _seed(mem)
     block = ReflectiveMemoryBlock(memory=mem, user_id="ana", top_k=3, priority=1)
     static = StaticMemoryBlock(name="core", static_content="STATIC INFO", priority=0)
-    memory = Memory.from_defaults(
+    memory = sql_memory(
         session_id="c", token_limit=60, chat_history_token_ratio=0.3, memory_blocks=[static, block]
     )
     msgs = memory.get(input="dog beach nurse ramen " * 3)

@@ -71,10 +71,10 @@ def test_concurrent_aput_on_one_memory_stores_each_message_once(mem) -> None:
     assert sum(stored.values()) == 50 and max(stored.values()) == 1, stored.most_common(3)
 
 
-def test_a_block_with_another_chat_store_still_stores_what_is_flushed(mem) -> None:
+def test_a_block_with_another_chat_store_still_stores_what_is_flushed(mem, sql_memory) -> None:
     """The default SQL chat store's messages are not ours: the block stores them (once)."""
     block = ReflectiveMemoryBlock(memory=mem, user_id="ana")
-    memory = Memory.from_defaults(
+    memory = sql_memory(
         session_id="conv",
         memory_blocks=[block],
         token_limit=120,

@@ -10,7 +10,6 @@ from datetime import datetime, timezone
 
 import pytest
 from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.memory import Memory
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from reflective_memory import InvalidInputError, ReflectiveMemory
 from reflective_memory.testing.surfaces import COOKING
@@ -38,9 +37,9 @@ def test_block_now_field_per_call_and_the_messages_own_time(cooked: ReflectiveMe
         ReflectiveMemoryBlock(memory=cooked, user_id="ana", now="the other day")
 
 
-def test_memory_get_passes_now_to_the_block(cooked: ReflectiveMemory) -> None:
+def test_memory_get_passes_now_to_the_block(cooked: ReflectiveMemory, sql_memory) -> None:
     block = ReflectiveMemoryBlock(memory=cooked, user_id="ana", top_k=2, priority=0)
-    chat = Memory.from_defaults(session_id="q", memory_blocks=[block])
+    chat = sql_memory(session_id="q", memory_blocks=[block])
     chat.put(ChatMessage(role="user", content=QUESTION))
     system = asyncio.run(chat.aget(now=ASKED))[0]
     assert first_cooked(str(system.content)) == CURRY
