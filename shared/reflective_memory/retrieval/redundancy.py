@@ -54,11 +54,12 @@ SHORT_WORDS = 2
 #: as one.
 DUPLICATE_OVERLAP = 0.8
 #: How many sayings of a fact on other days add their votes to its best one. Without a bound,
-#: a greeting that opens every session ("Hey, how is your day going so far?") summed the small
-#: votes of its fifty sayings in a long history above the turn that answers; with two, a fact
-#: said on three days counts three times (measured: LongMemEval dev300 with small talk opening
-#: every session, k=5 +1.1 cross-validated; REALTALK unchanged; one or a harmonic sum instead
-#: lost up to 1.7 points of what repeated facts gain, BENCHMARKS "Messy histories").
+#: a greeting that opens many sessions ("Hey, how is your day going so far?") summed the small
+#: votes of its sayings (eight in a history of fifty sessions) above the turn that answers;
+#: with two, a fact said on three days counts three times (measured: LongMemEval dev300 with
+#: small talk opening every session, k=5 +1.1 cross-validated; REALTALK unchanged; one or a
+#: harmonic sum instead lost up to 1.7 points of what repeated facts gain, BENCHMARKS "Messy
+#: histories").
 SAID_AGAIN = 2
 #: What a rider's vote is of its anchor's: just below, so it is offered right after it.
 _BEHIND = 0.999
