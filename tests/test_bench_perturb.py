@@ -196,6 +196,17 @@ def test_sessionless_puts_every_turn_under_one_session_with_per_turn_times(convs
     assert [q.evidence for q in conv.questions] == [q.evidence for q in convs[0].questions]
 
 
+def test_bare_is_one_session_with_no_time_anywhere(convs) -> None:
+    out = perturb(convs, "bare", {})
+    assert out.turns == (24, 24) and out.sessions == (6, 2)
+    conv = out.conversations[0]
+    (session,) = conv.sessions
+    assert session.session_id == SESSIONLESS_ID and session.date is None
+    assert [t.get("timestamp") for t in session.turns] == [None] * 12
+    assert [t["text"] for t in session.turns] == [t["text"] for s in convs[0].sessions for t in s.turns]
+    assert {s for q in conv.questions for s in q.evidence_sessions} == {SESSIONLESS_ID}
+
+
 class _Recorder:
     """What `ingest_conversations` hands `add_turns` (as a memory would receive it)."""
 
