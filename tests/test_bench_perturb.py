@@ -203,7 +203,8 @@ def test_bare_is_one_session_with_no_time_anywhere(convs) -> None:
     (session,) = conv.sessions
     assert session.session_id == SESSIONLESS_ID and session.date is None
     assert [t.get("timestamp") for t in session.turns] == [None] * 12
-    assert [t["text"] for t in session.turns] == [t["text"] for s in convs[0].sessions for t in s.turns]
+    texts = [t["text"] for s in convs[0].sessions for t in s.turns]
+    assert [t["text"] for t in session.turns] == texts
     assert {s for q in conv.questions for s in q.evidence_sessions} == {SESSIONLESS_ID}
 
 

@@ -449,8 +449,9 @@ def add_perturb_argument(parser: Any) -> None:
         choices=PERTURBATIONS,
         default="none",
         help="messy-history variant of the data: filler (30 and 60 near-duplicate exchanges in "
-        "the middle and last session), sessionless (one session id, per-turn times), bare (one session id, no times), unstamped "
-        "(only the user side's turns timed), repeated (each user evidence turn said again in "
-        "two later sessions; a copy counts as the original), smalltalk (every session opens with "
-        "small talk of over two words, in five languages in turn). See reflective_bench.perturb",
+        "the middle and last session), sessionless (one session id, per-turn times), bare (one "
+        "session id, no times), unstamped (only the user side's turns timed), repeated (each "
+        "user evidence turn said again in two later sessions; a copy counts as the original), "
+        "smalltalk (every session opens with small talk of over two words, in five languages "
+        "in turn). See reflective_bench.perturb",
     )
