@@ -208,6 +208,16 @@ def test_bare_is_one_session_with_no_time_anywhere(convs) -> None:
     assert {s for q in conv.questions for s in q.evidence_sessions} == {SESSIONLESS_ID}
 
 
+def test_untimed_keeps_sessions_and_no_time_anywhere(convs) -> None:
+    out = perturb(convs, "untimed", {})
+    assert out.turns == (24, 24) and out.sessions == (6, 6)
+    for before, after in zip(convs, out.conversations, strict=True):
+        assert [s.session_id for s in after.sessions] == [s.session_id for s in before.sessions]
+        assert all(s.date is None for s in after.sessions)
+        assert all(t.get("timestamp") is None for s in after.sessions for t in s.turns)
+        assert _ids(after) == _ids(before) and after.questions == before.questions
+
+
 class _Recorder:
     """What `ingest_conversations` hands `add_turns` (as a memory would receive it)."""
 
