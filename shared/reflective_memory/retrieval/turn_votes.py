@@ -185,6 +185,8 @@ def recency_ranks(
         e = _epoch(conversation_time(session_turns(key[0]), key[1]))
         if e is not None:
             times[key] = e
+    if len(set(times.values())) < 2:  # one time for all (a log without times): their order
+        times = {key: float(_opening(session_turns(key[0]), key[1]).seq) for key in pool}
     if len(set(times.values())) < 2:
         return {}
     lo, hi = min(times.values()), max(times.values())
@@ -246,6 +248,11 @@ def conversation_time(turns: Sequence[Turn], position: int) -> datetime | None:
             start = ts
         last = ts
     return start if start is not None else turn_time(turns, position)
+
+
+def _opening(turns: Sequence[Turn], position: int) -> Turn:
+    """The first turn of the conversation a turn belongs to (`conversation_spans`)."""
+    return turns[conversation_spans(turns)[position][0]]
 
 
 def conversation_bounds(turns: Sequence[Turn], position: int) -> tuple[int, int]:
