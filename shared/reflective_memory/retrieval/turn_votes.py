@@ -189,7 +189,9 @@ def recency_ranks(
         if e is not None:
             times[key] = e
     if len(set(times.values())) < 2:  # one time for all (a log without times): their order
-        times = {key: float(_opening(session_turns(key[0]), key[1]).seq) for key in pool}
+        for key in pool:
+            turns = session_turns(key[0])
+            times[key] = float(turns[conversation_bounds(turns, key[1])[0]].seq)
     if len(set(times.values())) < 2:
         return {}
     lo, hi = min(times.values()), max(times.values())
@@ -251,11 +253,6 @@ def conversation_time(turns: Sequence[Turn], position: int) -> datetime | None:
             start = ts
         last = ts
     return start if start is not None else turn_time(turns, position)
-
-
-def _opening(turns: Sequence[Turn], position: int) -> Turn:
-    """The first turn of the conversation a turn belongs to (`conversation_spans`)."""
-    return turns[conversation_spans(turns)[position][0]]
 
 
 def conversation_bounds(turns: Sequence[Turn], position: int) -> tuple[int, int]:
