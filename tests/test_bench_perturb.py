@@ -196,6 +196,28 @@ def test_sessionless_puts_every_turn_under_one_session_with_per_turn_times(convs
     assert [q.evidence for q in conv.questions] == [q.evidence for q in convs[0].questions]
 
 
+def test_bare_is_one_session_with_no_time_anywhere(convs) -> None:
+    out = perturb(convs, "bare", {})
+    assert out.turns == (24, 24) and out.sessions == (6, 2)
+    conv = out.conversations[0]
+    (session,) = conv.sessions
+    assert session.session_id == SESSIONLESS_ID and session.date is None
+    assert [t.get("timestamp") for t in session.turns] == [None] * 12
+    texts = [t["text"] for s in convs[0].sessions for t in s.turns]
+    assert [t["text"] for t in session.turns] == texts
+    assert {s for q in conv.questions for s in q.evidence_sessions} == {SESSIONLESS_ID}
+
+
+def test_untimed_keeps_sessions_and_no_time_anywhere(convs) -> None:
+    out = perturb(convs, "untimed", {})
+    assert out.turns == (24, 24) and out.sessions == (6, 6)
+    for before, after in zip(convs, out.conversations, strict=True):
+        assert [s.session_id for s in after.sessions] == [s.session_id for s in before.sessions]
+        assert all(s.date is None for s in after.sessions)
+        assert all(t.get("timestamp") is None for s in after.sessions for t in s.turns)
+        assert _ids(after) == _ids(before) and after.questions == before.questions
+
+
 class _Recorder:
     """What `ingest_conversations` hands `add_turns` (as a memory would receive it)."""
 

@@ -540,6 +540,25 @@ def test_for_a_when_question_only_turns_that_name_a_time_compete_on_recency() ->
     assert ranks == {("may", 0): 1.0, ("mar", 0): 0.0}
 
 
+def test_sessions_without_times_compete_in_the_order_they_were_stored() -> None:
+    """An import without times gives every turn one time: the stored order stands for it."""
+    from dataclasses import replace
+
+    from reflective_memory.retrieval.turn_votes import recency_ranks
+
+    texts = {"a": ["I live in Leeds.", "Leeds is rainy."], "b": ["I moved to Bristol."]}
+    one_time = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    seq = iter(range(1, 10))
+    sessions = {
+        sid: [replace(t, timestamp=one_time, seq=next(seq)) for t in _turns(sid, ts, "2026-03-01")]
+        for sid, ts in texts.items()
+    }
+    ranks = recency_ranks(_votes([("a", 0), ("a", 1), ("b", 0)]), sessions.__getitem__)
+    assert ranks == {("a", 0): 0.0, ("a", 1): 0.0, ("b", 0): 1.0}  # one session's turns tie
+    alone = recency_ranks(_votes([("a", 0), ("a", 1)]), sessions.__getitem__)
+    assert alone == {}  # one conversation: nothing is newer
+
+
 @pytest.mark.integration
 def test_small_talk_in_the_newest_session_is_not_the_answer_to_a_present_question() -> None:
     # "What am I allergic to?" reads as present tense ("am I"); in a short history every fused

@@ -367,3 +367,33 @@ def test_two_weeks_ago_puts_that_turn_first(mem, lang: str, size: dict) -> None:
     frame = r.diagnostics["time_frame"]
     assert (frame["start"][:10], frame["end"][:10]) == ("2025-04-29", "2025-05-06"), frame
     assert history.event in r.hits[0].memory.text.split("\n")[1], r.hits[0].memory.text
+
+
+@pytest.fixture(scope="module")
+def untimed():
+    """The same histories imported without a time on any turn (sessions kept, in order)."""
+    with ReflectiveMemory() as m:
+        for lang, history in HISTORIES.items():
+            m.add_turns(
+                {
+                    "user_id": lang,
+                    "session_id": f"s{i}",
+                    "role": "user" if j % 2 == 0 else "assistant",
+                    "text": text,
+                }
+                for i, (_, turns) in enumerate(history.sessions)
+                for j, text in enumerate(turns)
+            )
+            for i in range(len(history.sessions)):
+                m.end_session(lang, f"s{i}")
+        yield m
+
+
+@pytest.mark.parametrize("lang", sorted(HISTORIES))
+@pytest.mark.parametrize("size", BUDGETS)
+def test_without_times_the_later_session_is_the_newer(untimed, lang: str, size: dict) -> None:
+    history = HISTORIES[lang]
+    times = {t.timestamp for t in untimed.turns(lang)}
+    assert len(times) == 1  # one time for the whole import: only the order tells
+    first = untimed.retrieve(lang, history.now, **size).hits[0].memory.text
+    assert history.new in first and history.old not in first, first

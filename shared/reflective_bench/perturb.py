@@ -20,6 +20,11 @@ once). Questions and their evidence are kept; turn ids are kept.
   every turn) gets that date plus one minute per turn before it in its session, so the log's
   times are distinct and in order. Questions' evidence sessions become that one id (session
   recall is then trivially 1; read coverage).
+* `bare`: a log of roles and texts only: every turn under one session id (`SESSIONLESS_ID`),
+  sessions in file order, no turn and no session with a time (ingestion times them as a
+  replayed log). Questions' evidence sessions become that one id, as `sessionless`'s.
+* `untimed`: sessions kept, no turn and no session with a time (a log of sessions whose messages
+  carry no times).
 * `unstamped`: the user side's turns carry a time (their own timestamp, else their session's
   date, written into the turn), every other turn `timestamp=None`, and every session's date is
   cleared: `add_turns` sees timed user turns and untimed assistant turns, with no session date
@@ -75,7 +80,16 @@ __all__ = [
 ]
 
 #: Values of `--perturb`.
-PERTURBATIONS = ("none", "filler", "sessionless", "unstamped", "repeated", "smalltalk")
+PERTURBATIONS = (
+    "none",
+    "filler",
+    "sessionless",
+    "bare",
+    "untimed",
+    "unstamped",
+    "repeated",
+    "smalltalk",
+)
 #: Filler exchanges inserted in the middle session and in the last one.
 FILLER_MIDDLE = 30
 FILLER_LAST = 60
@@ -297,6 +311,19 @@ def _sessionless(conv: Conversation, user: str) -> tuple[Conversation, dict[str,
     return replace(conv, sessions=sessions, questions=questions), {}
 
 
+def _untimed(conv: Conversation, user: str) -> tuple[Conversation, dict[str, tuple[str, str]]]:
+    del user  # every side alike
+    sessions = [
+        SessionData(s.session_id, [{**t, "timestamp": None} for t in s.turns], None)
+        for s in conv.sessions
+    ]
+    return replace(conv, sessions=sessions), {}
+
+
+def _bare(conv: Conversation, user: str) -> tuple[Conversation, dict[str, tuple[str, str]]]:
+    return _untimed(_sessionless(conv, user)[0], user)
+
+
 def _unstamped(conv: Conversation, user: str) -> tuple[Conversation, dict[str, tuple[str, str]]]:
     sessions = [
         SessionData(
@@ -344,6 +371,8 @@ _RULES: dict[str, Callable[[Conversation, str], tuple[Conversation, dict[str, tu
 _RULES = {
     "filler": _filler,
     "sessionless": _sessionless,
+    "bare": _bare,
+    "untimed": _untimed,
     "unstamped": _unstamped,
     "repeated": _repeated,
     "smalltalk": _smalltalk,
@@ -368,7 +397,8 @@ def perturb(
         conversations: Loaded conversations, roles already mapped (`--roles`).
         name: One of `PERTURBATIONS`.
         user_roles: The role of each conversation's user side, by user id
-            (`reflective_bench.roles.user_roles`); `none` and `sessionless` do not read it.
+            (`reflective_bench.roles.user_roles`); `none`, `sessionless`, `bare` and `untimed`
+            do not read it.
 
     Returns:
         The perturbed conversations, the copies made and the counts before and after.
@@ -436,8 +466,9 @@ def add_perturb_argument(parser: Any) -> None:
         choices=PERTURBATIONS,
         default="none",
         help="messy-history variant of the data: filler (30 and 60 near-duplicate exchanges in "
-        "the middle and last session), sessionless (one session id, per-turn times), unstamped "
-        "(only the user side's turns timed), repeated (each user evidence turn said again in "
-        "two later sessions; a copy counts as the original), smalltalk (every session opens with "
-        "small talk of over two words, in five languages in turn). See reflective_bench.perturb",
+        "the middle and last session), sessionless (one session id, per-turn times), bare (one "
+        "session id, no times), untimed (sessions, no times), unstamped (only the user side's "
+        "turns timed), repeated (each user evidence turn said again in two later sessions; a "
+        "copy counts as the original), smalltalk (every session opens with small talk of over "
+        "two words, in five languages in turn). See reflective_bench.perturb",
     )

@@ -158,10 +158,13 @@ def recency_ranks(
     Time is their conversation's (`conversation_time`: a later turn of the same conversation
     is no update, so its turns keep their order), so a log kept under one session id still
     tells the months apart. With `answers`, only the turns it accepts compete (a "when"
-    question: the turns that name a time; a newer turn without one does not answer it).
+    question: the turns that name a time; a newer turn without one does not answer it). When
+    every competing turn has one time (a history imported without times: each turn took the
+    time of the one before it), their conversations compete in the order they were stored (the
+    `seq` of each one's first turn).
 
     Returns:
-        `r` per competing turn; empty when fewer than two distinct times are known.
+        `r` per competing turn; empty when they all belong to one conversation of one time.
     """
     pool = sorted(votes.turn, key=lambda x: -votes.turn[x])[:top]
     if answers is not None:
@@ -185,6 +188,10 @@ def recency_ranks(
         e = _epoch(conversation_time(session_turns(key[0]), key[1]))
         if e is not None:
             times[key] = e
+    if len(set(times.values())) < 2:  # one time for all (a log without times): their order
+        for key in pool:
+            turns = session_turns(key[0])
+            times[key] = float(turns[conversation_bounds(turns, key[1])[0]].seq)
     if len(set(times.values())) < 2:
         return {}
     lo, hi = min(times.values()), max(times.values())
