@@ -127,7 +127,6 @@ def test_features_read_the_question_cues_of_each_turn() -> None:
     }
     assert row[("old", 1)]["other_speaker"] == 1.0 and row[("old", 0)]["other_speaker"] == 0.0
     assert row[("new", 0)]["recent"] == 1.0 and row[("old", 0)]["recent"] == 0.0
-    assert row[("new", 0)]["change"] == 1.0 and row[("old", 0)]["change"] == 0.0
     assert row[("new", 0)]["in_frame"] == 1.0 and row[("old", 0)]["in_frame"] == 0.0
     assert row[("new", 1)]["small_talk"] == 1.0
     assert row[("old", 0)]["cosine"] == 0.6 and row[("new", 0)]["cosine_gap"] == pytest.approx(-0.1)

@@ -18,7 +18,6 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
   (`turn_votes.recency_ranks`, 0 oldest to 1 newest; 0 otherwise); for one that asks for a
   time ("When is my sister's wedding?"), among those of them that name one (`dated`), so the
   newest date given wins, not a newer turn without any;
-- `change`: for a present-tense question, one of the best ten that says something changed;
 - `in_frame`: said inside the period the question names ("two weeks ago");
 - `dated`: the question asks for a time ("When is ...?", `cues.asks_when`) and the turn names
   one ("on September 6", "yesterday": `timeframe.time_frame` finds a period in it);
@@ -47,7 +46,6 @@ from reflective_memory.retrieval.turn_votes import (
     in_time_frame,
     other_speakers,
     recency_ranks,
-    states_a_change,
 )
 from reflective_memory.types import Turn
 
@@ -65,7 +63,6 @@ FEATURES: tuple[str, ...] = (
     "other_speaker",
     "other_person",
     "recent",
-    "change",
     "in_frame",
     "dated",
     "small_talk",
@@ -207,7 +204,6 @@ def turn_features(
         if signals.present
         else {}
     )
-    pool = set(sorted(vote, key=lambda k: -vote[k])[:10]) if signals.present else set()
     frame = (
         set(in_time_frame(votes, session_turns, *signals.frame))
         if signals.frame is not None
@@ -232,7 +228,6 @@ def turn_features(
                 float(other and not person),  # other_speaker
                 float(other and person),  # other_person
                 ranks.get(key, 0.0),  # recent
-                float(key in pool and states_a_change(turn.text)),  # change
                 float(key in frame),  # in_frame
                 float(signals.when and dated(sid, p, turn)),  # dated
                 float(key in quiet),  # small_talk

@@ -12,7 +12,6 @@ voted turns.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -28,7 +27,6 @@ __all__ = [
     "recency_ranks",
     "in_time_frame",
     "other_speakers",
-    "states_a_change",
     "turn_time",
     "conversation_bounds",
     "conversation_spans",
@@ -143,25 +141,21 @@ def recency_ranks(
     votes: TurnVotes,
     session_turns: Callable[[str], Sequence[Turn]],
     top: int = 10,
-    changes: bool = True,
     relevance: Callable[[tuple[str, int]], float | None] | None = None,
     answers: Callable[[tuple[str, int]], bool] | None = None,
 ) -> dict[tuple[str, int], float]:
     """How new each turn competing on time is: 0 for the oldest of them, 1 for the newest.
 
-    The turns that compete are the `top` best. With `relevance` (a turn's own query cosine,
-    None when its key was not ranked), one whose cosine is below `RECENCY_RELEVANCE` of the
-    best one's does not compete: fused votes of a small history are close, but "Tusen takk!"
-    is no answer to "What am I allergic to?" however new. With `changes`, a turn of the `top`
-    that states a change competes even so (`states_a_change`: "I'm moving to Neukölln"
-    competes with an older "I live in Alfama" even when it matches the question's words less).
-    Time is their conversation's (`conversation_time`: a later turn of the same conversation
-    is no update, so its turns keep their order), so a log kept under one session id still
-    tells the months apart. With `answers`, only the turns it accepts compete (a "when"
-    question: the turns that name a time; a newer turn without one does not answer it). When
-    every competing turn has one time (a history imported without times: each turn took the
-    time of the one before it), their conversations compete in the order they were stored (the
-    `seq` of each one's first turn).
+    The turns that compete are the `top` best. With `relevance` (a turn's own query cosine, None
+    when its key was not ranked), one whose cosine is below `RECENCY_RELEVANCE` of the best
+    one's does not compete: fused votes of a small history are close, but "Tusen takk!" is no
+    answer to "What am I allergic to?" however new. Time is their conversation's
+    (`conversation_time`: a later turn of the same conversation is no update, so its turns keep
+    their order), so a log kept under one session id still tells the months apart. With
+    `answers`, only the turns it accepts compete (a "when" question: the turns that name a time;
+    a newer turn without one does not answer it). When every competing turn has one time (a
+    history imported without times: each turn took the time of the one before it), their
+    conversations compete in the order they were stored (the `seq` of each one's first turn).
 
     Returns:
         `r` per competing turn; empty when they all belong to one conversation of one time.
@@ -178,11 +172,7 @@ def recency_ranks(
             cos = cosines.get(key)
             return near is None or cos is None or cos >= near
 
-        pool = [
-            key
-            for key in pool
-            if close(key) or (changes and states_a_change(session_turns(key[0])[key[1]].text))
-        ]
+        pool = [key for key in pool if close(key)]
     times: dict[tuple[str, int], float] = {}
     for key in pool:
         e = _epoch(conversation_time(session_turns(key[0]), key[1]))
@@ -196,29 +186,6 @@ def recency_ranks(
         return {}
     lo, hi = min(times.values()), max(times.values())
     return {key: (e - lo) / (hi - lo) for key, e in times.items()}
-
-
-#: The lookahead (the alternatives' first letters) changes no match; it only makes the
-#: search twice as fast on long turns.
-_CHANGE = re.compile(
-    r"\b(?=[mrnsclqif])"
-    r"(?:moved|moving|relocat\w*|new (?:job|flat|apartment|house|home|address|role|position|"
-    r"name|number|car|partner|place)|no longer|not any ?more|switched|changed|quit|left my|"
-    r"I'm now|from now on|instead)\b",
-    re.IGNORECASE,
-)
-
-
-def states_a_change(text: str) -> bool:
-    """Whether a turn says something changed: a move, a new job or name, "no longer", ...
-
-    Example:
-        >>> states_a_change("I found a flat! I'm moving to Neukölln on August 1.")
-        True
-        >>> states_a_change("I live in Alfama in Lisbon.")
-        False
-    """
-    return _CHANGE.search(text) is not None
 
 
 def turn_time(turns: Sequence[Turn], position: int) -> datetime | None:
