@@ -3,7 +3,8 @@
 A fact said again and again stays findable; a new user's acknowledgements, in any language,
 never take a slot of their own; a flood of near-identical requests costs one line of the block
 and does not push an update below what it replaced; a "When is ...?" question finds the turn
-that dates the thing, not a newer one that only says "today".
+that dates the thing, not a newer one that only says "today", and a "When did ...?" question
+finds the turn whose own day answers it ("I got a cheese tart today").
 """
 
 from __future__ import annotations
@@ -224,3 +225,75 @@ def test_when_prefers_the_turn_that_dates_the_thing_over_a_newer_today(minilm):
         for k in (3, 5):
             lines = _last_lines(mem.retrieve("w", "When is my sister's wedding?", k=k))
             assert "6 September" in lines[0], lines
+
+
+#: Per language: five sayings a week apart (the third says "today" and answers), the question.
+BAKERY = {
+    "en": (
+        [
+            "My sister says the bakery on Elm Street sells the best cheese tart in town.",
+            "I'm thinking of baking a cheese tart for my mother's birthday on 12 April.",
+            "I got a cheese tart from the Elm Street bakery today, have you ever had one?",
+            "Work was busy, we shipped the new release on Monday.",
+            "My brother wants a cheese tart for his party next month.",
+        ],
+        "When did I get a cheese tart from the bakery?",
+    ),
+    "de": (
+        [
+            "Meine Schwester sagt, die Bäckerei in der Ulmenstraße hat den besten Käsekuchen.",
+            "Ich überlege, am 12. April einen Käsekuchen zum Geburtstag meiner Mutter zu backen.",
+            "Ich habe heute einen Käsekuchen in der Bäckerei in der Ulmenstraße gekauft!",
+            "Die Arbeit war stressig, wir haben am Montag die neue Version veröffentlicht.",
+            "Mein Bruder möchte nächsten Monat einen Käsekuchen für seine Party.",
+        ],
+        "Wann habe ich einen Käsekuchen in der Bäckerei gekauft?",
+    ),
+    "fr": (
+        [
+            "Ma sœur dit que la boulangerie de la rue des Ormes fait la meilleure tarte salée.",
+            "Je pense préparer une tarte au fromage pour l'anniversaire de ma mère le 12 avril.",
+            "J'ai acheté une tarte au fromage à la boulangerie de la rue des Ormes aujourd'hui !",
+            "Le travail était chargé, nous avons publié la nouvelle version lundi.",
+            "Mon frère veut une tarte au fromage pour sa fête le mois prochain.",
+        ],
+        "Quand ai-je acheté une tarte au fromage à la boulangerie ?",
+    ),
+    "es": (
+        [
+            "Mi hermana dice que la panadería de la calle Olmo vende la mejor tarta de queso.",
+            "Estoy pensando en hornear una tarta de queso para mi madre el 12 de abril.",
+            "Hoy compré una tarta de queso en la panadería de la calle Olmo, ¿la has probado?",
+            "El trabajo estuvo muy ocupado, publicamos la nueva versión el lunes.",
+            "Mi hermano quiere una tarta de queso para su fiesta el mes que viene.",
+        ],
+        "¿Cuándo compré una tarta de queso en la panadería?",
+    ),
+    "nb": (
+        [
+            "Søsteren min sier at bakeriet i Almegata har byens beste ostekake.",
+            "Jeg tenker å bake en ostekake til mammas bursdag 12. april.",
+            "Jeg kjøpte en ostekake fra bakeriet i Almegata i dag, har du smakt en?",
+            "Det var travelt på jobb, vi slapp den nye versjonen på mandag.",
+            "Broren min vil ha en ostekake til festen sin neste måned.",
+        ],
+        "Når kjøpte jeg en ostekake fra bakeriet?",
+    ),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(BAKERY))
+def test_when_did_finds_the_turn_whose_own_day_answers(minilm, lang):
+    """ "I got a cheese tart today" dates the purchase: its passage's date is the answer, above
+    a plan for 12 April and a party next month that name other days."""
+    texts, question = BAKERY[lang]
+    with ReflectiveMemory(None, embedder=minilm) as mem:
+        start = datetime(2025, 3, 3, 18)
+        for week, text in enumerate(texts):
+            sid = f"s{week}"
+            mem.add_turn(lang, sid, "user", text, timestamp=start + timedelta(weeks=week))
+            mem.add_turn(lang, sid, "assistant", "OK!")
+            mem.end_session(lang, sid)
+        for k in (1, 3, 5):
+            first = mem.retrieve(lang, question, k=k).hits[0].memory.text
+            assert texts[2] in first and "2025-03-17" in first, (k, first)

@@ -530,13 +530,36 @@ def test_for_a_when_question_only_turns_that_name_a_time_compete_on_recency() ->
     votes = _votes([("oct", 0), ("may", 0), ("mar", 0)])
 
     def dated(key: tuple[str, int]) -> bool:
-        return names_a_time(sessions[key[0]][key[1]])
+        return names_a_time(sessions[key[0]][key[1]], beyond_its_day=True)
 
     assert [dated(k) for k in votes.turn] == [False, True, True]
     anyone = recency_ranks(votes, sessions.__getitem__)
     assert max(anyone, key=anyone.__getitem__) == ("oct", 0)
     ranks = recency_ranks(votes, sessions.__getitem__, answers=dated)
     assert ranks == {("may", 0): 1.0, ("mar", 0): 0.0}
+
+
+def test_a_turn_that_says_today_dates_what_it_tells_but_no_other_day() -> None:
+    """ "I got this today" answers "When did ...?" by its own date; no newer plan it names."""
+    from reflective_memory.retrieval.features import FEATURES, QuestionSignals, turn_features
+
+    sessions = {
+        "mar": _turns("mar", ["Lena got engaged! The wedding is on 6 September."], "2025-03-01"),
+        "apr": _turns("apr", ["I bought a cheese tart at the bakery."], "2025-04-02"),
+        "jun": _turns("jun", ["I booked the flights for Lena's wedding today."], "2025-06-01"),
+    }
+    votes = _votes([("jun", 0), ("mar", 0), ("apr", 0)])
+    when = QuestionSignals(present=True, when=True)
+    got = turn_features(votes, sessions.__getitem__, {}, when, rrf_k=60)
+    row = {
+        k: dict(zip(FEATURES, r, strict=True)) for k, r in zip(got.keys, got.matrix, strict=True)
+    }
+    # "today" dates the booking (the `dated` cue the ranker was fitted with) ...
+    assert [row[k]["dated"] for k in (("mar", 0), ("jun", 0), ("apr", 0))] == [1.0, 1.0, 0.0]
+    # ... but it is no newer date for the wedding: only March's date competes, so none is newer
+    assert all(r["recent"] == 0.0 for r in row.values())
+    asked = turn_features(votes, sessions.__getitem__, {}, QuestionSignals(), rrf_k=60)
+    assert not asked.matrix[:, FEATURES.index("dated")].any()  # not a question about a time
 
 
 def test_sessions_without_times_compete_in_the_order_they_were_stored() -> None:

@@ -117,5 +117,9 @@ def test_a_when_question_keeps_which_turns_name_a_time_in_the_text_cache() -> No
         mem.retrieve("u", "When is my sister's wedding?", budget_tokens=200)
         cache, turns = _cache(mem, "u"), _turns(mem, "u")["s"]
         dated = {k[2]: v for k, v in cache.items() if k[0] == "dated"}
-        assert dated and all(v == names_a_time(turns[p]) for p, v in dated.items())
-        assert dated.get(0) is True
+        assert dated and all(
+            (v != 0) == names_a_time(turns[p])
+            and (v == 2) == names_a_time(turns[p], beyond_its_day=True)
+            for p, v in dated.items()
+        )
+        assert dated.get(0) == 2  # "on 14 June 2025": a day other than its own

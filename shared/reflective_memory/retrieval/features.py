@@ -16,11 +16,13 @@ words, without it: up to +2.4 points on LongMemEval at 500 words, at worst -0.4 
   and the other role said it (`cues.addressed_role`);
 - `recent`: for a present-tense question, how new the turn is among the best ten
   (`turn_votes.recency_ranks`, 0 oldest to 1 newest; 0 otherwise); for one that asks for a
-  time ("When is my sister's wedding?"), among those of them that name one (`dated`), so the
-  newest date given wins, not a newer turn without any;
+  time ("When is my sister's wedding?"), among those of them that date something beyond their
+  own day, so the newest date given wins, not a newer turn without one or one that only says
+  "today" ("I booked the flights today");
 - `in_frame`: said inside the period the question names ("two weeks ago");
 - `dated`: the question asks for a time ("When is ...?", `cues.asks_when`) and the turn names
-  one ("on September 6", "yesterday": `timeframe.time_frame` finds a period in it);
+  one ("on September 6", "yesterday", or its own day: "I got this today" dates what it tells;
+  `timeframe.time_frame` finds a period in it);
 - `small_talk`: a turn too short to stand alone, read with the turn before it
   (`redundancy.riders`);
 - `neighbour`: the best vote of the turns next to it, over the best vote;
@@ -108,15 +110,26 @@ class QuestionSignals:
     when: bool = False
 
 
-def names_a_time(turn: Turn) -> bool:
-    """Whether a turn's text dates something beyond its own day.
+def names_a_time(turn: Turn, *, beyond_its_day: bool = False) -> bool:
+    """Whether a turn's text names a date or a period (`timeframe.time_frame` finds one).
 
-    `timeframe.time_frame` finds a period in it that is not the day it was said: "on 6
-    September", "yesterday", "last March" date something; "today" or "this week" only say
-    when the turn itself was said, which its passage's date header tells already.
+    With `beyond_its_day`, only one that is not the day it was said: "on 6 September",
+    "yesterday", "last March" date something else; "today" or "this week" say when the turn
+    itself was said.
     """
+    named = _time_named(turn)
+    return named == _OTHER_DAY if beyond_its_day else named != _NO_TIME
+
+
+#: `_time_named`'s answers: no period, the turn's own day ("today"), another one.
+_NO_TIME, _OWN_DAY, _OTHER_DAY = 0, 1, 2
+
+
+def _time_named(turn: Turn) -> int:
     frame = time_frame(turn.text, _SOME_DAY)
-    return frame is not None and not frame.start <= _SOME_DAY < frame.end
+    if frame is None:
+        return _NO_TIME
+    return _OWN_DAY if frame.start <= _SOME_DAY < frame.end else _OTHER_DAY
 
 
 def _position(
@@ -160,7 +173,7 @@ def turn_features(
         rrf_k: The fusion constant.
         quiet: The short turns read with the turn before them (`redundancy.riders`).
         relevance: A turn's own query cosine (`recency_ranks`' relevance rule).
-        cache: Where a turn's `names_a_time` is kept (`("dated", session_id, position)`; the
+        cache: Where the period a turn names is kept (`("dated", session_id, position)`; the
             text cache of `UserTurns.text_cache`, which lives as long as the turns do).
 
     Returns:
@@ -185,14 +198,14 @@ def turn_features(
     scale = rrf_k + 1
     known = {} if cache is None else cache
 
-    def dated(sid: str, p: int, turn: Turn) -> bool:
+    def named(sid: str, p: int, turn: Turn) -> int:
         got = known.get(("dated", sid, p))
         if got is None:
-            got = known["dated", sid, p] = names_a_time(turn)
-        return bool(got)
+            got = known["dated", sid, p] = _time_named(turn)
+        return int(got)
 
     def answers_when(key: tuple[str, int]) -> bool:
-        return dated(*key, session_turns(key[0])[key[1]])
+        return named(*key, session_turns(key[0])[key[1]]) == _OTHER_DAY
 
     ranks = (
         recency_ranks(
@@ -229,7 +242,7 @@ def turn_features(
                 float(other and person),  # other_person
                 ranks.get(key, 0.0),  # recent
                 float(key in frame),  # in_frame
-                float(signals.when and dated(sid, p, turn)),  # dated
+                float(signals.when and named(sid, p, turn) != _NO_TIME),  # dated
                 float(key in quiet),  # small_talk
                 near / best_vote if best_vote > 0 else 0.0,  # neighbour
                 float(turn.role == "user"),  # user
