@@ -454,6 +454,7 @@ def _run_systems(
         session_recall_fn=session_recall,
         ranker_folds=args.ranker_folds,
         copies=data.copies,
+        starts_folds=args.starts_folds,
     )
     where = "in-memory SQLite" if args.dsn is None else "PostgreSQL + pgvector"
     print(f"data: {args.data} ({len(convs)} conversations); store: {where}")  # noqa: T201
@@ -575,6 +576,12 @@ def register(bench: Any) -> None:
         default=None,
         help="folder of `bench fit-ranker --folds` models: adds the row 'learned ranker, "
         "cross-validated' (each conversation scored by the model fitted without its fold)",
+    )
+    p.add_argument(
+        "--starts-folds",
+        default=None,
+        help="folder of `bench fit-starts --folds` models: every row reads each conversation "
+        "with the conversation-start detector fitted without its fold (cross-validated)",
     )
     p.add_argument(
         "--dsn",

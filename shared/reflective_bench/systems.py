@@ -401,6 +401,7 @@ def run_systems(
     session_recall_fn: Callable[[Retrieval, set[str], int], tuple[float, float]] | None = None,
     ranker_folds: str | None = None,
     copies: Copies | None = None,
+    starts_folds: str | None = None,
 ) -> SystemsResult:
     """Ingest every conversation into every system and measure coverage, latency and ingest.
 
@@ -422,6 +423,8 @@ def run_systems(
             ranker is `FOLDS` (each conversation scored by its fold's model).
         copies: Turns that count as other turns (`--perturb repeated`): every answer is
             scored with its copies mapped to their originals (`Copies.originals`).
+        starts_folds: Folder of `bench fit-starts --folds` models: every system reads each
+            conversation with the start detector fitted without its fold.
     """
     scored = (Copies() if copies is None else copies).originals
     res = SystemsResult(topk=topk)
@@ -441,6 +444,10 @@ def run_systems(
             model = str(Path(ranker_folds) / f"{fold_of(conv)}.json")
             passages = {**system.config["passages"], "ranker": model}
             built = replace(system, config={**system.config, "passages": passages})
+        if starts_folds is not None:
+            model = str(Path(starts_folds) / f"{fold_of(conv)}.json")
+            sessions = {**built.config.get("sessions", {}), "conversation_starts": model}
+            built = replace(built, config={**built.config, "sessions": sessions})
         mem = built.build(repeat, denoiser, store)
         shipped = None  # the default as shipped (token budgets), for the adapters' call
         if topk > 0 and system is DEFAULT and stores is None:

@@ -73,6 +73,7 @@ BENCH_MODULES = [
     "reflective_bench.replicas",
     "reflective_bench.surfaces",
     "reflective_bench.ranker",
+    "reflective_bench.starts",
     "reflective_bench.settings_cv",
     "reflective_bench.paired",
     "reflective_bench.attacks",

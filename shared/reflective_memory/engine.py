@@ -35,6 +35,7 @@ from reflective_memory.rmm.topics import ProspectiveReflector
 from reflective_memory.rmm.turn_learning import TurnLearning
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.segment.factory import segmenter_from_config
+from reflective_memory.sessions.starts import load_starts
 from reflective_memory.sessions.writer import SessionWriter
 from reflective_memory.storage.base import MemoryStore, NativeAsync, StateHolder, require_open
 from reflective_memory.storage.driver_errors import typed_errors
@@ -135,6 +136,9 @@ class ReflectiveMemory:
         cfg = self.config = config if config is not None else MemoryConfig()
         if not isinstance(cfg, MemoryConfig):
             raise ConfigError(f"config must be a MemoryConfig, got {type(cfg).__name__}")
+        # the model files the settings name are read (and cached) before any file is made
+        load_ranker(None if cfg.passages.ranker == "learned" else cfg.passages.ranker)
+        load_starts(cfg.sessions.conversation_starts)
         self.path = self._directory(path, store)
         if read_dsn is not None and store is None:
             raise InvalidInputError(

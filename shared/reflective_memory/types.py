@@ -8,13 +8,14 @@ its diagnostics, LLM `Usage` and rerank record.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 __all__ = [
     "Turn",
+    "SessionTurns",
     "Memory",
     "Hit",
     "Retrieval",
@@ -53,6 +54,21 @@ class Turn:
     position: int
     timestamp: datetime | None = None
     seq: int = 0
+
+
+class SessionTurns(list[Turn]):
+    """A session's turns in order, with where a conversation starts that no time shows.
+
+    Args:
+        turns: The turns.
+        conversation_starts: Positions (after 0) where a new conversation starts, as found when
+            the session was stored (`sessions.starts.ConversationStarts`; a log imported without
+            session ids or times).
+    """
+
+    def __init__(self, turns: Sequence[Turn], conversation_starts: Sequence[int]) -> None:
+        super().__init__(turns)
+        self.conversation_starts = tuple(sorted({int(p) for p in conversation_starts}))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from reflective_memory.retrieval.speakers import speaker_of
-from reflective_memory.types import Memory, Turn
+from reflective_memory.types import Memory, SessionTurns, Turn
 
 __all__ = [
     "RECENCY_RELEVANCE",
@@ -228,7 +228,11 @@ def conversation_bounds(turns: Sequence[Turn], position: int) -> tuple[int, int]
 
 
 def conversation_spans(turns: Sequence[Turn]) -> list[tuple[int, int]]:
-    """`conversation_bounds` of every turn of a session, in one pass."""
+    """`conversation_bounds` of every turn of a session, in one pass.
+
+    A conversation also starts where the session was found to start one when it was stored
+    (`SessionTurns.conversation_starts`: a long log without times).
+    """
     cuts = [0]
     last: datetime | None = None
     for i, turn in enumerate(turns):
@@ -239,6 +243,8 @@ def conversation_spans(turns: Sequence[Turn]) -> list[tuple[int, int]]:
         if last is not None and (ts - last).total_seconds() > CONVERSATION_GAP_SECONDS:
             cuts.append(i)
         last = ts
+    if isinstance(turns, SessionTurns) and turns.conversation_starts:
+        cuts = sorted({*cuts, *(p for p in turns.conversation_starts if 0 < p < len(turns))})
     cuts.append(len(turns))
     spans: list[tuple[int, int]] = []
     for a, b in zip(cuts, cuts[1:], strict=False):

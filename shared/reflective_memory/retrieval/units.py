@@ -26,6 +26,7 @@ from reflective_memory.types import Memory, Turn
 
 __all__ = [
     "BASE_UNITS",
+    "CONVERSATION_STARTS",
     "UnitConfig",
     "build_units",
     "turn_unit_id",
@@ -40,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 #: Unit kinds built from a session's turns (rebuilt by `end_session` and `redenoise`).
 BASE_UNITS = ("turn", "session", "segment")
+#: Metadata key of the memories built from a session's first turn that lists where further
+#: conversations start inside it (`sessions.starts`: a long log without times).
+CONVERSATION_STARTS = "conversation_starts"
 
 
 @dataclass(frozen=True)

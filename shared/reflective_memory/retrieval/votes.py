@@ -39,10 +39,10 @@ from reflective_memory.retrieval.speakers import speaker_of
 from reflective_memory.retrieval.state import RetrievalState
 from reflective_memory.retrieval.timeframe import time_frame
 from reflective_memory.retrieval.turn_votes import TurnVotes, collect_votes, unit_positions
-from reflective_memory.retrieval.units import turn_unit_id
+from reflective_memory.retrieval.units import CONVERSATION_STARTS, turn_unit_id
 from reflective_memory.storage.base import MemoryStore
 from reflective_memory.storage.user_index import UserIndex
-from reflective_memory.types import Memory, Turn
+from reflective_memory.types import Memory, SessionTurns, Turn
 
 __all__ = ["CONTEXT_UNITS", "UserTurns", "QuestionCues", "DistinctCandidates", "Votes"]
 
@@ -82,6 +82,7 @@ class UserTurns:
         cache: SessionCache | None = index.extras.get("session_turns")
         if cache is None:
             preload = len(index) <= PRELOAD_TURNS
+            starts = self.conversation_starts(user_id, index)
             before = self._carried(index, "session_turns")
             if before is not None:  # the sessions the new memories are of are read again
                 touched = self._touched(user_id, index)
@@ -91,17 +92,41 @@ class UserTurns:
                     for sid in touched:
                         turns = self.store.turns(user_id, sid)
                         if turns:
-                            got[sid] = turns
+                            got[sid] = with_starts(turns, starts.get(sid))
             else:
                 got = {}
                 if preload:
                     for t in self.store.turns(user_id):
                         got.setdefault(t.session_id, []).append(t)
-                    for turns in got.values():
+                    for sid, turns in got.items():
                         turns.sort(key=lambda t: t.position)
+                        got[sid] = with_starts(turns, starts.get(sid))
             # the first reader's copy wins: every stage of this version reads the same turns
-            cache = index.extras.setdefault("session_turns", SessionCache(self.store, user_id, got))
+            cache = index.extras.setdefault(
+                "session_turns", SessionCache(self.store, user_id, got, starts)
+            )
         return cache
+
+    def conversation_starts(self, user_id: str, index: UserIndex) -> dict[str, Sequence[int]]:
+        """Where conversations start inside sessions that no time divides, by session.
+
+        Found when each session was stored (`sessions.starts`) and kept in the metadata of
+        the memories built from its first turn (`CONVERSATION_STARTS`). Cached per index
+        version.
+        """
+        got: dict[str, Sequence[int]] | None = index.extras.get("conversation_starts")
+        if got is None:
+            found: dict[str, Sequence[int]] = {}
+            for mem in self.units(user_id, index):
+                marks = (
+                    None
+                    if mem is None or not mem.metadata
+                    else mem.metadata.get(CONVERSATION_STARTS)
+                )
+                if isinstance(marks, list) and all(type(p) is int for p in marks):
+                    found[mem.session_id] = marks
+            got = index.extras.setdefault("conversation_starts", found)
+        return got
 
     @staticmethod
     def _carried(index: UserIndex, name: str) -> Any:
@@ -304,17 +329,29 @@ class SessionCache(dict[str, list[Turn]]):
         store: The store of record.
         user_id: Whose turns.
         sessions: The sessions read already.
+        starts: Where conversations start in the sessions that were found to hold several
+            (`UserTurns.conversation_starts`).
     """
 
     def __init__(
-        self, store: MemoryStore, user_id: str, sessions: dict[str, list[Turn]] | None = None
+        self,
+        store: MemoryStore,
+        user_id: str,
+        sessions: dict[str, list[Turn]] | None = None,
+        starts: dict[str, Sequence[int]] | None = None,
     ) -> None:
         super().__init__(sessions or {})
-        self.store, self.user_id = store, user_id
+        self.store, self.user_id, self.starts = store, user_id, starts or {}
 
     def __missing__(self, session_id: str) -> list[Turn]:
-        got = self[session_id] = self.store.turns(self.user_id, session_id)
+        turns = self.store.turns(self.user_id, session_id)
+        got = self[session_id] = with_starts(turns, self.starts.get(session_id))
         return got
+
+
+def with_starts(turns: list[Turn], starts: Sequence[int] | None) -> list[Turn]:
+    """A session's turns, as `SessionTurns` when conversations were found to start in it."""
+    return SessionTurns(turns, starts) if starts else turns
 
 
 class QuestionCues:

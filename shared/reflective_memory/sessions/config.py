@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reflective_memory.errors import ConfigError
 from reflective_memory.settings import check_bool, check_int, check_number
 
 __all__ = ["SessionConfig"]
@@ -28,15 +29,28 @@ class SessionConfig:
             sessions (the conversation moved on), on every surface alike. Turns added later to
             an ended session reopen it; its memories are rebuilt when it ends again.
         max_text_chars: Longest accepted turn text (longer raises `InvalidInputError`).
+        conversation_starts: Where a session that no time divides (a log imported without
+            session ids or times) holds several conversations: `learned`, a model of each gap
+            between turns fitted on the dev sets' session starts (`sessions.starts`, read
+            only for sessions of at least the model's `min_turns` turns sharing one time),
+            `off`, or the path of a model file written by `reflective-memory bench
+            fit-starts`. The starts split the ranker's conversations (position, recency)
+            as a long silence does in a timed log.
     """
 
     max_turns: int | None = 500
     idle_seconds: float | None = 1800.0
     end_on_new_session: bool = True
     max_text_chars: int = 2_000_000
+    conversation_starts: str = "learned"
 
     def __post_init__(self) -> None:
         check_int("sessions.max_turns", self.max_turns, optional=True)
         check_number("sessions.idle_seconds", self.idle_seconds, 0, open_low=True, optional=True)
         check_int("sessions.max_text_chars", self.max_text_chars)
         check_bool("sessions.end_on_new_session", self.end_on_new_session)
+        if not isinstance(self.conversation_starts, str) or not self.conversation_starts.strip():
+            raise ConfigError(
+                "sessions.conversation_starts must be 'learned', 'off' or a model file, "
+                f"got {self.conversation_starts!r}"
+            )

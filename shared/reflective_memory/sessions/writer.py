@@ -27,6 +27,7 @@ from reflective_memory.llm import LLMClient
 from reflective_memory.retrieval.speakers import utterance
 from reflective_memory.retrieval.units import (
     BASE_UNITS,
+    CONVERSATION_STARTS,
     build_units,
     denoise_drafts,
     raw_key,
@@ -38,6 +39,7 @@ from reflective_memory.rmm.topics import ProspectiveReflector, ReflectionReport,
 from reflective_memory.segment.base import Segmenter
 from reflective_memory.sessions.clock import ConversationClock, replay_window
 from reflective_memory.sessions.recovery import LostTurns
+from reflective_memory.sessions.starts import load_starts
 from reflective_memory.storage.base import (
     MemoryDraft,
     MemoryStore,
@@ -144,6 +146,7 @@ class SessionWriter:
             denoiser,
             reflector,
         )
+        self.starts = load_starts(config.sessions.conversation_starts)
         self._guard = threading.Lock()
         self._in_flight: Counter[tuple[str, str]] = Counter()
         #: Indexes turns a crash left without their `turn` unit (see `sessions.recovery`).
@@ -487,6 +490,7 @@ class SessionWriter:
         for d in drafts:
             if d.granularity == "turn" and len(d.turn_ids) == 1:
                 d.id = turn_unit_id(user_id, session_id, d.turn_ids[0])
+        self._mark_starts(turns, turn_vecs, drafts)
         self.denoise_keys(user_id, drafts)
         kinds: tuple[str, ...] = BASE_UNITS
         if self.config.conditional.notes:
@@ -513,6 +517,24 @@ class SessionWriter:
             len(memories),
         )
         return memories
+
+    def _mark_starts(
+        self, turns: Sequence[Turn], vectors: np.ndarray | None, drafts: Sequence[MemoryDraft]
+    ) -> None:
+        """Record where conversations start in a session no time divides (`sessions.starts`).
+
+        The positions go into the metadata of the drafts built from the session's first turn
+        (`CONVERSATION_STARTS`), so they are stored, replaced and deleted with its memories.
+        """
+        if self.starts is None or not turns:
+            return
+        found = self.starts.find(turns, vectors)
+        if not found:
+            return
+        first = turns[0].turn_id
+        for d in drafts:
+            if first in d.turn_ids:
+                d.metadata = {**(d.metadata or {}), CONVERSATION_STARTS: found}
 
     def _index_turns(self, stored: Sequence[Turn], vectors: np.ndarray | None = None) -> None:
         """Index stored turns as `turn` units so the next `retrieve` finds them.
