@@ -220,3 +220,26 @@ def test_starts_off_marks_nothing(tmp_path: Path) -> None:
         )
         mem.end_session("u", "log")
         assert _marks(mem) == {}
+
+
+def test_the_starts_are_stored_and_read_on_postgres(tmp_path: Path, pg_dsn: str) -> None:
+    """The same promise on the server backend: marks stored, read back, gone with the session."""
+    from pg_cluster import pg_schema
+    from reflective_memory.storage.postgres import PostgresStore
+
+    config = MemoryConfig(sessions={"conversation_starts": str(model_file(tmp_path))})
+    store = PostgresStore(pg_dsn, schema=pg_schema())
+    with ReflectiveMemory(store=store, embedder=HashingEmbedder(), config=config) as mem:
+        roles = ("user", "assistant")
+        mem.add_turns(
+            [
+                {"user_id": "u", "session_id": "log", "role": roles[i % 2], "text": t}
+                for i, t in enumerate(log_texts())
+            ]
+        )
+        mem.end_session("u", "log")
+        assert set(map(tuple, _marks(mem).values())) == {(16, 32)}
+        got = positions(mem, "train ticket station platform rome travel")
+        assert len(got) >= 4 and got == {p: round((p - 16) / 15, 6) for p in got}
+        mem.delete_session("u", "log")
+        assert _marks(mem) == {}
