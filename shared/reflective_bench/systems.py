@@ -423,8 +423,9 @@ def run_systems(
             ranker is `FOLDS` (each conversation scored by its fold's model).
         copies: Turns that count as other turns (`--perturb repeated`): every answer is
             scored with its copies mapped to their originals (`Copies.originals`).
-        starts_folds: Folder of `bench fit-starts --folds` models: every system reads each
-            conversation with the start detector fitted without its fold.
+        starts_folds: Folder of `bench fit-starts --folds` models: every system that does not
+            set `sessions.conversation_starts` itself reads each conversation with the start
+            detector fitted without its fold.
     """
     scored = (Copies() if copies is None else copies).originals
     res = SystemsResult(topk=topk)
@@ -444,7 +445,9 @@ def run_systems(
             model = str(Path(ranker_folds) / f"{fold_of(conv)}.json")
             passages = {**system.config["passages"], "ranker": model}
             built = replace(system, config={**system.config, "passages": passages})
-        if starts_folds is not None:
+        if starts_folds is not None and "conversation_starts" not in system.config.get(
+            "sessions", {}
+        ):
             model = str(Path(starts_folds) / f"{fold_of(conv)}.json")
             sessions = {**built.config.get("sessions", {}), "conversation_starts": model}
             built = replace(built, config={**built.config, "sessions": sessions})

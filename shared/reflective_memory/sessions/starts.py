@@ -54,13 +54,15 @@ FEATURES = (
     "cos_prev",  # cosine to the turn before
     "cos_prev3",  # cosine to the mean of the 3 turns before
     "cos_next",  # cosine to the turn after (a new conversation's turns hang together)
-    "cross1",  # mean of 1 / 2 / 3 turns before against the same after
-    "cross2",
+    "cos_next3",  # cosine to the mean of the 3 turns after
+    "cross2",  # mean of 2 / 3 turns before against the same after
     "cross3",
-    "depth1",  # how far each cross similarity dips below its neighbours (TextTiling depth)
-    "depth2",
+    "depth1",  # how far the similarity across a gap of 1 / 2 / 3 turns dips below its
+    "depth2",  # neighbours (TextTiling depth)
     "depth3",
     "dip3",  # cross3 below the log's mean, in its standard deviations
+    "lowest3",  # cross3 is the lowest of the gaps within 5 on either side
+    "below3",  # how far cross3 is below the lowest of those other gaps
     "same_role",  # the turn's speaker spoke the turn before too
     "opener_role",  # the turn's speaker opened the log
     "log_words",  # log(1 + words) of the turn
@@ -77,6 +79,22 @@ def _unit(x: np.ndarray) -> np.ndarray:
     n = np.linalg.norm(x, axis=-1, keepdims=True)
     n[n == 0] = 1.0
     return x / n
+
+
+#: Gaps on either side a gap is compared with (`lowest3`, `below3`).
+NEIGHBOURS = 5
+
+
+def _neighbourhood(sims: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per gap: whether it is the lowest within `k` gaps each side, and its margin below them."""
+    m = len(sims)
+    lowest, below = np.zeros(m), np.zeros(m)
+    for i in range(m):
+        others = np.concatenate([sims[max(0, i - k) : i], sims[i + 1 : i + 1 + k]])
+        if len(others):
+            margin = float(others.min() - sims[i])
+            lowest[i], below[i] = float(margin > 0), margin
+    return lowest, below
 
 
 def gap_rows(vectors: np.ndarray, turns: Sequence[Turn]) -> np.ndarray:
@@ -99,16 +117,34 @@ def gap_rows(vectors: np.ndarray, turns: Sequence[Turn]) -> np.ndarray:
     cos_prev = np.einsum("ij,ij->i", emb[g], emb[g - 1])
     cos_prev3 = np.einsum("ij,ij->i", emb[g], prev3)
     cos_next = np.append(np.einsum("ij,ij->i", emb[g[:-1]], emb[g[:-1] + 1]), 1.0)
+    next3 = _unit(cum[np.minimum(n, g + 4)] - cum[g + 1])
+    cos_next3 = np.einsum("ij,ij->i", emb[g], next3)
     cross = [window_similarities(emb, w) for w in (1, 2, 3)]
     depth = [depth_scores(s) for s in cross]
     spread = cross[2].std()
     dip = (cross[2].mean() - cross[2]) / spread if spread > 1e-12 else np.zeros(n - 1)
+    lowest, below = _neighbourhood(cross[2], NEIGHBOURS)
     roles = [t.role for t in turns]
     same = np.array([float(roles[i] == roles[i - 1]) for i in g])
     opener = np.array([float(roles[i] == roles[0]) for i in g])
     words = np.log1p([len(t.text.split()) for t in turns])
     return np.column_stack(
-        [cos_prev, cos_prev3, cos_next, *cross, *depth, dip, same, opener, words[g], words[g - 1]]
+        [
+            cos_prev,
+            cos_prev3,
+            cos_next,
+            cos_next3,
+            cross[1],
+            cross[2],
+            *depth,
+            dip,
+            lowest,
+            below,
+            same,
+            opener,
+            words[g],
+            words[g - 1],
+        ]
     )
 
 
