@@ -62,7 +62,7 @@ from reflective_memory.io import Conversation, Question, SessionData, load_conve
 from reflective_memory.text import parse_timestamp
 from reflective_memory.types import Retrieval
 
-from reflective_bench.roles import store_roles, user_roles
+from reflective_bench.roles import ROLES, store_roles, user_roles
 
 __all__ = [
     "PERTURBATIONS",
@@ -472,3 +472,28 @@ def add_perturb_argument(parser: Any) -> None:
         "copy counts as the original), smalltalk (every session opens with small talk of over "
         "two words, in five languages in turn). See reflective_bench.perturb",
     )
+
+
+def add_data_arguments(parser: Any) -> None:
+    """Add `--data FILE[:ROLES]` (repeatable) and `--limit` (the fit commands share them)."""
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        help="conversation file, optionally ':names' or ':ua' (repeatable)",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+
+
+def load_data_spec(spec: str, limit: int | None, name: str) -> tuple[str, Perturbed]:
+    """`FILE[:ROLES]` of `--data` loaded as `load_perturbed` loads it, with its label.
+
+    Raises:
+        SystemExit: ROLES is neither `names` nor `ua`.
+    """
+    path, _, roles = spec.partition(":")
+    roles = roles or "names"
+    if roles not in ROLES:
+        raise SystemExit(f"--data {spec}: roles must be one of {ROLES}")
+    data, _ = load_perturbed(path, roles, limit, name)
+    return f"{Path(path).name}:{roles}", data

@@ -32,9 +32,13 @@ from reflective_memory.retrieval.features import FEATURES
 from reflective_memory.retrieval.ranker import fit_ranker
 from tqdm import tqdm
 
-from reflective_bench.perturb import Copies, add_perturb_argument, load_perturbed
+from reflective_bench.perturb import (
+    Copies,
+    add_data_arguments,
+    add_perturb_argument,
+    load_data_spec,
+)
 from reflective_bench.retrieval import add_embedder_arguments, make_embedder
-from reflective_bench.roles import ROLES
 from reflective_bench.systems import DEFAULT, fold_of
 
 __all__ = ["collect_rows", "register"]
@@ -140,15 +144,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.data:
         embedder = make_embedder(args.embedder, args.cache)
         for spec in args.data:
-            path, _, roles = spec.partition(":")
-            roles = roles or "names"
-            if roles not in ROLES:
-                raise SystemExit(f"--data {spec}: roles must be one of {ROLES}")
-            data, _ = load_perturbed(path, roles, args.limit, args.perturb)
+            label, data = load_data_spec(spec, args.limit, args.perturb)
             if data.name != "none":
-                print(f"{Path(path).name}:{roles}: {data.line()}")  # noqa: T201
+                print(f"{label}: {data.line()}")  # noqa: T201
             got = collect_rows(data.conversations, embedder, copies=data.copies)
-            rows += [(f"{Path(path).name}:{roles}", r) for r in got]
+            rows += [(label, r) for r in got]
         if len(args.table) > 1:
             raise SystemExit("with --data, give one --table to write the rows to")
         if args.table:
@@ -189,13 +189,7 @@ def register(bench: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--data",
-        action="append",
-        default=[],
-        help="conversation file, optionally ':names' or ':ua' (repeatable)",
-    )
-    p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    add_data_arguments(p)
     add_perturb_argument(p)
     p.add_argument(
         "--table",

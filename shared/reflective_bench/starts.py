@@ -34,9 +34,8 @@ from reflective_memory.sessions.starts import ConversationStarts, gap_rows
 from reflective_memory.types import Turn
 from tqdm import tqdm
 
-from reflective_bench.perturb import load_perturbed
+from reflective_bench.perturb import add_data_arguments, load_data_spec
 from reflective_bench.retrieval import add_embedder_arguments, make_embedder
-from reflective_bench.roles import ROLES
 from reflective_bench.systems import fold_of
 
 __all__ = ["log_rows", "fit_starts", "register"]
@@ -130,13 +129,9 @@ def _run(args: argparse.Namespace) -> int:
     rows: list[LogRows] = []
     names: list[str] = []
     for spec in args.data:
-        path, _, roles = spec.partition(":")
-        roles = roles or "names"
-        if roles not in ROLES:
-            raise SystemExit(f"--data {spec}: roles must be one of {ROLES}")
-        data, _ = load_perturbed(path, roles, args.limit, "none")
+        label, data = load_data_spec(spec, args.limit, "none")
         rows += log_rows(data.conversations, embedder)
-        names.append(f"{Path(path).name}:{roles}")
+        names.append(label)
     if not rows:
         raise SystemExit("give --data: conversation files to fit on")
     fit = {"c": args.C, "threshold": args.threshold, "min_turns": args.min_turns}
@@ -177,13 +172,7 @@ def register(bench: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--data",
-        action="append",
-        default=[],
-        help="conversation file, optionally ':names' or ':ua' (repeatable)",
-    )
-    p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    add_data_arguments(p)
     p.add_argument("--out", default=str(_PACKAGE_MODEL), help="model file to write")
     p.add_argument("--folds", default=None, help="folder for one model per fold")
     p.add_argument("--C", type=float, default=0.3, help="inverse L2 strength (default 0.3)")
