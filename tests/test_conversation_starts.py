@@ -243,3 +243,22 @@ def test_the_starts_are_stored_and_read_on_postgres(tmp_path: Path, pg_dsn: str)
         assert len(got) >= 4 and got == {p: round((p - 16) / 15, 6) for p in got}
         mem.delete_session("u", "log")
         assert _marks(mem) == {}
+
+
+def test_a_session_rebuilt_without_starts_is_read_as_one_conversation(tmp_path: Path) -> None:
+    """The marks follow the session's memories from one build to the next, as queries see them."""
+    roles = ("user", "assistant")
+    log = [
+        {"user_id": "u", "session_id": "log", "role": roles[i % 2], "text": t}
+        for i, t in enumerate(log_texts())
+    ]
+    with _log_memory(None, model_file(tmp_path)) as mem:
+        mem.add_turns(log)
+        mem.end_session("u", "log")
+        question = "train ticket station platform rome travel"
+        assert positions(mem, question)[20] == round(4 / 15, 6)
+        # a turn with a time of its own, a day later: times now divide the session
+        mem.add_turn("u", "log", "user", "bread oven flour", timestamp="2030-01-01T10:00:00")
+        mem.end_session("u", "log")
+        assert _marks(mem) == {}
+        assert positions(mem, question)[20] == round(20 / 47, 6)

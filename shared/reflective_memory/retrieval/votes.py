@@ -112,12 +112,15 @@ class UserTurns:
 
         Found when each session was stored (`sessions.starts`) and kept in the metadata of
         the memories built from its first turn (`CONVERSATION_STARTS`). Cached per index
-        version.
+        version (a session rebuilt is a version that did not only append: read again).
         """
         got: dict[str, Sequence[int]] | None = index.extras.get("conversation_starts")
         if got is None:
-            found: dict[str, Sequence[int]] = {}
-            for mem in self.units(user_id, index):
+            # a version that only appended keeps the marks before it and reads its new units
+            before = self._carried(index, "conversation_starts")
+            n = index.carried.appended_from if before is not None and index.carried else 0
+            found: dict[str, Sequence[int]] = dict(before) if before is not None else {}
+            for mem in self.units(user_id, index)[n:]:
                 marks = (
                     None
                     if mem is None or not mem.metadata
