@@ -24,6 +24,11 @@ def test_fit_starts_writes_a_model_and_one_per_fold(tmp_path: Path, capsys) -> N
     # each chat is three sessions of four turns: a log of 12 turns with starts at 4 and 8
     assert log_turns(convs[0])[1] == [4, 8]
     assert model.model["fitted"]["gaps"] == 22 and model.model["fitted"]["starts"] == 4
+    assert set(model.model["fitted"]["cross_validated"]["0.9"]) == {
+        "precision",
+        "recall",
+        "false_per_100_turns",
+    }
     names = sorted(p.name for p in folds.iterdir())
     assert names == sorted(f"{fold_of(c)}.json" for c in convs)  # leave one chat out
     for c in convs:

@@ -38,7 +38,7 @@ from reflective_bench.perturb import add_data_arguments, load_data_spec
 from reflective_bench.retrieval import add_embedder_arguments, make_embedder
 from reflective_bench.systems import fold_of
 
-__all__ = ["log_rows", "fit_starts", "register"]
+__all__ = ["log_rows", "log_turns", "fit_starts", "scores", "register"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,21 +106,36 @@ def fit_starts(
     )
 
 
-def _table(rows: Sequence[LogRows], scored: Sequence[np.ndarray], min_turns: int) -> list[str]:
-    """Cross-validated found / false starts per threshold (markdown lines)."""
+def scores(
+    rows: Sequence[LogRows], scored: Sequence[np.ndarray], min_turns: int
+) -> dict[str, dict[str, float]]:
+    """Per threshold: precision, recall and false starts per 100 turns, in logs of `min_turns`+."""
     keep = [i for i, r in enumerate(rows) if len(r[2]) + 1 >= min_turns]
     y = np.concatenate([rows[i][2] for i in keep]) if keep else np.zeros(0)
     p = np.concatenate([scored[i] for i in keep]) if keep else np.zeros(0)
+    turns = len(y) + len(keep)
+    out = {}
+    for t in THRESHOLDS:
+        hit = p >= t
+        tp, fp = int((hit & (y == 1)).sum()), int((hit & (y == 0)).sum())
+        out[str(t)] = {
+            "precision": round(tp / (tp + fp), 3) if tp + fp else 0.0,
+            "recall": round(tp / y.sum(), 3) if y.sum() else 0.0,
+            "false_per_100_turns": round(100 * fp / turns, 3) if turns else 0.0,
+        }
+    return out
+
+
+def _table(table: dict[str, dict[str, float]]) -> list[str]:
     lines = [
         "| threshold | precision | recall | false starts / 100 turns |",
         "|---|---|---|---|",
     ]
-    for t in THRESHOLDS:
-        hit = p >= t
-        tp, fp = int((hit & (y == 1)).sum()), int((hit & (y == 0)).sum())
-        prec = tp / (tp + fp) if tp + fp else 0.0
-        rec = tp / y.sum() if y.sum() else 0.0
-        lines.append(f"| p >= {t} | {prec:.2f} | {rec:.2f} | {100 * fp / (len(y) + 1):.2f} |")
+    for t, s in table.items():
+        lines.append(
+            f"| p >= {t} | {s['precision']:.2f} | {s['recall']:.2f} "
+            f"| {s['false_per_100_turns']:.2f} |"
+        )
     return lines
 
 
@@ -151,14 +166,15 @@ def _run(args: argparse.Namespace) -> int:
                 scored[i] = 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
         if out is not None:
             ConversationStarts.write(doc, out / f"{fold}.json")
-    doc = fit_starts(rows, **fit, fitted={"data": names})
+    table = scores(rows, scored, args.min_turns)
+    doc = fit_starts(rows, **fit, fitted={"data": names, "cross_validated": table})
     ConversationStarts.write(doc, args.out)
     print(f"fitted on {len(rows)} logs of {', '.join(names)} -> {args.out}")  # noqa: T201
     print("| feature | weight (per standard deviation) |\n|---|---|")  # noqa: T201
     for name, w in zip(doc["features"], doc["coef"], strict=True):
         print(f"| {name} | {w:+.3f} |")  # noqa: T201
     print(f"\ncross-validated ({len(folds)} folds), logs of {args.min_turns}+ turns:")  # noqa: T201
-    print("\n".join(_table(rows, scored, args.min_turns)))  # noqa: T201
+    print("\n".join(_table(table)))  # noqa: T201
     if out is not None:
         print(f"{len(folds)} fold models -> {out}")  # noqa: T201
     return 0
