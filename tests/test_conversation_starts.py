@@ -83,13 +83,17 @@ def test_gap_rows_hold_one_row_per_gap() -> None:
     assert set(rows[:, same]) == {0.0}  # user and assistant take turns
 
 
-def test_starts_are_found_only_in_a_long_session_no_time_divides() -> None:
+def test_starts_are_found_only_in_a_long_session_its_log_gave_no_times() -> None:
     model = ConversationStarts(dip_model())
     turns = log_turns()
     assert model.find(turns, vectors(turns)) == [16, 32]
     one = datetime(2024, 3, 1, tzinfo=timezone.utc)
     same_time = log_turns([one] * 48)
-    assert model.find(same_time, vectors(same_time)) == [16, 32]
+    assert model.find(same_time, vectors(same_time)) == [16, 32]  # when stored: not known
+    stored = one + timedelta(seconds=2)  # the clock's time when it was stored: no times given
+    assert model.find(same_time, vectors(same_time), stored) == [16, 32]
+    later = one + timedelta(days=30)  # a log dated 1 March, stored later: one day's talk
+    assert model.find(same_time, vectors(same_time), later) == []
     timed = log_turns([one + timedelta(minutes=i) for i in range(48)])
     assert model.find(timed, vectors(timed)) == []  # times tell the conversations apart
     short = turns[:39]
@@ -196,14 +200,16 @@ def test_an_imported_log_keeps_its_starts_with_its_memories(tmp_path: Path) -> N
         got = positions(mem, "train ticket station platform rome travel")
         assert len(got) >= 4 and got == {p: round((p - 16) / 15, 6) for p in got}
         export_memory(mem, tmp_path / "export.jsonl")
-        # a timed session of the same turns holds no marks
+        # a timed session of the same turns holds no marks, nor one dated once by its log
         mem.add_turns(
             [
                 {**t, "session_id": "timed", "timestamp": f"2024-03-01T10:{i:02d}:00"}
                 for i, t in enumerate(log)
             ]
+            + [{**t, "session_id": "dated", "timestamp": "2024-03-02"} for t in log]
         )
         mem.end_session("u", "timed")
+        mem.end_session("u", "dated")
         assert all(m.session_id == "log" for m in mem.memories("u") if m.id in _marks(mem))
         mem.delete_session("u", "log")
         assert _marks(mem) == {}

@@ -32,7 +32,8 @@ class SessionConfig:
         conversation_starts: Where a session that no time divides (a log imported without
             session ids or times) holds several conversations: `learned`, a model of each gap
             between turns fitted on the dev sets' session starts (`sessions.starts`, read
-            only for sessions of at least the model's `min_turns` turns sharing one time),
+            only for sessions of at least the model's `min_turns` turns whose log gave no
+            times),
             `off`, or the path of a model file written by `reflective-memory bench
             fit-starts`. The starts split the ranker's conversations (position, recency)
             as a long silence does in a timed log.

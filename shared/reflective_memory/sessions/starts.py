@@ -1,4 +1,4 @@
-"""Where a new conversation starts inside a session that no time divides.
+"""Where a new conversation starts inside a session whose log gave no times.
 
 A log imported without session ids and without times arrives as one long session whose turns
 share one time (or none), so nothing tells where one conversation ended and the next began;
@@ -11,10 +11,12 @@ language), fitted on the dev sets' true session starts by `bench fit-starts`, it
 `reflective_memory/data/conversation_starts.json`.
 
 It runs when a session is built (`sessions.writer`), only on a session of at least
-`min_turns` turns that share one time, and only turns whose start probability reaches
-`threshold` are kept: a false start costs more than a missed one. The positions are stored
-with the session's memories and read back as `types.SessionTurns.conversation_starts`, which
-`retrieval.turn_votes.conversation_spans` cuts at.
+`min_turns` turns whose log gave them no time (`untimed`: one time for all, the clock's when
+the session was stored; a dated session is one day's talk), and only turns whose start
+probability reaches `threshold` are kept: a false start costs more than a missed one. The
+positions are stored with the session's memories and read back as
+`types.SessionTurns.conversation_starts`, which `retrieval.turn_votes.conversation_spans` cuts
+at.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -33,6 +36,7 @@ from reflective_memory.errors import ConfigError, InvalidFileError
 from reflective_memory.jsonfile import MAX_MODEL_FILE_BYTES, loads_bounded, read_text_file
 from reflective_memory.retrieval.ranker import model_checksum
 from reflective_memory.segment.embedding import depth_scores, window_similarities
+from reflective_memory.text import as_utc
 from reflective_memory.types import Turn
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "gap_rows",
     "load_starts",
     "one_time",
+    "untimed",
 ]
 
 logger = logging.getLogger(__name__)
@@ -70,9 +75,28 @@ FEATURES = (
 )
 
 
+#: A session whose one time lies within this many seconds of when the session was stored got
+#: it from the clock (its log gave none), not from the log's date.
+CLOCK_SLACK_SECONDS = 300.0
+
+
 def one_time(turns: Sequence[Turn]) -> bool:
     """Whether no two turns' times differ (all the same, or none given)."""
     return len({t.timestamp for t in turns}) <= 1
+
+
+def untimed(turns: Sequence[Turn], stored_at: datetime | None) -> bool:
+    """Whether a session's log gave its turns no time: one time, the clock's when stored.
+
+    A dated session (a log that gives the day, every turn of it sharing that time) is not
+    untimed: its date says it is one day's conversation.
+    """
+    if not one_time(turns):
+        return False
+    ts = turns[0].timestamp if turns else None
+    if ts is None or stored_at is None:
+        return True
+    return abs((as_utc(ts) - as_utc(stored_at)).total_seconds()) <= CLOCK_SLACK_SECONDS
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -189,9 +213,14 @@ class ConversationStarts:
         """Write a model document as `load_starts` reads it."""
         Path(path).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
 
-    def applies(self, turns: Sequence[Turn]) -> bool:
-        """Whether a session is one this detector reads: long, and no time divides it."""
-        return len(turns) >= self.min_turns and one_time(turns)
+    def applies(self, turns: Sequence[Turn], stored_at: datetime | None = None) -> bool:
+        """Whether a session is one this detector reads: long, and its log gave no times.
+
+        Args:
+            turns: The session's turns.
+            stored_at: When the session was stored (`untimed`); None: not known.
+        """
+        return len(turns) >= self.min_turns and untimed(turns, stored_at)
 
     def probabilities(self, vectors: np.ndarray, turns: Sequence[Turn]) -> np.ndarray:
         """Each gap's probability that a conversation starts after it (`gap_rows` order)."""
@@ -199,9 +228,14 @@ class ConversationStarts:
         z = ((rows - self.mean) / self.scale) @ self.coef + self.intercept
         return 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
 
-    def find(self, turns: Sequence[Turn], vectors: np.ndarray | None) -> list[int]:
+    def find(
+        self,
+        turns: Sequence[Turn],
+        vectors: np.ndarray | None,
+        stored_at: datetime | None = None,
+    ) -> list[int]:
         """Positions where a conversation starts (empty when the session is not one to read)."""
-        if vectors is None or len(vectors) != len(turns) or not self.applies(turns):
+        if vectors is None or len(vectors) != len(turns) or not self.applies(turns, stored_at):
             return []
         p = self.probabilities(vectors, turns)
         found = [int(i) + 1 for i in np.flatnonzero(p >= self.threshold)]

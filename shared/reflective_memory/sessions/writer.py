@@ -521,14 +521,15 @@ class SessionWriter:
     def _mark_starts(
         self, turns: Sequence[Turn], vectors: np.ndarray | None, drafts: Sequence[MemoryDraft]
     ) -> None:
-        """Record where conversations start in a session no time divides (`sessions.starts`).
+        """Record where conversations start in a session whose log gave no times.
 
-        The positions go into the metadata of the drafts built from the session's first turn
+        The detector (`sessions.starts`) reads only such sessions. The positions go into the metadata of the drafts built from the session's first turn
         (`CONVERSATION_STARTS`), so they are stored, replaced and deleted with its memories.
         """
         if self.starts is None or not turns:
             return
-        found = self.starts.find(turns, vectors)
+        info = self.store.session(turns[0].user_id, turns[0].session_id)
+        found = self.starts.find(turns, vectors, None if info is None else info.created_at)
         if not found:
             return
         first = turns[0].turn_id
