@@ -124,6 +124,7 @@ def _load_sqlite(
 def _load_postgres(
     store: Any, rows: list[tuple[str, str, str]], vectors: np.ndarray, model: str
 ) -> None:
+    from psycopg.types.json import Jsonb
     from reflective_memory.storage.core import lexical_text as _lex
 
     s = store.db.qualified
@@ -141,9 +142,12 @@ def _load_postgres(
             from datetime import datetime, timezone
 
             now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+            # jsonb in binary COPY: a Python str would be stored as a JSON string, not a list
+            # or an object, and read back as one
+            no_ids, no_meta = Jsonb([]), Jsonb({})
             for i, (u, mid, text) in enumerate(rows):
                 copy.write_row(
-                    (u, mid, "s0", "turn", text, text, _lex(text), "[]", now, now, "{}",
+                    (u, mid, "s0", "turn", text, text, _lex(text), no_ids, now, now, no_meta,
                      vectors[i], dim, model, text_crc(text), text_crc(text))
                 )  # fmt: skip
         cur.execute(

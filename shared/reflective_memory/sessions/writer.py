@@ -523,8 +523,9 @@ class SessionWriter:
     ) -> None:
         """Record where conversations start in a session whose log gave no times.
 
-        The detector (`sessions.starts`) reads only such sessions. The positions go into the metadata of the drafts built from the session's first turn
-        (`CONVERSATION_STARTS`), so they are stored, replaced and deleted with its memories.
+        The detector (`sessions.starts`) reads only such sessions. The positions go into the
+        metadata of the drafts built from the session's first turn (`CONVERSATION_STARTS`), so
+        they are stored, replaced and deleted with its memories.
         """
         if self.starts is None or not turns:
             return
