@@ -108,7 +108,7 @@ class UserTurns:
         return cache
 
     def conversation_starts(self, user_id: str, index: UserIndex) -> dict[str, Sequence[int]]:
-        """Where conversations start inside sessions that no time divides, by session.
+        """Where conversations start inside sessions whose log gave no times, by session.
 
         Found when each session was stored (`sessions.starts`) and kept in the metadata of
         the memories built from its first turn (`CONVERSATION_STARTS`). Cached per index

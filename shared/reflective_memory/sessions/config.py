@@ -29,14 +29,12 @@ class SessionConfig:
             sessions (the conversation moved on), on every surface alike. Turns added later to
             an ended session reopen it; its memories are rebuilt when it ends again.
         max_text_chars: Longest accepted turn text (longer raises `InvalidInputError`).
-        conversation_starts: Where a session that no time divides (a log imported without
+        conversation_starts: Where a session whose log gave no times (a log imported without
             session ids or times) holds several conversations: `learned`, a model of each gap
-            between turns fitted on the dev sets' session starts (`sessions.starts`, read
-            only for sessions of at least the model's `min_turns` turns whose log gave no
-            times),
-            `off`, or the path of a model file written by `reflective-memory bench
-            fit-starts`. The starts split the ranker's conversations (position, recency)
-            as a long silence does in a timed log.
+            between turns fitted on the dev sets' session starts (`sessions.starts`, read only
+            for sessions of at least the model's `min_turns` turns), `off`, or the path of a
+            model file written by `reflective-memory bench fit-starts`. The starts split the
+            ranker's conversations (position, recency) as a long silence does in a timed log.
     """
 
     max_turns: int | None = 500
