@@ -162,8 +162,7 @@ def _run(args: argparse.Namespace) -> int:
         model = ConversationStarts(doc)
         for i, r in enumerate(rows):
             if r[0] == fold:
-                z = ((r[1] - model.mean) / model.scale) @ model.coef + model.intercept
-                scored[i] = 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
+                scored[i] = model.of_rows(r[1])
         if out is not None:
             ConversationStarts.write(doc, out / f"{fold}.json")
     table = scores(rows, scored, args.min_turns)

@@ -224,7 +224,10 @@ class ConversationStarts:
 
     def probabilities(self, vectors: np.ndarray, turns: Sequence[Turn]) -> np.ndarray:
         """Each gap's probability that a conversation starts after it (`gap_rows` order)."""
-        rows = gap_rows(vectors, turns)
+        return self.of_rows(gap_rows(vectors, turns))
+
+    def of_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The start probability of each row of `gap_rows` features."""
         z = ((rows - self.mean) / self.scale) @ self.coef + self.intercept
         return 1.0 / (1.0 + np.exp(-np.clip(z, -50, 50)))
 

@@ -527,8 +527,8 @@ class SessionWriter:
         metadata of the drafts built from the session's first turn (`CONVERSATION_STARTS`), so
         they are stored, replaced and deleted with its memories.
         """
-        if self.starts is None or not turns:
-            return
+        if self.starts is None or len(turns) < self.starts.min_turns:
+            return  # no query for when the session was stored: too short to read
         info = self.store.session(turns[0].user_id, turns[0].session_id)
         found = self.starts.find(turns, vectors, None if info is None else info.created_at)
         if not found:
