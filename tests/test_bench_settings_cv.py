@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,17 @@ def test_a_variant_names_one_setting_and_fails_before_any_work() -> None:
             variant_system(bad)
     with pytest.raises(ConfigError, match="context_weight"):
         variant_system("passages.context_weight=-1")
+
+
+def test_a_variant_that_sets_the_ranker_runs_that_ranker_with_folds_beside_it(tmp_path) -> None:
+    """`--variant passages.ranker=FILE` beside `--ranker-folds` runs FILE, as its row says.
+    Before, the folds replaced it and the row was a copy of the cross-validated one."""
+    model = tmp_path / "ranker.json"
+    model.write_text(
+        (files("reflective_memory") / "data" / "turn_ranker.json").read_text(), "utf-8"
+    )
+    sys = variant_system(f"passages.ranker={model}", folds=True)
+    assert sys.config == {"passages": {"ranker": str(model)}}
 
 
 def test_variant_rows_then_cv_settings_end_to_end(chats: Path, tmp_path: Path, capsys) -> None:  # noqa: F811

@@ -232,7 +232,9 @@ def variant_system(spec: str, folds: bool = False) -> System:
     """The default with one setting changed: `GROUP.FIELD=VALUE` (VALUE read as JSON).
 
     The row is named by the spec itself, so `bench cv-settings` can read back which setting
-    and value it ran. With `folds`, each conversation is scored by its fold's ranker model.
+    and value it ran. With `folds`, each conversation is scored by its fold's ranker model,
+    unless the setting is the ranker itself (`passages.ranker=FILE` runs FILE, as its row
+    says).
     """
     path, sep, raw = spec.partition("=")
     group, dot, name = path.strip().partition(".")
@@ -245,7 +247,7 @@ def variant_system(spec: str, folds: bool = False) -> System:
     except json.JSONDecodeError:
         value = raw.strip()
     config: dict[str, dict[str, Any]] = {group: {name: value}}
-    if folds:
+    if folds and (group, name) != ("passages", "ranker"):
         config.setdefault("passages", {})["ranker"] = FOLDS
     MemoryConfig().replace(**{group: {name: value}})  # a bad setting fails before any work
     return System(
